@@ -1,0 +1,263 @@
+package capacity
+
+import (
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Access is what the caller may do with a reservation.
+type Access int
+
+const (
+	AccessNone   Access = iota // may not know it exists
+	AccessView                 // audience: may see it, not move its capacity
+	AccessManage               // operator, node owner, or managing org
+)
+
+// AccessOf returns the caller's access to a reservation on a node, by role alone.
+func AccessOf(p Principal, n Node, r Reservation) Access {
+	switch {
+	case p.Operator, p.OrgID == n.OwnerOrgID, slices.Contains(r.ManagingOrgIDs, p.OrgID):
+		return AccessManage
+	case slices.Contains(r.AllowedOrgIDs, p.OrgID):
+		return AccessView
+	}
+	return AccessNone
+}
+
+// authorizeCapacity applies the checks of a reclaim or release in the documented order:
+// permission (404), reservation on that node (404), role (404, or 403 for the audience),
+// state preconditions (409). It returns the reservation.
+func authorizeCapacity(p Principal, st *NodeState, reservationID string, now time.Time) (*Reservation, error) {
+	if !p.Can(PermCapacity) {
+		return nil, notFound()
+	}
+	r := st.Reservation(reservationID)
+	if r == nil {
+		return nil, notFound()
+	}
+	switch AccessOf(p, st.Node, *r) {
+	case AccessNone:
+		return nil, notFound()
+	case AccessView:
+		return nil, Errorf(CodeForbidden, "only a platform operator, the node owner or a managing org may move this reservation's capacity")
+	}
+	if r.Status != StatusActive {
+		return nil, Errorf(CodeReservationNotActive, "reservation is %s, not active", r.Status)
+	}
+	if !r.InTerm(now) {
+		return nil, Errorf(CodeOutsideTerm, "reservation is outside its term")
+	}
+	if st.Node.TopologyGen != r.TopologyGen {
+		return nil, Errorf(CodeTopologyChanged, "node topology generation is %d; the reservation was written against %d",
+			st.Node.TopologyGen, r.TopologyGen)
+	}
+	return r, nil
+}
+
+// notReserved returns the ids not in the reservation's reserved units.
+func notReserved(r *Reservation, ids []string) []string {
+	var out []string
+	for _, id := range ids {
+		if !slices.Contains(r.ReservedUnitIDs, id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// ReclaimPlan is the decision of a reclaim: the new released set and the VMs to evict.
+type ReclaimPlan struct {
+	Reservation Reservation // as read
+	Released    []string    // releasedUnitIds after the reclaim
+	Victims     []VM        // running spot VMs on the reclaimed units, as read
+	Skipped     []VM        // running VMs of other tiers on the reclaimed units
+}
+
+// Changes reports whether the plan changes anything.
+func (p *ReclaimPlan) Changes() bool {
+	return len(p.Victims) > 0 || len(p.Released) != len(p.Reservation.ReleasedUnitIDs)
+}
+
+// DecideReclaim decides a reclaim of units from the spot market back to the reservation's
+// exclusive use. Units already exclusive are a no-op, so a retried reclaim succeeds and
+// evicts nothing new. Every running spot VM on a named unit is evicted, whole, even if it
+// also spans units not named; VMs of other tiers are left running and reported as skipped.
+func DecideReclaim(p Principal, st *NodeState, req CapacityRequest, now time.Time) (*ReclaimPlan, error) {
+	r, err := authorizeCapacity(p, st, req.ReservationID, now)
+	if err != nil {
+		return nil, err
+	}
+	if bad := notReserved(r, req.UnitIDs); len(bad) > 0 {
+		return nil, &Error{Code: CodeUnitsNotReserved, Message: "units are not reserved by this reservation", UnitIDs: bad}
+	}
+	plan := &ReclaimPlan{Reservation: *r}
+	for _, u := range r.ReleasedUnitIDs {
+		if !slices.Contains(req.UnitIDs, u) {
+			plan.Released = append(plan.Released, u)
+		}
+	}
+	plan.Released = nonNil(plan.Released)
+	for _, vm := range st.VMs {
+		if vm.State != VMRunning || !overlaps(vm.UnitIDs, req.UnitIDs) {
+			continue
+		}
+		if vm.Tier == TierSpot {
+			plan.Victims = append(plan.Victims, vm)
+		} else {
+			plan.Skipped = append(plan.Skipped, vm)
+		}
+	}
+	sortVMs(plan.Victims)
+	sortVMs(plan.Skipped)
+	return plan, nil
+}
+
+// ReleasePlan is the decision of a release: the new released set.
+type ReleasePlan struct {
+	Reservation Reservation // as read
+	Released    []string    // releasedUnitIds after the release
+}
+
+// Changes reports whether the plan changes anything.
+func (p *ReleasePlan) Changes() bool {
+	return len(p.Released) != len(p.Reservation.ReleasedUnitIDs)
+}
+
+// DecideRelease decides a release of exclusive units to the spot market ("double sell").
+// Only idle units may be sold: a unit with a VM on it is refused. Units already released are
+// a no-op.
+func DecideRelease(p Principal, st *NodeState, req CapacityRequest, now time.Time) (*ReleasePlan, error) {
+	r, err := authorizeCapacity(p, st, req.ReservationID, now)
+	if err != nil {
+		return nil, err
+	}
+	if bad := notReserved(r, req.UnitIDs); len(bad) > 0 {
+		return nil, &Error{Code: CodeUnitsNotReserved, Message: "units are not reserved by this reservation", UnitIDs: bad}
+	}
+	var newly []string
+	for _, u := range req.UnitIDs {
+		if !slices.Contains(r.ReleasedUnitIDs, u) {
+			newly = append(newly, u)
+		}
+	}
+	if busy := occupied(st.VMs, newly); len(busy) > 0 {
+		return nil, &Error{Code: CodeUnitsInUse, Message: "units have a VM on them; only idle units can be released", UnitIDs: busy}
+	}
+	released := append(slices.Clone(r.ReleasedUnitIDs), newly...)
+	sort.Strings(released)
+	return &ReleasePlan{Reservation: *r, Released: nonNil(released)}, nil
+}
+
+// DecidePlacement decides whether a VM may be placed. Any VM needs free units. A spot VM may
+// only land on units that are released by an active reservation or held by none; a reserved
+// VM only on exclusive units of an active reservation whose audience includes its org; an
+// on-demand VM only on units held by no reservation.
+func DecidePlacement(p Principal, st *NodeState, req PlacementRequest, now time.Time) (*VM, error) {
+	if !p.Operator || !p.Can(PermPlace) {
+		return nil, Errorf(CodeNotFound, "node not found")
+	}
+	var unknown []string
+	for _, u := range req.UnitIDs {
+		if !slices.Contains(st.Node.UnitIDs, u) {
+			unknown = append(unknown, u)
+		}
+	}
+	if len(unknown) > 0 {
+		return nil, &Error{Code: CodeUnknownUnits, Message: "units do not exist on this node", UnitIDs: unknown}
+	}
+	for _, vm := range st.VMs {
+		if vm.ID == req.VMID {
+			return nil, Errorf(CodeVMExists, "VM %s already exists on this node", req.VMID)
+		}
+	}
+	if busy := occupied(st.VMs, req.UnitIDs); len(busy) > 0 {
+		return nil, &Error{Code: CodeUnitsInUse, Message: "units already have a VM on them", UnitIDs: busy}
+	}
+	var unavailable []string
+	for _, u := range req.UnitIDs {
+		if !unitAdmits(st, u, req.Tier, req.OrgID, now) {
+			unavailable = append(unavailable, u)
+		}
+	}
+	if len(unavailable) > 0 {
+		return nil, &Error{Code: CodeUnitsUnavailable, Message: "units are not available at tier " + string(req.Tier) + " to this org", UnitIDs: unavailable}
+	}
+	return &VM{
+		ID: req.VMID, NodeID: st.Node.ID, OrgID: req.OrgID, Tier: req.Tier,
+		UnitIDs: slices.Sorted(slices.Values(req.UnitIDs)), State: VMRunning,
+		CreatedAt: now, UpdatedAt: now,
+	}, nil
+}
+
+// unitAdmits reports whether a unit may carry a VM of the tier for the org at t.
+func unitAdmits(st *NodeState, unit string, tier Tier, org string, t time.Time) bool {
+	var holders []Reservation
+	for _, r := range st.Reservations {
+		if r.holds(t) && slices.Contains(r.ReservedUnitIDs, unit) {
+			holders = append(holders, r)
+		}
+	}
+	if len(holders) == 0 {
+		return tier == TierSpot || tier == TierOnDemand
+	}
+	if len(holders) > 1 {
+		return false // overlapping holds: nobody may use the unit until it is resolved
+	}
+	r := holders[0]
+	grants := r.Status == StatusActive && r.InTerm(t) && r.TopologyGen == st.Node.TopologyGen
+	released := slices.Contains(r.ReleasedUnitIDs, unit)
+	switch tier {
+	case TierSpot:
+		return grants && released
+	case TierReserved:
+		return grants && !released && slices.Contains(r.AllowedOrgIDs, org)
+	}
+	return false
+}
+
+// occupied returns the units among ids that a running or terminating VM stands on.
+func occupied(vms []VM, ids []string) []string {
+	var out []string
+	for _, id := range ids {
+		for _, vm := range vms {
+			if vm.occupies() && slices.Contains(vm.UnitIDs, id) {
+				out = append(out, id)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func overlaps(a, b []string) bool {
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			return true
+		}
+	}
+	return false
+}
+
+func sortVMs(vms []VM) {
+	slices.SortFunc(vms, func(a, b VM) int { return strings.Compare(a.ID, b.ID) })
+}
+
+// VMIDs returns the ids of the VMs, in order.
+func VMIDs(vms []VM) []string {
+	out := make([]string, 0, len(vms))
+	for _, vm := range vms {
+		out = append(out, vm.ID)
+	}
+	return out
+}
+
+// nonNil makes an empty list encode as [] rather than null.
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}

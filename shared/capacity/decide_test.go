@@ -1,0 +1,272 @@
+package capacity
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestAuthorisationMatrix(t *testing.T) {
+	roles := []struct {
+		name   string
+		p      Principal
+		access Access
+	}{
+		{"operator", principal("platform", true), AccessManage},
+		{"owner", principal("owner", false), AccessManage},
+		{"managing", principal("mgr", false), AccessManage},
+		{"audience", principal("aud", false), AccessView},
+		{"stranger", principal("other", false), AccessNone},
+	}
+	terms := []struct {
+		name string
+		at   time.Time
+		in   bool
+	}{
+		{"before term", t0.Add(-time.Second), false},
+		{"at start", t0, true},
+		{"inside term", now, true},
+		{"at end", t0.Add(30 * 24 * time.Hour), false},
+	}
+	statuses := []Status{StatusPending, StatusActive, StatusExpired, StatusCancelled, StatusNeedsReview}
+	for _, role := range roles {
+		for _, perm := range []bool{true, false} {
+			for _, status := range statuses {
+				for _, term := range terms {
+					for _, topoMatch := range []bool{true, false} {
+						name := fmt.Sprintf("%s/perm=%v/%s/%s/topo=%v", role.name, perm, status, term.name, topoMatch)
+						t.Run(name, func(t *testing.T) {
+							st := fixture()
+							st.Reservations[0].Status = status
+							if !topoMatch {
+								st.Node.TopologyGen++
+							}
+							p := role.p
+							if perm {
+								p.Permissions = []string{PermCapacity}
+							}
+							// The documented order of checks decides the one expected outcome.
+							var want Code
+							switch {
+							case !perm, role.access == AccessNone:
+								want = CodeNotFound
+							case role.access == AccessView:
+								want = CodeForbidden
+							case status != StatusActive:
+								want = CodeReservationNotActive
+							case !term.in:
+								want = CodeOutsideTerm
+							case !topoMatch:
+								want = CodeTopologyChanged
+							}
+							for _, decide := range []func() error{
+								func() error { _, err := DecideReclaim(p, st, CapacityRequest{ReservationID: "r1", UnitIDs: []string{"u1"}}, term.at); return err },
+								func() error { _, err := DecideRelease(p, st, CapacityRequest{ReservationID: "r1", UnitIDs: []string{"u1"}}, term.at); return err },
+							} {
+								err := decide()
+								if want == "" && err != nil {
+									t.Fatalf("want success, got %v", err)
+								}
+								if want != "" && ErrorCode(err) != want {
+									t.Fatalf("want %s, got %v", want, err)
+								}
+							}
+						})
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestNotFoundIsIndistinguishable(t *testing.T) {
+	st := fixture()
+	cases := map[string]error{}
+	_, cases["no permission"] = DecideReclaim(principal("owner", false), st, CapacityRequest{ReservationID: "r1", UnitIDs: []string{"u1"}}, now)
+	_, cases["no reservation"] = DecideReclaim(principal("owner", false, PermCapacity), st, CapacityRequest{ReservationID: "r9", UnitIDs: []string{"u1"}}, now)
+	_, cases["stranger"] = DecideReclaim(principal("other", false, PermCapacity), st, CapacityRequest{ReservationID: "r1", UnitIDs: []string{"u1"}}, now)
+	want := notFound().Error()
+	for name, err := range cases {
+		if err == nil || err.Error() != want {
+			t.Errorf("%s: got %v, want %s", name, err, want)
+		}
+	}
+}
+
+func TestDecideReclaimVictims(t *testing.T) {
+	owner := principal("owner", false, PermCapacity)
+	tests := []struct {
+		name           string
+		units          []string
+		wantReleased   []string
+		wantTerminated []string
+		wantSkipped    []string
+		wantChanges    bool
+		wantCode       Code
+		wantBadUnits   []string
+	}{
+		{"one released unit with a spot VM", []string{"u2"}, []string{"u3", "u4", "u5"}, []string{"vm-spot-a"}, nil, true, "", nil},
+		{"VM spanning a reclaimed and an unreserved unit goes whole", []string{"u3"}, []string{"u2", "u4", "u5"}, []string{"vm-spot-b"}, nil, true, "", nil},
+		{"non-spot VM is skipped", []string{"u4"}, []string{"u2", "u3", "u5"}, nil, []string{"vm-od"}, true, "", nil},
+		{"terminating VM is not evicted twice", []string{"u5"}, []string{"u2", "u3", "u4"}, nil, nil, true, "", nil},
+		{"already exclusive units are a no-op", []string{"u0", "u1"}, []string{"u2", "u3", "u4", "u5"}, nil, []string{"vm-res"}, false, "", nil},
+		{"everything", []string{"u0", "u1", "u2", "u3", "u4", "u5"}, []string{}, []string{"vm-spot-a", "vm-spot-b"}, []string{"vm-od", "vm-res"}, true, "", nil},
+		{"units outside the reservation", []string{"u2", "u6", "u9"}, nil, nil, nil, false, CodeUnitsNotReserved, []string{"u6", "u9"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			plan, err := DecideReclaim(owner, fixture(), CapacityRequest{ReservationID: "r1", UnitIDs: tt.units}, now)
+			if tt.wantCode != "" {
+				var e *Error
+				if ErrorCode(err) != tt.wantCode || !asError(err, &e) || !slices.Equal(e.UnitIDs, tt.wantBadUnits) {
+					t.Fatalf("got %v, want %s naming %v", err, tt.wantCode, tt.wantBadUnits)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(plan.Released, tt.wantReleased) {
+				t.Errorf("released = %v, want %v", plan.Released, tt.wantReleased)
+			}
+			if got := VMIDs(plan.Victims); !slices.Equal(got, nonNil(tt.wantTerminated)) {
+				t.Errorf("terminated = %v, want %v", got, tt.wantTerminated)
+			}
+			if got := VMIDs(plan.Skipped); !slices.Equal(got, nonNil(tt.wantSkipped)) {
+				t.Errorf("skipped = %v, want %v", got, tt.wantSkipped)
+			}
+			if plan.Changes() != tt.wantChanges {
+				t.Errorf("changes = %v, want %v", plan.Changes(), tt.wantChanges)
+			}
+		})
+	}
+}
+
+func TestDecideRelease(t *testing.T) {
+	owner := principal("owner", false, PermCapacity)
+	tests := []struct {
+		name     string
+		units    []string
+		want     []string
+		wantCode Code
+		wantBad  []string
+	}{
+		{"idle exclusive unit", []string{"u1"}, []string{"u1", "u2", "u3", "u4", "u5"}, "", nil},
+		{"already released is a no-op", []string{"u2"}, []string{"u2", "u3", "u4", "u5"}, "", nil},
+		{"unit with a reserved VM on it", []string{"u0", "u1"}, nil, CodeUnitsInUse, []string{"u0"}},
+		{"unit not reserved", []string{"u7"}, nil, CodeUnitsNotReserved, []string{"u7"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			plan, err := DecideRelease(owner, fixture(), CapacityRequest{ReservationID: "r1", UnitIDs: tt.units}, now)
+			if tt.wantCode != "" {
+				var e *Error
+				if !asError(err, &e) || e.Code != tt.wantCode || !slices.Equal(e.UnitIDs, tt.wantBad) {
+					t.Fatalf("got %v, want %s naming %v", err, tt.wantCode, tt.wantBad)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(plan.Released, tt.want) {
+				t.Errorf("released = %v, want %v", plan.Released, tt.want)
+			}
+		})
+	}
+}
+
+func TestDecidePlacement(t *testing.T) {
+	sched := principal("platform", true, PermPlace)
+	free := func(st *NodeState) { st.VMs = nil } // every unit free
+	tests := []struct {
+		name     string
+		p        Principal
+		prep     func(*NodeState)
+		tier     Tier
+		org      string
+		units    []string
+		wantCode Code
+	}{
+		{"spot on a released unit", sched, free, TierSpot, "x", []string{"u2"}, ""},
+		{"spot on an unreserved unit", sched, free, TierSpot, "x", []string{"u7"}, ""},
+		{"spot on exclusive reserved capacity", sched, free, TierSpot, "x", []string{"u1"}, CodeUnitsUnavailable},
+		{"spot on a needs-review reservation's released unit", sched, func(st *NodeState) {
+			free(st)
+			st.Reservations[0].Status = StatusNeedsReview
+		}, TierSpot, "x", []string{"u2"}, CodeUnitsUnavailable},
+		{"spot on released unit after topology change", sched, func(st *NodeState) {
+			free(st)
+			st.Node.TopologyGen++
+		}, TierSpot, "x", []string{"u2"}, CodeUnitsUnavailable},
+		{"spot on an expired reservation's unit", sched, func(st *NodeState) {
+			free(st)
+			st.Reservations[0].Status = StatusExpired
+		}, TierSpot, "x", []string{"u1"}, ""},
+		{"reserved for the audience on an exclusive unit", sched, free, TierReserved, "aud", []string{"u1"}, ""},
+		{"reserved for the audience on a released unit", sched, free, TierReserved, "aud", []string{"u2"}, CodeUnitsUnavailable},
+		{"reserved for an org outside the audience", sched, free, TierReserved, "mgr", []string{"u1"}, CodeUnitsUnavailable},
+		{"reserved on an unreserved unit", sched, free, TierReserved, "aud", []string{"u7"}, CodeUnitsUnavailable},
+		{"on-demand on an unreserved unit", sched, free, TierOnDemand, "z", []string{"u7"}, ""},
+		{"on-demand on a released unit", sched, free, TierOnDemand, "z", []string{"u2"}, CodeUnitsUnavailable},
+		{"occupied by a running VM", sched, nil, TierSpot, "x", []string{"u2"}, CodeUnitsInUse},
+		{"occupied by a terminating VM", sched, nil, TierSpot, "x", []string{"u5"}, CodeUnitsInUse},
+		{"unknown unit", sched, free, TierSpot, "x", []string{"u99"}, CodeUnknownUnits},
+		{"VM id taken", sched, func(st *NodeState) {
+			st.VMs = []VM{{ID: "vm-new", State: VMTerminated, UnitIDs: []string{"u7"}}}
+		}, TierSpot, "x", []string{"u7"}, CodeVMExists},
+		{"not an operator", principal("owner", false, PermPlace), free, TierSpot, "x", []string{"u7"}, CodeNotFound},
+		{"operator without vm.place", principal("platform", true, PermCapacity), free, TierSpot, "x", []string{"u7"}, CodeNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := fixture()
+			if tt.prep != nil {
+				tt.prep(st)
+			}
+			vm, err := DecidePlacement(tt.p, st, PlacementRequest{NodeID: "n1", VMID: "vm-new", OrgID: tt.org, Tier: tt.tier, UnitIDs: tt.units}, now)
+			if ErrorCode(err) != tt.wantCode && !(tt.wantCode == "" && err == nil) {
+				t.Fatalf("got %v, want %q", err, tt.wantCode)
+			}
+			if tt.wantCode == "" && (vm.State != VMRunning || vm.Tier != tt.tier || vm.NodeID != "n1") {
+				t.Fatalf("placed %+v", vm)
+			}
+		})
+	}
+}
+
+func TestValidateCapacityRequest(t *testing.T) {
+	many := make([]string, MaxUnits+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("u%d", i)
+	}
+	tests := []struct {
+		name string
+		req  CapacityRequest
+		want Code
+	}{
+		{"ok", CapacityRequest{NodeID: "n1", ReservationID: "r1", UnitIDs: []string{"u1"}}, ""},
+		{"64 units", CapacityRequest{NodeID: "n1", ReservationID: "r1", UnitIDs: many[:MaxUnits]}, ""},
+		{"65 units", CapacityRequest{NodeID: "n1", ReservationID: "r1", UnitIDs: many}, CodeInvalidRequest},
+		{"no units", CapacityRequest{NodeID: "n1", ReservationID: "r1"}, CodeInvalidRequest},
+		{"duplicate unit", CapacityRequest{NodeID: "n1", ReservationID: "r1", UnitIDs: []string{"u1", "u1"}}, CodeInvalidRequest},
+		{"empty unit id", CapacityRequest{NodeID: "n1", ReservationID: "r1", UnitIDs: []string{""}}, CodeInvalidRequest},
+		{"unit id with a space", CapacityRequest{NodeID: "n1", ReservationID: "r1", UnitIDs: []string{"u 1"}}, CodeInvalidRequest},
+		{"reason too long", CapacityRequest{NodeID: "n1", ReservationID: "r1", UnitIDs: []string{"u1"}, Reason: string(make([]byte, MaxReasonLen+1))}, CodeInvalidRequest},
+		{"reason not UTF-8", CapacityRequest{NodeID: "n1", ReservationID: "r1", UnitIDs: []string{"u1"}, Reason: "\xff"}, CodeInvalidRequest},
+		{"idempotency key with space", CapacityRequest{NodeID: "n1", ReservationID: "r1", UnitIDs: []string{"u1"}, IdempotencyKey: "a b"}, CodeInvalidRequest},
+		{"malformed node id names nothing", CapacityRequest{NodeID: "../x", ReservationID: "r1", UnitIDs: []string{"u1"}}, CodeNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.req.Validate()
+			if (tt.want == "" && err != nil) || (tt.want != "" && ErrorCode(err) != tt.want) {
+				t.Fatalf("got %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func asError(err error, target **Error) bool { return errors.As(err, target) }

@@ -1,0 +1,79 @@
+package capacity
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code is a stable, machine-readable error code. Clients branch on it; the HTTP layer maps
+// each code to a status in exactly one place (shared/httpapi). Never rename a code.
+type Code string
+
+const (
+	// CodeUnauthenticated: no, unknown, revoked or expired API key.
+	CodeUnauthenticated Code = "unauthenticated"
+	// CodeNotFound: the thing does not exist, or the caller may not know whether it does.
+	CodeNotFound Code = "not_found"
+	// CodeForbidden: the caller may see the reservation but not change its capacity.
+	CodeForbidden Code = "forbidden"
+
+	// Preconditions on the reservation or node (409).
+	CodeReservationNotActive Code = "reservation_not_active"
+	CodeOutsideTerm          Code = "outside_term"
+	CodeTopologyChanged      Code = "topology_changed"
+	CodeUnitsInUse           Code = "units_in_use"
+	CodeUnitsUnavailable     Code = "units_unavailable"
+	CodeVMExists             Code = "vm_exists"
+	// CodeConcurrentModification: concurrent writes kept winning; retrying the call is safe.
+	CodeConcurrentModification Code = "concurrent_modification"
+
+	// Request validity (422).
+	CodeInvalidRequest       Code = "invalid_request"
+	CodeUnitsNotReserved     Code = "units_not_reserved"
+	CodeUnknownUnits         Code = "unknown_units"
+	CodeIdempotencyKeyReused Code = "idempotency_key_reused"
+
+	// CodeInternal: a fault of ours or of a dependency; details are logged, not returned.
+	CodeInternal Code = "internal"
+)
+
+// Error is an application error: a code, a message safe to show the caller, and optional
+// unit ids that the message is about (e.g. the ids not in the reservation).
+type Error struct {
+	Code    Code
+	Message string
+	UnitIDs []string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
+
+// Errorf returns an application error with a formatted message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrorCode returns the code of the application error in err's chain, or CodeInternal.
+func ErrorCode(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}
+
+// ErrorMessage returns the caller-safe message of err, hiding internal details.
+func ErrorMessage(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Message
+	}
+	return "internal error"
+}
+
+// ErrConflict is returned (wrapped) by Store.Commit when a condition of the write failed: the
+// state the decision read has changed since. The service re-reads and decides again.
+var ErrConflict = errors.New("condition failed: state changed since it was read")
+
+// notFound is the single 404 the capacity calls return, whatever the reason, so that a caller
+// cannot tell a missing permission, node or reservation from one another.
+func notFound() *Error { return Errorf(CodeNotFound, "reservation not found") }

@@ -1,0 +1,377 @@
+package capacity
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Store reads and writes the state of nodes. Implementations: shared/dynamo.
+type Store interface {
+	// LoadNode reads the node's partition in one strongly consistent read. idempotencyScope,
+	// if not empty, names the caller's Idempotency-Key record to read with it. A missing
+	// node is an *Error with CodeNotFound.
+	LoadNode(ctx context.Context, nodeID, idempotencyScope string) (*NodeState, error)
+	// Commit writes every item of the commit in one all-or-nothing transaction, each write
+	// conditioned on what the decision read. It returns an error wrapping ErrConflict when a
+	// condition failed.
+	Commit(ctx context.Context, c Commit) error
+	// AppendAudit appends a record for a call that wrote nothing else (dry runs, refusals).
+	AppendAudit(ctx context.Context, rec AuditRecord) error
+}
+
+// Commit is one decision's writes. Versions are the ones read: the store conditions on them
+// and writes Version+1.
+type Commit struct {
+	Node Node
+	// BumpNode serialises the write with every other capacity change on the node. A commit
+	// that changes no unit, reservation or VM only checks the node's version.
+	BumpNode    bool
+	Reservation *Reservation // new released set and UpdatedAt; Version as read
+	Evict       []VM         // VMs as read (running); they become terminating for Operation
+	NewVM       *VM
+	Operation   *Operation
+	Idempotency *IdempotencyRecord
+	Audit       AuditRecord
+}
+
+// Service applies capacity calls: read, decide, write in one transaction, re-deciding when a
+// concurrent write won.
+type Service struct {
+	Store Store
+	// Now and NewID are replaceable for tests.
+	Now   func() time.Time
+	NewID func() string
+	// Attempts bounds read-decide-write rounds under contention (default 3).
+	Attempts int
+	// IdempotencyTTL is how long an Idempotency-Key is remembered (default 24h).
+	IdempotencyTTL time.Duration
+	Logger         *slog.Logger
+}
+
+// RequestMeta carries facts about the call that the domain records but does not decide on.
+type RequestMeta struct {
+	RequestID string
+}
+
+// CapacityResult is the outcome of a reclaim or release.
+type CapacityResult struct {
+	Reservation Reservation `json:"reservation"`
+	DryRun      bool        `json:"dryRun,omitempty"`
+	// ReclaimID names the reclaim operation whose workflow terminates the evicted VMs.
+	ReclaimID  string   `json:"reclaimId,omitempty"`
+	Terminated []string `json:"terminated,omitempty"`
+	Skipped    []string `json:"skipped,omitempty"`
+	// Replayed is set when the result was stored under the request's Idempotency-Key.
+	Replayed bool `json:"-"`
+}
+
+// PlacementResult is the outcome of a placement.
+type PlacementResult struct {
+	VM       VM   `json:"vm"`
+	Replayed bool `json:"-"`
+}
+
+func (s *Service) now() time.Time {
+	if s.Now != nil {
+		return s.Now().UTC()
+	}
+	return time.Now().UTC()
+}
+
+func (s *Service) attempts() int {
+	if s.Attempts > 0 {
+		return s.Attempts
+	}
+	return 3
+}
+
+func (s *Service) idempotencyTTL() time.Duration {
+	if s.IdempotencyTTL > 0 {
+		return s.IdempotencyTTL
+	}
+	return 24 * time.Hour
+}
+
+func (s *Service) logger() *slog.Logger {
+	if s.Logger != nil {
+		return s.Logger
+	}
+	return slog.Default()
+}
+
+// Reclaim returns units to the reservation's exclusive use and evicts the spot VMs on them.
+func (s *Service) Reclaim(ctx context.Context, p Principal, req CapacityRequest, meta RequestMeta) (*CapacityResult, error) {
+	return s.capacityCall(ctx, p, req, meta, ActionReclaim)
+}
+
+// Release puts idle exclusive units of the reservation on the spot market.
+func (s *Service) Release(ctx context.Context, p Principal, req CapacityRequest, meta RequestMeta) (*CapacityResult, error) {
+	return s.capacityCall(ctx, p, req, meta, ActionRelease)
+}
+
+func (s *Service) capacityCall(ctx context.Context, p Principal, req CapacityRequest, meta RequestMeta, action string) (*CapacityResult, error) {
+	// A caller without the permission learns nothing, not even whether its input was valid.
+	if !p.Can(PermCapacity) {
+		return nil, notFound()
+	}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	fingerprint := fingerprintOf(action, req)
+	scope := idempotencyScope(p, req.IdempotencyKey)
+	for range s.attempts() {
+		now := s.now()
+		st, err := s.Store.LoadNode(ctx, req.NodeID, scope)
+		if err != nil {
+			if ErrorCode(err) == CodeNotFound {
+				return nil, notFound()
+			}
+			return nil, fmt.Errorf("load node %s: %w", req.NodeID, err)
+		}
+		var res CapacityResult
+		if replayed, err := replay(st.Idempotency, fingerprint, &res); replayed || err != nil {
+			return &res, err
+		}
+		audit := s.auditRecord(p, st, req, meta, action, now)
+		commit, result, err := s.decideCapacity(p, st, req, action, now, &audit)
+		if err != nil {
+			s.auditRefusal(ctx, audit, err)
+			return nil, err
+		}
+		if req.DryRun {
+			s.append(ctx, audit)
+			return result, nil
+		}
+		if req.IdempotencyKey != "" {
+			commit.Idempotency, err = s.idempotencyRecord(scope, req.NodeID, fingerprint, result, now)
+			if err != nil {
+				return nil, err
+			}
+		}
+		err = s.Store.Commit(ctx, *commit)
+		if errors.Is(err, ErrConflict) {
+			s.logger().InfoContext(ctx, "capacity write lost a race; deciding again",
+				"node", req.NodeID, "reservation", req.ReservationID, "action", action)
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("commit %s of reservation %s: %w", action, req.ReservationID, err)
+		}
+		return result, nil
+	}
+	err := Errorf(CodeConcurrentModification, "the node's capacity kept changing while this call was applied; retrying is safe")
+	st := &NodeState{Node: Node{ID: req.NodeID}}
+	s.auditRefusal(ctx, s.auditRecord(p, st, req, meta, action, s.now()), err)
+	return nil, err
+}
+
+// decideCapacity turns a reclaim or release decision into the commit and the caller's result.
+func (s *Service) decideCapacity(p Principal, st *NodeState, req CapacityRequest, action string, now time.Time, audit *AuditRecord) (*Commit, *CapacityResult, error) {
+	c := &Commit{Node: st.Node}
+	var before Reservation
+	var released []string
+	result := &CapacityResult{DryRun: req.DryRun}
+	switch action {
+	case ActionReclaim:
+		plan, err := DecideReclaim(p, st, req, now)
+		if err != nil {
+			return nil, nil, err
+		}
+		before, released = plan.Reservation, plan.Released
+		c.BumpNode = plan.Changes()
+		result.Terminated, result.Skipped = VMIDs(plan.Victims), VMIDs(plan.Skipped)
+		if len(plan.Victims) > 0 && !req.DryRun {
+			c.Evict = plan.Victims
+			c.Operation = &Operation{
+				ID: "rcl_" + s.newID(), NodeID: st.Node.ID, ReservationID: before.ID,
+				State: OpPendingStart, VMIDs: result.Terminated, UnitIDs: req.UnitIDs,
+				CreatedAt: now, UpdatedAt: now,
+			}
+			result.ReclaimID = c.Operation.ID
+		}
+	case ActionRelease:
+		plan, err := DecideRelease(p, st, req, now)
+		if err != nil {
+			return nil, nil, err
+		}
+		before, released = plan.Reservation, plan.Released
+		c.BumpNode = plan.Changes()
+	}
+	after := before
+	if c.BumpNode && !req.DryRun {
+		after.ReleasedUnitIDs = released
+		after.UpdatedAt = now
+		c.Reservation = &after
+		result.Reservation = after
+		result.Reservation.Version++
+	} else {
+		result.Reservation = before
+	}
+	audit.ReleasedBefore = nonNil(before.ReleasedUnitIDs)
+	audit.ReleasedAfter = nonNil(result.Reservation.ReleasedUnitIDs)
+	audit.Terminated, audit.Skipped, audit.ReclaimID = result.Terminated, result.Skipped, result.ReclaimID
+	audit.Outcome = "ok"
+	c.Audit = *audit
+	return c, result, nil
+}
+
+// Place records a VM placed by the marketplace scheduler, if its tier may use the units.
+func (s *Service) Place(ctx context.Context, p Principal, req PlacementRequest, meta RequestMeta) (*PlacementResult, error) {
+	if !p.Operator || !p.Can(PermPlace) || !validID(req.NodeID) {
+		return nil, Errorf(CodeNotFound, "node not found")
+	}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	fingerprint := fingerprintOf(ActionPlace, req)
+	scope := idempotencyScope(p, req.IdempotencyKey)
+	for range s.attempts() {
+		now := s.now()
+		st, err := s.Store.LoadNode(ctx, req.NodeID, scope)
+		if err != nil {
+			if ErrorCode(err) == CodeNotFound {
+				return nil, Errorf(CodeNotFound, "node not found")
+			}
+			return nil, fmt.Errorf("load node %s: %w", req.NodeID, err)
+		}
+		var res PlacementResult
+		if replayed, err := replay(st.Idempotency, fingerprint, &res); replayed || err != nil {
+			return &res, err
+		}
+		audit := AuditRecord{
+			ID: s.newID(), Time: now, RequestID: meta.RequestID, ActorKeyID: p.KeyID, CallerOrgID: p.OrgID,
+			ActingFor: st.Node.OwnerOrgID, Action: ActionPlace, NodeID: st.Node.ID, UnitIDs: req.UnitIDs,
+			TopologyGen: st.Node.TopologyGen, VMID: req.VMID,
+		}
+		vm, err := DecidePlacement(p, st, req, now)
+		if err != nil {
+			s.auditRefusal(ctx, audit, err)
+			return nil, err
+		}
+		audit.Outcome = "ok"
+		c := Commit{Node: st.Node, BumpNode: true, NewVM: vm, Audit: audit}
+		result := &PlacementResult{VM: *vm}
+		if req.IdempotencyKey != "" {
+			if c.Idempotency, err = s.idempotencyRecord(scope, req.NodeID, fingerprint, result, now); err != nil {
+				return nil, err
+			}
+		}
+		err = s.Store.Commit(ctx, c)
+		if errors.Is(err, ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("commit placement of VM %s: %w", req.VMID, err)
+		}
+		return result, nil
+	}
+	return nil, Errorf(CodeConcurrentModification, "the node's capacity kept changing while this call was applied; retrying is safe")
+}
+
+// GetReservation returns a reservation to a caller who may see it.
+func (s *Service) GetReservation(ctx context.Context, p Principal, nodeID, reservationID string) (*Reservation, error) {
+	if !p.Can(PermRead) && !p.Can(PermCapacity) || !validID(nodeID) || !validID(reservationID) {
+		return nil, notFound()
+	}
+	st, err := s.Store.LoadNode(ctx, nodeID, "")
+	if err != nil {
+		if ErrorCode(err) == CodeNotFound {
+			return nil, notFound()
+		}
+		return nil, fmt.Errorf("load node %s: %w", nodeID, err)
+	}
+	r := st.Reservation(reservationID)
+	if r == nil || AccessOf(p, st.Node, *r) == AccessNone {
+		return nil, notFound()
+	}
+	return r, nil
+}
+
+func (s *Service) newID() string {
+	if s.NewID != nil {
+		return s.NewID()
+	}
+	return NewID()
+}
+
+func (s *Service) auditRecord(p Principal, st *NodeState, req CapacityRequest, meta RequestMeta, action string, now time.Time) AuditRecord {
+	return AuditRecord{
+		ID: s.newID(), Time: now, RequestID: meta.RequestID, ActorKeyID: p.KeyID, CallerOrgID: p.OrgID,
+		ActingFor: st.Node.OwnerOrgID, Action: action, NodeID: req.NodeID, ReservationID: req.ReservationID,
+		UnitIDs: req.UnitIDs, DryRun: req.DryRun, Reason: req.Reason, TopologyGen: st.Node.TopologyGen,
+	}
+}
+
+// auditRefusal records a refused call. 404s are not recorded against the reservation (the
+// caller may not know it exists) but are logged by the HTTP layer like every call.
+func (s *Service) auditRefusal(ctx context.Context, rec AuditRecord, err error) {
+	code := ErrorCode(err)
+	if code == CodeNotFound || code == CodeInternal {
+		return
+	}
+	rec.Outcome = string(code)
+	s.append(ctx, rec)
+}
+
+// append writes an audit record outside a transaction. A failure is logged, not returned:
+// the call's answer must not depend on the audit trail of a call that changed nothing.
+func (s *Service) append(ctx context.Context, rec AuditRecord) {
+	if err := s.Store.AppendAudit(ctx, rec); err != nil {
+		s.logger().ErrorContext(ctx, "audit append failed", "err", err, "audit_id", rec.ID, "action", rec.Action)
+	}
+}
+
+func (s *Service) idempotencyRecord(scope, nodeID, fingerprint string, result any, now time.Time) (*IdempotencyRecord, error) {
+	body, err := json.Marshal(result)
+	if err != nil {
+		return nil, fmt.Errorf("encode result for idempotency record: %w", err)
+	}
+	return &IdempotencyRecord{
+		Scope: scope, NodeID: nodeID, Fingerprint: fingerprint, Result: body,
+		CreatedAt: now, ExpiresAt: now.Add(s.idempotencyTTL()),
+	}, nil
+}
+
+// replay decodes a stored result into out when the record matches the request.
+func replay(rec *IdempotencyRecord, fingerprint string, out any) (bool, error) {
+	if rec == nil {
+		return false, nil
+	}
+	if rec.Fingerprint != fingerprint {
+		return false, Errorf(CodeIdempotencyKeyReused, "Idempotency-Key was already used for a different request")
+	}
+	if err := json.Unmarshal(rec.Result, out); err != nil {
+		return false, fmt.Errorf("decode stored idempotent result: %w", err)
+	}
+	switch r := out.(type) {
+	case *CapacityResult:
+		r.Replayed = true
+	case *PlacementResult:
+		r.Replayed = true
+	}
+	return true, nil
+}
+
+// idempotencyScope keys a caller's Idempotency-Key by org, so two orgs never collide.
+func idempotencyScope(p Principal, key string) string {
+	if key == "" {
+		return ""
+	}
+	return p.OrgID + "#" + key
+}
+
+// fingerprintOf hashes what a request asks for, to tell a retry from a reuse of its key.
+func fingerprintOf(action string, req any) string {
+	b, _ := json.Marshal(struct {
+		Action  string
+		Request any
+	}{action, req})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}

@@ -1,0 +1,217 @@
+// Package capacity is the domain of the capacity-boundary service: nodes, their GPU units,
+// reservations, VMs, and the rules that move units between a reservation's exclusive use and
+// the spot market. It knows nothing of HTTP, Lambda or DynamoDB; adapters depend on it.
+package capacity
+
+import (
+	"slices"
+	"time"
+)
+
+// Permissions carried by API keys.
+const (
+	// PermCapacity allows reclaiming and releasing a reservation's units.
+	PermCapacity = "reservation.capacity"
+	// PermRead allows reading reservations the caller can see.
+	PermRead = "reservation.read"
+	// PermPlace allows the marketplace scheduler to place VMs.
+	PermPlace = "vm.place"
+)
+
+// Principal is the authenticated caller.
+type Principal struct {
+	KeyID       string
+	OrgID       string
+	Permissions []string
+	Operator    bool
+}
+
+// Can reports whether the principal holds the permission.
+func (p Principal) Can(perm string) bool { return slices.Contains(p.Permissions, perm) }
+
+// APIKey is a stored API key. Only the SHA-256 hash of the secret is kept.
+type APIKey struct {
+	KeyID       string
+	Hash        string
+	OrgID       string
+	Permissions []string
+	Operator    bool
+	Revoked     bool
+	ExpiresAt   *time.Time
+}
+
+// Node is a GPU machine and, as the ledger of its units, the item that every write to the
+// node's capacity bumps: reclaim, release and placement serialise on its Version.
+type Node struct {
+	ID            string
+	OwnerOrgID    string
+	TopologyGen   int64
+	AgentEndpoint string
+	UnitIDs       []string
+	Version       int64
+}
+
+// Status of a reservation.
+type Status string
+
+const (
+	StatusPending     Status = "pending"
+	StatusActive      Status = "active"
+	StatusExpired     Status = "expired"
+	StatusCancelled   Status = "cancelled"
+	StatusNeedsReview Status = "needs-review"
+)
+
+// Reservation reserves units of one node for an audience of orgs.
+type Reservation struct {
+	ID              string
+	NodeID          string
+	AllowedOrgIDs   []string
+	ReservedUnitIDs []string
+	// ReleasedUnitIDs is the subset of ReservedUnitIDs on the spot market.
+	ReleasedUnitIDs []string
+	ManagingOrgIDs  []string
+	StartsAt        time.Time
+	EndsAt          *time.Time
+	Status          Status
+	ContractRef     string
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+	Reason          string
+	TopologyGen     int64
+	Version         int64
+}
+
+// InTerm reports whether t is inside [StartsAt, EndsAt).
+func (r Reservation) InTerm(t time.Time) bool {
+	return !t.Before(r.StartsAt) && (r.EndsAt == nil || t.Before(*r.EndsAt))
+}
+
+// holds reports whether the reservation keeps its units from other uses at t. A needs-review
+// reservation withholds its units from everyone; an expired or cancelled one holds nothing.
+func (r Reservation) holds(t time.Time) bool {
+	switch r.Status {
+	case StatusActive, StatusPending, StatusNeedsReview:
+		return r.EndsAt == nil || t.Before(*r.EndsAt)
+	}
+	return false
+}
+
+// Tier is the commercial tier a VM was sold at.
+type Tier string
+
+const (
+	TierSpot     Tier = "spot"
+	TierReserved Tier = "reserved"
+	TierOnDemand Tier = "on-demand"
+)
+
+// VMState is the lifecycle state of a VM.
+type VMState string
+
+const (
+	VMRunning     VMState = "running"
+	VMTerminating VMState = "terminating"
+	VMTerminated  VMState = "terminated"
+)
+
+// VM is a workload placed on units of a node.
+type VM struct {
+	ID        string
+	NodeID    string
+	OrgID     string
+	Tier      Tier
+	UnitIDs   []string
+	State     VMState
+	ReclaimID string
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	Version   int64
+}
+
+// occupies reports whether the VM still stands on its units.
+func (v VM) occupies() bool { return v.State == VMRunning || v.State == VMTerminating }
+
+// OperationState is the state of a reclaim operation's termination workflow.
+type OperationState string
+
+const (
+	// OpPendingStart: committed; its termination workflow has not been started yet.
+	OpPendingStart OperationState = "pending-start"
+	OpTerminating  OperationState = "terminating"
+	OpCompleted    OperationState = "completed"
+	OpFailed       OperationState = "failed"
+)
+
+// Operation is a committed reclaim and the terminations it owes.
+type Operation struct {
+	ID            string
+	NodeID        string
+	ReservationID string
+	State         OperationState
+	VMIDs         []string
+	UnitIDs       []string
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+}
+
+// NodeState is everything a decision about one node needs, read at one point in time.
+type NodeState struct {
+	Node         Node
+	Reservations []Reservation
+	VMs          []VM
+	// Idempotency is the caller's stored record for the request's Idempotency-Key, if any.
+	Idempotency *IdempotencyRecord
+}
+
+// Reservation returns the reservation with the id, or nil.
+func (s *NodeState) Reservation(id string) *Reservation {
+	for i := range s.Reservations {
+		if s.Reservations[i].ID == id {
+			return &s.Reservations[i]
+		}
+	}
+	return nil
+}
+
+// IdempotencyRecord remembers the outcome of a request made with an Idempotency-Key.
+type IdempotencyRecord struct {
+	Scope       string // who and which key: "<orgId>#<key>"
+	NodeID      string
+	Fingerprint string // hash of the request; a different request under the same key is refused
+	Result      []byte // the JSON-encoded result to replay
+	CreatedAt   time.Time
+	ExpiresAt   time.Time
+}
+
+// AuditRecord is one entry of the append-only audit trail: one per capacity call, whether it
+// changed something, was a dry run, or was refused after the caller was identified.
+type AuditRecord struct {
+	ID             string
+	Time           time.Time
+	RequestID      string
+	ActorKeyID     string
+	CallerOrgID    string
+	ActingFor      string // the node owner on whose behalf capacity moved
+	Action         string
+	NodeID         string
+	ReservationID  string
+	UnitIDs        []string
+	DryRun         bool
+	Reason         string
+	ReclaimID      string
+	Terminated     []string
+	Skipped        []string
+	ReleasedBefore []string
+	ReleasedAfter  []string
+	TopologyGen    int64
+	VMID           string
+	Outcome        string // "ok" or the error code
+}
+
+// Audit actions.
+const (
+	ActionReclaim = "reclaim"
+	ActionRelease = "release"
+	ActionPlace   = "place"
+)

@@ -1,0 +1,88 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"strings"
+
+	"github.com/openrelay/capacity/shared/capacity"
+)
+
+// MaxBodyBytes bounds a request body. The largest valid body (64 unit ids and a reason) is
+// a few KiB.
+const MaxBodyBytes = 64 << 10
+
+// CapacityBody is the body of a reclaim or release.
+type CapacityBody struct {
+	UnitIDs []string `json:"unitIds"`
+	DryRun  bool     `json:"dryRun"`
+	Reason  string   `json:"reason"`
+}
+
+// PlacementBody is the body of a VM placement.
+type PlacementBody struct {
+	VMID    string   `json:"vmId"`
+	OrgID   string   `json:"orgId"`
+	Tier    string   `json:"tier"`
+	UnitIDs []string `json:"unitIds"`
+}
+
+// DecodeJSON reads one JSON object into v, strictly: JSON content type, at most
+// MaxBodyBytes, no unknown fields (a typo such as "dryrun" must never run a real reclaim),
+// matching types, nothing after the object.
+func DecodeJSON(contentType string, body io.Reader, v any) error {
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+		return capacity.Errorf(CodeUnsupportedMediaType, "the body must be JSON: Content-Type: application/json")
+	}
+	data, err := io.ReadAll(io.LimitReader(body, MaxBodyBytes+1))
+	if err != nil {
+		return capacity.Errorf(CodeMalformedRequest, "the body could not be read")
+	}
+	if len(data) > MaxBodyBytes {
+		return capacity.Errorf(CodeBodyTooLarge, "the body is larger than %d bytes", MaxBodyBytes)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return capacity.Errorf(CodeMalformedRequest, "%s", describeJSONError(err))
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return capacity.Errorf(CodeMalformedRequest, "the body must hold exactly one JSON object")
+	}
+	return nil
+}
+
+func describeJSONError(err error) string {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		return fmt.Sprintf("malformed JSON at byte %d", syntax.Offset)
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			return "the body must be a JSON object"
+		}
+		return fmt.Sprintf("field %q must be %s", typ.Field, jsonKind(typ.Type.Kind().String()))
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "the body is empty or truncated"
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return "unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field ")
+	}
+	return "malformed JSON"
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "slice":
+		return "an array of strings"
+	case "bool":
+		return "a boolean"
+	case "string":
+		return "a string"
+	}
+	return "of another type"
+}

@@ -1,0 +1,214 @@
+// Package httpapi is the public HTTP API: routing, strict decoding, authentication, and the
+// one mapping from domain error codes to HTTP statuses and RFC 9457 problem bodies.
+package httpapi
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/openrelay/capacity/shared/capacity"
+)
+
+// Service is the domain the API exposes.
+type Service interface {
+	Reclaim(ctx context.Context, p capacity.Principal, req capacity.CapacityRequest, meta capacity.RequestMeta) (*capacity.CapacityResult, error)
+	Release(ctx context.Context, p capacity.Principal, req capacity.CapacityRequest, meta capacity.RequestMeta) (*capacity.CapacityResult, error)
+	Place(ctx context.Context, p capacity.Principal, req capacity.PlacementRequest, meta capacity.RequestMeta) (*capacity.PlacementResult, error)
+	GetReservation(ctx context.Context, p capacity.Principal, nodeID, reservationID string) (*capacity.Reservation, error)
+}
+
+// Authenticator resolves an Authorization header to a principal.
+type Authenticator interface {
+	Authenticate(ctx context.Context, header string) (capacity.Principal, error)
+}
+
+// Handler serves the API.
+type Handler struct {
+	Service Service
+	Auth    Authenticator
+	Logger  *slog.Logger
+	// RequestID returns the id of the request (e.g. API Gateway's); default: X-Request-Id or
+	// a new random id.
+	RequestID func(*http.Request) string
+}
+
+// route is one path and the handler of each method it accepts. Routes are matched by path
+// first so that a wrong method gets a 405 problem, not the mux's plain-text one.
+type route struct {
+	pattern string
+	methods map[string]handlerFunc
+}
+
+// handlerFunc serves an authenticated request.
+type handlerFunc func(w http.ResponseWriter, r *http.Request, p capacity.Principal, requestID string) error
+
+// Mux returns the routed API.
+func (h *Handler) Mux() http.Handler {
+	routes := []route{
+		{"/v1/nodes/{nodeId}/reservations/{id}", map[string]handlerFunc{
+			http.MethodGet: h.getReservation,
+		}},
+		{"/v1/nodes/{nodeId}/reservations/{id}/reclaim", map[string]handlerFunc{
+			http.MethodPost: h.capacity(ActionReclaim),
+		}},
+		{"/v1/nodes/{nodeId}/reservations/{id}/release", map[string]handlerFunc{
+			http.MethodPost: h.capacity(ActionRelease),
+		}},
+		{"/v1/nodes/{nodeId}/vms", map[string]handlerFunc{
+			http.MethodPost: h.place,
+		}},
+	}
+	mux := http.NewServeMux()
+	for _, rt := range routes {
+		mux.Handle(rt.pattern, h.serve(rt))
+	}
+	mux.Handle("/", h.serve(route{}))
+	return mux
+}
+
+// Actions the capacity handler serves.
+const (
+	ActionReclaim = capacity.ActionReclaim
+	ActionRelease = capacity.ActionRelease
+)
+
+// serve wraps a route with the request id, method check, authentication, problem rendering
+// and one structured log line per request.
+func (h *Handler) serve(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		reqID := h.requestID(r)
+		w.Header().Set("X-Request-Id", reqID)
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		p, err := h.dispatch(rec, r, rt, reqID)
+		if err != nil {
+			prob := problemOf(err)
+			writeProblem(rec, prob)
+			if prob.Status >= 500 {
+				h.logger().ErrorContext(r.Context(), "request failed", "request_id", reqID, "err", err)
+			}
+		}
+		h.logger().InfoContext(r.Context(), "request",
+			"request_id", reqID, "method", r.Method, "route", rt.pattern, "path", r.URL.Path,
+			"status", rec.status, "code", capacity.ErrorCode(err), "org", p.OrgID, "key_id", p.KeyID,
+			"duration_ms", time.Since(start).Milliseconds())
+	})
+}
+
+func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, rt route, reqID string) (capacity.Principal, error) {
+	if rt.methods == nil {
+		return capacity.Principal{}, capacity.Errorf(capacity.CodeNotFound, "no such resource")
+	}
+	fn, ok := rt.methods[r.Method]
+	if !ok {
+		allowed := make([]string, 0, len(rt.methods))
+		for m := range rt.methods {
+			allowed = append(allowed, m)
+		}
+		sort.Strings(allowed)
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		return capacity.Principal{}, capacity.Errorf(CodeMethodNotAllowed, "%s is not allowed here; allowed: %s", r.Method, strings.Join(allowed, ", "))
+	}
+	p, err := h.Auth.Authenticate(r.Context(), r.Header.Get("Authorization"))
+	if err != nil {
+		return p, err
+	}
+	return p, fn(w, r, p, reqID)
+}
+
+func (h *Handler) capacity(action string) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID string) error {
+		var body CapacityBody
+		if err := DecodeJSON(r.Header.Get("Content-Type"), r.Body, &body); err != nil {
+			return err
+		}
+		req := capacity.CapacityRequest{
+			NodeID: r.PathValue("nodeId"), ReservationID: r.PathValue("id"),
+			UnitIDs: body.UnitIDs, DryRun: body.DryRun, Reason: body.Reason,
+			IdempotencyKey: r.Header.Get("Idempotency-Key"),
+		}
+		call := h.Service.Reclaim
+		if action == ActionRelease {
+			call = h.Service.Release
+		}
+		res, err := call(r.Context(), p, req, capacity.RequestMeta{RequestID: reqID})
+		if err != nil {
+			return err
+		}
+		markReplayed(w, res.Replayed)
+		if action == ActionRelease {
+			writeJSON(w, http.StatusOK, reservationJSON(res.Reservation))
+			return nil
+		}
+		writeJSON(w, http.StatusOK, reclaimJSON(res))
+		return nil
+	}
+}
+
+func (h *Handler) place(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID string) error {
+	var body PlacementBody
+	if err := DecodeJSON(r.Header.Get("Content-Type"), r.Body, &body); err != nil {
+		return err
+	}
+	req := capacity.PlacementRequest{
+		NodeID: r.PathValue("nodeId"), VMID: body.VMID, OrgID: body.OrgID, Tier: capacity.Tier(body.Tier),
+		UnitIDs: body.UnitIDs, IdempotencyKey: r.Header.Get("Idempotency-Key"),
+	}
+	res, err := h.Service.Place(r.Context(), p, req, capacity.RequestMeta{RequestID: reqID})
+	if err != nil {
+		return err
+	}
+	markReplayed(w, res.Replayed)
+	writeJSON(w, http.StatusCreated, vmJSON(res.VM))
+	return nil
+}
+
+func (h *Handler) getReservation(w http.ResponseWriter, r *http.Request, p capacity.Principal, _ string) error {
+	res, err := h.Service.GetReservation(r.Context(), p, r.PathValue("nodeId"), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, reservationJSON(*res))
+	return nil
+}
+
+// markReplayed tells the caller the answer is the stored one of an earlier identical call.
+func markReplayed(w http.ResponseWriter, replayed bool) {
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+}
+
+func (h *Handler) requestID(r *http.Request) string {
+	if h.RequestID != nil {
+		if id := h.RequestID(r); id != "" {
+			return id
+		}
+	}
+	if id := r.Header.Get("X-Request-Id"); id != "" && len(id) <= 128 {
+		return id
+	}
+	return capacity.NewID()
+}
+
+func (h *Handler) logger() *slog.Logger {
+	if h.Logger != nil {
+		return h.Logger
+	}
+	return slog.Default()
+}
+
+// statusRecorder remembers the status written, for the request log.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}

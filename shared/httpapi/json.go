@@ -1,0 +1,91 @@
+package httpapi
+
+import (
+	"time"
+
+	"github.com/openrelay/capacity/shared/capacity"
+)
+
+// ReservationJSON is the API's reservation, plus the reclaim fields on reclaim responses.
+type ReservationJSON struct {
+	ID              string   `json:"id"`
+	NodeID          string   `json:"nodeId"`
+	AllowedOrgIDs   []string `json:"allowedOrgIds"`
+	ReservedUnitIDs []string `json:"reservedUnitIds"`
+	StartsAt        string   `json:"startsAt"`
+	Status          string   `json:"status"`
+	EndsAt          string   `json:"endsAt,omitempty"`
+	ManagingOrgIDs  []string `json:"managingOrgIds"`
+	ReleasedUnitIDs []string `json:"releasedUnitIds"`
+	ContractRef     string   `json:"contractRef,omitempty"`
+	CreatedAt       string   `json:"createdAt,omitempty"`
+	UpdatedAt       string   `json:"updatedAt,omitempty"`
+	Reason          string   `json:"reason,omitempty"`
+	TopologyGen     int64    `json:"topologyGen"`
+
+	// Reclaim only. ReclaimID names the operation that terminates the evicted VMs; it is
+	// absent when nothing was evicted.
+	ReclaimID      string    `json:"reclaimId,omitempty"`
+	Terminated     *[]string `json:"terminated,omitempty"`
+	Skipped        *[]string `json:"skipped,omitempty"`
+	WouldTerminate *[]string `json:"wouldTerminate,omitempty"`
+	WouldSkip      *[]string `json:"wouldSkip,omitempty"`
+}
+
+// VMJSON is a placed VM.
+type VMJSON struct {
+	ID        string   `json:"id"`
+	NodeID    string   `json:"nodeId"`
+	OrgID     string   `json:"orgId"`
+	Tier      string   `json:"tier"`
+	UnitIDs   []string `json:"unitIds"`
+	State     string   `json:"state"`
+	CreatedAt string   `json:"createdAt"`
+}
+
+func timeString(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func list(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func reservationJSON(r capacity.Reservation) ReservationJSON {
+	out := ReservationJSON{
+		ID: r.ID, NodeID: r.NodeID, AllowedOrgIDs: list(r.AllowedOrgIDs), ReservedUnitIDs: list(r.ReservedUnitIDs),
+		StartsAt: timeString(r.StartsAt), Status: string(r.Status), ManagingOrgIDs: list(r.ManagingOrgIDs),
+		ReleasedUnitIDs: list(r.ReleasedUnitIDs), ContractRef: r.ContractRef,
+		CreatedAt: timeString(r.CreatedAt), UpdatedAt: timeString(r.UpdatedAt), Reason: r.Reason,
+		TopologyGen: r.TopologyGen,
+	}
+	if r.EndsAt != nil {
+		out.EndsAt = timeString(*r.EndsAt)
+	}
+	return out
+}
+
+func reclaimJSON(res *capacity.CapacityResult) ReservationJSON {
+	out := reservationJSON(res.Reservation)
+	out.ReclaimID = res.ReclaimID
+	terminated, skipped := list(res.Terminated), list(res.Skipped)
+	if res.DryRun {
+		out.WouldTerminate, out.WouldSkip = &terminated, &skipped
+	} else {
+		out.Terminated, out.Skipped = &terminated, &skipped
+	}
+	return out
+}
+
+func vmJSON(v capacity.VM) VMJSON {
+	return VMJSON{
+		ID: v.ID, NodeID: v.NodeID, OrgID: v.OrgID, Tier: string(v.Tier), UnitIDs: list(v.UnitIDs),
+		State: string(v.State), CreatedAt: timeString(v.CreatedAt),
+	}
+}

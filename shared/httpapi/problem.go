@@ -1,0 +1,90 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/openrelay/capacity/shared/capacity"
+)
+
+// Transport-level codes: the request could not be read as a call at all.
+const (
+	CodeMalformedRequest     capacity.Code = "malformed_request"
+	CodeBodyTooLarge         capacity.Code = "body_too_large"
+	CodeUnsupportedMediaType capacity.Code = "unsupported_media_type"
+	CodeMethodNotAllowed     capacity.Code = "method_not_allowed"
+)
+
+// statusOf maps every error code to its HTTP status. It is the only place that does.
+func statusOf(code capacity.Code) int {
+	switch code {
+	case CodeMalformedRequest:
+		return http.StatusBadRequest
+	case capacity.CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case capacity.CodeForbidden:
+		return http.StatusForbidden
+	case capacity.CodeNotFound:
+		return http.StatusNotFound
+	case CodeMethodNotAllowed:
+		return http.StatusMethodNotAllowed
+	case capacity.CodeReservationNotActive, capacity.CodeOutsideTerm, capacity.CodeTopologyChanged,
+		capacity.CodeUnitsInUse, capacity.CodeUnitsUnavailable, capacity.CodeVMExists,
+		capacity.CodeConcurrentModification:
+		return http.StatusConflict
+	case CodeBodyTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case CodeUnsupportedMediaType:
+		return http.StatusUnsupportedMediaType
+	case capacity.CodeInvalidRequest, capacity.CodeUnitsNotReserved, capacity.CodeUnknownUnits,
+		capacity.CodeIdempotencyKeyReused:
+		return http.StatusUnprocessableEntity
+	}
+	return http.StatusInternalServerError
+}
+
+// ProblemTypeBase prefixes each problem's type URI; the code completes it.
+const ProblemTypeBase = "https://api.openrelay.inc/problems/"
+
+// Problem is an RFC 9457 problem details body, with the machine code as an extension.
+type Problem struct {
+	Type    string        `json:"type"`
+	Title   string        `json:"title"`
+	Status  int           `json:"status"`
+	Detail  string        `json:"detail"`
+	Code    capacity.Code `json:"code"`
+	UnitIDs []string      `json:"unitIds,omitempty"`
+}
+
+func problemOf(err error) Problem {
+	code := capacity.ErrorCode(err)
+	status := statusOf(code)
+	p := Problem{
+		Type: ProblemTypeBase + string(code), Title: http.StatusText(status), Status: status,
+		Detail: capacity.ErrorMessage(err), Code: code,
+	}
+	var e *capacity.Error
+	if errors.As(err, &e) {
+		p.UnitIDs = e.UnitIDs
+	}
+	return p
+}
+
+func writeProblem(w http.ResponseWriter, p Problem) {
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	if p.Status == http.StatusUnauthorized {
+		h.Set("WWW-Authenticate", `Bearer realm="openrelay", error="invalid_token"`)
+	}
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,56 @@
+// Package table is the single description of the service's DynamoDB tables. The CDK stack
+// (infra/) builds the tables from it, the store (shared/dynamo) reads and writes items by it,
+// and the local stack provisions whatever the synthesised template says, which comes from here.
+//
+// It imports nothing so that the CDK module can depend on it without pulling in the AWS SDK.
+package table
+
+// Key attribute names shared by every table.
+const (
+	PartitionKey = "pk"
+	SortKey      = "sk"
+	// TTLAttribute holds an epoch-seconds expiry; DynamoDB deletes the item some time after it.
+	TTLAttribute = "expiresAt"
+)
+
+// Secondary index on the state table: items that a background job must find without knowing
+// their node (e.g. reclaim operations still waiting for their workflow to start).
+const (
+	ByStateIndex        = "byState"
+	ByStatePartitionKey = "gsi1pk"
+	ByStateSortKey      = "gsi1sk"
+)
+
+// Table describes one table.
+type Table struct {
+	// LogicalID is the CloudFormation logical id prefix of the table in the stack.
+	LogicalID string
+	// Suffix completes the physical name: "capacity-<env>-<suffix>".
+	Suffix string
+	// Indexes lists the global secondary indexes (all project ALL attributes, string keys).
+	Indexes []Index
+	// TTL says whether TTLAttribute is enabled on the table.
+	TTL bool
+}
+
+// Index is a global secondary index with string partition and sort keys.
+type Index struct {
+	Name, PartitionKey, SortKey string
+}
+
+// State holds nodes, reservations, VMs, reclaim operations, idempotency records and API keys.
+var State = Table{
+	LogicalID: "StateTable",
+	Suffix:    "state",
+	Indexes:   []Index{{Name: ByStateIndex, PartitionKey: ByStatePartitionKey, SortKey: ByStateSortKey}},
+	TTL:       true,
+}
+
+// Audit is append-only: the functions may put items and never update or delete them.
+var Audit = Table{
+	LogicalID: "AuditTable",
+	Suffix:    "audit",
+}
+
+// Name returns the physical table name for an environment.
+func (t Table) Name(env string) string { return "capacity-" + env + "-" + t.Suffix }
