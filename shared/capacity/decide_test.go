@@ -62,8 +62,14 @@ func TestAuthorisationMatrix(t *testing.T) {
 								want = CodeTopologyChanged
 							}
 							for _, decide := range []func() error{
-								func() error { _, err := DecideReclaim(p, st, CapacityRequest{ReservationID: "r1", UnitIDs: []string{"u1"}}, term.at); return err },
-								func() error { _, err := DecideRelease(p, st, CapacityRequest{ReservationID: "r1", UnitIDs: []string{"u1"}}, term.at); return err },
+								func() error {
+									_, err := DecideReclaim(p, st, CapacityRequest{ReservationID: "r1", UnitIDs: []string{"u1"}}, term.at)
+									return err
+								},
+								func() error {
+									_, err := DecideRelease(p, st, CapacityRequest{ReservationID: "r1", UnitIDs: []string{"u1"}}, term.at)
+									return err
+								},
 							} {
 								err := decide()
 								if want == "" && err != nil {

@@ -135,7 +135,7 @@ func (s *Service) capacityCall(ctx context.Context, p Principal, req CapacityReq
 			return nil, fmt.Errorf("load node %s: %w", req.NodeID, err)
 		}
 		var res CapacityResult
-		if replayed, err := replay(st.Idempotency, fingerprint, &res); replayed || err != nil {
+		if replayed, err := replay(st.Idempotency, fingerprint, now, &res); replayed || err != nil {
 			return &res, err
 		}
 		audit := s.auditRecord(p, st, req, meta, action, now)
@@ -241,7 +241,7 @@ func (s *Service) Place(ctx context.Context, p Principal, req PlacementRequest, 
 			return nil, fmt.Errorf("load node %s: %w", req.NodeID, err)
 		}
 		var res PlacementResult
-		if replayed, err := replay(st.Idempotency, fingerprint, &res); replayed || err != nil {
+		if replayed, err := replay(st.Idempotency, fingerprint, now, &res); replayed || err != nil {
 			return &res, err
 		}
 		audit := AuditRecord{
@@ -338,9 +338,10 @@ func (s *Service) idempotencyRecord(scope, nodeID, fingerprint string, result an
 	}, nil
 }
 
-// replay decodes a stored result into out when the record matches the request.
-func replay(rec *IdempotencyRecord, fingerprint string, out any) (bool, error) {
-	if rec == nil {
+// replay decodes a stored result into out when the record matches the request. An expired
+// record (TTL deletion lags expiry by up to days) no longer binds the key.
+func replay(rec *IdempotencyRecord, fingerprint string, now time.Time, out any) (bool, error) {
+	if rec == nil || !now.Before(rec.ExpiresAt) {
 		return false, nil
 	}
 	if rec.Fingerprint != fingerprint {

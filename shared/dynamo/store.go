@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -28,8 +27,6 @@ type Store struct {
 	Client     *dynamodb.Client
 	Table      string // state table
 	AuditTable string
-	// Now is used for idempotency expiry checks; replaceable in tests.
-	Now func() time.Time
 }
 
 var _ capacity.Store = (*Store)(nil)
@@ -37,13 +34,6 @@ var _ capacity.Store = (*Store)(nil)
 // New returns a store on the given tables.
 func New(client *dynamodb.Client, stateTable, auditTable string) *Store {
 	return &Store{Client: client, Table: stateTable, AuditTable: auditTable}
-}
-
-func (s *Store) now() time.Time {
-	if s.Now != nil {
-		return s.Now()
-	}
-	return time.Now()
 }
 
 // LoadNode reads a node's partition with one strongly consistent Query (more pages only if
@@ -117,11 +107,8 @@ func (s *Store) addItem(st *capacity.NodeState, item map[string]types.AttributeV
 		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
 			return false, err
 		}
-		// TTL deletion lags expiry by up to days; an expired record no longer binds the key.
-		if time.Unix(it.ExpiresAt, 0).After(s.now()) {
-			rec := it.record()
-			st.Idempotency = &rec
-		}
+		rec := it.record()
+		st.Idempotency = &rec
 	}
 	return false, nil
 }
@@ -216,7 +203,7 @@ func (s *Store) transactItems(c capacity.Commit) ([]types.TransactWriteItem, err
 	}
 	if c.Idempotency != nil {
 		// A record past its expiry may still exist until TTL deletes it; it no longer binds.
-		expired := expression.Name(table.TTLAttribute).LessThan(expression.Value(s.now().Unix()))
+		expired := expression.Name(table.TTLAttribute).LessThanEqual(expression.Value(c.Idempotency.CreatedAt.Unix()))
 		if err := add(s.putNew(s.Table, newIdempotencyItem(*c.Idempotency), &expired)); err != nil {
 			return nil, fmt.Errorf("idempotency record: %w", err)
 		}
