@@ -45,13 +45,18 @@ func main() {
 		os.Exit(1)
 	}
 	store := dynamo.New(dynamodb.NewFromConfig(cfg), stateTable, auditTable)
+	lambda.Start(newAdapter(store, keyTTL, logger).ProxyWithContext)
+}
+
+// newAdapter wires the store, domain and HTTP API into an API Gateway proxy handler.
+func newAdapter(store *dynamo.Store, keyTTL time.Duration, logger *slog.Logger) *httpadapter.HandlerAdapter {
 	handler := &httpapi.Handler{
 		Service:   &capacity.Service{Store: store, Logger: logger},
 		Auth:      &auth.Authenticator{Keys: store, TTL: keyTTL},
 		Logger:    logger,
 		RequestID: apiGatewayRequestID,
 	}
-	lambda.Start(httpadapter.New(handler.Mux()).ProxyWithContext)
+	return httpadapter.New(handler.Mux())
 }
 
 // apiGatewayRequestID returns API Gateway's id for the request, so logs, the audit trail and
