@@ -2,6 +2,8 @@ package capacity_test
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"reflect"
 	"slices"
 	"testing"
@@ -13,6 +15,7 @@ import (
 )
 
 var (
+	quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 	t0    = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 	owner = capacity.Principal{KeyID: "k-owner", OrgID: "owner", Permissions: []string{capacity.PermCapacity}}
 	audi  = capacity.Principal{KeyID: "k-aud", OrgID: "aud", Permissions: []string{capacity.PermCapacity}}
@@ -38,7 +41,7 @@ func world(t *testing.T) (*dynamotest.Env, *capacity.Service) {
 	if err := env.Store.Put(context.Background(), seed); err != nil {
 		t.Fatal(err)
 	}
-	return env, &capacity.Service{Store: env.Store, Now: func() time.Time { return t0.Add(time.Hour) }}
+	return env, &capacity.Service{Store: env.Store, Now: func() time.Time { return t0.Add(time.Hour) }, Logger: quiet}
 }
 
 func reclaim(units ...string) capacity.CapacityRequest {
@@ -147,7 +150,7 @@ func (s *racingStore) Commit(ctx context.Context, c capacity.Commit) error {
 func TestReclaimRedecidesAfterLosingARace(t *testing.T) {
 	env, svc := world(t)
 	ctx := context.Background()
-	other := &capacity.Service{Store: env.Store, Now: svc.Now}
+	other := &capacity.Service{Store: env.Store, Now: svc.Now, Logger: quiet}
 	// While the reclaim of u2 is being decided, the scheduler places a spot VM on u2.
 	svc.Store = &racingStore{Store: env.Store, before: func() {
 		_, err := other.Place(ctx, sched, capacity.PlacementRequest{NodeID: "n1", VMID: "s2", OrgID: "buyer", Tier: capacity.TierSpot, UnitIDs: []string{"u2"}}, capacity.RequestMeta{})

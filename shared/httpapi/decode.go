@@ -1,11 +1,13 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
+	"reflect"
 	"strings"
 
 	"github.com/openrelay/capacity/shared/capacity"
@@ -53,7 +55,69 @@ func DecodeJSON(contentType string, body io.Reader, v any) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return capacity.Errorf(CodeMalformedRequest, "the body must hold exactly one JSON object")
 	}
+	return checkMemberNames(data, v)
+}
+
+// checkMemberNames refuses a body that is not a JSON object, or whose member names are not
+// exactly (case-sensitively) the JSON names of v's fields, each at most once. encoding/json
+// matches names case-insensitively, even with Unicode folding, so DisallowUnknownFields
+// alone lets "dryrun", "DRYRUN" or "dryRun" spelt with a Kelvin sign set dryRun; and of
+// duplicate names it silently keeps the last. data is known to be valid JSON here.
+func checkMemberNames(data []byte, v any) error {
+	known := jsonNames(v)
+	if known == nil {
+		return nil // not a struct: nothing to match names against
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return capacity.Errorf(CodeMalformedRequest, "the body must be a JSON object")
+	}
+	seen := make(map[string]bool, len(known))
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return capacity.Errorf(CodeMalformedRequest, "malformed JSON")
+		}
+		name, _ := tok.(string)
+		if !known[name] {
+			return capacity.Errorf(CodeMalformedRequest, "unknown field %q", name)
+		}
+		if seen[name] {
+			return capacity.Errorf(CodeMalformedRequest, "field %q appears more than once", name)
+		}
+		seen[name] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return capacity.Errorf(CodeMalformedRequest, "malformed JSON")
+		}
+	}
 	return nil
+}
+
+// jsonNames returns the JSON member names of the struct v points to, or nil.
+func jsonNames(v any) map[string]bool {
+	t := reflect.TypeOf(v)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() != reflect.Struct {
+		return nil
+	}
+	names := make(map[string]bool, t.NumField())
+	for f := range t.Fields() {
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch name {
+		case "-":
+			continue
+		case "":
+			name = f.Name
+		}
+		names[name] = true
+	}
+	return names
 }
 
 func describeJSONError(err error) string {

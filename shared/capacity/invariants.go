@@ -1,0 +1,63 @@
+package capacity
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Violations checks a node's state against the invariants every interleaving of reclaim,
+// release and placement must keep, and describes each breach. Tests assert it is empty; an
+// auditing job can run it on live partitions.
+func Violations(st *NodeState, now time.Time) []string {
+	var out []string
+	releasedBy := map[string][]string{}
+	for _, r := range st.Reservations {
+		for _, u := range r.ReleasedUnitIDs {
+			if !slices.Contains(r.ReservedUnitIDs, u) {
+				out = append(out, fmt.Sprintf("reservation %s releases %s, which it does not reserve", r.ID, u))
+			}
+			if r.Status == StatusActive {
+				releasedBy[u] = append(releasedBy[u], r.ID)
+			}
+		}
+	}
+	for u, rs := range releasedBy {
+		if len(rs) > 1 {
+			out = append(out, fmt.Sprintf("unit %s is released by %d active reservations %v", u, len(rs), rs))
+		}
+	}
+	occupant := map[string]string{}
+	for _, vm := range st.VMs {
+		if !vm.occupies() {
+			continue
+		}
+		for _, u := range vm.UnitIDs {
+			if other, ok := occupant[u]; ok {
+				out = append(out, fmt.Sprintf("unit %s carries both %s and %s", u, other, vm.ID))
+			}
+			occupant[u] = vm.ID
+			if vm.Tier == TierSpot && vm.State == VMRunning && exclusive(st, u, now) {
+				out = append(out, fmt.Sprintf("running spot VM %s stands on exclusive reserved unit %s", vm.ID, u))
+			}
+		}
+		if vm.State == VMTerminating && vm.Tier != TierSpot {
+			out = append(out, fmt.Sprintf("%s VM %s is being terminated by a reclaim", vm.Tier, vm.ID))
+		}
+		if vm.State == VMTerminating && vm.ReclaimID == "" {
+			out = append(out, fmt.Sprintf("VM %s is terminating for no reclaim operation", vm.ID))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// exclusive reports whether a unit is held, not released, by an active reservation in term.
+func exclusive(st *NodeState, unit string, now time.Time) bool {
+	for _, r := range st.Reservations {
+		if r.Status == StatusActive && r.InTerm(now) && slices.Contains(r.ReservedUnitIDs, unit) && !slices.Contains(r.ReleasedUnitIDs, unit) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,49 @@
+package capacity
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestViolations(t *testing.T) {
+	tests := []struct {
+		name string
+		prep func(*NodeState)
+		want string // substring of the one expected violation; "" for none
+	}{
+		{"consistent state", func(st *NodeState) { st.VMs = st.VMs[:3] }, ""},
+		{"released but not reserved", func(st *NodeState) {
+			st.VMs = nil
+			st.Reservations[0].ReleasedUnitIDs = append(st.Reservations[0].ReleasedUnitIDs, "u7")
+		}, "does not reserve"},
+		{"released by two active reservations", func(st *NodeState) {
+			st.VMs = nil
+			r2 := st.Reservations[0]
+			r2.ID = "r2"
+			r2.ReleasedUnitIDs = []string{"u2"}
+			st.Reservations = append(st.Reservations, r2)
+		}, "released by 2 active reservations"},
+		{"two VMs on one unit", func(st *NodeState) {
+			st.VMs = append(st.VMs[:1], VM{ID: "vm-x", Tier: TierSpot, UnitIDs: []string{"u2"}, State: VMRunning})
+		}, "carries both"},
+		{"spot on exclusive capacity", func(st *NodeState) {
+			st.VMs = []VM{{ID: "vm-x", Tier: TierSpot, UnitIDs: []string{"u1"}, State: VMRunning}}
+		}, "exclusive reserved unit u1"},
+		{"non-spot VM terminating", func(st *NodeState) {
+			st.VMs = []VM{{ID: "vm-x", Tier: TierReserved, UnitIDs: []string{"u1"}, State: VMTerminating, ReclaimID: "rcl_1"}}
+		}, "reserved VM vm-x is being terminated"},
+		{"terminating for no operation", func(st *NodeState) {
+			st.VMs = []VM{{ID: "vm-x", Tier: TierSpot, UnitIDs: []string{"u2"}, State: VMTerminating}}
+		}, "for no reclaim operation"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := fixture()
+			tt.prep(st)
+			got := Violations(st, now)
+			if tt.want == "" && len(got) > 0 || tt.want != "" && (len(got) != 1 || !strings.Contains(got[0], tt.want)) {
+				t.Fatalf("violations = %q, want one containing %q", got, tt.want)
+			}
+		})
+	}
+}
