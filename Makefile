@@ -42,3 +42,52 @@ synth: lambdas node_modules ## synthesise the stack for ENV into cdk.out/<ENV>
 test-infra: ## CDK assertion tests (first run compiles the CDK app: several minutes)
 	@echo "==> test infra"
 	cd infra && go test ./...
+
+# ---- local stack, tests, benchmarks ----
+
+LOCAL_TEMPLATE := cdk.out/local/capacity-local.template.json
+OUTPUTS        := .local/outputs.json
+FUZZTIME       ?= 10s
+
+.PHONY: run
+run: ## run the whole stack on 127.0.0.1:4566 with demo data (Ctrl-C stops it)
+	@$(MAKE) --no-print-directory synth ENV=local
+	@echo "==> starting the local stack (first run compiles the emulator: about a minute)"
+	go run ./localstack/cmd/localstack -template $(LOCAL_TEMPLATE) -outputs $(OUTPUTS)
+
+.PHONY: test
+test: ## every test: unit, store, fuzz (short), CDK assertions, end to end on the local stack
+	@echo "==> vet"
+	go vet ./...
+	@echo "==> unit and store tests (the store's run on the in-process emulator)"
+	go test -count=1 ./shared/... ./functions/...
+	@echo "==> fuzz request decoding for $(FUZZTIME)"
+	go test -count=1 ./shared/httpapi -run '^$$' -fuzz FuzzDecodeCapacityBody -fuzztime $(FUZZTIME)
+	@$(MAKE) --no-print-directory test-infra
+	@$(MAKE) --no-print-directory synth ENV=local
+	@echo "==> local stack runner and end-to-end tests through API Gateway on 127.0.0.1:4566"
+	go test -count=1 -timeout 15m ./localstack/...
+
+.PHONY: bench
+bench: ## latency and size figures (see README "Numbers")
+	@$(MAKE) --no-print-directory synth ENV=local
+	go test -count=1 -run '^$$' -bench . -benchtime 200x ./localstack/e2e ./functions/api
+
+.PHONY: invoke
+invoke: ## invoke a function of the running local stack: make invoke FN=api EVENT=events/api-reclaim-dry-run.json
+	@test -n "$(EVENT)" || { echo "usage: make invoke FN=api EVENT=events/<file>.json"; exit 2; }
+	go run ./localstack/cmd/invoke -fn $(or $(FN),api) -event $(EVENT)
+
+.PHONY: deploy-localstack
+deploy-localstack: lambdas node_modules ## deploy to real LocalStack (Docker + LOCALSTACK_AUTH_TOKEN; see README)
+	@echo "==> cdklocal bootstrap + deploy env=local to LocalStack on localhost:4566"
+	node_modules/.bin/cdklocal bootstrap -c env=local
+	node_modules/.bin/cdklocal deploy -c env=local --require-approval never --outputs-file $(OUTPUTS)
+
+.PHONY: deploy
+deploy: lambdas node_modules ## deploy to AWS: make deploy ENV=dev (uses your AWS credentials)
+	$(CDK) deploy -c env=$(ENV) --require-approval broadening --outputs-file cdk.out/outputs-$(ENV).json
+
+.PHONY: clean
+clean: ## remove build output
+	rm -rf build cdk.out .local
