@@ -115,6 +115,10 @@ func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, rt route, req
 	}
 	p, err := h.Auth.Authenticate(r.Context(), r.Header.Get("Authorization"))
 	if err != nil {
+		// RFC 6750 3.1: name the error only when credentials were presented.
+		if capacity.ErrorCode(err) == capacity.CodeUnauthenticated && r.Header.Get("Authorization") != "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="openrelay", error="invalid_token"`)
+		}
 		return p, err
 	}
 	return p, fn(w, r, p, reqID)

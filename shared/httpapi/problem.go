@@ -75,8 +75,8 @@ func writeProblem(w http.ResponseWriter, p Problem) {
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Cache-Control", "no-store")
-	if p.Status == http.StatusUnauthorized {
-		h.Set("WWW-Authenticate", `Bearer realm="openrelay", error="invalid_token"`)
+	if p.Status == http.StatusUnauthorized && h.Get("WWW-Authenticate") == "" {
+		h.Set("WWW-Authenticate", `Bearer realm="openrelay"`)
 	}
 	w.WriteHeader(p.Status)
 	_ = json.NewEncoder(w).Encode(p)

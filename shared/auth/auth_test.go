@@ -1,0 +1,384 @@
+package auth_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openrelay/capacity/shared/auth"
+	"github.com/openrelay/capacity/shared/capacity"
+)
+
+var t0 = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+
+// fakeKeys is an in-memory KeyStore that counts lookups and can fail.
+type fakeKeys struct {
+	mu      sync.Mutex
+	keys    map[string]capacity.APIKey // by hash
+	lookups map[string]int             // by hash
+	err     error
+}
+
+func newFakeKeys(secrets map[string]capacity.APIKey) *fakeKeys {
+	f := &fakeKeys{keys: map[string]capacity.APIKey{}, lookups: map[string]int{}}
+	for secret, k := range secrets {
+		f.put(secret, k)
+	}
+	return f
+}
+
+func (f *fakeKeys) put(secret string, k capacity.APIKey) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k.Hash = auth.Hash(secret)
+	f.keys[k.Hash] = k
+}
+
+func (f *fakeKeys) update(secret string, change func(*capacity.APIKey)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := f.keys[auth.Hash(secret)]
+	change(&k)
+	f.keys[auth.Hash(secret)] = k
+}
+
+func (f *fakeKeys) setErr(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.err = err
+}
+
+// hits returns how often the store was asked for the secret's hash.
+func (f *fakeKeys) hits(secret string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lookups[auth.Hash(secret)]
+}
+
+func (f *fakeKeys) LookupKey(_ context.Context, hash string) (*capacity.APIKey, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lookups[hash]++
+	if f.err != nil {
+		return nil, f.err
+	}
+	k, ok := f.keys[hash]
+	if !ok {
+		return nil, nil
+	}
+	k.Permissions = append([]string(nil), k.Permissions...)
+	return &k, nil
+}
+
+// clock is a settable time source.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+const (
+	secretValid    = "ork_valid"
+	secretOperator = "ork_operator"
+	secretRevoked  = "ork_revoked"
+	secretExpiring = "ork_expiring" // expires at t0
+	secretLater    = "ork_later"    // expires 1ns after t0
+)
+
+func standardKeys() *fakeKeys {
+	return newFakeKeys(map[string]capacity.APIKey{
+		secretValid: {KeyID: "key-1", OrgID: "org-1",
+			Permissions: []string{capacity.PermCapacity, capacity.PermRead}},
+		secretOperator: {KeyID: "key-op", OrgID: "platform", Operator: true,
+			Permissions: []string{capacity.PermPlace}},
+		secretRevoked:  {KeyID: "key-rev", OrgID: "org-1", Permissions: []string{capacity.PermCapacity}, Revoked: true},
+		secretExpiring: {KeyID: "key-exp", OrgID: "org-1", ExpiresAt: ptr(t0)},
+		secretLater:    {KeyID: "key-later", OrgID: "org-2", ExpiresAt: ptr(t0.Add(time.Nanosecond))},
+	})
+}
+
+func assertUnauthenticated(t *testing.T, p capacity.Principal, err error) {
+	t.Helper()
+	var e *capacity.Error
+	if !errors.As(err, &e) || e.Code != capacity.CodeUnauthenticated {
+		t.Fatalf("err = %v, want a %q *capacity.Error", err, capacity.CodeUnauthenticated)
+	}
+	if e.Message == "" {
+		t.Error("unauthenticated error has no message")
+	}
+	if !reflect.DeepEqual(p, capacity.Principal{}) {
+		t.Errorf("principal = %+v alongside an error, want zero", p)
+	}
+}
+
+func TestAuthenticate(t *testing.T) {
+	valid := capacity.Principal{KeyID: "key-1", OrgID: "org-1",
+		Permissions: []string{capacity.PermCapacity, capacity.PermRead}}
+	tests := []struct {
+		name       string
+		header     string
+		want       *capacity.Principal // nil: unauthenticated
+		wantLookup bool                // whether the store is asked at all
+	}{
+		{"valid key", "Bearer " + secretValid, &valid, true},
+		{"lower-case scheme", "bearer " + secretValid, &valid, true},
+		{"upper-case scheme", "BEARER " + secretValid, &valid, true},
+		{"mixed-case scheme", "bEaReR " + secretValid, &valid, true},
+		{"spaces around the key", "Bearer   " + secretValid + "  ", &valid, true},
+		{"operator key", "Bearer " + secretOperator, &capacity.Principal{KeyID: "key-op", OrgID: "platform",
+			Operator: true, Permissions: []string{capacity.PermPlace}}, true},
+		{"not yet expired", "Bearer " + secretLater, &capacity.Principal{KeyID: "key-later", OrgID: "org-2"}, true},
+
+		{"missing header", "", nil, false},
+		{"missing scheme", secretValid, nil, false},
+		{"scheme only", "Bearer", nil, false},
+		{"empty key", "Bearer ", nil, false},
+		{"blank key", "Bearer \t  ", nil, false},
+		{"basic scheme with a valid secret", "Basic " + secretValid, nil, false},
+		{"basic credentials", "Basic dXNlcjpwYXNz", nil, false},
+		{"other scheme", "Token " + secretValid, nil, false},
+		{"scheme glued to key", "Bearer" + secretValid, nil, false},
+		{"unknown key", "Bearer ork_unknown", nil, true},
+		{"key differing in case", "Bearer " + strings.ToUpper(secretValid), nil, true},
+		{"key with a suffix", "Bearer " + secretValid + "x", nil, true},
+		{"two keys", "Bearer " + secretValid + " " + secretValid, nil, true},
+		{"revoked", "Bearer " + secretRevoked, nil, true},
+		{"expired at exactly ExpiresAt", "Bearer " + secretExpiring, nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			keys := standardKeys()
+			a := &auth.Authenticator{Keys: keys, TTL: time.Minute, Now: func() time.Time { return t0 }}
+			p, err := a.Authenticate(context.Background(), tt.header)
+			if tt.want == nil {
+				assertUnauthenticated(t, p, err)
+			} else {
+				if err != nil {
+					t.Fatalf("err = %v, want principal %+v", err, *tt.want)
+				}
+				if !reflect.DeepEqual(p, *tt.want) {
+					t.Errorf("principal = %+v, want %+v", p, *tt.want)
+				}
+			}
+			total := 0
+			for _, n := range keys.lookups {
+				total += n
+			}
+			if gotLookup := total > 0; gotLookup != tt.wantLookup {
+				t.Errorf("store lookups = %d, want lookup: %v", total, tt.wantLookup)
+			}
+		})
+	}
+}
+
+func TestExpiryIsJudgedAtEachCall(t *testing.T) {
+	keys := standardKeys()
+	clk := &clock{t: t0.Add(-time.Second)}
+	a := &auth.Authenticator{Keys: keys, TTL: time.Hour, Now: clk.Now}
+	if _, err := a.Authenticate(context.Background(), "Bearer "+secretExpiring); err != nil {
+		t.Fatalf("a second before expiry: %v", err)
+	}
+	clk.Advance(time.Second) // now == ExpiresAt, and the key is cached
+	p, err := a.Authenticate(context.Background(), "Bearer "+secretExpiring)
+	assertUnauthenticated(t, p, err)
+	if n := keys.hits(secretExpiring); n != 1 {
+		t.Errorf("store lookups = %d, want 1 (expiry must not need a fresh lookup)", n)
+	}
+}
+
+func TestStoreErrorIsNotUnauthenticated(t *testing.T) {
+	storeErr := errors.New("dynamodb: throttled")
+	keys := standardKeys()
+	keys.setErr(storeErr)
+	a := &auth.Authenticator{Keys: keys, TTL: time.Minute, Now: func() time.Time { return t0 }}
+
+	_, err := a.Authenticate(context.Background(), "Bearer "+secretValid)
+	if err == nil {
+		t.Fatal("no error from a failing store")
+	}
+	if !errors.Is(err, storeErr) {
+		t.Errorf("err = %v, want it to wrap the store's error", err)
+	}
+	if code := capacity.ErrorCode(err); code != capacity.CodeInternal {
+		t.Errorf("code = %q, want %q: a store outage must not tell the caller its key is bad", code, capacity.CodeInternal)
+	}
+
+	// Failures are not cached: once the store is back the key works, within the TTL.
+	keys.setErr(nil)
+	if _, err := a.Authenticate(context.Background(), "Bearer "+secretValid); err != nil {
+		t.Fatalf("after the store recovered: %v", err)
+	}
+	if n := keys.hits(secretValid); n != 2 {
+		t.Errorf("store lookups = %d, want 2", n)
+	}
+}
+
+func TestCache(t *testing.T) {
+	const ttl = 30 * time.Second
+	ctx := context.Background()
+	type step struct {
+		advance  time.Duration
+		change   func(*fakeKeys) // applied to the store before the call
+		secret   string
+		wantOK   bool
+		wantHits int // store lookups for the secret so far
+	}
+	tests := []struct {
+		name  string
+		ttl   time.Duration
+		steps []step
+	}{
+		{"second lookup within the TTL is served from the cache", ttl, []step{
+			{secret: secretValid, wantOK: true, wantHits: 1},
+			{advance: ttl - time.Nanosecond, secret: secretValid, wantOK: true, wantHits: 1},
+		}},
+		{"lookup at the TTL goes to the store again", ttl, []step{
+			{secret: secretValid, wantOK: true, wantHits: 1},
+			{advance: ttl, secret: secretValid, wantOK: true, wantHits: 2},
+			{advance: time.Second, secret: secretValid, wantOK: true, wantHits: 2},
+		}},
+		{"a key revoked in the store keeps working within the TTL, then stops", ttl, []step{
+			{secret: secretValid, wantOK: true, wantHits: 1},
+			{advance: time.Second, change: func(k *fakeKeys) {
+				k.update(secretValid, func(a *capacity.APIKey) { a.Revoked = true })
+			}, secret: secretValid, wantOK: true, wantHits: 1},
+			{advance: ttl - time.Second - time.Nanosecond, secret: secretValid, wantOK: true, wantHits: 1},
+			{advance: time.Nanosecond, secret: secretValid, wantOK: false, wantHits: 2},
+			{advance: time.Second, secret: secretValid, wantOK: false, wantHits: 2},
+		}},
+		{"misses are cached too", ttl, []step{
+			{secret: "ork_new", wantOK: false, wantHits: 1},
+			{advance: time.Second, change: func(k *fakeKeys) {
+				k.put("ork_new", capacity.APIKey{KeyID: "key-new", OrgID: "org-3"})
+			}, secret: "ork_new", wantOK: false, wantHits: 1},
+			{advance: ttl, secret: "ork_new", wantOK: true, wantHits: 2},
+		}},
+		{"keys are cached separately", ttl, []step{
+			{secret: secretValid, wantOK: true, wantHits: 1},
+			{secret: secretOperator, wantOK: true, wantHits: 1},
+			{secret: secretValid, wantOK: true, wantHits: 1},
+			{secret: secretOperator, wantOK: true, wantHits: 1},
+		}},
+		{"no TTL: every call looks the key up", 0, []step{
+			{secret: secretValid, wantOK: true, wantHits: 1},
+			{secret: secretValid, wantOK: true, wantHits: 2},
+			{change: func(k *fakeKeys) {
+				k.update(secretValid, func(a *capacity.APIKey) { a.Revoked = true })
+			}, secret: secretValid, wantOK: false, wantHits: 3},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			keys := standardKeys()
+			clk := &clock{t: t0.Add(-time.Hour)}
+			a := &auth.Authenticator{Keys: keys, TTL: tt.ttl, Now: clk.Now}
+			for i, s := range tt.steps {
+				clk.Advance(s.advance)
+				if s.change != nil {
+					s.change(keys)
+				}
+				_, err := a.Authenticate(ctx, "Bearer "+s.secret)
+				if ok := err == nil; ok != s.wantOK {
+					t.Errorf("step %d: err = %v, want ok=%v", i, err, s.wantOK)
+				}
+				if err != nil && capacity.ErrorCode(err) != capacity.CodeUnauthenticated {
+					t.Errorf("step %d: code = %q", i, capacity.ErrorCode(err))
+				}
+				if n := keys.hits(s.secret); n != s.wantHits {
+					t.Errorf("step %d: store lookups = %d, want %d", i, n, s.wantHits)
+				}
+			}
+		})
+	}
+}
+
+func TestConcurrentAuthenticate(t *testing.T) {
+	keys := standardKeys()
+	clk := &clock{t: t0.Add(-time.Hour)}
+	a := &auth.Authenticator{Keys: keys, TTL: time.Second, Now: clk.Now}
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			for j := range 200 {
+				secret := secretValid
+				if (i+j)%3 == 0 {
+					secret = fmt.Sprintf("ork_unknown_%d", j%5)
+				}
+				if j%50 == 0 {
+					clk.Advance(time.Second)
+				}
+				_, err := a.Authenticate(context.Background(), "Bearer "+secret)
+				if (secret == secretValid) != (err == nil) {
+					t.Errorf("secret %s: err = %v", secret, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func TestHash(t *testing.T) {
+	tests := []struct{ secret, want string }{
+		{"", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+		{"abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+		{secretValid, func() string { s := sha256.Sum256([]byte(secretValid)); return hex.EncodeToString(s[:]) }()},
+	}
+	for _, tt := range tests {
+		if got := auth.Hash(tt.secret); got != tt.want {
+			t.Errorf("Hash(%q) = %s, want %s", tt.secret, got, tt.want)
+		}
+	}
+	if auth.Hash("a") == auth.Hash("A") {
+		t.Error("Hash is case-insensitive")
+	}
+}
+
+func TestNewSecret(t *testing.T) {
+	const n = 1000
+	seen := make(map[string]bool, n)
+	for range n {
+		s := auth.NewSecret()
+		rest, ok := strings.CutPrefix(s, "ork_")
+		if !ok {
+			t.Fatalf("secret %q lacks the ork_ prefix", s)
+		}
+		raw, err := base64.RawURLEncoding.DecodeString(rest)
+		if err != nil || len(raw) != 32 {
+			t.Fatalf("secret %q: want 32 random bytes, URL-safe base64 (err %v, %d bytes)", s, err, len(raw))
+		}
+		if seen[s] {
+			t.Fatalf("secret %q generated twice", s)
+		}
+		seen[s] = true
+	}
+
+	// A new secret works as a bearer key once its hash is stored.
+	s := auth.NewSecret()
+	keys := newFakeKeys(map[string]capacity.APIKey{s: {KeyID: "k", OrgID: "o"}})
+	a := &auth.Authenticator{Keys: keys, Now: func() time.Time { return t0 }}
+	if p, err := a.Authenticate(context.Background(), "Bearer "+s); err != nil || p.KeyID != "k" {
+		t.Fatalf("Authenticate(new secret) = %+v, %v", p, err)
+	}
+}
