@@ -1,0 +1,102 @@
+// Command localstack runs the whole stack on this machine (`make run`): the emulator on
+// 127.0.0.1:4566, the stack provisioned from the synthesised template, every function's real
+// bootstrap, and demo data. It stops everything on Ctrl-C.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/openrelay/capacity/localstack/demo"
+	"github.com/openrelay/capacity/localstack/stack"
+	"github.com/openrelay/capacity/shared/dynamo"
+)
+
+func main() {
+	template := flag.String("template", "cdk.out/local/capacity-local.template.json", "CloudFormation template from `cdk synth -c env=local`")
+	outputs := flag.String("outputs", ".local/outputs.json", "where to write the stack outputs (same shape as cdk deploy --outputs-file)")
+	addr := flag.String("addr", "127.0.0.1:4566", "address of the local endpoint")
+	seed := flag.Bool("seed", true, "write the demo data")
+	flag.Parse()
+
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, logger, *template, *outputs, *addr, *seed); err != nil {
+		logger.Error("local stack failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, logger *slog.Logger, template, outputsPath, addr string, seed bool) error {
+	root, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(template); err != nil {
+		return fmt.Errorf("no template at %s: run `make synth ENV=local` first (make run does): %w", template, err)
+	}
+	logger.Info("starting the local stack", "addr", addr, "template", template)
+	st, err := stack.Start(ctx, stack.Options{TemplatePath: template, Addr: addr, RepoRoot: root, Logger: logger})
+	if err != nil {
+		return fmt.Errorf("start local stack: %w", err)
+	}
+	defer func() {
+		logger.Info("stopping the local stack")
+		if err := st.Close(); err != nil {
+			logger.Error("stop local stack", "err", err)
+		}
+	}()
+	out := st.Outputs()
+	if err := os.MkdirAll(filepath.Dir(outputsPath), 0o755); err != nil {
+		return err
+	}
+	if err := stack.WriteOutputsFile(outputsPath, st.StackName(), out); err != nil {
+		return err
+	}
+	if seed {
+		client := dynamodb.New(dynamodb.Options{
+			Region: "us-east-1", BaseEndpoint: aws.String(st.Endpoint()),
+			Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
+		})
+		store := dynamo.New(client, out["StateTableName"], out["AuditTableName"])
+		if err := store.Put(ctx, demo.Seed(time.Now())); err != nil {
+			return fmt.Errorf("seed demo data: %w", err)
+		}
+	}
+	printWelcome(out, outputsPath, seed)
+	<-ctx.Done()
+	return nil
+}
+
+func printWelcome(out map[string]string, outputsPath string, seeded bool) {
+	api := out["ApiUrl"]
+	fmt.Printf("\nThe stack is up. Outputs: %s\n  API URL:      %s\n  State table:  %s\n  Audit table:  %s\n\n",
+		outputsPath, api, out["StateTableName"], out["AuditTableName"])
+	if seeded {
+		fmt.Println("Demo API keys:")
+		w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
+		for _, k := range demo.Keys() {
+			fmt.Fprintf(w, "  %s\t%s\torg %s\tpermissions %v\toperator=%v\n", k.Name, k.Secret, k.Key.OrgID, k.Key.Permissions, k.Key.Operator)
+		}
+		_ = w.Flush()
+		fmt.Printf("\nDry-run a reclaim of gpu-2 and gpu-3 as the node owner:\n\n"+
+			"  curl -s -X POST '%sv1/nodes/%s/reservations/%s/reclaim' \\\n"+
+			"    -H 'Authorization: Bearer ork_demo_owner' -H 'Content-Type: application/json' \\\n"+
+			"    -d '{\"unitIds\":[\"gpu-2\",\"gpu-3\"],\"dryRun\":true,\"reason\":\"try it\"}'\n\n",
+			api, demo.NodeID, demo.ReservationID)
+	}
+	fmt.Println("Ctrl-C stops everything.")
+}

@@ -1,0 +1,186 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/openrelay/capacity/localstack/demo"
+	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/dynamo"
+	"github.com/openrelay/capacity/shared/table"
+)
+
+// Secrets of the demo keys.
+const (
+	keyOperator = "ork_demo_operator"
+	keyOwner    = "ork_demo_owner"
+	keyManager  = "ork_demo_manager"
+	keyAudience = "ork_demo_audience"
+	keyReadOnly = "ork_demo_readonly"
+)
+
+var (
+	httpClient = &http.Client{Timeout: 30 * time.Second}
+	nodeSeq    atomic.Int64
+)
+
+// newNode seeds a copy of the demo node under a fresh id, so tests do not share state, and
+// returns its id. Reservation and VM ids are the demo's.
+func newNode(t testing.TB, edit func(*dynamo.Seed)) string {
+	t.Helper()
+	id := fmt.Sprintf("node-e2e-%d-%d", time.Now().UnixNano()%1e6, nodeSeq.Add(1))
+	w := demo.Seed(time.Now())
+	w.Keys = nil
+	w.Nodes[0].ID = id
+	for i := range w.Reservations {
+		w.Reservations[i].NodeID = id
+	}
+	for i := range w.VMs {
+		w.VMs[i].NodeID = id
+	}
+	if edit != nil {
+		edit(&w)
+	}
+	if err := store.Put(context.Background(), w); err != nil {
+		t.Fatalf("seed node %s: %v", id, err)
+	}
+	return id
+}
+
+type response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+func (r response) json(t testing.TB) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.Body, &m); err != nil {
+		t.Fatalf("body is not a JSON object: %v: %s", err, r.Body)
+	}
+	return m
+}
+
+// call sends a request through API Gateway. body may be a string (sent as is) or a value
+// (sent as JSON); header pairs follow.
+func call(t testing.TB, method, path, key string, body any, header ...string) response {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, strings.TrimSuffix(apiURL, "/")+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{resp.StatusCode, resp.Header, raw}
+}
+
+func reclaimPath(node string) string {
+	return "/v1/nodes/" + node + "/reservations/" + demo.ReservationID + "/reclaim"
+}
+
+func releasePath(node string) string {
+	return "/v1/nodes/" + node + "/reservations/" + demo.ReservationID + "/release"
+}
+
+// partition returns every item of a node's partition, as stored.
+func partition(t testing.TB, node string) []map[string]types.AttributeValue {
+	t.Helper()
+	expr, err := expression.NewBuilder().WithKeyCondition(
+		expression.Key(table.PartitionKey).Equal(expression.Value("NODE#" + node))).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := client.Query(context.Background(), &dynamodb.QueryInput{
+		TableName: aws.String(store.Table), ConsistentRead: aws.Bool(true),
+		KeyConditionExpression: expr.KeyCondition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.Items
+}
+
+// auditOf returns the audit records of a node.
+func auditOf(t testing.TB, node string) []map[string]types.AttributeValue {
+	t.Helper()
+	expr, err := expression.NewBuilder().WithKeyCondition(
+		expression.Key(table.PartitionKey).Equal(expression.Value("NODE#" + node))).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := client.Query(context.Background(), &dynamodb.QueryInput{
+		TableName: aws.String(store.AuditTable), ConsistentRead: aws.Bool(true),
+		KeyConditionExpression: expr.KeyCondition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.Items
+}
+
+func assertUnchanged(t testing.TB, node string, before []map[string]types.AttributeValue) {
+	t.Helper()
+	if after := partition(t, node); !reflect.DeepEqual(before, after) {
+		t.Fatalf("node %s partition changed", node)
+	}
+}
+
+func loadNode(t testing.TB, node string) *capacity.NodeState {
+	t.Helper()
+	st, err := store.LoadNode(context.Background(), node, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func strs(v any) []string {
+	var out []string
+	for _, x := range v.([]any) {
+		out = append(out, x.(string))
+	}
+	return out
+}

@@ -1,0 +1,139 @@
+package stack
+
+import (
+	"encoding/json"
+	"net/url"
+	"strings"
+)
+
+// fixRESTProxyEvent corrects kumo's API Gateway fidelity bug in a Lambda invocation payload.
+//
+// kumo builds a REST (v1) proxy event with the resource TEMPLATE in path and
+// requestContext.path ("/items/{id}"); only pathParameters carry the request's values. AWS sends
+// the real, still percent-encoded request path, and routers such as aws-lambda-go-api-proxy
+// route on it. So for a REST proxy event (one with resource, pathParameters and requestContext)
+// whose path is still the template, this fills the parameters into the template, escaping each
+// value as a path segment (a greedy {name+} value segment by segment), and sets path and
+// requestContext.path ("/<stage>" + path) from it; resource and requestContext.resourcePath
+// keep the template, as on AWS.
+//
+// Anything else, including invalid JSON and events whose path is already real, is returned
+// unchanged (the same slice), so other payloads pass through byte-identical.
+func fixRESTProxyEvent(payload []byte) []byte {
+	var event map[string]json.RawMessage
+	if err := json.Unmarshal(payload, &event); err != nil {
+		return payload
+	}
+
+	rawResource, ok1 := event["resource"]
+	rawParams, ok2 := event["pathParameters"]
+	rawContext, ok3 := event["requestContext"]
+
+	if !ok1 || !ok2 || !ok3 {
+		return payload
+	}
+
+	var (
+		resource, path string
+		params         map[string]string
+		reqContext     map[string]json.RawMessage
+	)
+
+	if json.Unmarshal(rawResource, &resource) != nil ||
+		json.Unmarshal(rawParams, &params) != nil ||
+		json.Unmarshal(rawContext, &reqContext) != nil || reqContext == nil {
+		return payload
+	}
+
+	// Only correct what kumo got wrong: a path that differs from the template is already real
+	// (a kumo release that fixes the bug then passes through untouched).
+	if raw, ok := event["path"]; ok && (json.Unmarshal(raw, &path) != nil || path != resource) {
+		return payload
+	}
+
+	realPath := fillPathTemplate(resource, params)
+	if realPath == resource {
+		return payload
+	}
+
+	var stage string
+	_ = json.Unmarshal(reqContext["stage"], &stage)
+
+	contextPath := realPath
+	if stage != "" && stage != "$default" {
+		contextPath = "/" + stage + realPath
+	}
+
+	event["path"] = jsonString(realPath)
+	reqContext["path"] = jsonString(contextPath)
+
+	rc, err := json.Marshal(reqContext)
+	if err != nil {
+		return payload
+	}
+
+	event["requestContext"] = rc
+
+	out, err := json.Marshal(event)
+	if err != nil {
+		return payload
+	}
+
+	return out
+}
+
+// fillPathTemplate replaces {name} and {name+} segments of an API Gateway resource path with
+// the escaped parameter values. A segment without a value stays as it is.
+func fillPathTemplate(template string, params map[string]string) string {
+	segs := strings.Split(template, "/")
+
+	for i, seg := range segs {
+		name, ok := strings.CutPrefix(seg, "{")
+		if !ok {
+			continue
+		}
+
+		if name, ok = strings.CutSuffix(name, "}"); !ok {
+			continue
+		}
+
+		greedy := strings.HasSuffix(name, "+")
+		name = strings.TrimSuffix(name, "+")
+
+		val, ok := params[name]
+		if !ok {
+			continue
+		}
+
+		if !greedy {
+			segs[i] = url.PathEscape(val)
+
+			continue
+		}
+
+		parts := strings.Split(val, "/")
+		for j, p := range parts {
+			parts[j] = url.PathEscape(p)
+		}
+
+		segs[i] = strings.Join(parts, "/")
+	}
+
+	return strings.Join(segs, "/")
+}
+
+// fixInvokedFunctionARN corrects the Lambda-Runtime-Invoked-Function-Arn header, to which kumo
+// writes the region "local" (arn:aws:lambda:local:...); AWS sends the function's real ARN.
+func fixInvokedFunctionARN(arn string) string {
+	if rest, ok := strings.CutPrefix(arn, "arn:aws:lambda:local:"); ok {
+		return "arn:aws:lambda:" + region + ":" + rest
+	}
+
+	return arn
+}
+
+func jsonString(s string) json.RawMessage {
+	data, _ := json.Marshal(s) // a string always marshals
+
+	return data
+}

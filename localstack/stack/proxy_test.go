@@ -1,0 +1,254 @@
+package stack
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// seen is what the fake kumo behind the proxy received.
+type seen struct {
+	host, path, escapedPath, query string
+}
+
+func newTestProxy(t *testing.T, backend http.HandlerFunc) *httptest.Server {
+	t.Helper()
+
+	kumoSrv := httptest.NewServer(backend)
+	t.Cleanup(kumoSrv.Close)
+
+	p, err := newProxy(kumoSrv.URL, "4566", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	front := httptest.NewServer(p)
+	t.Cleanup(func() {
+		front.Close()
+		p.close()
+	})
+
+	return front
+}
+
+func TestProxyUserRequestPathForm(t *testing.T) {
+	got := make(chan seen, 1)
+	front := newTestProxy(t, func(w http.ResponseWriter, r *http.Request) {
+		got <- seen{host: r.Host, path: r.URL.Path, escapedPath: r.URL.EscapedPath(), query: r.URL.RawQuery}
+	})
+
+	tests := []struct {
+		name, path string
+		want       seen
+	}{
+		{
+			name: "resource path",
+			path: "/restapis/a1b2c3-d4/local/_user_request_/items/abc123?x=1",
+			want: seen{host: "a1b2c3-d4.execute-api.localhost:4566", path: "/local/items/abc123", escapedPath: "/local/items/abc123", query: "x=1"},
+		},
+		{
+			name: "escaping is kept",
+			path: "/restapis/api1/local/_user_request_/items/a%20b%2Fc",
+			want: seen{host: "api1.execute-api.localhost:4566", path: "/local/items/a b/c", escapedPath: "/local/items/a%20b%2Fc"},
+		},
+		{
+			name: "stage root with slash",
+			path: "/restapis/api1/prod/_user_request_/",
+			want: seen{host: "api1.execute-api.localhost:4566", path: "/prod/", escapedPath: "/prod/"},
+		},
+		{
+			name: "stage root without slash",
+			path: "/restapis/api1/prod/_user_request_",
+			want: seen{host: "api1.execute-api.localhost:4566", path: "/prod/", escapedPath: "/prod/"},
+		},
+		{
+			name: "API Gateway management call is not rewritten",
+			path: "/restapis/api1/resources",
+			want: seen{path: "/restapis/api1/resources", escapedPath: "/restapis/api1/resources"},
+		},
+	}
+
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := http.Post(front.URL+tt.path, "application/json", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			_ = resp.Body.Close()
+
+			s := <-got
+			if tt.want.host == "" {
+				tt.want.host = front.Listener.Addr().String() // Host kept as sent
+			}
+
+			if s != tt.want {
+				t.Errorf("kumo saw %+v, want %+v", s, tt.want)
+			}
+		})
+	}
+}
+
+func TestProxyKeepsHost(t *testing.T) {
+	got := make(chan seen, 1)
+	front := newTestProxy(t, func(w http.ResponseWriter, r *http.Request) {
+		got <- seen{host: r.Host, path: r.URL.Path}
+	})
+
+	req, _ := http.NewRequest(http.MethodGet, front.URL+"/local/items/1", nil)
+	req.Host = "api1.execute-api.localhost:4566"
+
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	_ = resp.Body.Close()
+
+	if s := <-got; s.host != req.Host || s.path != "/local/items/1" {
+		t.Errorf("kumo saw %+v", s)
+	}
+}
+
+func TestProxyRewritesRuntimeInvocations(t *testing.T) {
+	const restEvent = `{"resource":"/items/{id}","path":"/items/{id}","pathParameters":{"id":"abc123"},"requestContext":{"stage":"local","path":"/local/items/{id}"}}`
+
+	const other = `{"source":"capacity.test","detail":{}}`
+
+	front := newTestProxy(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Lambda-Runtime-Aws-Request-Id", "req-1")
+		w.Header().Set("Lambda-Runtime-Invoked-Function-Arn", "arn:aws:lambda:local:000000000000:function:fn")
+
+		body := restEvent
+		if r.URL.Query().Get("other") != "" || r.URL.Path == "/_runtime/fn/2018-06-01/runtime/invocation/req-1/response" {
+			body = other
+		}
+
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		_, _ = io.WriteString(w, body)
+	})
+
+	get := func(path string) (*http.Response, string) {
+		t.Helper()
+
+		resp, err := http.Get(front.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		defer func() { _ = resp.Body.Close() }()
+
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		return resp, string(body)
+	}
+
+	resp, body := get("/_runtime/fn/2018-06-01/runtime/invocation/next")
+
+	var event struct {
+		Path           string            `json:"path"`
+		Resource       string            `json:"resource"`
+		RequestContext map[string]string `json:"requestContext"`
+	}
+	if err := json.Unmarshal([]byte(body), &event); err != nil {
+		t.Fatalf("body %s: %v", body, err)
+	}
+
+	if event.Path != "/items/abc123" || event.RequestContext["path"] != "/local/items/abc123" || event.Resource != "/items/{id}" {
+		t.Errorf("event not corrected: %s", body)
+	}
+
+	if resp.ContentLength != int64(len(body)) {
+		t.Errorf("Content-Length %d, body %d bytes", resp.ContentLength, len(body))
+	}
+
+	if got := resp.Header.Get("Lambda-Runtime-Invoked-Function-Arn"); got != "arn:aws:lambda:us-east-1:000000000000:function:fn" {
+		t.Errorf("invoked function ARN %q", got)
+	}
+
+	if got := resp.Header.Get("Lambda-Runtime-Aws-Request-Id"); got != "req-1" {
+		t.Errorf("request id header %q", got)
+	}
+
+	// Another payload on next passes through byte-identical.
+	if _, body := get("/_runtime/fn/2018-06-01/runtime/invocation/next?other=1"); body != other {
+		t.Errorf("non-API event changed: %s", body)
+	}
+
+	// Only next is rewritten: an API Gateway event anywhere else passes through.
+	if _, body := get("/restapis"); body != restEvent {
+		t.Errorf("response of another path changed: %s", body)
+	}
+}
+
+func TestProxyCountsRuntimePolls(t *testing.T) {
+	release := make(chan struct{})
+	front := newTestProxy(t, func(w http.ResponseWriter, r *http.Request) {
+		<-release
+	})
+
+	p := front.Config.Handler.(*proxy)
+
+	done := make(chan struct{})
+
+	go func() {
+		defer close(done)
+
+		resp, err := http.Get(front.URL + "/_runtime/fn/2018-06-01/runtime/invocation/next")
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+	}()
+
+	waitFor(t, func() bool { return p.polling("fn") == 1 })
+
+	if n := p.polling("other"); n != 0 {
+		t.Errorf("polling(other) = %d", n)
+	}
+
+	close(release)
+	<-done
+	waitFor(t, func() bool { return p.polling("fn") == 0 })
+}
+
+func TestRuntimeNextFunction(t *testing.T) {
+	tests := []struct {
+		method, path string
+		fn           string
+		ok           bool
+	}{
+		{"GET", "/_runtime/capacity-local-api/2018-06-01/runtime/invocation/next", "capacity-local-api", true},
+		{"POST", "/_runtime/fn/2018-06-01/runtime/invocation/next", "", false},
+		{"GET", "/_runtime/fn/2018-06-01/runtime/invocation/id/response", "", false},
+		{"GET", "/_runtime//2018-06-01/runtime/invocation/next", "", false},
+		{"GET", "/2015-03-31/functions/fn/invocations", "", false},
+	}
+
+	for _, tt := range tests {
+		fn, ok := runtimeNextFunction(tt.method, tt.path)
+		if fn != tt.fn || ok != tt.ok {
+			t.Errorf("runtimeNextFunction(%s %s) = %q, %v", tt.method, tt.path, fn, ok)
+		}
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+
+		time.Sleep(5 * time.Millisecond)
+	}
+}

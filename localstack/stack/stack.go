@@ -1,0 +1,384 @@
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sivchari/kumo"
+)
+
+// Options configures Start.
+type Options struct {
+	TemplatePath string                   // CloudFormation JSON written by `cdk synth -c env=local`
+	StackName    string                   // default: the template's file name without .template.json
+	Addr         string                   // default "127.0.0.1:4566"
+	RepoRoot     string                   // builds ./functions/<name> relative to it; default "."
+	FunctionDir  func(name string) string // optional: where function <name>'s main package is (relative to RepoRoot unless absolute)
+	BuildDir     string                   // where host bootstraps go (default <RepoRoot>/build/local)
+	Processes    int                      // bootstrap processes per function (concurrency), default 2
+	ExtraEnv     map[string]string        // added to every function's environment (e.g. agent secrets)
+	Logger       *slog.Logger             // progress; function stdout/stderr go to <BuildDir>/logs/<fn>.log
+	ReadyTimeout time.Duration            // how long bootstraps may take to poll the runtime API; default 30s
+}
+
+// DefaultAddr is where the local stack listens; kumo's Step Functions call Lambda at
+// http://localhost:4566, so workflows only run with this port.
+const DefaultAddr = "127.0.0.1:4566"
+
+// Stack is a running local stack.
+type Stack struct {
+	name     string
+	addr     string
+	endpoint string
+	outputs  map[string]string
+	log      *slog.Logger
+
+	listener  net.Listener
+	server    *http.Server
+	serveDone chan struct{}
+	proxy     *proxy
+	kumo      *kumo.Server
+	procs     *supervisor
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// kumoClaimed is set once a Stack has put state in kumo: its services are package-level
+// singletons shared by every kumo.Server in the process, so a second stack would collide with
+// the first one's tables and functions.
+var kumoClaimed atomic.Bool
+
+// Start builds the template's functions, serves kumo behind the proxy on o.Addr, provisions the
+// template, and starts the function bootstraps. ctx bounds startup only; Close stops the stack.
+// If Start fails it stops whatever it had started.
+func Start(ctx context.Context, o Options) (_ *Stack, err error) {
+	if err := o.setDefaults(); err != nil {
+		return nil, err
+	}
+
+	tmpl, err := loadTemplate(o.TemplatePath)
+	if err != nil {
+		return nil, err
+	}
+
+	if r := os.Getenv("AWS_DEFAULT_REGION"); r != "" && r != region {
+		// kumo reads it once, at init, for the ARNs it builds.
+		o.Logger.Warn("AWS_DEFAULT_REGION differs from the local stack's region; ARNs may disagree", "AWS_DEFAULT_REGION", r, "region", region)
+	}
+
+	// Claim the address before the slow build, so a second `make run` fails at once.
+	ln, err := listen(ctx, o.Addr, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+
+	s := &Stack{name: o.StackName, log: o.Logger, addr: o.Addr, listener: ln, endpoint: endpointURL(ln.Addr())}
+
+	defer func() {
+		if err != nil {
+			_ = s.Close()
+		}
+	}()
+
+	if err := writeHolder(o.Addr, o.StackName); err != nil {
+		o.Logger.Warn("cannot record who holds the address", "addr", o.Addr, "error", err)
+	}
+
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	if port != "4566" {
+		o.Logger.Warn("kumo's API Gateway, EventBridge and Step Functions call Lambda at http://localhost:4566; "+
+			"on another port their invocations will not reach this stack's functions", "addr", ln.Addr().String())
+	}
+
+	codes := functionCodes(tmpl)
+	if err := buildFunctions(ctx, &o, codes); err != nil {
+		return nil, err
+	}
+
+	if !kumoClaimed.CompareAndSwap(false, true) {
+		return nil, errors.New("a local stack was already started in this process; kumo keeps its state in process-wide singletons, so start one stack per process")
+	}
+
+	s.kumo = kumo.NewServer()
+
+	if s.proxy, err = newProxy(s.kumo.URL, port, o.Logger); err != nil {
+		return nil, err
+	}
+
+	s.serve()
+
+	prov := newProvisioner(tmpl, o.StackName, s.endpoint, o.Logger)
+	if err := prov.run(ctx); err != nil {
+		return nil, err
+	}
+
+	if s.outputs, err = resolveOutputs(prov.res, tmpl, s.endpoint, prov.restAPIs); err != nil {
+		return nil, err
+	}
+
+	s.procs = newSupervisor(o.Logger)
+
+	for _, fn := range prov.functions {
+		spec := processSpec{
+			function: fn.name,
+			binary:   o.bootstrapPath(fn.code),
+			env:      functionEnv(fn, port, o.ExtraEnv),
+			logPath:  filepath.Join(o.BuildDir, "logs", fn.name+".log"),
+		}
+		if err := s.procs.start(spec, o.Processes); err != nil {
+			return nil, err
+		}
+
+		o.Logger.Info("started function", "function", fn.name, "processes", o.Processes, "log", spec.logPath)
+	}
+
+	if err := s.waitReady(ctx, prov.functions, o.Processes, o.ReadyTimeout, filepath.Join(o.BuildDir, "logs")); err != nil {
+		return nil, err
+	}
+
+	o.Logger.Info("local stack ready", "stack", s.name, "endpoint", s.endpoint, "functions", len(prov.functions), "outputs", s.outputs)
+
+	return s, nil
+}
+
+// Outputs returns the resolved template Outputs (API URLs in the proxy's path form).
+func (s *Stack) Outputs() map[string]string { return maps.Clone(s.outputs) }
+
+// StackName is the stack's name: the key of its outputs in the outputs file.
+func (s *Stack) StackName() string { return s.name }
+
+// Endpoint is the URL for AWS SDK clients (BaseEndpoint / AWS_ENDPOINT_URL).
+func (s *Stack) Endpoint() string { return s.endpoint }
+
+// Close stops the bootstraps (whole process groups), the proxy and kumo. It is safe to call
+// more than once.
+func (s *Stack) Close() error {
+	s.closeOnce.Do(func() {
+		// Bootstraps first: their long polls would otherwise keep kumo's server busy.
+		if s.procs != nil {
+			s.procs.stop()
+		}
+
+		var errs []error
+
+		if s.server != nil {
+			if err := s.server.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close proxy: %w", err))
+			}
+
+			<-s.serveDone
+		} else if s.listener != nil {
+			if err := s.listener.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close listener: %w", err))
+			}
+		}
+
+		removeHolder(s.addr)
+
+		if s.proxy != nil {
+			s.proxy.close()
+		}
+
+		if s.kumo != nil {
+			s.kumo.Close()
+		}
+
+		s.closeErr = errors.Join(errs...)
+		s.log.Info("local stack stopped", "stack", s.name)
+	})
+
+	return s.closeErr
+}
+
+func (s *Stack) serve() {
+	s.server = &http.Server{
+		Handler:           s.proxy,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          log.New(io.Discard, "", 0),
+	}
+	s.serveDone = make(chan struct{})
+
+	go func() {
+		defer close(s.serveDone)
+
+		if err := s.server.Serve(s.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("local stack proxy stopped", "error", err)
+		}
+	}()
+}
+
+// waitReady waits until n bootstraps of every function poll kumo's runtime API: before the
+// first poll kumo fails invocations with "no runtime handler". A bootstrap that exits before
+// that fails Start, with the end of its log.
+func (s *Stack) waitReady(ctx context.Context, fns []functionSpec, n int, timeout time.Duration, logDir string) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+
+	for {
+		var waiting []string
+
+		for _, fn := range fns {
+			if s.proxy.polling(fn.name) < n {
+				waiting = append(waiting, fn.name)
+			}
+		}
+
+		if len(waiting) == 0 {
+			return nil
+		}
+
+		select {
+		case e := <-s.procs.exits:
+			return fmt.Errorf("function %s exited during startup (%v); its log %s ends:\n%s", e.function, e.err, e.logPath, logTail(e.logPath, 20))
+		case <-deadline.C:
+			return fmt.Errorf("functions %s did not poll the runtime API within %s; see their logs in %s",
+				strings.Join(waiting, ", "), timeout, logDir)
+		case <-ctx.Done():
+			return fmt.Errorf("wait for functions to start: %w", ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+func (o *Options) setDefaults() error {
+	if o.TemplatePath == "" {
+		return errors.New("local stack: Options.TemplatePath is required")
+	}
+
+	if o.Addr == "" {
+		o.Addr = DefaultAddr
+	}
+
+	if o.RepoRoot == "" {
+		o.RepoRoot = "."
+	}
+
+	root, err := filepath.Abs(o.RepoRoot)
+	if err != nil {
+		return fmt.Errorf("local stack: repo root: %w", err)
+	}
+
+	o.RepoRoot = root
+
+	if o.BuildDir == "" {
+		o.BuildDir = filepath.Join(root, "build", "local")
+	}
+
+	if o.BuildDir, err = filepath.Abs(o.BuildDir); err != nil {
+		return fmt.Errorf("local stack: build dir: %w", err)
+	}
+
+	if o.Processes <= 0 {
+		o.Processes = 2
+	}
+
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+
+	if o.StackName == "" {
+		o.StackName = stackNameFromPath(o.TemplatePath)
+	}
+
+	if o.ReadyTimeout <= 0 {
+		o.ReadyTimeout = 30 * time.Second
+	}
+
+	return nil
+}
+
+// functionCodes lists the distinct capacity:function names of the template's Lambda functions.
+func functionCodes(t *template) []string {
+	seen := map[string]bool{}
+
+	for _, r := range t.Resources {
+		if r.Type == "AWS::Lambda::Function" && r.functionName() != "" {
+			seen[r.functionName()] = true
+		}
+	}
+
+	return slices.Sorted(maps.Keys(seen))
+}
+
+// functionEnv is the environment of a bootstrap: what Lambda sets, the function's own
+// variables, and extra. It does not inherit the runner's environment, as on Lambda, so that a
+// developer's AWS_PROFILE or credentials never reach the product code.
+func functionEnv(fn functionSpec, port string, extra map[string]string) []string {
+	env := map[string]string{}
+	maps.Copy(env, fn.env)
+
+	// Lambda reserves these names, so they override the function's variables.
+	maps.Copy(env, map[string]string{
+		"AWS_LAMBDA_RUNTIME_API":          "127.0.0.1:" + port + "/_runtime/" + fn.name,
+		"AWS_ENDPOINT_URL":                "http://localhost:" + port,
+		"AWS_REGION":                      region,
+		"AWS_DEFAULT_REGION":              region,
+		"AWS_ACCESS_KEY_ID":               "test",
+		"AWS_SECRET_ACCESS_KEY":           "test",
+		"AWS_LAMBDA_FUNCTION_NAME":        fn.name,
+		"AWS_LAMBDA_FUNCTION_VERSION":     "$LATEST",
+		"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": strconv.Itoa(int(fn.memory)),
+		"AWS_LAMBDA_LOG_GROUP_NAME":       "/aws/lambda/" + fn.name,
+		"AWS_LAMBDA_INITIALIZATION_TYPE":  "on-demand",
+		"_HANDLER":                        fn.handler,
+		"TZ":                              ":UTC",
+		"PATH":                            os.Getenv("PATH"),
+	})
+
+	maps.Copy(env, extra)
+
+	out := make([]string, 0, len(env))
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		out = append(out, k+"="+env[k])
+	}
+
+	return out
+}
+
+// endpointURL is the proxy's URL; a wildcard listen address is reached on loopback.
+func endpointURL(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "http://" + addr.String()
+	}
+
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+
+	return "http://" + net.JoinHostPort(host, port)
+}
+
+// logTail returns the last n lines of a log file, for error messages.
+func logTail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+
+	return strings.Join(lines, "\n")
+}
