@@ -125,26 +125,17 @@ func releasePath(node string) string {
 	return "/v1/nodes/" + node + "/reservations/" + demo.ReservationID + "/release"
 }
 
-// partition returns every item of a node's partition, as stored.
+// partition returns every item of a node's partition in the state table, as stored.
 func partition(t testing.TB, node string) []map[string]types.AttributeValue {
-	t.Helper()
-	expr, err := expression.NewBuilder().WithKeyCondition(
-		expression.Key(table.PartitionKey).Equal(expression.Value("NODE#" + node))).Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := client.Query(context.Background(), &dynamodb.QueryInput{
-		TableName: aws.String(store.Table), ConsistentRead: aws.Bool(true),
-		KeyConditionExpression: expr.KeyCondition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out.Items
+	return nodeItems(t, store.Table, node)
 }
 
 // auditOf returns the audit records of a node.
 func auditOf(t testing.TB, node string) []map[string]types.AttributeValue {
+	return nodeItems(t, store.AuditTable, node)
+}
+
+func nodeItems(t testing.TB, tableName, node string) []map[string]types.AttributeValue {
 	t.Helper()
 	expr, err := expression.NewBuilder().WithKeyCondition(
 		expression.Key(table.PartitionKey).Equal(expression.Value("NODE#" + node))).Build()
@@ -152,11 +143,11 @@ func auditOf(t testing.TB, node string) []map[string]types.AttributeValue {
 		t.Fatal(err)
 	}
 	out, err := client.Query(context.Background(), &dynamodb.QueryInput{
-		TableName: aws.String(store.AuditTable), ConsistentRead: aws.Bool(true),
+		TableName: aws.String(tableName), ConsistentRead: aws.Bool(true),
 		KeyConditionExpression: expr.KeyCondition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
 	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("query %s for node %s: %v", tableName, node, err)
 	}
 	return out.Items
 }

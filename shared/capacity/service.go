@@ -123,52 +123,93 @@ func (s *Service) capacityCall(ctx context.Context, p Principal, req CapacityReq
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	fingerprint := fingerprintOf(action, req)
-	scope := idempotencyScope(p, req.IdempotencyKey)
-	for range s.attempts() {
-		now := s.now()
-		st, err := s.Store.LoadNode(ctx, req.NodeID, scope)
-		if err != nil {
-			if ErrorCode(err) == CodeNotFound {
-				return nil, notFound()
-			}
-			return nil, fmt.Errorf("load node %s: %w", req.NodeID, err)
-		}
+	key := idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(action, req)}
+	var result *CapacityResult
+	err := s.apply(ctx, req.NodeID, key, func(st *NodeState, now time.Time) (*Commit, error) {
 		var res CapacityResult
-		if replayed, err := replay(st.Idempotency, fingerprint, now, &res); replayed || err != nil {
-			return &res, err
+		if replayed, err := replay(st.Idempotency, key.fingerprint, now, &res); replayed || err != nil {
+			result = &res
+			return nil, err
 		}
 		audit := s.auditRecord(p, st, req, meta, action, now)
-		commit, result, err := s.decideCapacity(p, st, req, action, now, &audit)
+		commit, decided, err := s.decideCapacity(p, st, req, action, now, &audit)
 		if err != nil {
 			s.auditRefusal(ctx, audit, err)
 			return nil, err
 		}
+		result = decided
 		if req.DryRun {
 			s.append(ctx, audit)
-			return result, nil
+			return nil, nil
 		}
-		if req.IdempotencyKey != "" {
-			commit.Idempotency, err = s.idempotencyRecord(scope, req.NodeID, fingerprint, result, now)
-			if err != nil {
-				return nil, err
-			}
+		return commit, s.remember(commit, key, req.NodeID, result, now)
+	})
+	if errors.Is(err, errNodeNotFound) {
+		return nil, notFound()
+	}
+	if ErrorCode(err) == CodeConcurrentModification {
+		st := &NodeState{Node: Node{ID: req.NodeID}}
+		s.auditRefusal(ctx, s.auditRecord(p, st, req, meta, action, s.now()), err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// idempotency identifies a request made under an Idempotency-Key.
+type idempotency struct {
+	scope       string // "" when the request carries no key
+	fingerprint string
+}
+
+// errNodeNotFound is what apply returns for a missing node; each call words its own 404.
+var errNodeNotFound = errors.New("node not found")
+
+// apply runs read-decide-commit rounds on one node until a commit lands, the decision needs
+// no write (it returns a nil commit), or the attempts run out: each lost race is re-read and
+// re-decided, since the state the decision was made on has changed.
+func (s *Service) apply(ctx context.Context, nodeID string, key idempotency, decide func(st *NodeState, now time.Time) (*Commit, error)) error {
+	for range s.attempts() {
+		now := s.now()
+		st, err := s.Store.LoadNode(ctx, nodeID, key.scope)
+		if ErrorCode(err) == CodeNotFound {
+			return errNodeNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("load node %s: %w", nodeID, err)
+		}
+		commit, err := decide(st, now)
+		if err != nil || commit == nil {
+			return err
 		}
 		err = s.Store.Commit(ctx, *commit)
 		if errors.Is(err, ErrConflict) {
-			s.logger().InfoContext(ctx, "capacity write lost a race; deciding again",
-				"node", req.NodeID, "reservation", req.ReservationID, "action", action)
+			s.logger().InfoContext(ctx, "capacity write lost a race; deciding again", "node", nodeID, "action", commit.Audit.Action)
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("commit %s of reservation %s: %w", action, req.ReservationID, err)
+			return fmt.Errorf("commit %s on node %s: %w", commit.Audit.Action, nodeID, err)
 		}
-		return result, nil
+		return nil
 	}
-	err := Errorf(CodeConcurrentModification, "the node's capacity kept changing while this call was applied; retrying is safe")
-	st := &NodeState{Node: Node{ID: req.NodeID}}
-	s.auditRefusal(ctx, s.auditRecord(p, st, req, meta, action, s.now()), err)
-	return nil, err
+	return Errorf(CodeConcurrentModification, "the node's capacity kept changing while this call was applied; retrying is safe")
+}
+
+// remember adds the idempotency record of a request made with a key to its commit.
+func (s *Service) remember(c *Commit, key idempotency, nodeID string, result any, now time.Time) error {
+	if key.scope == "" {
+		return nil
+	}
+	body, err := json.Marshal(result)
+	if err != nil {
+		return fmt.Errorf("encode result for idempotency record: %w", err)
+	}
+	c.Idempotency = &IdempotencyRecord{
+		Scope: key.scope, NodeID: nodeID, Fingerprint: key.fingerprint, Result: body,
+		CreatedAt: now, ExpiresAt: now.Add(s.idempotencyTTL()),
+	}
+	return nil
 }
 
 // decideCapacity turns a reclaim or release decision into the commit and the caller's result.
@@ -229,20 +270,13 @@ func (s *Service) Place(ctx context.Context, p Principal, req PlacementRequest, 
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	fingerprint := fingerprintOf(ActionPlace, req)
-	scope := idempotencyScope(p, req.IdempotencyKey)
-	for range s.attempts() {
-		now := s.now()
-		st, err := s.Store.LoadNode(ctx, req.NodeID, scope)
-		if err != nil {
-			if ErrorCode(err) == CodeNotFound {
-				return nil, Errorf(CodeNotFound, "node not found")
-			}
-			return nil, fmt.Errorf("load node %s: %w", req.NodeID, err)
-		}
+	key := idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(ActionPlace, req)}
+	var result *PlacementResult
+	err := s.apply(ctx, req.NodeID, key, func(st *NodeState, now time.Time) (*Commit, error) {
 		var res PlacementResult
-		if replayed, err := replay(st.Idempotency, fingerprint, now, &res); replayed || err != nil {
-			return &res, err
+		if replayed, err := replay(st.Idempotency, key.fingerprint, now, &res); replayed || err != nil {
+			result = &res
+			return nil, err
 		}
 		audit := AuditRecord{
 			ID: s.newID(), Time: now, RequestID: meta.RequestID, ActorKeyID: p.KeyID, CallerOrgID: p.OrgID,
@@ -255,23 +289,17 @@ func (s *Service) Place(ctx context.Context, p Principal, req PlacementRequest, 
 			return nil, err
 		}
 		audit.Outcome = "ok"
-		c := Commit{Node: st.Node, BumpNode: true, NewVM: vm, Audit: audit}
-		result := &PlacementResult{VM: *vm}
-		if req.IdempotencyKey != "" {
-			if c.Idempotency, err = s.idempotencyRecord(scope, req.NodeID, fingerprint, result, now); err != nil {
-				return nil, err
-			}
-		}
-		err = s.Store.Commit(ctx, c)
-		if errors.Is(err, ErrConflict) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("commit placement of VM %s: %w", req.VMID, err)
-		}
-		return result, nil
+		result = &PlacementResult{VM: *vm}
+		c := &Commit{Node: st.Node, BumpNode: true, NewVM: vm, Audit: audit}
+		return c, s.remember(c, key, req.NodeID, result, now)
+	})
+	if errors.Is(err, errNodeNotFound) {
+		return nil, Errorf(CodeNotFound, "node not found")
 	}
-	return nil, Errorf(CodeConcurrentModification, "the node's capacity kept changing while this call was applied; retrying is safe")
+	if err != nil {
+		return nil, err
+	}
+	return result, nil
 }
 
 // GetReservation returns a reservation to a caller who may see it.
@@ -325,17 +353,6 @@ func (s *Service) append(ctx context.Context, rec AuditRecord) {
 	if err := s.Store.AppendAudit(ctx, rec); err != nil {
 		s.logger().ErrorContext(ctx, "audit append failed", "err", err, "audit_id", rec.ID, "action", rec.Action)
 	}
-}
-
-func (s *Service) idempotencyRecord(scope, nodeID, fingerprint string, result any, now time.Time) (*IdempotencyRecord, error) {
-	body, err := json.Marshal(result)
-	if err != nil {
-		return nil, fmt.Errorf("encode result for idempotency record: %w", err)
-	}
-	return &IdempotencyRecord{
-		Scope: scope, NodeID: nodeID, Fingerprint: fingerprint, Result: body,
-		CreatedAt: now, ExpiresAt: now.Add(s.idempotencyTTL()),
-	}, nil
 }
 
 // replay decodes a stored result into out when the record matches the request. An expired
