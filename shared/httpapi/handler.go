@@ -92,10 +92,12 @@ func (h *Handler) serve(rt route) http.Handler {
 				h.logger().ErrorContext(r.Context(), "request failed", "request_id", reqID, "err", err)
 			}
 		}
-		h.logger().InfoContext(r.Context(), "request",
-			"request_id", reqID, "method", r.Method, "route", rt.pattern, "path", r.URL.Path,
-			"status", rec.status, "code", capacity.ErrorCode(err), "org", p.OrgID, "key_id", p.KeyID,
-			"duration_ms", time.Since(start).Milliseconds())
+		attrs := []any{"request_id", reqID, "method", r.Method, "route", rt.pattern, "path", r.URL.Path,
+			"status", rec.status, "org", p.OrgID, "key_id", p.KeyID, "duration_ms", time.Since(start).Milliseconds()}
+		if err != nil {
+			attrs = append(attrs, "code", capacity.ErrorCode(err))
+		}
+		h.logger().InfoContext(r.Context(), "request", attrs...)
 	})
 }
 
