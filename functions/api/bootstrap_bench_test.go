@@ -42,7 +42,7 @@ func BenchmarkBootstrap(b *testing.B) {
 		cmd := exec.Command(host)
 		cmd.Env = []string{
 			"AWS_LAMBDA_RUNTIME_API=" + strings.TrimPrefix(runtime.URL, "http://"),
-			"STATE_TABLE=bench-state", "AUDIT_TABLE=bench-audit", "AWS_REGION=us-east-1",
+			"STATE_TABLE=bench-state", "AUDIT_TABLE=bench-audit", "STATE_MACHINE_ARN=arn:aws:states:us-east-1:000000000000:stateMachine:bench", "AWS_REGION=us-east-1",
 			"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test",
 		}
 		start := time.Now()

@@ -6,52 +6,37 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/awslabs/aws-lambda-go-api-proxy/core"
 	"github.com/awslabs/aws-lambda-go-api-proxy/httpadapter"
 
 	"github.com/openrelay/capacity/shared/auth"
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/config"
 	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/httpapi"
+	"github.com/openrelay/capacity/shared/stepfn"
 )
 
 func main() {
-	logger := slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: logLevel(os.Getenv("LOG_LEVEL"))}))
-	slog.SetDefault(logger)
+	logger := config.Logger()
+	env := config.Must(config.Required("STATE_TABLE", "AUDIT_TABLE", "STATE_MACHINE_ARN"))
+	keyTTL := config.Must(config.Duration("KEY_CACHE_TTL", 30*time.Second))
+	cfg := config.Must(config.AWS(context.Background()))
 
-	keyTTL, err := time.ParseDuration(envOr("KEY_CACHE_TTL", "30s"))
-	if err != nil {
-		logger.Error("invalid KEY_CACHE_TTL", "err", err)
-		os.Exit(1)
-	}
-	stateTable, auditTable := os.Getenv("STATE_TABLE"), os.Getenv("AUDIT_TABLE")
-	if stateTable == "" || auditTable == "" {
-		logger.Error("STATE_TABLE and AUDIT_TABLE must be set")
-		os.Exit(1)
-	}
-	// The SDK's standard retryer retries throttling and transient faults with backoff;
-	// condition failures are not retried by it but re-decided by the service.
-	cfg, err := config.LoadDefaultConfig(context.Background(),
-		config.WithRetryMode(aws.RetryModeStandard), config.WithRetryMaxAttempts(3))
-	if err != nil {
-		logger.Error("load AWS config", "err", err)
-		os.Exit(1)
-	}
-	store := dynamo.New(dynamodb.NewFromConfig(cfg), stateTable, auditTable)
-	lambda.Start(newAdapter(store, keyTTL, logger).ProxyWithContext)
+	store := dynamo.New(dynamodb.NewFromConfig(cfg), env["STATE_TABLE"], env["AUDIT_TABLE"])
+	workflow := &stepfn.Starter{Client: sfn.NewFromConfig(cfg), StateMachineARN: env["STATE_MACHINE_ARN"]}
+	lambda.Start(newAdapter(store, workflow, keyTTL, logger).ProxyWithContext)
 }
 
-// newAdapter wires the store, domain and HTTP API into an API Gateway proxy handler.
-func newAdapter(store *dynamo.Store, keyTTL time.Duration, logger *slog.Logger) *httpadapter.HandlerAdapter {
+// newAdapter wires the store, workflow, domain and HTTP API into an API Gateway proxy handler.
+func newAdapter(store *dynamo.Store, workflow capacity.Workflow, keyTTL time.Duration, logger *slog.Logger) *httpadapter.HandlerAdapter {
 	handler := &httpapi.Handler{
-		Service:   &capacity.Service{Store: store, Logger: logger},
+		Service:   &capacity.Service{Store: store, Workflow: workflow, Logger: logger},
 		Auth:      &auth.Authenticator{Keys: store, TTL: keyTTL},
 		Logger:    logger,
 		RequestID: apiGatewayRequestID,
@@ -66,19 +51,4 @@ func apiGatewayRequestID(r *http.Request) string {
 		return rc.RequestID
 	}
 	return ""
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
-func logLevel(s string) slog.Level {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return slog.LevelInfo
-	}
-	return l
 }

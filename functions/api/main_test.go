@@ -46,7 +46,7 @@ func TestSampleEvents(t *testing.T) {
 			if err := json.Unmarshal(raw, &ev); err != nil {
 				t.Fatal(err)
 			}
-			adapter := newAdapter(env.Store, time.Minute, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+			adapter := newAdapter(env.Store, nil, time.Minute, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 			resp, err := adapter.ProxyWithContext(context.Background(), ev)
 			if err != nil {
 				t.Fatal(err)

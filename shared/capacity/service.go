@@ -23,6 +23,8 @@ type Store interface {
 	Commit(ctx context.Context, c Commit) error
 	// AppendAudit appends a record for a call that wrote nothing else (dry runs, refusals).
 	AppendAudit(ctx context.Context, rec AuditRecord) error
+	// GetOperation returns a reclaim operation, or an *Error with CodeNotFound.
+	GetOperation(ctx context.Context, nodeID, opID string) (*Operation, error)
 }
 
 // Commit is one decision's writes. Versions are the ones read: the store conditions on them
@@ -44,6 +46,9 @@ type Commit struct {
 // concurrent write won.
 type Service struct {
 	Store Store
+	// Workflow starts the termination workflow of a committed reclaim. Nil: operations stay
+	// pending-start until the reconciler starts them.
+	Workflow Workflow
 	// Now and NewID are replaceable for tests.
 	Now   func() time.Time
 	NewID func() string
@@ -125,6 +130,7 @@ func (s *Service) capacityCall(ctx context.Context, p Principal, req CapacityReq
 	}
 	key := idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(action, req)}
 	var result *CapacityResult
+	var op *Operation // the committed operation, if the call evicted VMs
 	err := s.apply(ctx, req.NodeID, key, func(st *NodeState, now time.Time) (*Commit, error) {
 		var res CapacityResult
 		if replayed, err := replay(st.Idempotency, key.fingerprint, now, &res); replayed || err != nil {
@@ -142,10 +148,14 @@ func (s *Service) capacityCall(ctx context.Context, p Principal, req CapacityReq
 			s.append(ctx, audit)
 			return nil, nil
 		}
+		op = commit.Operation
 		return commit, s.remember(commit, key, req.NodeID, result, now)
 	})
 	if errors.Is(err, errNodeNotFound) {
 		return nil, notFound()
+	}
+	if err == nil && op != nil {
+		s.startWorkflow(ctx, *op)
 	}
 	if ErrorCode(err) == CodeConcurrentModification {
 		st := &NodeState{Node: Node{ID: req.NodeID}}
@@ -300,6 +310,34 @@ func (s *Service) Place(ctx context.Context, p Principal, req PlacementRequest, 
 		return nil, err
 	}
 	return result, nil
+}
+
+// startWorkflow starts the operation's termination workflow. The boundary change is
+// committed whatever happens here: on failure the operation stays pending-start and the
+// reconciler starts it later under the same execution name.
+func (s *Service) startWorkflow(ctx context.Context, op Operation) {
+	if s.Workflow == nil {
+		return
+	}
+	if err := s.Workflow.Start(ctx, op); err != nil {
+		s.logger().WarnContext(ctx, "termination workflow not started; the reconciler will start it",
+			"reclaim_id", op.ID, "node", op.NodeID, "err", err)
+	}
+}
+
+// GetOperation returns a reclaim operation to a caller who may see its reservation.
+func (s *Service) GetOperation(ctx context.Context, p Principal, nodeID, reservationID, opID string) (*Operation, error) {
+	if _, err := s.GetReservation(ctx, p, nodeID, reservationID); err != nil {
+		return nil, err
+	}
+	op, err := s.Store.GetOperation(ctx, nodeID, opID)
+	if ErrorCode(err) == CodeNotFound || (err == nil && op.ReservationID != reservationID) {
+		return nil, Errorf(CodeNotFound, "reclaim operation not found")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read operation %s: %w", opID, err)
+	}
+	return op, nil
 }
 
 // GetReservation returns a reservation to a caller who may see it.

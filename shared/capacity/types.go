@@ -151,8 +151,42 @@ type Operation struct {
 	State         OperationState
 	VMIDs         []string
 	UnitIDs       []string
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
+	// ExecutionARN is the termination workflow's execution, once one has started working.
+	ExecutionARN string
+	// Outcomes holds each VM's final outcome, by VM id; the operation ends when every VM of
+	// VMIDs has one.
+	Outcomes  map[string]VMOutcome
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Outcome of one VM's termination.
+type Outcome string
+
+const (
+	OutcomeTerminated  Outcome = "terminated"
+	OutcomeAlreadyGone Outcome = "already-gone" // the agent no longer knew the VM
+	OutcomeFailed      Outcome = "failed"       // gave up after the workflow's last round
+)
+
+// VMOutcome is the final outcome of one VM's termination.
+type VMOutcome struct {
+	Outcome Outcome
+	Error   string
+	At      time.Time
+}
+
+// Ended reports whether every VM of the operation has a final outcome.
+func (o Operation) Ended() bool { return len(o.Outcomes) >= len(o.VMIDs) }
+
+// EndState is the state an operation whose VMs all have outcomes ends in.
+func (o Operation) EndState() OperationState {
+	for _, out := range o.Outcomes {
+		if out.Outcome == OutcomeFailed {
+			return OpFailed
+		}
+	}
+	return OpCompleted
 }
 
 // NodeState is everything a decision about one node needs, read at one point in time.

@@ -14,6 +14,7 @@ import (
 //	NODE#<nodeId>      RES#<id>        a reservation
 //	NODE#<nodeId>      VM#<id>         a VM
 //	NODE#<nodeId>      OP#<id>         a reclaim operation (gsi1: its state, for the reconciler)
+//	NODE#<nodeId>      OP#<id>#VM#<vm> the final outcome of one VM of that operation
 //	NODE#<nodeId>      IDEM#<scope>    an Idempotency-Key record (TTL 24 h)
 //	APIKEY#<sha256>    APIKEY          an API key, by the hash of its secret
 //
@@ -23,6 +24,7 @@ const (
 	typeReservation = "reservation"
 	typeVM          = "vm"
 	typeOperation   = "operation"
+	typeOutcome     = "outcome"
 	typeIdempotency = "idempotency"
 	typeAPIKey      = "apikey"
 	typeAudit       = "audit"
@@ -64,7 +66,24 @@ type operationItem struct {
 	key
 	GSI1PK string `dynamodbav:"gsi1pk"`
 	GSI1SK string `dynamodbav:"gsi1sk"`
+	// Recorded counts the outcome items; the operation may end when it reaches len(VMIDs).
+	Recorded int
 	capacity.Operation
+}
+
+// attrRecorded names operationItem.Recorded in expressions.
+const attrRecorded = "Recorded"
+
+// outcomeItem is one VM's final outcome in a reclaim operation, keyed under it.
+type outcomeItem struct {
+	key
+	ReclaimID string
+	VMID      string
+	capacity.VMOutcome
+}
+
+func newOutcomeItem(op capacity.Operation, vmID string, o capacity.VMOutcome) outcomeItem {
+	return outcomeItem{key{nodePK(op.NodeID), prefixOperation + op.ID + "#VM#" + vmID, typeOutcome}, op.ID, vmID, o}
 }
 
 type idempotencyItem struct {
@@ -100,9 +119,10 @@ func newVMItem(v capacity.VM) vmItem {
 }
 
 func newOperationItem(o capacity.Operation) operationItem {
+	o.Outcomes = nil // outcomes are items of their own
 	return operationItem{
 		key:    key{nodePK(o.NodeID), prefixOperation + o.ID, typeOperation},
-		GSI1PK: "OPSTATE#" + string(o.State), GSI1SK: o.CreatedAt.UTC().Format(time.RFC3339Nano) + "#" + o.ID,
+		GSI1PK: opStatePK(o.State), GSI1SK: opStateSK(o),
 		Operation: o,
 	}
 }
@@ -131,4 +151,11 @@ func newAuditItem(a capacity.AuditRecord) auditItem {
 
 func newAPIKeyItem(k capacity.APIKey) apiKeyItem {
 	return apiKeyItem{key{apiKeyPK(k.Hash), skAPIKey, typeAPIKey}, k}
+}
+
+// The byState index keys operations by state, ordered by creation.
+func opStatePK(state capacity.OperationState) string { return "OPSTATE#" + string(state) }
+
+func opStateSK(o capacity.Operation) string {
+	return o.CreatedAt.UTC().Format(time.RFC3339Nano) + "#" + o.ID
 }

@@ -19,6 +19,7 @@ type Service interface {
 	Release(ctx context.Context, p capacity.Principal, req capacity.CapacityRequest, meta capacity.RequestMeta) (*capacity.CapacityResult, error)
 	Place(ctx context.Context, p capacity.Principal, req capacity.PlacementRequest, meta capacity.RequestMeta) (*capacity.PlacementResult, error)
 	GetReservation(ctx context.Context, p capacity.Principal, nodeID, reservationID string) (*capacity.Reservation, error)
+	GetOperation(ctx context.Context, p capacity.Principal, nodeID, reservationID, opID string) (*capacity.Operation, error)
 }
 
 // Authenticator resolves an Authorization header to a principal.
@@ -57,6 +58,9 @@ func (h *Handler) Mux() http.Handler {
 		}},
 		{"/v1/nodes/{nodeId}/reservations/{id}/release", map[string]handlerFunc{
 			http.MethodPost: h.capacity(ActionRelease),
+		}},
+		{"/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}", map[string]handlerFunc{
+			http.MethodGet: h.getOperation,
 		}},
 		{"/v1/nodes/{nodeId}/vms", map[string]handlerFunc{
 			http.MethodPost: h.place,
@@ -179,6 +183,15 @@ func (h *Handler) getReservation(w http.ResponseWriter, r *http.Request, p capac
 		return err
 	}
 	writeJSON(w, http.StatusOK, reservationJSON(*res))
+	return nil
+}
+
+func (h *Handler) getOperation(w http.ResponseWriter, r *http.Request, p capacity.Principal, _ string) error {
+	op, err := h.Service.GetOperation(r.Context(), p, r.PathValue("nodeId"), r.PathValue("id"), r.PathValue("reclaimId"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, operationJSON(*op))
 	return nil
 }
 

@@ -108,6 +108,7 @@ type fakeService struct {
 	capacity  *capacity.CapacityResult
 	placement *capacity.PlacementResult
 	res       *capacity.Reservation
+	op        *capacity.Operation
 	err       error
 }
 
@@ -141,6 +142,11 @@ func (f *fakeService) Place(_ context.Context, p capacity.Principal, req capacit
 func (f *fakeService) GetReservation(_ context.Context, p capacity.Principal, nodeID, reservationID string) (*capacity.Reservation, error) {
 	f.record(call{Method: "GetReservation", Principal: p, NodeID: nodeID, ResID: reservationID})
 	return orEmpty(f.res, f.err), f.err
+}
+
+func (f *fakeService) GetOperation(_ context.Context, p capacity.Principal, nodeID, reservationID, opID string) (*capacity.Operation, error) {
+	f.record(call{Method: "GetOperation", Principal: p, NodeID: nodeID, ResID: reservationID})
+	return orEmpty(f.op, f.err), f.err
 }
 
 // orEmpty answers a zero result when no result or error was canned, as a real service
@@ -1022,6 +1028,10 @@ func (s *memStore) Commit(_ context.Context, c capacity.Commit) error {
 	}
 	s.audits = append(s.audits, c.Audit)
 	return nil
+}
+
+func (s *memStore) GetOperation(context.Context, string, string) (*capacity.Operation, error) {
+	return nil, capacity.Errorf(capacity.CodeNotFound, "no operations in this fake")
 }
 
 func (s *memStore) AppendAudit(_ context.Context, rec capacity.AuditRecord) error {

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"slices"
 	"time"
 
 	"github.com/openrelay/capacity/shared/capacity"
@@ -88,4 +89,41 @@ func vmJSON(v capacity.VM) VMJSON {
 		ID: v.ID, NodeID: v.NodeID, OrgID: v.OrgID, Tier: string(v.Tier), UnitIDs: list(v.UnitIDs),
 		State: string(v.State), CreatedAt: timeString(v.CreatedAt),
 	}
+}
+
+// OperationJSON is a reclaim operation: the termination of the VMs a reclaim evicted.
+type OperationJSON struct {
+	ID            string          `json:"id"`
+	NodeID        string          `json:"nodeId"`
+	ReservationID string          `json:"reservationId"`
+	State         string          `json:"state"`
+	UnitIDs       []string        `json:"unitIds"`
+	VMs           []VMOutcomeJSON `json:"vms"`
+	ExecutionARN  string          `json:"executionArn,omitempty"`
+	CreatedAt     string          `json:"createdAt"`
+	UpdatedAt     string          `json:"updatedAt,omitempty"`
+}
+
+// VMOutcomeJSON is one evicted VM and, once final, how its termination ended.
+type VMOutcomeJSON struct {
+	VMID    string `json:"vmId"`
+	Outcome string `json:"outcome"` // pending | terminated | already-gone | failed
+	Error   string `json:"error,omitempty"`
+	At      string `json:"at,omitempty"`
+}
+
+func operationJSON(op capacity.Operation) OperationJSON {
+	out := OperationJSON{
+		ID: op.ID, NodeID: op.NodeID, ReservationID: op.ReservationID, State: string(op.State),
+		UnitIDs: list(op.UnitIDs), VMs: []VMOutcomeJSON{}, ExecutionARN: op.ExecutionARN,
+		CreatedAt: timeString(op.CreatedAt), UpdatedAt: timeString(op.UpdatedAt),
+	}
+	for _, vm := range slices.Sorted(slices.Values(op.VMIDs)) {
+		v := VMOutcomeJSON{VMID: vm, Outcome: "pending"}
+		if o, ok := op.Outcomes[vm]; ok {
+			v.Outcome, v.Error, v.At = string(o.Outcome), o.Error, timeString(o.At)
+		}
+		out.VMs = append(out.VMs, v)
+	}
+	return out
 }
