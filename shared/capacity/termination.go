@@ -169,7 +169,7 @@ func (t *Terminator) Run(ctx context.Context, task TerminationTask) (*Terminatio
 type vmResult struct {
 	vmID        string
 	alreadyGone bool
-	err         error      // the agent's failure
+	err         error // the agent's failure
 	storeErr    error // a failure to record the outcome
 }
 

@@ -198,4 +198,3 @@ func (s *Store) updateItem(ctx context.Context, k map[string]types.AttributeValu
 	}
 	return out.Attributes, nil
 }
-
