@@ -1,0 +1,310 @@
+// Package agentsim simulates the agents of many GPU nodes for the local stack and for tests:
+// one real HTTP server on 127.0.0.1 (a random port) that serves the node-agent contract of
+// shared/agent for every node under its own prefix, so node N's endpoint is
+// Endpoint(N) = URL() + "/" + N. Requests must be signed with the secret given to Start (the
+// one the functions get); the server checks them with agent.Verifier, answers 401 to any other
+// request and counts it in Refused.
+//
+// VMs live in memory, per node. A terminate call for a running or terminating VM makes it
+// terminated (a termination); for a terminated VM it answers 200 alreadyGone; for a VM the
+// node does not have, 404. TerminateCalls counts every terminate call that passed the
+// signature check, whatever it was answered; Terminations counts only state changes.
+//
+// # Faults
+//
+// Fault knobs apply to terminate calls only (status calls are always answered at once and
+// truthfully), to one VM, or to every VM of a node when the VM id is "":
+//
+//   - FailNext(n): the next n calls are answered 500 and change nothing.
+//   - FailAlways(on): every call is answered 500 and changes nothing.
+//   - DropNext(n): the next n calls get the start of a 200 and then the connection is
+//     closed (hijacked) mid-answer; they change nothing.
+//   - SetLatency(d): every call waits d before the agent acts. The agent then acts even if the
+//     caller has given up (a real agent finishes a termination it started), so a client
+//     timeout followed by a retry shows the "acted, but the answer was lost" case: two calls,
+//     one termination, the second alreadyGone.
+//
+// A call takes at most one fault, checked in this order, the VM's before the node's: drop,
+// always fail, fail next. Latency comes on top of any of them.
+//
+// # Admin API
+//
+// Unsigned, and refused (403) unless the caller's address is loopback. Bodies are JSON with
+// unknown fields refused; answers are JSON, {"error": "…"} on failure.
+//
+//	POST /_admin/vms     {"node","vmId","state"}       add or set a VM (state running|terminating|terminated); 204
+//	GET  /_admin/vms?node=N&vmId=V                     {"node","vmId","state","terminateCalls","terminations"}
+//	POST /_admin/faults  {"node","vmId"?,"failNext"?,"dropNext"?,"failAlways"?,"latencyMs"?}
+//	                     sets the knobs given (vmId absent or "" = the whole node); 204
+//	POST /_admin/reset                                 forget every VM, counter and fault; 204
+//
+// The node id "_admin" is therefore reserved. All methods are safe for concurrent use.
+package agentsim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/openrelay/capacity/shared/agent"
+)
+
+// Sim is a running simulator. Start it, Close it.
+type Sim struct {
+	logger *slog.Logger
+	srv    *http.Server
+	url    string
+	done   chan struct{} // closed by Close; ends injected latency early
+	once   sync.Once
+
+	mu      sync.Mutex
+	nodes   map[string]*node
+	refused int
+}
+
+type node struct {
+	vms    map[string]*vm
+	faults faults
+}
+
+type vm struct {
+	state        string // "" while the node does not have the VM (only counted)
+	calls        int
+	terminations int
+	faults       faults
+}
+
+type faults struct {
+	failNext   int
+	dropNext   int
+	failAlways bool
+	latency    time.Duration
+}
+
+type fault int
+
+const (
+	noFault fault = iota
+	faultDrop
+	faultFail
+)
+
+// Start serves a simulator on 127.0.0.1 at a random port. Requests must be signed with
+// secret. logger may be nil.
+func Start(secret []byte, logger *slog.Logger) (*Sim, error) {
+	if len(secret) == 0 {
+		return nil, errors.New("start agent simulator: empty secret")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("start agent simulator: %w", err)
+	}
+	s := &Sim{
+		logger: logger.With("component", "agentsim"),
+		url:    "http://" + ln.Addr().String(),
+		done:   make(chan struct{}),
+		nodes:  make(map[string]*node),
+	}
+	v := &agent.Verifier{Secrets: [][]byte{secret}, Logger: s.logger}
+	s.srv = &http.Server{
+		Handler:           s.routes(v),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+	}
+	go func() {
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.logger.Error("agent simulator stopped", "error", err.Error())
+		}
+	}()
+	return s, nil
+}
+
+// URL is the server's base URL, e.g. "http://127.0.0.1:37411".
+func (s *Sim) URL() string { return s.url }
+
+// Endpoint is the agent endpoint of a node, to store on the node item.
+func (s *Sim) Endpoint(nodeID string) string { return s.url + "/" + url.PathEscape(nodeID) }
+
+// Close stops the server. Calls waiting out injected latency are answered 503 and change
+// nothing. Safe to call more than once.
+func (s *Sim) Close() {
+	s.once.Do(func() {
+		close(s.done)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := s.srv.Shutdown(ctx); err != nil {
+			s.srv.Close()
+		}
+	})
+}
+
+// AddVM gives node a VM in state (agent.StateRunning, StateTerminating or StateTerminated), or
+// sets the state of the VM it has; counters and faults are kept.
+func (s *Sim) AddVM(nodeID, vmID, state string) error {
+	switch {
+	case !validNodeID(nodeID):
+		return fmt.Errorf("add vm %q: invalid node id %q", vmID, nodeID)
+	case !agent.ValidVMID(vmID):
+		return fmt.Errorf("add vm %q to node %q: invalid vm id", vmID, nodeID)
+	case !agent.ValidState(state):
+		return fmt.Errorf("add vm %q to node %q: invalid state %q", vmID, nodeID, state)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.vm(nodeID, vmID).state = state
+	return nil
+}
+
+// State is the VM's state, or agent.StateUnknown when the node does not have it.
+func (s *Sim) State(nodeID, vmID string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v := s.lookup(nodeID, vmID); v != nil && v.state != "" {
+		return v.state
+	}
+	return agent.StateUnknown
+}
+
+// TerminateCalls counts the signed terminate calls for the VM, whatever they were answered.
+func (s *Sim) TerminateCalls(nodeID, vmID string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v := s.lookup(nodeID, vmID); v != nil {
+		return v.calls
+	}
+	return 0
+}
+
+// Terminations counts the calls that moved the VM from running or terminating to terminated.
+func (s *Sim) Terminations(nodeID, vmID string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v := s.lookup(nodeID, vmID); v != nil {
+		return v.terminations
+	}
+	return 0
+}
+
+// Refused counts requests to node paths that the signature check refused.
+func (s *Sim) Refused() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refused
+}
+
+// FailNext answers the next n terminate calls for the VM (vmID "": for any VM of the node)
+// with 500. n = 0 clears it.
+func (s *Sim) FailNext(nodeID, vmID string, n int) {
+	s.setFaults(nodeID, vmID, func(f *faults) { f.failNext = max(n, 0) })
+}
+
+// DropNext closes the connection mid-answer on the next n terminate calls for the VM (vmID "":
+// for any VM of the node). n = 0 clears it.
+func (s *Sim) DropNext(nodeID, vmID string, n int) {
+	s.setFaults(nodeID, vmID, func(f *faults) { f.dropNext = max(n, 0) })
+}
+
+// FailAlways answers every terminate call for the VM (vmID "": for any VM of the node) with
+// 500 while on.
+func (s *Sim) FailAlways(nodeID, vmID string, on bool) {
+	s.setFaults(nodeID, vmID, func(f *faults) { f.failAlways = on })
+}
+
+// SetLatency delays every terminate call for the VM (vmID "": for any VM of the node) by d.
+// The VM's and the node's latencies add up. d = 0 clears it.
+func (s *Sim) SetLatency(nodeID, vmID string, d time.Duration) {
+	s.setFaults(nodeID, vmID, func(f *faults) { f.latency = max(d, 0) })
+}
+
+// ClearFaults turns every fault knob off, keeping VMs and counters.
+func (s *Sim) ClearFaults() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range s.nodes {
+		n.faults = faults{}
+		for _, v := range n.vms {
+			v.faults = faults{}
+		}
+	}
+}
+
+// Reset forgets every VM, counter and fault.
+func (s *Sim) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nodes = make(map[string]*node)
+	s.refused = 0
+}
+
+func (s *Sim) setFaults(nodeID, vmID string, set func(*faults)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if vmID == "" {
+		set(&s.node(nodeID).faults)
+		return
+	}
+	set(&s.vm(nodeID, vmID).faults)
+}
+
+// node returns the node, creating it. s.mu must be held.
+func (s *Sim) node(nodeID string) *node {
+	n := s.nodes[nodeID]
+	if n == nil {
+		n = &node{vms: make(map[string]*vm)}
+		s.nodes[nodeID] = n
+	}
+	return n
+}
+
+// vm returns the VM's record, creating it (unknown to the node). s.mu must be held.
+func (s *Sim) vm(nodeID, vmID string) *vm {
+	n := s.node(nodeID)
+	v := n.vms[vmID]
+	if v == nil {
+		v = &vm{}
+		n.vms[vmID] = v
+	}
+	return v
+}
+
+// lookup returns the VM's record or nil, creating nothing. s.mu must be held.
+func (s *Sim) lookup(nodeID, vmID string) *vm {
+	if n := s.nodes[nodeID]; n != nil {
+		return n.vms[vmID]
+	}
+	return nil
+}
+
+// takeFault picks the fault for one call and uses it up, the VM's knobs before the node's.
+// s.mu must be held.
+func takeFault(n *node, v *vm) fault {
+	for _, f := range []*faults{&v.faults, &n.faults} {
+		if f.dropNext > 0 {
+			f.dropNext--
+			return faultDrop
+		}
+	}
+	for _, f := range []*faults{&v.faults, &n.faults} {
+		if f.failAlways {
+			return faultFail
+		}
+	}
+	for _, f := range []*faults{&v.faults, &n.faults} {
+		if f.failNext > 0 {
+			f.failNext--
+			return faultFail
+		}
+	}
+	return noFault
+}
+
+func validNodeID(id string) bool { return agent.ValidVMID(id) && id != adminPrefix }

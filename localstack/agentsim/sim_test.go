@@ -1,0 +1,393 @@
+package agentsim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openrelay/capacity/shared/agent"
+)
+
+var secret = []byte("sim-test-secret")
+
+func start(t *testing.T) (*Sim, *agent.Client) {
+	t.Helper()
+	s, err := Start(secret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s, &agent.Client{Secret: secret}
+}
+
+func mustAdd(t *testing.T, s *Sim, node, vm, state string) {
+	t.Helper()
+	if err := s.AddVM(node, vm, state); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// outcome of one terminate call.
+type outcome int
+
+const (
+	terminated outcome = iota // 200, alreadyGone false
+	gone                      // 200 alreadyGone or 404
+	retryable
+	permanent
+)
+
+func outcomeOf(res agent.Result, err error) outcome {
+	switch {
+	case err == nil && res.AlreadyGone:
+		return gone
+	case err == nil:
+		return terminated
+	case agent.IsRetryable(err):
+		return retryable
+	}
+	return permanent
+}
+
+func TestTerminateWithFaults(t *testing.T) {
+	tests := []struct {
+		name      string
+		setup     func(s *Sim)
+		timeout   time.Duration
+		calls     []outcome
+		wantState string
+		wantTerms int
+		// other VM on the same node and a VM on another node, to show where a knob applies
+		wantOtherVM, wantOtherNode outcome
+	}{
+		{name: "no fault", setup: func(*Sim) {},
+			calls: []outcome{terminated, gone, gone}, wantState: agent.StateTerminated, wantTerms: 1},
+		{name: "fail next 2 on the vm", setup: func(s *Sim) { s.FailNext("node-a", "vm-1", 2) },
+			calls: []outcome{retryable, retryable, terminated, gone}, wantState: agent.StateTerminated, wantTerms: 1},
+		{name: "fail next 1 on the node", setup: func(s *Sim) { s.FailNext("node-a", "", 1) },
+			calls: []outcome{retryable, terminated}, wantState: agent.StateTerminated, wantTerms: 1,
+			wantOtherVM: terminated},
+		{name: "fail always", setup: func(s *Sim) { s.FailAlways("node-a", "vm-1", true) },
+			calls: []outcome{retryable, retryable, retryable, retryable}, wantState: agent.StateRunning, wantTerms: 0},
+		{name: "fail always on the node", setup: func(s *Sim) { s.FailAlways("node-a", "", true) },
+			calls: []outcome{retryable, retryable}, wantState: agent.StateRunning, wantTerms: 0,
+			wantOtherVM: retryable},
+		{name: "drop next 2", setup: func(s *Sim) { s.DropNext("node-a", "vm-1", 2) },
+			calls: []outcome{retryable, retryable, terminated}, wantState: agent.StateTerminated, wantTerms: 1},
+		{name: "drop beats fail", setup: func(s *Sim) { s.DropNext("node-a", "vm-1", 1); s.FailNext("node-a", "vm-1", 1) },
+			calls: []outcome{retryable, retryable, terminated}, wantState: agent.StateTerminated, wantTerms: 1},
+		{name: "latency under the timeout", setup: func(s *Sim) { s.SetLatency("node-a", "vm-1", 30*time.Millisecond) },
+			timeout: 2 * time.Second, calls: []outcome{terminated, gone}, wantState: agent.StateTerminated, wantTerms: 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, c := start(t)
+			c.Timeout = tc.timeout
+			mustAdd(t, s, "node-a", "vm-1", agent.StateRunning)
+			mustAdd(t, s, "node-a", "vm-2", agent.StateRunning)
+			mustAdd(t, s, "node-b", "vm-1", agent.StateRunning)
+			tc.setup(s)
+			ctx := context.Background()
+			for i, want := range tc.calls {
+				res, err := c.Terminate(ctx, s.Endpoint("node-a"), "vm-1")
+				if got := outcomeOf(res, err); got != want {
+					t.Fatalf("call %d: outcome %d (%+v, %v), want %d", i+1, got, res, err, want)
+				}
+			}
+			if got := s.State("node-a", "vm-1"); got != tc.wantState {
+				t.Errorf("state = %q, want %q", got, tc.wantState)
+			}
+			if got := s.TerminateCalls("node-a", "vm-1"); got != len(tc.calls) {
+				t.Errorf("TerminateCalls = %d, want %d", got, len(tc.calls))
+			}
+			if got := s.Terminations("node-a", "vm-1"); got != tc.wantTerms {
+				t.Errorf("Terminations = %d, want %d", got, tc.wantTerms)
+			}
+			if got := outcomeOf(c.Terminate(ctx, s.Endpoint("node-a"), "vm-2")); got != tc.wantOtherVM {
+				t.Errorf("other vm on the node: outcome %d, want %d", got, tc.wantOtherVM)
+			}
+			if got := outcomeOf(c.Terminate(ctx, s.Endpoint("node-b"), "vm-1")); got != tc.wantOtherNode {
+				t.Errorf("same vm id on another node: outcome %d, want %d", got, tc.wantOtherNode)
+			}
+		})
+	}
+}
+
+// A timeout against injected latency: the agent still acts, so the retry finds the VM gone.
+func TestLatencyPastTheTimeout(t *testing.T) {
+	s, c := start(t)
+	c.Timeout = 50 * time.Millisecond
+	mustAdd(t, s, "node-a", "vm-1", agent.StateRunning)
+	s.SetLatency("node-a", "", 300*time.Millisecond)
+
+	_, err := c.Terminate(context.Background(), s.Endpoint("node-a"), "vm-1")
+	if !agent.IsRetryable(err) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Terminate = %v, want a retryable timeout", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for s.State("node-a", "vm-1") != agent.StateTerminated {
+		if time.Now().After(deadline) {
+			t.Fatal("the agent never finished the termination")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.SetLatency("node-a", "", 0)
+	res, err := c.Terminate(context.Background(), s.Endpoint("node-a"), "vm-1")
+	if err != nil || !res.AlreadyGone {
+		t.Fatalf("retry = %+v, %v; want already gone", res, err)
+	}
+	if calls, terms := s.TerminateCalls("node-a", "vm-1"), s.Terminations("node-a", "vm-1"); calls != 2 || terms != 1 {
+		t.Fatalf("calls %d, terminations %d; want 2, 1", calls, terms)
+	}
+}
+
+func TestStatesAndUnknownVMs(t *testing.T) {
+	s, c := start(t)
+	ctx := context.Background()
+	tests := []struct {
+		node, vm, state string // state "" = not added
+		wantOutcome     outcome
+		wantTerms       int
+	}{
+		{"node-a", "vm-run", agent.StateRunning, terminated, 1},
+		{"node-a", "vm-ing", agent.StateTerminating, terminated, 1},
+		{"node-a", "vm-done", agent.StateTerminated, gone, 0},
+		{"node-a", "vm-none", "", gone, 0},
+		{"node-never-seen", "vm-1", "", gone, 0},
+		{"node a/b", "vm/1", agent.StateRunning, terminated, 1},
+	}
+	for _, tc := range tests {
+		if tc.state != "" {
+			mustAdd(t, s, tc.node, tc.vm, tc.state)
+		}
+		st, err := c.Status(ctx, s.Endpoint(tc.node), tc.vm)
+		want := tc.state
+		if want == "" {
+			want = agent.StateUnknown
+		}
+		if err != nil || st != want {
+			t.Errorf("%s/%s: Status = %q, %v; want %q", tc.node, tc.vm, st, err, want)
+		}
+		if got := outcomeOf(c.Terminate(ctx, s.Endpoint(tc.node), tc.vm)); got != tc.wantOutcome {
+			t.Errorf("%s/%s: outcome %d, want %d", tc.node, tc.vm, got, tc.wantOutcome)
+		}
+		if s.TerminateCalls(tc.node, tc.vm) != 1 || s.Terminations(tc.node, tc.vm) != tc.wantTerms {
+			t.Errorf("%s/%s: calls %d, terminations %d; want 1, %d", tc.node, tc.vm,
+				s.TerminateCalls(tc.node, tc.vm), s.Terminations(tc.node, tc.vm), tc.wantTerms)
+		}
+		if tc.state != "" && s.State(tc.node, tc.vm) != agent.StateTerminated {
+			t.Errorf("%s/%s: state %q after terminate", tc.node, tc.vm, s.State(tc.node, tc.vm))
+		}
+	}
+	for _, bad := range [][3]string{{"", "vm", "running"}, {"_admin", "vm", "running"}, {"n", "..", "running"}, {"n", "vm", "paused"}, {"n", "vm", "unknown"}} {
+		if err := s.AddVM(bad[0], bad[1], bad[2]); err == nil {
+			t.Errorf("AddVM%q accepted", bad)
+		}
+	}
+}
+
+func TestUnsignedRequestsTerminateNothing(t *testing.T) {
+	s, _ := start(t)
+	mustAdd(t, s, "node-a", "vm-1", agent.StateRunning)
+	url := s.Endpoint("node-a") + agent.TerminatePath("vm-1")
+
+	unsigned, _ := http.NewRequest(http.MethodPost, url, nil)
+	wrongKey, _ := http.NewRequest(http.MethodPost, url, nil)
+	if err := agent.Sign(wrongKey, []byte("not-the-secret"), nil, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	stale, _ := http.NewRequest(http.MethodPost, url, nil)
+	if err := agent.Sign(stale, secret, nil, time.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	otherVM, _ := http.NewRequest(http.MethodPost, url, nil)
+	if err := agent.Sign(otherVM, secret, nil, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	// Signed for vm-2, sent for vm-1.
+	otherVM.Header.Set(agent.HeaderSignature, signatureFor(t, s.Endpoint("node-a")+agent.TerminatePath("vm-2"), otherVM))
+
+	for name, req := range map[string]*http.Request{"unsigned": unsigned, "wrong secret": wrongKey, "stale": stale, "signed for another vm": otherVM} {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var er agent.ErrorResponse
+		json.NewDecoder(resp.Body).Decode(&er)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || er.Error == "" {
+			t.Errorf("%s: status %d, error %q; want 401 with an error", name, resp.StatusCode, er.Error)
+		}
+	}
+	// The client with the wrong secret gets a permanent error naming the 401.
+	_, err := (&agent.Client{Secret: []byte("not-the-secret")}).Terminate(context.Background(), s.Endpoint("node-a"), "vm-1")
+	var ae *agent.Error
+	if !errors.As(err, &ae) || ae.StatusCode != http.StatusUnauthorized || ae.Retryable() {
+		t.Errorf("wrong-secret client: %v, want a permanent 401", err)
+	}
+	if st := s.State("node-a", "vm-1"); st != agent.StateRunning {
+		t.Errorf("state %q after refused calls, want running", st)
+	}
+	if n := s.TerminateCalls("node-a", "vm-1"); n != 0 {
+		t.Errorf("TerminateCalls = %d, want 0: refused calls never reach the agent", n)
+	}
+	if n := s.Refused(); n != 5 {
+		t.Errorf("Refused = %d, want 5", n)
+	}
+}
+
+// signatureFor returns the signature header req would have if sent to rawURL.
+func signatureFor(t *testing.T, rawURL string, req *http.Request) string {
+	t.Helper()
+	r, _ := http.NewRequest(req.Method, rawURL, nil)
+	if err := agent.Sign(r, secret, nil, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	// Re-sign with req's timestamp and nonce is not possible through Sign, so take all three.
+	req.Header.Set(agent.HeaderTimestamp, r.Header.Get(agent.HeaderTimestamp))
+	req.Header.Set(agent.HeaderNonce, r.Header.Get(agent.HeaderNonce))
+	return r.Header.Get(agent.HeaderSignature)
+}
+
+func TestConcurrentTerminateTerminatesOnce(t *testing.T) {
+	s, c := start(t)
+	mustAdd(t, s, "node-a", "vm-1", agent.StateRunning)
+	const n = 20
+	var wg sync.WaitGroup
+	results := make([]agent.Result, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			results[i], errs[i] = c.Terminate(context.Background(), s.Endpoint("node-a"), "vm-1")
+		})
+	}
+	wg.Wait()
+	fresh := 0
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("call %d: %v", i, errs[i])
+		}
+		if !results[i].AlreadyGone {
+			fresh++
+		}
+	}
+	if fresh != 1 {
+		t.Errorf("%d calls report terminating the VM, want 1", fresh)
+	}
+	if got := s.TerminateCalls("node-a", "vm-1"); got != n {
+		t.Errorf("TerminateCalls = %d, want %d", got, n)
+	}
+	if got := s.Terminations("node-a", "vm-1"); got != 1 {
+		t.Errorf("Terminations = %d, want 1", got)
+	}
+}
+
+func TestAdminAPI(t *testing.T) {
+	s, c := start(t)
+	admin := func(method, path, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, s.URL()+path, strings.NewReader(body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, strings.TrimSpace(string(b))
+	}
+	steps := []struct {
+		method, path, body string
+		wantStatus         int
+		wantBody           string // exact, when not empty
+	}{
+		{"POST", "/_admin/vms", `{"node":"node-a","vmId":"vm-1","state":"running"}`, 204, ""},
+		{"POST", "/_admin/vms", `{"node":"node-a","vmId":"vm-1","state":"paused"}`, 400, ""},
+		{"POST", "/_admin/vms", `{"node":"node-a","vmId":"vm-1","state":"running","extra":1}`, 400, ""},
+		{"POST", "/_admin/faults", `{"node":"node-a","vmId":"vm-1","failNext":1,"dropNext":1,"latencyMs":1}`, 204, ""},
+		{"POST", "/_admin/faults", `{"node":"node-a","failNext":-1}`, 400, ""},
+		{"POST", "/_admin/faults", `{"failNext":1}`, 400, ""},
+		{"GET", "/_admin/vms?node=node-a&vmId=vm-1", "", 200, `{"node":"node-a","vmId":"vm-1","state":"running"}`},
+		{"GET", "/_admin/vms?node=node-a", "", 400, ""},
+	}
+	for _, st := range steps {
+		code, body := admin(st.method, st.path, st.body)
+		if code != st.wantStatus || (st.wantBody != "" && body != st.wantBody) {
+			t.Fatalf("%s %s %s: %d %s; want %d %s", st.method, st.path, st.body, code, body, st.wantStatus, st.wantBody)
+		}
+	}
+	// The knobs set over HTTP apply: a drop, a 500, then the termination.
+	for i, want := range []outcome{retryable, retryable, terminated} {
+		if got := outcomeOf(c.Terminate(context.Background(), s.Endpoint("node-a"), "vm-1")); got != want {
+			t.Fatalf("call %d: outcome %d, want %d", i+1, got, want)
+		}
+	}
+	if code, body := admin("GET", "/_admin/vms?node=node-a&vmId=vm-1", ""); code != 200 ||
+		body != `{"node":"node-a","vmId":"vm-1","state":"terminated","terminateCalls":3,"terminations":1}` {
+		t.Fatalf("after terminate: %d %s", code, body)
+	}
+	if code, _ := admin("POST", "/_admin/faults", `{"node":"node-a","vmId":"vm-1","failAlways":true}`); code != 204 {
+		t.Fatalf("failAlways: %d", code)
+	}
+	if got := outcomeOf(c.Terminate(context.Background(), s.Endpoint("node-a"), "vm-1")); got != retryable {
+		t.Fatalf("with failAlways: outcome %d", got)
+	}
+	if code, _ := admin("POST", "/_admin/reset", ""); code != 204 {
+		t.Fatalf("reset: %d", code)
+	}
+	if st, n := s.State("node-a", "vm-1"), s.TerminateCalls("node-a", "vm-1"); st != agent.StateUnknown || n != 0 {
+		t.Fatalf("after reset: state %q, calls %d", st, n)
+	}
+}
+
+func TestAdminIsLoopbackOnly(t *testing.T) {
+	s, _ := start(t)
+	h := s.srv.Handler
+	for _, remote := range []string{"10.0.0.7:5000", "[2001:db8::1]:5000", "garbage"} {
+		req := httptest.NewRequest(http.MethodPost, "/_admin/reset", bytes.NewReader(nil))
+		req.RemoteAddr = remote
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusForbidden {
+			t.Errorf("admin from %s: %d, want 403", remote, rec.Code)
+		}
+	}
+	for _, remote := range []string{"127.0.0.1:5000", "[::1]:5000"} {
+		req := httptest.NewRequest(http.MethodPost, "/_admin/reset", bytes.NewReader(nil))
+		req.RemoteAddr = remote
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusNoContent {
+			t.Errorf("admin from %s: %d, want 204", remote, rec.Code)
+		}
+	}
+}
+
+func TestCloseEndsLatency(t *testing.T) {
+	s, c := start(t)
+	mustAdd(t, s, "node-a", "vm-1", agent.StateRunning)
+	s.SetLatency("node-a", "vm-1", time.Minute)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Terminate(context.Background(), s.Endpoint("node-a"), "vm-1")
+		errc <- err
+	}()
+	for s.TerminateCalls("node-a", "vm-1") == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	begin := time.Now()
+	s.Close()
+	if err := <-errc; !agent.IsRetryable(err) {
+		t.Fatalf("call during Close = %v, want retryable", err)
+	}
+	if time.Since(begin) > 3*time.Second || s.State("node-a", "vm-1") != agent.StateRunning {
+		t.Fatalf("Close took %s, state %q", time.Since(begin), s.State("node-a", "vm-1"))
+	}
+}

@@ -1,0 +1,292 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// DefaultTimeout bounds one call of a Client whose Timeout is zero.
+const DefaultTimeout = 5 * time.Second
+
+// maxResponseBytes bounds what the client reads of an answer; the contract's are tiny.
+const maxResponseBytes = 64 << 10
+
+// Client calls node agents, signing every request with Secret. It never retries: the caller's
+// workflow does, and decides by Error.Retryable. Calls reuse connections (through HTTP's
+// transport, or a shared one when HTTP is nil); the client follows no redirects, so a signed
+// request is only ever sent to the endpoint it was signed for. Safe for concurrent use.
+type Client struct {
+	Secret []byte
+	HTTP   *http.Client     // nil: a shared client with its own connection pool
+	Now    func() time.Time // nil: time.Now; the signature's timestamp
+	// Timeout bounds each call, on top of the context's deadline (0: DefaultTimeout).
+	Timeout time.Duration
+}
+
+// Result is the outcome of a successful terminate call.
+type Result struct {
+	VMID string
+	// AlreadyGone: the VM was terminated before this call, or the node does not know it.
+	AlreadyGone bool
+}
+
+// Error is a failed call. Retryable tells a failure worth retrying (no answer, a timeout, a
+// dropped connection, 5xx, 408, 429) from one that will fail again (a malformed endpoint or VM
+// id, any other 4xx, an answer that breaks the contract). It wraps the underlying error, if any.
+type Error struct {
+	Op         string // "terminate" or "status"
+	VMID       string
+	Endpoint   string // the base URL, with any password redacted
+	StatusCode int    // 0 when there was no answer
+	Message    string // what went wrong; the agent's {"error"} text when it sent one
+	Err        error
+	retryable  bool
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "agent %s of vm %q at %s: ", e.Op, e.VMID, e.Endpoint)
+	if e.StatusCode != 0 {
+		fmt.Fprintf(&b, "HTTP %d %s", e.StatusCode, http.StatusText(e.StatusCode))
+		if e.Message != "" {
+			b.WriteString(": ")
+		}
+	}
+	b.WriteString(e.Message)
+	return b.String()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Retryable reports whether the same call may succeed later.
+func (e *Error) Retryable() bool { return e.retryable }
+
+// IsRetryable reports whether err is an *Error that is retryable. Other errors are not.
+func IsRetryable(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Retryable()
+}
+
+// Terminate asks the agent at endpoint baseURL to terminate vmID. A VM already terminated or
+// unknown to the node is a success with AlreadyGone set: terminating is idempotent.
+func (c *Client) Terminate(ctx context.Context, baseURL, vmID string) (Result, error) {
+	var res Result
+	status, body, err := c.call(ctx, "terminate", http.MethodPost, baseURL, vmID, TerminatePath(vmID))
+	if err != nil {
+		return res, err
+	}
+	switch status {
+	case http.StatusOK:
+		var tr TerminateResponse
+		if err := decodeFor(body, vmID, &tr, &tr.VMID); err != nil {
+			return res, c.contractError("terminate", baseURL, vmID, status, err)
+		}
+		if tr.State != StateTerminated {
+			return res, c.contractError("terminate", baseURL, vmID, status,
+				fmt.Errorf("state %q, want %q", tr.State, StateTerminated))
+		}
+		return Result{VMID: vmID, AlreadyGone: tr.AlreadyGone}, nil
+	case http.StatusNotFound:
+		// The node has no such VM: whatever it was, it is not running there. Only the
+		// contract's 404 says so; any other (a wrong prefix, a proxy) proves nothing.
+		if err := unknownVM(body, vmID); err != nil {
+			return res, c.contractError("terminate", baseURL, vmID, status, err)
+		}
+		return Result{VMID: vmID, AlreadyGone: true}, nil
+	}
+	return res, statusError("terminate", baseURL, vmID, status, body)
+}
+
+// Status asks the agent for vmID's state: StateRunning, StateTerminating or StateTerminated,
+// or StateUnknown (and no error) when the node does not know the VM.
+func (c *Client) Status(ctx context.Context, baseURL, vmID string) (string, error) {
+	status, body, err := c.call(ctx, "status", http.MethodGet, baseURL, vmID, StatusPath(vmID))
+	if err != nil {
+		return "", err
+	}
+	switch status {
+	case http.StatusOK:
+		var sr StatusResponse
+		if err := decodeFor(body, vmID, &sr, &sr.VMID); err != nil {
+			return "", c.contractError("status", baseURL, vmID, status, err)
+		}
+		if !ValidState(sr.State) {
+			return "", c.contractError("status", baseURL, vmID, status, fmt.Errorf("unknown state %q", sr.State))
+		}
+		return sr.State, nil
+	case http.StatusNotFound:
+		if err := unknownVM(body, vmID); err != nil {
+			return "", c.contractError("status", baseURL, vmID, status, err)
+		}
+		return StateUnknown, nil
+	}
+	return "", statusError("status", baseURL, vmID, status, body)
+}
+
+// call sends one signed request and reads the whole answer. An error means there was no
+// complete answer; any status is returned for the caller to judge.
+func (c *Client) call(ctx context.Context, op, method, baseURL, vmID, rel string) (int, []byte, error) {
+	base, err := parseEndpoint(baseURL)
+	if err != nil {
+		return 0, nil, &Error{Op: op, VMID: vmID, Endpoint: redact(baseURL), Message: "malformed endpoint: " + err.Error(), Err: err}
+	}
+	fail := func(status int, retryable bool, err error) (int, []byte, error) {
+		return 0, nil, &Error{Op: op, VMID: vmID, Endpoint: base.Redacted(), StatusCode: status,
+			Message: err.Error(), Err: err, retryable: retryable}
+	}
+	if !ValidVMID(vmID) {
+		return fail(0, false, errors.New("invalid vm id"))
+	}
+	u, err := joinPath(base, rel)
+	if err != nil {
+		return fail(0, false, fmt.Errorf("building url: %w", err))
+	}
+
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+	if err != nil {
+		return fail(0, false, fmt.Errorf("building request: %w", err))
+	}
+	req.Header.Set("Accept", "application/json")
+	now := time.Now
+	if c.Now != nil {
+		now = c.Now
+	}
+	if err := Sign(req, c.Secret, nil, now()); err != nil {
+		return fail(0, false, err)
+	}
+
+	resp, err := c.httpClient().Do(req)
+	if err != nil {
+		// No answer: refused, reset, timed out, cancelled. All may go better next time,
+		// except a certificate the agent will keep presenting.
+		return fail(0, !isCertificateError(err), fmt.Errorf("no answer: %w", unwrapURLError(err)))
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
+	if err != nil {
+		// The connection broke mid-answer: the agent may or may not have acted, and
+		// terminating again is safe.
+		return fail(resp.StatusCode, true, fmt.Errorf("reading answer: %w", err))
+	}
+	if len(body) > maxResponseBytes {
+		return fail(resp.StatusCode, false, fmt.Errorf("answer over %d bytes", maxResponseBytes))
+	}
+	return resp.StatusCode, body, nil
+}
+
+func (c *Client) contractError(op, baseURL, vmID string, status int, err error) error {
+	return &Error{Op: op, VMID: vmID, Endpoint: redact(baseURL), StatusCode: status,
+		Message: "answer breaks the agent contract: " + err.Error(), Err: err}
+}
+
+// statusError is the error for an answer that is neither 200 nor 404.
+func statusError(op, baseURL, vmID string, status int, body []byte) error {
+	var er ErrorResponse
+	msg := ""
+	if json.Unmarshal(body, &er) == nil {
+		msg = er.Error
+	}
+	if len(msg) > 200 {
+		msg = msg[:200] + "…"
+	}
+	retryable := status >= 500 || status == http.StatusTooManyRequests || status == http.StatusRequestTimeout
+	return &Error{Op: op, VMID: vmID, Endpoint: redact(baseURL), StatusCode: status, Message: msg, retryable: retryable}
+}
+
+// decodeFor decodes an answer into v and checks that it is about the VM asked for (*id), so
+// that a misrouted answer is never taken for this VM's.
+func decodeFor(body []byte, vmID string, v any, id *string) error {
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("decoding answer: %w", err)
+	}
+	if *id != vmID {
+		return fmt.Errorf("answer is about vm %q", *id)
+	}
+	return nil
+}
+
+// unknownVM checks that a 404 is the agent's "no such VM" answer for vmID.
+func unknownVM(body []byte, vmID string) error {
+	var sr StatusResponse
+	if err := decodeFor(body, vmID, &sr, &sr.VMID); err != nil {
+		return fmt.Errorf("404 is not the agent's unknown-VM answer (wrong endpoint?): %w", err)
+	}
+	if sr.State != StateUnknown {
+		return fmt.Errorf("404 with state %q, want %q", sr.State, StateUnknown)
+	}
+	return nil
+}
+
+// defaultHTTP is shared by every Client without HTTP, so all of them reuse one pool.
+var defaultHTTP = &http.Client{Transport: newTransport()}
+
+func newTransport() http.RoundTripper {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	// A termination calls one node's agent for each of its VMs in turn.
+	t.MaxIdleConnsPerHost = 16
+	return t
+}
+
+// httpClient is c.HTTP, or the shared client, with redirects turned off: a copy of an
+// http.Client shares its transport, so connections are still reused.
+func (c *Client) httpClient() *http.Client {
+	hc := defaultHTTP
+	if c.HTTP != nil {
+		hc = c.HTTP
+	}
+	cp := *hc
+	cp.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &cp
+}
+
+// parseEndpoint accepts an absolute http(s) URL without query or fragment.
+func parseEndpoint(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nil, fmt.Errorf("scheme %q, want http or https", u.Scheme)
+	case u.Host == "":
+		return nil, errors.New("no host")
+	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		return nil, errors.New("query or fragment not allowed")
+	}
+	return u, nil
+}
+
+// redact hides a password in s, if s parses at all.
+func redact(s string) string {
+	if u, err := url.Parse(s); err == nil {
+		return u.Redacted()
+	}
+	return s
+}
+
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+func isCertificateError(err error) bool {
+	var cv *tls.CertificateVerificationError
+	return errors.As(err, &cv)
+}
