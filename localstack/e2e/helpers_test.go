@@ -52,11 +52,17 @@ func newNode(t testing.TB, edit func(*dynamo.Seed)) string {
 	for i := range w.VMs {
 		w.VMs[i].NodeID = id
 	}
+	w.Nodes[0].AgentEndpoint = agents.Endpoint(id)
 	if edit != nil {
 		edit(&w)
 	}
 	if err := store.Put(context.Background(), w); err != nil {
 		t.Fatalf("seed node %s: %v", id, err)
+	}
+	for _, vm := range w.VMs {
+		if err := agents.AddVM(id, vm.ID, string(vm.State)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return id
 }

@@ -20,8 +20,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/openrelay/capacity/localstack/agentsim"
 	"github.com/openrelay/capacity/localstack/demo"
 	"github.com/openrelay/capacity/localstack/stack"
+	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/dynamo"
 )
 
@@ -29,9 +31,11 @@ import (
 const endpoint = "http://127.0.0.1:4566"
 
 var (
-	apiURL string
-	store  *dynamo.Store
-	client *dynamodb.Client
+	apiURL  string
+	outputs map[string]string
+	store   *dynamo.Store
+	client  *dynamodb.Client
+	agents  *agentsim.Sim // the node agents of every node the tests create
 )
 
 func TestMain(m *testing.M) {
@@ -40,12 +44,21 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	outputs, stop, err := stackOutputs()
+	secret := []byte(capacity.NewID())
+	sim, err := agentsim.Start(secret, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: start node agent simulator:", err)
+		return 1
+	}
+	defer sim.Close()
+	agents = sim
+	out, stop, err := stackOutputs(secret)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
 	defer stop()
+	outputs = out
 	apiURL = outputs["ApiUrl"]
 	client = dynamodb.New(dynamodb.Options{
 		Region: "us-east-1", BaseEndpoint: aws.String(endpoint),
@@ -59,8 +72,9 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// stackOutputs reads the outputs of a running stack, or starts the local stack.
-func stackOutputs() (map[string]string, func(), error) {
+// stackOutputs reads the outputs of a running stack, or starts the local stack with the
+// functions holding the agents' secret.
+func stackOutputs(agentSecret []byte) (map[string]string, func(), error) {
 	if path := os.Getenv("CAPACITY_OUTPUTS"); path != "" {
 		_, out, err := stack.ReadOutputsFile(path)
 		return out, func() {}, err
@@ -76,6 +90,7 @@ func stackOutputs() (map[string]string, func(), error) {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	st, err := stack.Start(context.Background(), stack.Options{
 		TemplatePath: template, RepoRoot: root, Processes: 4, Logger: logger,
+		ExtraEnv: map[string]string{"AGENT_SECRET": string(agentSecret)},
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("start local stack: %w", err)

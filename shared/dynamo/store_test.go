@@ -9,9 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sfn"
+	"github.com/aws/smithy-go/middleware"
+
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
+	"github.com/openrelay/capacity/shared/stepfn"
 )
 
 var t0 = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
@@ -123,10 +129,12 @@ func TestCommitWritesEverythingOrNothing(t *testing.T) {
 	}
 }
 
+// One reclaim is 1 read, 1 transaction and 1 workflow start, counted at the SDK, for the
+// largest reclaim allowed: 64 units under 64 different spot VMs, in one transaction.
 func TestLargestReclaimFitsOneTransaction(t *testing.T) {
 	ctx := context.Background()
 	env := newEnv(t, seed(capacity.MaxUnits, capacity.MaxUnits))
-	svc := &capacity.Service{Store: env.Store, Now: func() time.Time { return t0.Add(time.Hour) }}
+	svc := &capacity.Service{Store: env.Store, Now: func() time.Time { return t0.Add(time.Hour) }, Workflow: passWorkflow(t, env)}
 	units := make([]string, capacity.MaxUnits)
 	for i := range units {
 		units[i] = fmt.Sprintf("u%d", i)
@@ -140,8 +148,8 @@ func TestLargestReclaimFitsOneTransaction(t *testing.T) {
 	if len(res.Terminated) != capacity.MaxUnits {
 		t.Fatalf("terminated %d VMs, want %d", len(res.Terminated), capacity.MaxUnits)
 	}
-	if got := env.Calls.Snapshot(); got["TransactWriteItems"] != 1 || got["Query"] != 1 || len(got) != 2 {
-		t.Errorf("SDK calls = %v, want 1 Query and 1 TransactWriteItems", got)
+	if got := env.Calls.Snapshot(); got["Query"] != 1 || got["TransactWriteItems"] != 1 || got["StartExecution"] != 1 || len(got) != 3 {
+		t.Errorf("SDK calls = %v, want 1 Query, 1 TransactWriteItems, 1 StartExecution", got)
 	}
 }
 
@@ -163,4 +171,23 @@ func TestCommitRefusesMoreThanDynamoDBAllows(t *testing.T) {
 	if !reflect.DeepEqual(env.Items(t, env.Store.Table), before) {
 		t.Fatal("an oversized commit wrote something")
 	}
+}
+
+// passWorkflow is the real Step Functions starter on a one-state machine of the emulator,
+// with its SDK calls counted with the store's.
+func passWorkflow(t *testing.T, env *dynamotest.Env) *stepfn.Starter {
+	t.Helper()
+	client := sfn.New(sfn.Options{
+		Region: "us-east-1", BaseEndpoint: aws.String(env.URL),
+		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
+		APIOptions:  []func(*middleware.Stack) error{env.Calls.Middleware},
+	})
+	out, err := client.CreateStateMachine(context.Background(), &sfn.CreateStateMachineInput{
+		Name: aws.String("termination"), RoleArn: aws.String("arn:aws:iam::000000000000:role/sfn"),
+		Definition: aws.String(`{"StartAt":"Done","States":{"Done":{"Type":"Succeed"}}}`),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &stepfn.Starter{Client: client, StateMachineARN: aws.ToString(out.StateMachineArn)}
 }

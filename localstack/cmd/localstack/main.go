@@ -19,8 +19,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/openrelay/capacity/localstack/agentsim"
 	"github.com/openrelay/capacity/localstack/demo"
 	"github.com/openrelay/capacity/localstack/stack"
+	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/dynamo"
 )
 
@@ -48,8 +50,19 @@ func run(ctx context.Context, logger *slog.Logger, template, outputsPath, addr s
 	if _, err := os.Stat(template); err != nil {
 		return fmt.Errorf("no template at %s: run `make synth ENV=local` first (make run does): %w", template, err)
 	}
+	// The demo nodes' agents: a simulator holding the demo VMs, sharing its secret with the
+	// functions.
+	secret := []byte(capacity.NewID())
+	agents, err := agentsim.Start(secret, logger)
+	if err != nil {
+		return fmt.Errorf("start node agent simulator: %w", err)
+	}
+	defer agents.Close()
 	logger.Info("starting the local stack", "addr", addr, "template", template)
-	st, err := stack.Start(ctx, stack.Options{TemplatePath: template, Addr: addr, RepoRoot: root, Logger: logger})
+	st, err := stack.Start(ctx, stack.Options{
+		TemplatePath: template, Addr: addr, RepoRoot: root, Logger: logger,
+		ExtraEnv: map[string]string{"AGENT_SECRET": string(secret)},
+	})
 	if err != nil {
 		return fmt.Errorf("start local stack: %w", err)
 	}
@@ -72,16 +85,25 @@ func run(ctx context.Context, logger *slog.Logger, template, outputsPath, addr s
 			Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
 		})
 		store := dynamo.New(client, out["StateTableName"], out["AuditTableName"])
-		if err := store.Put(ctx, demo.Seed(time.Now())); err != nil {
+		data := demo.Seed(time.Now())
+		for i, n := range data.Nodes {
+			data.Nodes[i].AgentEndpoint = agents.Endpoint(n.ID)
+		}
+		if err := store.Put(ctx, data); err != nil {
 			return fmt.Errorf("seed demo data: %w", err)
 		}
+		for _, vm := range data.VMs {
+			if err := agents.AddVM(vm.NodeID, vm.ID, string(vm.State)); err != nil {
+				return fmt.Errorf("seed demo VM %s on the agent: %w", vm.ID, err)
+			}
+		}
 	}
-	printWelcome(out, outputsPath, seed)
+	printWelcome(out, outputsPath, agents.URL(), seed)
 	<-ctx.Done()
 	return nil
 }
 
-func printWelcome(out map[string]string, outputsPath string, seeded bool) {
+func printWelcome(out map[string]string, outputsPath, agentURL string, seeded bool) {
 	api := out["ApiUrl"]
 	fmt.Printf("\nThe stack is up. Outputs: %s\n  API URL:      %s\n  State table:  %s\n  Audit table:  %s\n\n",
 		outputsPath, api, out["StateTableName"], out["AuditTableName"])
@@ -97,6 +119,10 @@ func printWelcome(out map[string]string, outputsPath string, seeded bool) {
 			"    -H 'Authorization: Bearer ork_demo_owner' -H 'Content-Type: application/json' \\\n"+
 			"    -d '{\"unitIds\":[\"gpu-2\",\"gpu-3\"],\"dryRun\":true,\"reason\":\"try it\"}'\n\n",
 			api, demo.NodeID, demo.ReservationID)
+		fmt.Printf("Then reclaim for real (drop \"dryRun\"), follow the operation with the reclaimId it returns,\n"+
+			"and ask the node agent simulator what it did:\n\n"+
+			"  curl -s '%sv1/nodes/%s/reservations/%s/reclaims/<reclaimId>' -H 'Authorization: Bearer ork_demo_owner'\n"+
+			"  curl -s '%s/_admin/vms?node=%s'\n\n", api, demo.NodeID, demo.ReservationID, agentURL, demo.NodeID)
 	}
 	fmt.Println("Ctrl-C stops everything.")
 }

@@ -25,6 +25,9 @@ type Env struct {
 	Client *dynamodb.Client
 	Store  *dynamo.Store
 	Calls  *Calls
+	// URL is the emulator's endpoint, for other services' clients (count them with
+	// Calls.Middleware).
+	URL string
 }
 
 var envSeq atomic.Int64
@@ -40,7 +43,7 @@ func New(t testing.TB) *Env {
 		Region:       "us-east-1",
 		BaseEndpoint: aws.String(srv.URL),
 		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
-		APIOptions:   []func(*middleware.Stack) error{calls.middleware},
+		APIOptions:   []func(*middleware.Stack) error{calls.Middleware},
 	})
 	env := fmt.Sprintf("test%d", envSeq.Add(1))
 	ctx := context.Background()
@@ -49,7 +52,7 @@ func New(t testing.TB) *Env {
 			t.Fatal(err)
 		}
 	}
-	return &Env{Client: client, Store: dynamo.New(client, table.State.Name(env), table.Audit.Name(env)), Calls: calls}
+	return &Env{Client: client, Store: dynamo.New(client, table.State.Name(env), table.Audit.Name(env)), Calls: calls, URL: srv.URL}
 }
 
 // CreateTable creates a table as defined, with on-demand billing.
@@ -101,7 +104,8 @@ type Calls struct {
 	counts sync.Map // operation name -> *atomic.Int64
 }
 
-func (c *Calls) middleware(stack *middleware.Stack) error {
+// Middleware counts the calls of any SDK client it is added to (Options.APIOptions).
+func (c *Calls) Middleware(stack *middleware.Stack) error {
 	return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("CountCalls",
 		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
 			n, _ := c.counts.LoadOrStore(awsmiddleware.GetOperationName(ctx), new(atomic.Int64))
