@@ -1,6 +1,7 @@
 // Command infra is the CDK app of the capacity-boundary service: one stack per environment.
 //
 //	cdk synth -c env=local|dev|prod [-c assetRoot=DIR] [-c throttleRate=N -c throttleBurst=N]
+//	          [-c terminateConcurrency=N] [-c terminateRounds=N] [-c terminateRetryWait=SECONDS]
 //
 // cdk.json builds it into build/cdk-app and runs it from the repo root (the CLI passes a
 // relative output dir, so the app must run where cdk does). The Lambda binaries come from
@@ -44,9 +45,17 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if _, err := NewCapacityStack(app, CapacityStackProps{
-		Env: env, AssetRoot: assetRoot, ThrottleRate: rate, ThrottleBurst: burst,
-	}); err != nil {
+	props := CapacityStackProps{Env: env, AssetRoot: assetRoot, ThrottleRate: rate, ThrottleBurst: burst}
+	for key, dst := range map[string]*float64{
+		"terminateConcurrency": &props.TerminateConcurrency,
+		"terminateRounds":      &props.TerminateRounds,
+		"terminateRetryWait":   &props.TerminateRetryWait,
+	} {
+		if *dst, err = contextNumber(app, key); err != nil {
+			return err
+		}
+	}
+	if _, err := NewCapacityStack(app, props); err != nil {
 		return err
 	}
 	app.Synth(nil)

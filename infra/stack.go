@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -10,9 +11,13 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigateway"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsstepfunctions"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsstepfunctionstasks"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
@@ -27,6 +32,29 @@ const (
 	DefaultThrottleRate  = 100
 	DefaultThrottleBurst = 200
 )
+
+// Termination workflow defaults, overridable per stack (context terminateConcurrency,
+// terminateRounds, terminateRetryWait).
+const (
+	DefaultTerminateConcurrency = 8 // nodes terminated at once (Map MaxConcurrency)
+	DefaultTerminateRounds      = 5 // rounds per node before a VM's failure is final
+	// Seconds between two rounds of a node: short where nobody waits on real agents.
+	DefaultTerminateRetryWaitEphemeral = 2
+	DefaultTerminateRetryWait          = 10
+)
+
+// LocalExecutionArn stands in for $$.Execution.Id in env "local": the offline emulator (kumo
+// v0.33.1) has no Context object besides $$.Map.Item in ItemSelector and fails the Map on any
+// other $$ reference. See terminationItemSelector.
+const LocalExecutionArn = "local:no-execution-context"
+
+// terminateRetryErrors are the platform errors the TerminateNode task retries. Business
+// failures (an agent refusing or unreachable) are not errors: the function reports them in its
+// output and the workflow retries them in its next round.
+var terminateRetryErrors = []string{
+	"Lambda.ServiceException", "Lambda.AWSLambdaException", "Lambda.SdkClientException",
+	"Lambda.TooManyRequestsException", "States.Timeout",
+}
 
 // apiRoutes are the REST resources proxied to the api function. Each gets method ANY: the
 // function routes by method itself and answers 405 (problem+json) for a wrong one.
@@ -59,6 +87,10 @@ type CapacityStackProps struct {
 	AssetRoot string
 	// ThrottleRate and ThrottleBurst limit the API stage. Zero means the default.
 	ThrottleRate, ThrottleBurst float64
+	// TerminateConcurrency is how many nodes the termination workflow works on at once;
+	// TerminateRounds how many rounds a node gets; TerminateRetryWait the seconds between
+	// rounds. Zero means the default (DefaultTerminate*).
+	TerminateConcurrency, TerminateRounds, TerminateRetryWait float64
 }
 
 // CapacityStack is the service's stack for one environment.
@@ -72,6 +104,12 @@ type CapacityStack struct {
 	Tables      map[string]awsdynamodb.Table
 	ApiFunction awslambda.Function
 	Api         awsapigateway.RestApi
+	// TerminateNodeFunction runs one round of one node's terminations (a workflow task).
+	TerminateNodeFunction awslambda.Function
+	// ReconcilerFunction starts workflows that a crash left unstarted (every minute).
+	ReconcilerFunction awslambda.Function
+	// Termination is the STANDARD state machine that terminates a reclaim's VMs, node by node.
+	Termination awsstepfunctions.StateMachine
 
 	assetRoot string
 }
@@ -90,6 +128,26 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	}
 	if props.ThrottleBurst == 0 {
 		props.ThrottleBurst = DefaultThrottleBurst
+	}
+	if props.TerminateConcurrency == 0 {
+		props.TerminateConcurrency = DefaultTerminateConcurrency
+	}
+	if props.TerminateRounds == 0 {
+		props.TerminateRounds = DefaultTerminateRounds
+	}
+	if props.TerminateRetryWait == 0 {
+		props.TerminateRetryWait = DefaultTerminateRetryWait
+		if props.Env == "local" || props.Env == "dev" {
+			props.TerminateRetryWait = DefaultTerminateRetryWaitEphemeral
+		}
+	}
+	for _, p := range []struct {
+		name string
+		v    float64
+	}{{"TerminateConcurrency", props.TerminateConcurrency}, {"TerminateRounds", props.TerminateRounds}, {"TerminateRetryWait", props.TerminateRetryWait}} {
+		if p.v < 1 || p.v != math.Trunc(p.v) || p.v > 3600 {
+			return nil, fmt.Errorf("%s %v: want a whole number from 1 to 3600", p.name, p.v)
+		}
 	}
 	// goFunction reports a missing build by panicking with *missingAssetError.
 	defer func() {
@@ -122,14 +180,56 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	}
 	state, audit := s.Tables[table.State.LogicalID], s.Tables[table.Audit.LogicalID]
 
-	// Functions: one goFunction call each, then its grants.
+	// Functions: one goFunction call each, then its grants. The workflow comes between the
+	// terminate-node function (its task) and the functions that start it.
+	s.TerminateNodeFunction = s.goFunction(goFunctionSpec{Name: "terminate-node", MemoryMB: 256,
+		Timeout: awscdk.Duration_Seconds(jsii.Number(60)),
+		Environment: map[string]*string{
+			"STATE_TABLE": state.TableName(), "AGENT_SECRET": s.agentSecret(), "AGENT_TIMEOUT": jsii.String("5s"),
+		}})
+	// Reads the operation and the node, moves VMs and the operation on with conditional
+	// updates, and puts each VM's outcome item (in a transaction with the operation's count).
+	// No audit access.
+	allow(s.TerminateNodeFunction, "StateTable", state, "dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem", "dynamodb:PutItem")
+
+	s.Termination = s.newTerminationStateMachine(s.TerminateNodeFunction,
+		props.TerminateConcurrency, props.TerminateRounds, props.TerminateRetryWait)
+
 	s.ApiFunction = s.goFunction(goFunctionSpec{Name: "api", Environment: map[string]*string{
 		"STATE_TABLE": state.TableName(), "AUDIT_TABLE": audit.TableName(), "KEY_CACHE_TTL": jsii.String("30s"),
+		"STATE_MACHINE_ARN": s.Termination.StateMachineArn(),
 	}})
 	// TransactWriteItems is authorised per item action (Put/Update/ConditionCheck).
 	allow(s.ApiFunction, "StateTable", state,
 		"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem")
 	allow(s.ApiFunction, "AuditTableAppend", audit, "dynamodb:PutItem")
+	allowStateMachine(s.ApiFunction, "StartTermination", s.Termination, "states:StartExecution")
+
+	s.ReconcilerFunction = s.goFunction(goFunctionSpec{Name: "reconciler",
+		Timeout: awscdk.Duration_Seconds(jsii.Number(60)),
+		Environment: map[string]*string{
+			"STATE_TABLE": state.TableName(), "STATE_MACHINE_ARN": s.Termination.StateMachineArn(),
+			"START_AFTER": jsii.String("30s"), "STUCK_AFTER": jsii.String("15m"),
+		}})
+	// Finds operations by state (byState index), reads a stuck one's outcomes (Query on the
+	// table), and starts workflows; it writes nothing to the table. Metrics go out as
+	// embedded-metric-format log lines, so no cloudwatch:PutMetricData.
+	allowIndex(s.ReconcilerFunction, "StateByStateIndex", state, table.ByStateIndex, "dynamodb:Query")
+	allow(s.ReconcilerFunction, "StateTable", state, "dynamodb:Query")
+	allowStateMachine(s.ReconcilerFunction, "StartTermination", s.Termination, "states:StartExecution")
+
+	// Every minute. The local stack runner creates schedule rules disabled (kumo never fires
+	// them); invoke the reconciler yourself there.
+	awsevents.NewRule(s.Stack, jsii.String("ReconcileSchedule"), &awsevents.RuleProps{
+		RuleName:    jsii.String(name + "-reconcile"),
+		Description: jsii.String("Runs the capacity reconciler every minute (" + env + ")"),
+		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(1))),
+		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(s.ReconcilerFunction, &awseventstargets.LambdaFunctionProps{
+			// The next tick is a minute away: a retried or stale tick only doubles the work.
+			RetryAttempts: jsii.Number(0),
+			MaxEventAge:   awscdk.Duration_Minutes(jsii.Number(1)),
+		})},
+	})
 
 	s.Api = s.newRestApi(s.ApiFunction, props.ThrottleRate, props.ThrottleBurst)
 
@@ -140,6 +240,9 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	output("StateTableName", state.TableName(), "State table")
 	output("AuditTableName", audit.TableName(), "Audit table")
 	output("ApiFunctionName", s.ApiFunction.FunctionName(), "API Lambda function")
+	output("StateMachineArn", s.Termination.StateMachineArn(), "Termination workflow (state machine)")
+	output("TerminateNodeFunctionName", s.TerminateNodeFunction.FunctionName(), "Termination task Lambda function")
+	output("ReconcilerFunctionName", s.ReconcilerFunction.FunctionName(), "Reconciler Lambda function")
 	output("Env", jsii.String(env), "Environment name")
 	return s, nil
 }
@@ -267,12 +370,155 @@ func (s *CapacityStack) goFunction(spec goFunctionSpec) awslambda.Function {
 // explicit statement with id sid. Never use grantReadWriteData & co: they add Scan, DeleteItem,
 // BatchWriteItem...
 func allow(fn awslambda.Function, sid string, t awsdynamodb.ITable, actions ...string) {
+	allowOn(fn, sid, t.TableArn(), actions...)
+}
+
+// allowIndex grants fn these actions on one index of the table only (table/<name>/index/<index>).
+func allowIndex(fn awslambda.Function, sid string, t awsdynamodb.ITable, index string, actions ...string) {
+	allowOn(fn, sid, awscdk.Fn_Join(jsii.String(""), &[]*string{t.TableArn(), jsii.String("/index/" + index)}), actions...)
+}
+
+// allowStateMachine grants fn these actions on the state machine (not on its executions).
+func allowStateMachine(fn awslambda.Function, sid string, sm awsstepfunctions.IStateMachine, actions ...string) {
+	allowOn(fn, sid, sm.StateMachineArn(), actions...)
+}
+
+func allowOn(fn awslambda.Function, sid string, resource *string, actions ...string) {
 	fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Sid:       jsii.String(sid),
 		Effect:    awsiam.Effect_ALLOW,
 		Actions:   jsii.Strings(actions...),
-		Resources: &[]*string{t.TableArn()},
+		Resources: &[]*string{resource},
 	}))
+}
+
+// agentSecret is the shared secret the terminate-node function authenticates to node agents
+// with: a literal in env local, elsewhere a CloudFormation dynamic reference that
+// CloudFormation resolves at deploy time from the Secrets Manager secret
+// capacity/<env>/agent-secret (create it before the first deploy).
+//
+// Hardening: the resolved value ends up in the function's configuration, readable by anyone
+// with lambda:GetFunctionConfiguration. Production should instead pass the secret's name and
+// have the function fetch it at runtime (secretsmanager:GetSecretValue on that secret only,
+// cached), which also lets the secret rotate without a deploy.
+func (s *CapacityStack) agentSecret() *string {
+	if s.Env == "local" {
+		return jsii.String("local-agent-secret")
+	}
+	return jsii.String("{{resolve:secretsmanager:capacity/" + s.Env + "/agent-secret:SecretString}}")
+}
+
+// newTerminationStateMachine builds "capacity-<env>-termination". Its input, written by the
+// API and the reconciler, is {"reclaimId": "rcl_..", "nodes": [{"nodeId": "n1", "vmIds": [..]}]}.
+//
+//	TerminateNodes (Map over $.nodes, at most `concurrency` nodes at once, result discarded)
+//	  TerminateNode (terminate-node, one round)  -> AllTerminated?
+//	  AllTerminated?  $.done == true -> NodeDone (Succeed), else BeforeNextRound
+//	  BeforeNextRound (Wait retryWait s)          -> TerminateNode
+//
+// The function gets the whole state and returns the same shape with vmIds = the VMs still to
+// retry, round = the next round, and done, terminated, alreadyGone, failed. Business failures
+// are data, not errors: the task retries only platform errors (which is also all a Retry can
+// catch on the local emulator, where a function error comes back as normal output). The
+// execution succeeds whatever the VMs' fate: the operation record in DynamoDB says completed
+// or failed.
+func (s *CapacityStack) newTerminationStateMachine(fn awslambda.IFunction, concurrency, rounds, retryWait float64) awsstepfunctions.StateMachine {
+	smName := "capacity-" + s.Env + "-termination"
+	sec := func(n float64) awscdk.Duration { return awscdk.Duration_Seconds(jsii.Number(n)) }
+	// The states' construct ids are their state names, under a scope of their own.
+	c := constructs.NewConstruct(s.Stack, jsii.String("TerminationWorkflow"))
+
+	task := awsstepfunctionstasks.NewLambdaInvoke(c, jsii.String("TerminateNode"), &awsstepfunctionstasks.LambdaInvokeProps{
+		StateName:      jsii.String("TerminateNode"),
+		LambdaFunction: fn,
+		Payload:        awsstepfunctions.TaskInput_FromJsonPathAt(jsii.String("$")),
+		// The function's returned payload (lambda:invoke wraps it in {StatusCode, Payload, ...}).
+		OutputPath: jsii.String("$.Payload"),
+		// Our own Retry below, instead of CDK's default one (which adds Lambda.ClientExecutionTimeoutException).
+		RetryOnServiceExceptions: jsii.Bool(false),
+		// Above the function's 60 s timeout, so that a slow but finished invocation is not cut off.
+		TaskTimeout: awsstepfunctions.Timeout_Duration(sec(90)),
+	})
+	task.AddRetry(&awsstepfunctions.RetryProps{
+		Errors:      jsii.Strings(terminateRetryErrors...),
+		Interval:    sec(1),
+		BackoffRate: jsii.Number(2),
+		MaxAttempts: jsii.Number(4),
+	})
+	// An error the function returns is a fault of its own dependencies (e.g. DynamoDB), never a
+	// business failure; every run is safe to repeat. (The emulator passes function errors on
+	// as output, so this fires only on AWS.)
+	task.AddRetry(&awsstepfunctions.RetryProps{
+		Errors:      jsii.Strings("States.TaskFailed"),
+		Interval:    sec(2),
+		BackoffRate: jsii.Number(2),
+		MaxAttempts: jsii.Number(3),
+	})
+	wait := awsstepfunctions.NewWait(c, jsii.String("BeforeNextRound"), &awsstepfunctions.WaitProps{
+		StateName: jsii.String("BeforeNextRound"),
+		Time:      awsstepfunctions.WaitTime_Duration(sec(retryWait)),
+	})
+	done := awsstepfunctions.NewSucceed(c, jsii.String("NodeDone"), &awsstepfunctions.SucceedProps{StateName: jsii.String("NodeDone")})
+	choice := awsstepfunctions.NewChoice(c, jsii.String("AllTerminated"), &awsstepfunctions.ChoiceProps{StateName: jsii.String("AllTerminated?")}).
+		When(awsstepfunctions.Condition_BooleanEquals(jsii.String("$.done"), jsii.Bool(true)), done, nil).
+		Otherwise(wait.Next(task))
+	task.Next(choice)
+
+	nodes := awsstepfunctions.NewMap(c, jsii.String("TerminateNodes"), &awsstepfunctions.MapProps{
+		StateName:      jsii.String("TerminateNodes"),
+		ItemsPath:      jsii.String("$.nodes"),
+		MaxConcurrency: jsii.Number(concurrency),
+		ItemSelector:   s.terminationItemSelector(rounds),
+		// Per-node reports (up to 64 VMs each) would only grow towards the 256 KB payload limit.
+		ResultPath: awsstepfunctions.JsonPath_DISCARD(),
+	})
+	nodes.ItemProcessor(task, nil)
+
+	retention := awslogs.RetentionDays_THREE_MONTHS
+	if s.Ephemeral {
+		retention = awslogs.RetentionDays_ONE_WEEK
+	}
+	logs := awslogs.NewLogGroup(c, jsii.String("LogGroup"), &awslogs.LogGroupProps{
+		LogGroupName:  jsii.String("/aws/vendedlogs/states/" + smName),
+		Retention:     retention,
+		RemovalPolicy: s.removalPolicy(),
+	})
+	return awsstepfunctions.NewStateMachine(c, jsii.String("StateMachine"), &awsstepfunctions.StateMachineProps{
+		StateMachineName: jsii.String(smName),
+		StateMachineType: awsstepfunctions.StateMachineType_STANDARD,
+		Comment:          jsii.String("Terminates the spot VMs of a reclaim operation, node by node"),
+		DefinitionBody:   awsstepfunctions.DefinitionBody_FromChainable(nodes),
+		// Rounds x (task timeout + wait) is well under this.
+		Timeout: awscdk.Duration_Hours(jsii.Number(1)),
+		Logs: &awsstepfunctions.LogOptions{
+			Destination:          logs,
+			Level:                awsstepfunctions.LogLevel_ERROR,
+			IncludeExecutionData: jsii.Bool(true),
+		},
+		TracingEnabled: jsii.Bool(false),
+		RemovalPolicy:  s.removalPolicy(),
+	})
+}
+
+// terminationItemSelector builds a node's first task from the Map item and the execution:
+// {reclaimId, nodeId, vmIds, executionArn, round: 0, maxRounds}.
+//
+// executionArn is $$.Execution.Id, except in env local: the offline emulator only knows
+// $$.Map.Item.* (and fails the Map on $$.Execution.Id), so there it is LocalExecutionArn. The
+// definitions of the two otherwise do not differ.
+func (s *CapacityStack) terminationItemSelector(rounds float64) *map[string]any {
+	executionArn := awsstepfunctions.JsonPath_ExecutionId()
+	if s.Env == "local" {
+		executionArn = jsii.String(LocalExecutionArn)
+	}
+	return &map[string]any{
+		"reclaimId":    awsstepfunctions.JsonPath_StringAt(jsii.String("$.reclaimId")),
+		"nodeId":       awsstepfunctions.JsonPath_StringAt(jsii.String("$$.Map.Item.Value.nodeId")),
+		"vmIds":        awsstepfunctions.JsonPath_ListAt(jsii.String("$$.Map.Item.Value.vmIds")),
+		"executionArn": executionArn,
+		"round":        float64(0),
+		"maxRounds":    rounds,
+	}
 }
 
 // newRestApi creates the REST API with a stage named after the env and every apiRoutes

@@ -6,6 +6,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -21,7 +22,7 @@ import (
 	"github.com/openrelay/capacity/shared/table"
 )
 
-// testAssetRoot holds a dummy api/bootstrap so that synth does not need `make lambdas`.
+// testAssetRoot holds a dummy <fn>/bootstrap per function so that synth does not need `make lambdas`.
 var testAssetRoot string
 
 func TestMain(m *testing.M) {
@@ -32,7 +33,7 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		for _, fn := range []string{"api"} {
+		for _, fn := range []string{"api", "terminate-node", "reconciler"} {
 			if err := os.MkdirAll(filepath.Join(dir, fn), 0o755); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
@@ -287,11 +288,12 @@ func TestApiFunction(t *testing.T) {
 				t.Errorf("Code %s: want an asset", toJSON(code))
 			}
 			wantEnv := map[string]any{
-				"STATE_TABLE":   ref(tableID(t, tp, table.State, tc.env)),
-				"AUDIT_TABLE":   ref(tableID(t, tp, table.Audit, tc.env)),
-				"APP_ENV":       tc.env,
-				"LOG_LEVEL":     "info",
-				"KEY_CACHE_TTL": "30s",
+				"STATE_TABLE":       ref(tableID(t, tp, table.State, tc.env)),
+				"AUDIT_TABLE":       ref(tableID(t, tp, table.Audit, tc.env)),
+				"APP_ENV":           tc.env,
+				"LOG_LEVEL":         "info",
+				"KEY_CACHE_TTL":     "30s",
+				"STATE_MACHINE_ARN": ref(stateMachineID(t, tp, tc.env)),
 			}
 			gotEnv := p["Environment"].(map[string]any)["Variables"]
 			if !reflect.DeepEqual(gotEnv, wantEnv) {
@@ -312,87 +314,165 @@ func TestApiFunction(t *testing.T) {
 	}
 }
 
-// TestApiFunctionPermissions: the API role may do exactly the listed DynamoDB actions on exactly
-// the two table ARNs, write its own log group, and nothing else.
-func TestApiFunctionPermissions(t *testing.T) {
+// roleOf returns the logical id of the role a resource (function, state machine) runs as.
+func roleOf(t *testing.T, r map[string]any, prop string) string {
+	t.Helper()
+	att, ok := props(r)[prop].(map[string]any)["Fn::GetAtt"].([]any)
+	if !ok {
+		t.Fatalf("%s %s: want Fn::GetAtt of a role in the stack", prop, toJSON(props(r)[prop]))
+	}
+	return att[0].(string)
+}
+
+// rolePermissions returns what a role of the stack may do: resource (as JSON) -> sorted
+// actions, over its inline policies and every AWS::IAM::Policy attached to it. It fails on
+// managed policies, on statements other than plain Allow, on wildcard actions, and on wildcard
+// resources except for the actions in starOK.
+func rolePermissions(t *testing.T, tp tmpl, roleID, service string, starOK ...string) map[string][]string {
+	t.Helper()
+	role := tp.resources("AWS::IAM::Role")[roleID]
+	if role == nil {
+		t.Fatalf("role %s not in template", roleID)
+	}
+	rp := props(role)
+	if rp["ManagedPolicyArns"] != nil {
+		t.Errorf("role has managed policies %s", toJSON(rp["ManagedPolicyArns"]))
+	}
+	if trust := toJSON(rp["AssumeRolePolicyDocument"]); !strings.Contains(trust, `"Service":"`+service+`"`) {
+		t.Errorf("trust policy %s, want service %s", trust, service)
+	}
+
+	var stmts []map[string]any
+	for _, pol := range asList(rp["Policies"]) {
+		if pol == nil {
+			continue
+		}
+		for _, s := range asList(pol.(map[string]any)["PolicyDocument"].(map[string]any)["Statement"]) {
+			stmts = append(stmts, s.(map[string]any))
+		}
+	}
+	attached := func(r map[string]any) bool {
+		return slices.ContainsFunc(asList(props(r)["Roles"]), func(r any) bool { return reflect.DeepEqual(r, ref(roleID)) })
+	}
+	for _, pol := range tp.resources("AWS::IAM::Policy") {
+		if !attached(pol) {
+			continue
+		}
+		for _, s := range asList(props(pol)["PolicyDocument"].(map[string]any)["Statement"]) {
+			stmts = append(stmts, s.(map[string]any))
+		}
+	}
+	for _, mp := range tp.resources("AWS::IAM::ManagedPolicy") {
+		if attached(mp) {
+			t.Errorf("managed policy attached to the role: %s", toJSON(mp))
+		}
+	}
+
+	got := map[string][]string{}
+	for _, s := range stmts {
+		if s["Effect"] != "Allow" || s["Condition"] != nil || s["NotAction"] != nil || s["NotResource"] != nil {
+			t.Errorf("unexpected statement shape %s", toJSON(s))
+		}
+		for _, res := range asList(s["Resource"]) {
+			for _, a := range asList(s["Action"]) {
+				a := a.(string)
+				if strings.Contains(a, "*") {
+					t.Errorf("wildcard action %s", a)
+				}
+				// A resource ending in ":*" after a function ARN is its versions and aliases.
+				if r := toJSON(res); strings.Contains(strings.TrimSuffix(r, `":*"]]}`), `*`) && !slices.Contains(starOK, a) {
+					t.Errorf("wildcard resource %s for %s", r, a)
+				}
+				got[toJSON(res)] = append(got[toJSON(res)], a)
+			}
+		}
+	}
+	for k := range got {
+		sort.Strings(got[k])
+	}
+	return got
+}
+
+func functionByName(t *testing.T, tp tmpl, env, name string) (string, map[string]any) {
+	t.Helper()
+	return tp.one(t, "AWS::Lambda::Function", "FunctionName", "capacity-"+env+"-"+name)
+}
+
+func stateMachineID(t *testing.T, tp tmpl, env string) string {
+	t.Helper()
+	id, _ := tp.one(t, "AWS::StepFunctions::StateMachine", "StateMachineName", "capacity-"+env+"-termination")
+	return id
+}
+
+func logGroupID(t *testing.T, tp tmpl, name string) string {
+	t.Helper()
+	id, _ := tp.one(t, "AWS::Logs::LogGroup", "LogGroupName", name)
+	return id
+}
+
+// TestRolePermissions: every role may do exactly the listed actions on exactly the listed
+// resources, and nothing else; adding an action or a resource fails the test.
+func TestRolePermissions(t *testing.T) {
 	for _, env := range []string{"local", "prod"} {
 		t.Run(env, func(t *testing.T) {
 			tp := synth(t, env)
-			_, fn := apiFunction(t, tp, env)
-			roleAtt, ok := props(fn)["Role"].(map[string]any)["Fn::GetAtt"].([]any)
-			if !ok {
-				t.Fatalf("function Role %s: want Fn::GetAtt of a role in the stack", toJSON(props(fn)["Role"]))
+			stateArn := toJSON(getAtt(tableID(t, tp, table.State, env), "Arn"))
+			auditArn := toJSON(getAtt(tableID(t, tp, table.Audit, env), "Arn"))
+			smArn := toJSON(ref(stateMachineID(t, tp, env)))
+			ownLogs := func(fn string) string {
+				return toJSON(getAtt(logGroupID(t, tp, "/aws/lambda/capacity-"+env+"-"+fn), "Arn"))
 			}
-			roleID := roleAtt[0].(string)
-			role := tp.resources("AWS::IAM::Role")[roleID]
-			if role == nil {
-				t.Fatalf("role %s not in template", roleID)
-			}
-			rp := props(role)
-			if rp["ManagedPolicyArns"] != nil {
-				t.Errorf("role has managed policies %s", toJSON(rp["ManagedPolicyArns"]))
-			}
-			if trust := toJSON(rp["AssumeRolePolicyDocument"]); !strings.Contains(trust, `"Service":"lambda.amazonaws.com"`) {
-				t.Errorf("trust policy %s", trust)
+			logWrite := []string{"logs:CreateLogStream", "logs:PutLogEvents"}
+
+			for _, tc := range []struct {
+				fn   string
+				want map[string][]string
+			}{
+				{"api", map[string][]string{
+					stateArn:       {"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
+					auditArn:       {"dynamodb:PutItem"},
+					smArn:          {"states:StartExecution"},
+					ownLogs("api"): logWrite,
+				}},
+				{"terminate-node", map[string][]string{
+					stateArn:                  {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
+					ownLogs("terminate-node"): logWrite,
+				}},
+				{"reconciler", map[string][]string{
+					toJSON(map[string]any{"Fn::Join": []any{"", []any{getAtt(tableID(t, tp, table.State, env), "Arn"), "/index/byState"}}}): {"dynamodb:Query"},
+					stateArn:              {"dynamodb:Query"},
+					smArn:                 {"states:StartExecution"},
+					ownLogs("reconciler"): logWrite,
+				}},
+			} {
+				t.Run(tc.fn, func(t *testing.T) {
+					_, fn := functionByName(t, tp, env, tc.fn)
+					got := rolePermissions(t, tp, roleOf(t, fn, "Role"), "lambda.amazonaws.com")
+					if !reflect.DeepEqual(got, tc.want) {
+						t.Errorf("role permissions\n got %v\nwant %v", got, tc.want)
+					}
+				})
 			}
 
-			// Every statement that applies to the role: inline policies and attached AWS::IAM::Policy.
-			var stmts []map[string]any
-			for _, pol := range asList(rp["Policies"]) {
-				if pol == nil {
-					continue
+			t.Run("state-machine", func(t *testing.T) {
+				_, sm := tp.one(t, "AWS::StepFunctions::StateMachine", "StateMachineName", "capacity-"+env+"-termination")
+				fnID, _ := functionByName(t, tp, env, "terminate-node")
+				// Log delivery to CloudWatch Logs has no resource-level permissions: AWS
+				// requires "*" for these (and CDK adds exactly them when logging is on).
+				logDelivery := []string{
+					"logs:CreateLogDelivery", "logs:DeleteLogDelivery", "logs:DescribeLogGroups", "logs:DescribeResourcePolicies",
+					"logs:GetLogDelivery", "logs:ListLogDeliveries", "logs:PutResourcePolicy", "logs:UpdateLogDelivery",
 				}
-				for _, s := range asList(pol.(map[string]any)["PolicyDocument"].(map[string]any)["Statement"]) {
-					stmts = append(stmts, s.(map[string]any))
+				got := rolePermissions(t, tp, roleOf(t, sm, "RoleArn"), "states.amazonaws.com", logDelivery...)
+				want := map[string][]string{
+					toJSON(getAtt(fnID, "Arn")): {"lambda:InvokeFunction"},
+					toJSON(map[string]any{"Fn::Join": []any{"", []any{getAtt(fnID, "Arn"), ":*"}}}): {"lambda:InvokeFunction"},
+					`"*"`: logDelivery,
 				}
-			}
-			for _, pol := range tp.resources("AWS::IAM::Policy") {
-				if !slices.ContainsFunc(asList(props(pol)["Roles"]), func(r any) bool { return reflect.DeepEqual(r, ref(roleID)) }) {
-					continue
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("state machine role permissions\n got %v\nwant %v", got, want)
 				}
-				for _, s := range asList(props(pol)["PolicyDocument"].(map[string]any)["Statement"]) {
-					stmts = append(stmts, s.(map[string]any))
-				}
-			}
-			for _, mp := range tp.resources("AWS::IAM::ManagedPolicy") {
-				if slices.ContainsFunc(asList(props(mp)["Roles"]), func(r any) bool { return reflect.DeepEqual(r, ref(roleID)) }) {
-					t.Errorf("managed policy attached to the role: %s", toJSON(mp))
-				}
-			}
-
-			// resource (as JSON) -> sorted actions
-			got := map[string][]string{}
-			for _, s := range stmts {
-				if s["Effect"] != "Allow" || s["Condition"] != nil || s["NotAction"] != nil || s["NotResource"] != nil {
-					t.Errorf("unexpected statement shape %s", toJSON(s))
-				}
-				for _, res := range asList(s["Resource"]) {
-					if strings.Contains(toJSON(res), `*`) {
-						t.Errorf("wildcard resource %s", toJSON(res))
-					}
-					for _, a := range asList(s["Action"]) {
-						a := a.(string)
-						if strings.Contains(a, "*") {
-							t.Errorf("wildcard action %s", a)
-						}
-						got[toJSON(res)] = append(got[toJSON(res)], a)
-					}
-				}
-			}
-			for k := range got {
-				sort.Strings(got[k])
-			}
-			lgID, _ := tp.one(t, "AWS::Logs::LogGroup", "LogGroupName", "/aws/lambda/capacity-"+env+"-api")
-			want := map[string][]string{
-				toJSON(getAtt(tableID(t, tp, table.State, env), "Arn")): {
-					"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem",
-				},
-				toJSON(getAtt(tableID(t, tp, table.Audit, env), "Arn")): {"dynamodb:PutItem"},
-				toJSON(getAtt(lgID, "Arn")):                             {"logs:CreateLogStream", "logs:PutLogEvents"},
-			}
-			if !reflect.DeepEqual(got, want) {
-				t.Errorf("role permissions\n got %v\nwant %v", got, want)
-			}
+			})
 		})
 	}
 }
@@ -455,8 +535,17 @@ func TestRoutes(t *testing.T) {
 				t.Errorf("%d authorisers, want none", n)
 			}
 			// API Gateway may invoke the function for each route.
-			if n := len(tp.resources("AWS::Lambda::Permission")); n != len(want) {
-				t.Errorf("%d lambda permissions, want %d", n, len(want))
+			var apiPerms int
+			for _, perm := range tp.resources("AWS::Lambda::Permission") {
+				if props(perm)["Principal"] == "apigateway.amazonaws.com" {
+					apiPerms++
+					if !reflect.DeepEqual(props(perm)["FunctionName"], getAtt(fnID, "Arn")) {
+						t.Errorf("API Gateway may invoke %s", toJSON(props(perm)["FunctionName"]))
+					}
+				}
+			}
+			if apiPerms != len(want) {
+				t.Errorf("%d API Gateway lambda permissions, want %d", apiPerms, len(want))
 			}
 
 			_, stage := tp.one(t, "AWS::ApiGateway::Stage", "StageName", env)
@@ -497,16 +586,23 @@ func TestOutputs(t *testing.T) {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	if want := []string{"ApiFunctionName", "ApiUrl", "AuditTableName", "Env", "StateTableName"}; !reflect.DeepEqual(keys, want) {
+	if want := []string{
+		"ApiFunctionName", "ApiUrl", "AuditTableName", "Env", "ReconcilerFunctionName", "StateMachineArn", "StateTableName", "TerminateNodeFunctionName",
+	}; !reflect.DeepEqual(keys, want) {
 		t.Errorf("outputs %v, want %v", keys, want)
 	}
 	value := func(k string) any { return outs[k].(map[string]any)["Value"] }
 	fnID, _ := apiFunction(t, tp, "local")
+	terminateID, _ := functionByName(t, tp, "local", "terminate-node")
+	reconcilerID, _ := functionByName(t, tp, "local", "reconciler")
 	for k, want := range map[string]any{
-		"StateTableName":  ref(tableID(t, tp, table.State, "local")),
-		"AuditTableName":  ref(tableID(t, tp, table.Audit, "local")),
-		"ApiFunctionName": ref(fnID),
-		"Env":             "local",
+		"StateTableName":            ref(tableID(t, tp, table.State, "local")),
+		"AuditTableName":            ref(tableID(t, tp, table.Audit, "local")),
+		"ApiFunctionName":           ref(fnID),
+		"StateMachineArn":           ref(stateMachineID(t, tp, "local")),
+		"TerminateNodeFunctionName": ref(terminateID),
+		"ReconcilerFunctionName":    ref(reconcilerID),
+		"Env":                       "local",
 	} {
 		if !reflect.DeepEqual(value(k), want) {
 			t.Errorf("output %s = %s, want %s", k, toJSON(value(k)), toJSON(want))
@@ -565,5 +661,308 @@ func TestConstructID(t *testing.T) {
 		if got := constructID(in); got != want {
 			t.Errorf("constructID(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// flatten renders a template value that holds a string (possibly an Fn::Join of strings and
+// tokens) as one string, each token as a placeholder: ${AWS::Partition}, ${Id.Arn}, ${Id}.
+func flatten(t *testing.T, v any) string {
+	t.Helper()
+	switch v := v.(type) {
+	case string:
+		return v
+	case map[string]any:
+		if r, ok := v["Ref"].(string); ok && len(v) == 1 {
+			return "${" + r + "}"
+		}
+		if a, ok := v["Fn::GetAtt"].([]any); ok && len(v) == 1 {
+			return "${" + a[0].(string) + "." + a[1].(string) + "}"
+		}
+		if j, ok := v["Fn::Join"].([]any); ok && len(v) == 1 {
+			var parts []string
+			for _, p := range j[1].([]any) {
+				parts = append(parts, flatten(t, p))
+			}
+			return strings.Join(parts, j[0].(string))
+		}
+	}
+	t.Fatalf("cannot flatten %s", toJSON(v))
+	return ""
+}
+
+// definition returns the state machine's ASL document, decoded.
+func definition(t *testing.T, tp tmpl, env string) map[string]any {
+	t.Helper()
+	_, sm := tp.one(t, "AWS::StepFunctions::StateMachine", "StateMachineName", "capacity-"+env+"-termination")
+	if props(sm)["Definition"] != nil || props(sm)["DefinitionS3Location"] != nil || props(sm)["DefinitionSubstitutions"] != nil {
+		t.Fatalf("want the definition in DefinitionString only: %s", toJSON(props(sm)))
+	}
+	var def map[string]any
+	if err := json.Unmarshal([]byte(flatten(t, props(sm)["DefinitionString"])), &def); err != nil {
+		t.Fatalf("definition is not JSON: %v", err)
+	}
+	return def
+}
+
+// keysOf returns a JSON object's keys, sorted.
+func keysOf(m any) []string {
+	obj, _ := m.(map[string]any)
+	return slices.Sorted(maps.Keys(obj))
+}
+
+func TestTerminationStateMachine(t *testing.T) {
+	for _, tc := range []struct {
+		env          string
+		wait         float64
+		executionArn [2]string // ItemSelector key and value
+		retention    float64
+		deletion     string
+	}{
+		{"local", 2, [2]string{"executionArn", LocalExecutionArn}, 7, "Delete"},
+		{"dev", 2, [2]string{"executionArn.$", "$$.Execution.Id"}, 7, "Delete"},
+		{"prod", 10, [2]string{"executionArn.$", "$$.Execution.Id"}, 90, "Retain"},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			tp := synth(t, tc.env)
+			smID := stateMachineID(t, tp, tc.env)
+			sm := tp.resources("AWS::StepFunctions::StateMachine")[smID]
+			p := props(sm)
+			if p["StateMachineType"] != "STANDARD" {
+				t.Errorf("StateMachineType %v, want STANDARD", p["StateMachineType"])
+			}
+			if n := len(tp.resources("AWS::StepFunctions::StateMachine")); n != 1 {
+				t.Errorf("%d state machines, want 1", n)
+			}
+			lgID := logGroupID(t, tp, "/aws/vendedlogs/states/capacity-"+tc.env+"-termination")
+			wantLogging := map[string]any{
+				"Destinations":         []any{map[string]any{"CloudWatchLogsLogGroup": map[string]any{"LogGroupArn": getAtt(lgID, "Arn")}}},
+				"IncludeExecutionData": true,
+				"Level":                "ERROR",
+			}
+			if !reflect.DeepEqual(p["LoggingConfiguration"], wantLogging) {
+				t.Errorf("LoggingConfiguration %s, want %s", toJSON(p["LoggingConfiguration"]), toJSON(wantLogging))
+			}
+			lg := tp.resources("AWS::Logs::LogGroup")[lgID]
+			if props(lg)["RetentionInDays"] != tc.retention || lg["DeletionPolicy"] != tc.deletion {
+				t.Errorf("workflow log group retention %v deletion %v, want %v %s", props(lg)["RetentionInDays"], lg["DeletionPolicy"], tc.retention, tc.deletion)
+			}
+
+			def := definition(t, tp, tc.env)
+			if def["StartAt"] != "TerminateNodes" || def["TimeoutSeconds"] != float64(3600) {
+				t.Errorf("StartAt %v TimeoutSeconds %v, want TerminateNodes 3600", def["StartAt"], def["TimeoutSeconds"])
+			}
+			states := def["States"].(map[string]any)
+			if got := keysOf(states); !reflect.DeepEqual(got, []string{"TerminateNodes"}) {
+				t.Fatalf("top-level states %v", got)
+			}
+
+			m := states["TerminateNodes"].(map[string]any)
+			if m["Type"] != "Map" || m["ItemsPath"] != "$.nodes" || m["MaxConcurrency"] != float64(DefaultTerminateConcurrency) || m["End"] != true {
+				t.Errorf("map %s", toJSON(m))
+			}
+			// The per-node results are discarded: ResultPath present and null.
+			if rp, ok := m["ResultPath"]; !ok || rp != nil {
+				t.Errorf("map ResultPath %s (present %v), want null", toJSON(rp), ok)
+			}
+			if m["Parameters"] != nil || m["ResultSelector"] != nil || m["OutputPath"] != nil || m["Retry"] != nil || m["Catch"] != nil {
+				t.Errorf("map has extra fields: %v", keysOf(m))
+			}
+			wantSelector := map[string]any{
+				"reclaimId.$":      "$.reclaimId",
+				"nodeId.$":         "$$.Map.Item.Value.nodeId",
+				"vmIds.$":          "$$.Map.Item.Value.vmIds",
+				tc.executionArn[0]: tc.executionArn[1],
+				"round":            float64(0),
+				"maxRounds":        float64(DefaultTerminateRounds),
+			}
+			if !reflect.DeepEqual(m["ItemSelector"], wantSelector) {
+				t.Errorf("ItemSelector %s, want %s", toJSON(m["ItemSelector"]), toJSON(wantSelector))
+			}
+
+			proc := m["ItemProcessor"].(map[string]any)
+			if proc["StartAt"] != "TerminateNode" || toJSON(proc["ProcessorConfig"]) != `{"Mode":"INLINE"}` {
+				t.Errorf("ItemProcessor StartAt %v ProcessorConfig %s", proc["StartAt"], toJSON(proc["ProcessorConfig"]))
+			}
+			inner := proc["States"].(map[string]any)
+			if got := keysOf(inner); !reflect.DeepEqual(got, []string{"AllTerminated?", "BeforeNextRound", "NodeDone", "TerminateNode"}) {
+				t.Fatalf("item states %v", got)
+			}
+
+			fnID, _ := functionByName(t, tp, tc.env, "terminate-node")
+			wantTask := map[string]any{
+				"Type":     "Task",
+				"Resource": "arn:${AWS::Partition}:states:::lambda:invoke",
+				"Parameters": map[string]any{
+					"FunctionName": "${" + fnID + ".Arn}",
+					"Payload.$":    "$", // the whole state
+				},
+				"OutputPath":     "$.Payload", // the function's own result
+				"TimeoutSeconds": float64(90),
+				"Retry": []any{map[string]any{
+					"ErrorEquals": []any{
+						"Lambda.ServiceException", "Lambda.AWSLambdaException", "Lambda.SdkClientException",
+						"Lambda.TooManyRequestsException", "States.Timeout",
+					},
+					"IntervalSeconds": float64(1),
+					"BackoffRate":     float64(2),
+					"MaxAttempts":     float64(4),
+				}, map[string]any{
+					"ErrorEquals":     []any{"States.TaskFailed"},
+					"IntervalSeconds": float64(2),
+					"BackoffRate":     float64(2),
+					"MaxAttempts":     float64(3),
+				}},
+				"Next": "AllTerminated?",
+			}
+			// Exactly this: no Catch, no ResultPath/ResultSelector, no other retrier.
+			if !reflect.DeepEqual(inner["TerminateNode"], wantTask) {
+				t.Errorf("TerminateNode\n got %s\nwant %s", toJSON(inner["TerminateNode"]), toJSON(wantTask))
+			}
+			wantChoice := map[string]any{
+				"Type":    "Choice",
+				"Choices": []any{map[string]any{"Variable": "$.done", "BooleanEquals": true, "Next": "NodeDone"}},
+				"Default": "BeforeNextRound",
+			}
+			if !reflect.DeepEqual(inner["AllTerminated?"], wantChoice) {
+				t.Errorf("AllTerminated?\n got %s\nwant %s", toJSON(inner["AllTerminated?"]), toJSON(wantChoice))
+			}
+			wantWait := map[string]any{"Type": "Wait", "Seconds": tc.wait, "Next": "TerminateNode"}
+			if !reflect.DeepEqual(inner["BeforeNextRound"], wantWait) {
+				t.Errorf("BeforeNextRound %s, want %s", toJSON(inner["BeforeNextRound"]), toJSON(wantWait))
+			}
+			if !reflect.DeepEqual(inner["NodeDone"], map[string]any{"Type": "Succeed"}) {
+				t.Errorf("NodeDone %s", toJSON(inner["NodeDone"]))
+			}
+		})
+	}
+}
+
+func TestTerminationIsConfigurable(t *testing.T) {
+	ctx := cdkJSONContext(t)
+	app := awscdk.NewApp(&awscdk.AppProps{Context: &ctx})
+	s, err := NewCapacityStack(app, CapacityStackProps{
+		Env: "prod", AssetRoot: testAssetRoot, TerminateConcurrency: 16, TerminateRounds: 3, TerminateRetryWait: 7,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := tmpl(*assertions.Template_FromStack(s.Stack, nil).ToJSON())
+	m := definition(t, tp, "prod")["States"].(map[string]any)["TerminateNodes"].(map[string]any)
+	if m["MaxConcurrency"] != float64(16) || m["ItemSelector"].(map[string]any)["maxRounds"] != float64(3) {
+		t.Errorf("MaxConcurrency %v maxRounds %v, want 16 and 3", m["MaxConcurrency"], m["ItemSelector"].(map[string]any)["maxRounds"])
+	}
+	wait := m["ItemProcessor"].(map[string]any)["States"].(map[string]any)["BeforeNextRound"].(map[string]any)
+	if wait["Seconds"] != float64(7) {
+		t.Errorf("Wait Seconds %v, want 7", wait["Seconds"])
+	}
+
+	for _, bad := range []CapacityStackProps{
+		{TerminateConcurrency: 2.5}, {TerminateConcurrency: -1}, {TerminateRounds: 0.5}, {TerminateRetryWait: 1.5}, {TerminateRetryWait: 4000},
+	} {
+		bad.Env, bad.AssetRoot = "prod", testAssetRoot
+		app := awscdk.NewApp(nil)
+		if s, err := NewCapacityStack(app, bad); err == nil || s != nil {
+			t.Errorf("NewCapacityStack(%+v): want an error", bad)
+		}
+		if n := len(*app.Node().Children()); n != 0 {
+			t.Errorf("NewCapacityStack(%+v) left %d constructs in the app", bad, n)
+		}
+	}
+}
+
+func TestWorkerFunctions(t *testing.T) {
+	for _, env := range []string{"local", "dev", "prod"} {
+		t.Run(env, func(t *testing.T) {
+			tp := synth(t, env)
+			if n := len(tp.resources("AWS::Lambda::Function")); n != 3 {
+				t.Errorf("%d functions, want 3", n)
+			}
+			agentSecret := "{{resolve:secretsmanager:capacity/" + env + "/agent-secret:SecretString}}"
+			if env == "local" {
+				agentSecret = "local-agent-secret"
+			}
+			state := ref(tableID(t, tp, table.State, env))
+			for _, tc := range []struct {
+				fn      string
+				timeout float64
+				env     map[string]any
+			}{
+				{"terminate-node", 60, map[string]any{
+					"STATE_TABLE": state, "AGENT_SECRET": agentSecret, "AGENT_TIMEOUT": "5s",
+				}},
+				{"reconciler", 60, map[string]any{
+					"STATE_TABLE": state, "STATE_MACHINE_ARN": ref(stateMachineID(t, tp, env)),
+					"START_AFTER": "30s", "STUCK_AFTER": "15m",
+				}},
+			} {
+				t.Run(tc.fn, func(t *testing.T) {
+					_, r := functionByName(t, tp, env, tc.fn)
+					p := props(r)
+					for k, want := range map[string]any{
+						"Runtime":       "provided.al2023",
+						"Handler":       "bootstrap",
+						"Architectures": []any{"arm64"},
+						"MemorySize":    float64(256),
+						"Timeout":       tc.timeout,
+					} {
+						if !reflect.DeepEqual(p[k], want) {
+							t.Errorf("%s = %s, want %s", k, toJSON(p[k]), toJSON(want))
+						}
+					}
+					if md, _ := r["Metadata"].(map[string]any); md["capacity:function"] != tc.fn {
+						t.Errorf("metadata capacity:function = %v, want %s", md["capacity:function"], tc.fn)
+					}
+					tc.env["APP_ENV"], tc.env["LOG_LEVEL"] = env, "info"
+					if got := p["Environment"].(map[string]any)["Variables"]; !reflect.DeepEqual(got, tc.env) {
+						t.Errorf("Environment\n got %s\nwant %s", toJSON(got), toJSON(tc.env))
+					}
+					lgID := logGroupID(t, tp, "/aws/lambda/capacity-"+env+"-"+tc.fn)
+					if got := toJSON(p["LoggingConfig"]); got != toJSON(map[string]any{"LogGroup": ref(lgID)}) {
+						t.Errorf("LoggingConfig %s, want log group %s", got, lgID)
+					}
+				})
+			}
+		})
+	}
+}
+
+func TestReconcileSchedule(t *testing.T) {
+	for _, env := range []string{"local", "prod"} {
+		t.Run(env, func(t *testing.T) {
+			tp := synth(t, env)
+			fnID, _ := functionByName(t, tp, env, "reconciler")
+			rules := tp.resources("AWS::Events::Rule")
+			if len(rules) != 1 {
+				t.Fatalf("%d rules, want 1", len(rules))
+			}
+			ruleID, rule := tp.one(t, "AWS::Events::Rule", "Name", "capacity-"+env+"-reconcile")
+			p := props(rule)
+			if p["ScheduleExpression"] != "rate(1 minute)" || p["State"] != "ENABLED" || p["EventPattern"] != nil || p["EventBusName"] != nil {
+				t.Errorf("rule %s", toJSON(p))
+			}
+			wantTargets := []any{map[string]any{
+				"Arn":         getAtt(fnID, "Arn"),
+				"Id":          "Target0",
+				"RetryPolicy": map[string]any{"MaximumEventAgeInSeconds": float64(60), "MaximumRetryAttempts": float64(0)},
+			}}
+			if !reflect.DeepEqual(p["Targets"], wantTargets) {
+				t.Errorf("Targets %s, want %s", toJSON(p["Targets"]), toJSON(wantTargets))
+			}
+			var found int
+			for _, perm := range tp.resources("AWS::Lambda::Permission") {
+				pp := props(perm)
+				if pp["Principal"] != "events.amazonaws.com" {
+					continue
+				}
+				found++
+				if !reflect.DeepEqual(pp["FunctionName"], getAtt(fnID, "Arn")) || !reflect.DeepEqual(pp["SourceArn"], getAtt(ruleID, "Arn")) ||
+					pp["Action"] != "lambda:InvokeFunction" {
+					t.Errorf("EventBridge permission %s", toJSON(pp))
+				}
+			}
+			if found != 1 {
+				t.Errorf("%d EventBridge lambda permissions, want 1", found)
+			}
+		})
 	}
 }

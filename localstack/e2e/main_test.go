@@ -90,7 +90,8 @@ func stackOutputs(agentSecret []byte) (map[string]string, func(), error) {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	st, err := stack.Start(context.Background(), stack.Options{
 		TemplatePath: template, RepoRoot: root, Processes: 4, Logger: logger,
-		ExtraEnv: map[string]string{"AGENT_SECRET": string(agentSecret)},
+		// START_AFTER: the reconciler may start a pending operation after 1 s, not 30 s.
+		ExtraEnv: map[string]string{"AGENT_SECRET": string(agentSecret), "START_AFTER": "1s"},
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("start local stack: %w", err)

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/dynamo"
@@ -155,6 +156,7 @@ func TestIdempotencyKeyThroughTheAPI(t *testing.T) {
 	if first.Status != 200 {
 		t.Fatalf("first: %d %s", first.Status, first.Body)
 	}
+	awaitOperation(t, node, first.json(t)["reclaimId"].(string), 30*time.Second) // its workflow writes too
 	state := partition(t, node)
 	second := call(t, "POST", reclaimPath(node), keyOwner, body, "Idempotency-Key", "e2e-key-1")
 	if second.Status != 200 || string(second.Body) != string(first.Body) || second.Header.Get("Idempotent-Replayed") != "true" {

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -111,7 +112,9 @@ func TestReclaimTerminatesTheVictims(t *testing.T) {
 		t.Fatalf("operation: %v", op)
 	}
 	assertTerminatedOnce(t, node, "vm-spot-1", "vm-spot-2")
-	arn, _ := op["executionArn"].(string)
+	// The execution is named by the reclaim id. (Its ARN on the operation is a placeholder on
+	// the emulator, which cannot pass $$.Execution.Id into a Map.)
+	arn := strings.Replace(outputs["StateMachineArn"], ":stateMachine:", ":execution:", 1) + ":" + id
 	exec, err := sfnClient().DescribeExecution(context.Background(), &sfn.DescribeExecutionInput{ExecutionArn: aws.String(arn)})
 	if err != nil {
 		t.Fatalf("describe execution %q: %v", arn, err)
