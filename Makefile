@@ -71,7 +71,8 @@ test: ## every test: unit, store, fuzz (short), CDK assertions, end to end on th
 .PHONY: bench
 bench: ## latency and size figures (see README "Numbers")
 	@$(MAKE) --no-print-directory synth ENV=local
-	go test -count=1 -run '^$$' -bench . -benchtime 200x ./localstack/e2e ./functions/api
+	go test -count=1 -run '^$$' -bench 'Reclaim|Bootstrap' -benchtime 200x ./localstack/e2e
+	go test -count=1 -run '^$$' -bench Termination -benchtime 10x ./localstack/e2e
 
 .PHONY: invoke
 invoke: ## invoke a function of the running local stack: make invoke FN=api EVENT=events/api-reclaim-dry-run.json
