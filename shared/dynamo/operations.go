@@ -178,16 +178,18 @@ func (s *Store) OperationsInState(ctx context.Context, state capacity.OperationS
 	return ops, nil
 }
 
-// updateItem runs one conditional UpdateItem; a failed condition wraps capacity.ErrConflict.
+// updateItem runs one conditional UpdateItem (built as in a transaction); a failed
+// condition wraps capacity.ErrConflict.
 func (s *Store) updateItem(ctx context.Context, k map[string]types.AttributeValue, cond expression.ConditionBuilder, upd expression.UpdateBuilder, rv types.ReturnValue) (map[string]types.AttributeValue, error) {
-	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
+	it, err := s.update(k, cond, upd)
 	if err != nil {
-		return nil, fmt.Errorf("build update: %w", err)
+		return nil, err
 	}
+	u := it.Update
 	out, err := s.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: aws.String(s.Table), Key: k, ReturnValues: rv,
-		ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
-		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+		TableName: u.TableName, Key: u.Key, ReturnValues: rv,
+		ConditionExpression: u.ConditionExpression, UpdateExpression: u.UpdateExpression,
+		ExpressionAttributeNames: u.ExpressionAttributeNames, ExpressionAttributeValues: u.ExpressionAttributeValues,
 	})
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
