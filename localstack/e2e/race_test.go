@@ -28,10 +28,10 @@ func TestRaceThroughAPIGateway(t *testing.T) {
 		code   string
 	}
 	var (
-		mu       sync.Mutex
-		outcomes = map[outcome]int{}
-		evicted  = map[string]string{} // VM -> reclaim that reported it terminated
-		dup      []string
+		mu      sync.Mutex
+		tally   = map[outcome]int{}
+		evicted = map[string]string{} // VM -> reclaim that reported it terminated
+		dup     []string
 	)
 	deadline := time.Now().Add(duration)
 	var wg sync.WaitGroup
@@ -65,7 +65,7 @@ func TestRaceThroughAPIGateway(t *testing.T) {
 					o.code, _ = r.json(t)["code"].(string)
 				}
 				mu.Lock()
-				outcomes[o]++
+				tally[o]++
 				if op == "reclaim" && r.Status == 200 {
 					body := r.json(t)
 					for _, vm := range strs(body["terminated"]) {
@@ -80,9 +80,9 @@ func TestRaceThroughAPIGateway(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	t.Logf("outcomes: %v", outcomes)
+	t.Logf("outcomes: %v", tally)
 	ok := 0
-	for o, n := range outcomes {
+	for o, n := range tally {
 		switch {
 		case o.status == 200 || o.status == 201:
 			ok += n
@@ -104,6 +104,30 @@ func TestRaceThroughAPIGateway(t *testing.T) {
 	for _, vm := range st.VMs {
 		if vm.State == capacity.VMTerminating && evicted[vm.ID] != vm.ReclaimID {
 			t.Errorf("VM %s is terminating for %s; callers were told %q", vm.ID, vm.ReclaimID, evicted[vm.ID])
+		}
+	}
+	// Every VM a reclaim reported terminated ends terminated, by the operation that reported it.
+	ops := map[string]bool{}
+	for _, op := range evicted {
+		ops[op] = true
+	}
+	for id := range ops {
+		op := awaitOperation(t, node, id, 60*time.Second)
+		if op["state"] != "completed" {
+			t.Errorf("operation %s ended %s", id, op["state"])
+		}
+		for vm, outcome := range outcomes(op) {
+			if evicted[vm] != id || (outcome != "terminated" && outcome != "already-gone") {
+				t.Errorf("operation %s: VM %s ended %s (reported by %q)", id, vm, outcome, evicted[vm])
+			}
+		}
+	}
+	if st = loadNode(t, node); len(capacity.Violations(st, time.Now())) > 0 {
+		t.Errorf("after the terminations: %v", capacity.Violations(st, time.Now()))
+	}
+	for _, vm := range st.VMs {
+		if vm.State == capacity.VMTerminating {
+			t.Errorf("VM %s still terminating after every operation ended", vm.ID)
 		}
 	}
 }
