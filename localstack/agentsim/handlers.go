@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/openrelay/capacity/shared/agent"
@@ -175,8 +177,21 @@ func (s *Sim) adminAddVM(w http.ResponseWriter, r *http.Request) {
 func (s *Sim) adminGetVM(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	nodeID, vmID := q.Get("node"), q.Get("vmId")
-	if nodeID == "" || vmID == "" {
-		agent.WriteError(w, http.StatusBadRequest, "query parameters node and vmId are required")
+	if nodeID == "" {
+		agent.WriteError(w, http.StatusBadRequest, "query parameter node is required (vmId: one VM, else all)")
+		return
+	}
+	if vmID == "" { // every VM of the node, by id
+		s.mu.Lock()
+		all := []AdminVM{}
+		if n := s.nodes[nodeID]; n != nil {
+			for _, id := range slices.Sorted(maps.Keys(n.vms)) {
+				v := n.vms[id]
+				all = append(all, AdminVM{Node: nodeID, VMID: id, State: v.state, TerminateCalls: v.calls, Terminations: v.terminations})
+			}
+		}
+		s.mu.Unlock()
+		agent.WriteJSON(w, http.StatusOK, all)
 		return
 	}
 	s.mu.Lock()

@@ -33,7 +33,7 @@
 // unknown fields refused; answers are JSON, {"error": "…"} on failure.
 //
 //	POST /_admin/vms     {"node","vmId","state"}       add or set a VM (state running|terminating|terminated); 204
-//	GET  /_admin/vms?node=N&vmId=V                     {"node","vmId","state","terminateCalls","terminations"}
+//	GET  /_admin/vms?node=N[&vmId=V]                  {"node","vmId","state","terminateCalls","terminations"}, or a list of every VM of N
 //	POST /_admin/faults  {"node","vmId"?,"failNext"?,"dropNext"?,"failAlways"?,"latencyMs"?}
 //	                     sets the knobs given (vmId absent or "" = the whole node); 204
 //	POST /_admin/reset                                 forget every VM, counter and fault; 204

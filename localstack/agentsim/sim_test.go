@@ -315,7 +315,8 @@ func TestAdminAPI(t *testing.T) {
 		{"POST", "/_admin/faults", `{"node":"node-a","failNext":-1}`, 400, ""},
 		{"POST", "/_admin/faults", `{"failNext":1}`, 400, ""},
 		{"GET", "/_admin/vms?node=node-a&vmId=vm-1", "", 200, `{"node":"node-a","vmId":"vm-1","state":"running"}`},
-		{"GET", "/_admin/vms?node=node-a", "", 400, ""},
+		{"GET", "/_admin/vms?node=node-a", "", 200, `[{"node":"node-a","vmId":"vm-1","state":"running"}]`},
+		{"GET", "/_admin/vms", "", 400, ""},
 	}
 	for _, st := range steps {
 		code, body := admin(st.method, st.path, st.body)
