@@ -47,3 +47,26 @@ func TestViolations(t *testing.T) {
 		})
 	}
 }
+
+func TestOperationEnd(t *testing.T) {
+	done := func(o Outcome) VMOutcome { return VMOutcome{Outcome: o, At: now} }
+	tests := []struct {
+		name     string
+		outcomes map[string]VMOutcome
+		ended    bool
+		state    OperationState
+	}{
+		{"nothing yet", map[string]VMOutcome{}, false, OpCompleted},
+		{"one of two", map[string]VMOutcome{"a": done(OutcomeTerminated)}, false, OpCompleted},
+		{"all terminated or gone", map[string]VMOutcome{"a": done(OutcomeTerminated), "b": done(OutcomeAlreadyGone)}, true, OpCompleted},
+		{"one failed", map[string]VMOutcome{"a": done(OutcomeTerminated), "b": done(OutcomeFailed)}, true, OpFailed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			op := Operation{VMIDs: []string{"a", "b"}, Outcomes: tt.outcomes}
+			if op.Ended() != tt.ended || op.EndState() != tt.state {
+				t.Fatalf("ended=%v state=%s, want %v %s", op.Ended(), op.EndState(), tt.ended, tt.state)
+			}
+		})
+	}
+}
