@@ -132,6 +132,7 @@ func (s *Service) capacityCall(ctx context.Context, p Principal, req CapacityReq
 	var result *CapacityResult
 	var op *Operation // the committed operation, if the call evicted VMs
 	err := s.apply(ctx, req.NodeID, key, func(st *NodeState, now time.Time) (*Commit, error) {
+		op = nil // only the round whose commit lands (or none) has an operation to start
 		var res CapacityResult
 		if replayed, err := replay(st.Idempotency, key.fingerprint, now, &res); replayed || err != nil {
 			result = &res

@@ -250,3 +250,40 @@ func TestReleaseThenSpotPlacement(t *testing.T) {
 		t.Fatalf("release of a unit with a terminating VM: %+v %v", res, err)
 	}
 }
+
+// startCounter records the operations whose workflow the service starts.
+type startCounter struct{ started []string }
+
+func (w *startCounter) Start(_ context.Context, op capacity.Operation) error {
+	w.started = append(w.started, op.ID)
+	return nil
+}
+
+// A twin request under the same Idempotency-Key commits while this one decides: this one
+// replays the twin's answer and starts no workflow for the operation it never committed.
+func TestLostRaceToATwinStartsNoWorkflow(t *testing.T) {
+	env, svc := world(t)
+	ctx := context.Background()
+	req := reclaim("u1")
+	req.IdempotencyKey = "twin"
+	twin := &capacity.Service{Store: env.Store, Now: svc.Now, Logger: quiet}
+	var twinRes *capacity.CapacityResult
+	svc.Store = &racingStore{Store: env.Store, before: func() {
+		var err error
+		if twinRes, err = twin.Reclaim(ctx, owner, req, capacity.RequestMeta{}); err != nil {
+			t.Errorf("twin: %v", err)
+		}
+	}}
+	wf := &startCounter{}
+	svc.Workflow = wf
+	res, err := svc.Reclaim(ctx, owner, req, capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Replayed || res.ReclaimID != twinRes.ReclaimID {
+		t.Fatalf("result = %+v, want the twin's %s replayed", res, twinRes.ReclaimID)
+	}
+	if len(wf.started) != 0 {
+		t.Fatalf("started %v for an operation that was never committed", wf.started)
+	}
+}
