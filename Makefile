@@ -59,8 +59,8 @@ run: ## run the whole stack on 127.0.0.1:4566 with demo data (Ctrl-C stops it)
 test: ## every test: unit, store, fuzz (short), CDK assertions, end to end on the local stack
 	@echo "==> vet"
 	go vet ./...
-	@echo "==> unit and store tests (the store's run on the in-process emulator)"
-	go test -count=1 ./shared/... ./functions/...
+	@echo "==> unit and store tests, with the race detector (the store's run on the in-process emulator)"
+	go test -race -count=1 ./shared/... ./functions/...
 	@echo "==> fuzz request decoding for $(FUZZTIME)"
 	go test -count=1 ./shared/httpapi -run '^$$' -fuzz FuzzDecodeCapacityBody -fuzztime $(FUZZTIME)
 	@$(MAKE) --no-print-directory test-infra
