@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -60,10 +58,7 @@ func run(m *testing.M) int {
 	defer stop()
 	outputs = out
 	apiURL = outputs["ApiUrl"]
-	client = dynamodb.New(dynamodb.Options{
-		Region: "us-east-1", BaseEndpoint: aws.String(endpoint),
-		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
-	})
+	client = dynamodb.NewFromConfig(stack.AWSConfig(endpoint))
 	store = dynamo.New(client, outputs["StateTableName"], outputs["AuditTableName"])
 	if err := seedKeys(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: seed API keys:", err)

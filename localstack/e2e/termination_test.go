@@ -12,23 +12,18 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/openrelay/capacity/localstack/demo"
+	"github.com/openrelay/capacity/localstack/stack"
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/stepfn"
 )
 
-var awsOpts = struct {
-	region string
-	creds  aws.CredentialsProvider
-}{"us-east-1", credentials.NewStaticCredentialsProvider("test", "test", "")}
-
 func sfnClient(opts ...func(*sfn.Options)) *sfn.Client {
-	return sfn.New(sfn.Options{Region: awsOpts.region, BaseEndpoint: aws.String(endpoint), Credentials: awsOpts.creds}, opts...)
+	return sfn.NewFromConfig(stack.AWSConfig(endpoint), opts...)
 }
 
 // reclaimOp reclaims gpu-2 and gpu-3 of the node (evicting vm-spot-1 and vm-spot-2) and
@@ -188,7 +183,7 @@ func TestReconcilerStartsWhatTheAPICouldNot(t *testing.T) {
 		t.Fatalf("operation = %+v, %v; want pending-start", op, err)
 	}
 	// The reconciler starts operations older than its START_AFTER; run it until it has.
-	lc := lambda.New(lambda.Options{Region: awsOpts.region, BaseEndpoint: aws.String(endpoint), Credentials: awsOpts.creds})
+	lc := lambda.NewFromConfig(stack.AWSConfig(endpoint))
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		out, err := lc.Invoke(ctx, &lambda.InvokeInput{FunctionName: aws.String(outputs["ReconcilerFunctionName"]), Payload: []byte(`{}`)})

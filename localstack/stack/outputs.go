@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 )
 
 // resolveOutputs evaluates the template's Outputs. Execute-api URLs of the stack's REST APIs
@@ -130,4 +133,14 @@ func firstErr(errs ...error) error {
 	}
 
 	return nil
+}
+
+// AWSConfig is the SDK configuration for clients of a local stack at endpoint (such as
+// Endpoint()): its region, test credentials, and every service at that endpoint.
+func AWSConfig(endpoint string) aws.Config {
+	return aws.Config{
+		Region:       region,
+		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
+		BaseEndpoint: aws.String(endpoint),
+	}
 }

@@ -14,7 +14,6 @@ import (
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/apigateway"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
@@ -82,22 +81,18 @@ func skippedType(typ string) bool {
 }
 
 func newProvisioner(t *template, stackName, endpoint string, log *slog.Logger) *provisioner {
-	cfg := aws.Config{
-		Region:      region,
-		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
-	}
-	base := aws.String(endpoint)
+	cfg := AWSConfig(endpoint)
 
 	return &provisioner{
 		t:           t,
 		stackName:   stackName,
 		res:         newResolver(t, stackName),
 		log:         log,
-		dynamodb:    dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.BaseEndpoint = base }),
-		lambda:      lambda.NewFromConfig(cfg, func(o *lambda.Options) { o.BaseEndpoint = base }),
-		apigateway:  apigateway.NewFromConfig(cfg, func(o *apigateway.Options) { o.BaseEndpoint = base }),
-		sfn:         sfn.NewFromConfig(cfg, func(o *sfn.Options) { o.BaseEndpoint = base }),
-		eventbridge: eventbridge.NewFromConfig(cfg, func(o *eventbridge.Options) { o.BaseEndpoint = base }),
+		dynamodb:    dynamodb.NewFromConfig(cfg),
+		lambda:      lambda.NewFromConfig(cfg),
+		apigateway:  apigateway.NewFromConfig(cfg),
+		sfn:         sfn.NewFromConfig(cfg),
+		eventbridge: eventbridge.NewFromConfig(cfg),
 		restAPIs:    map[string]bool{},
 		skipped:     map[string]int{},
 		unknown:     map[string]int{},

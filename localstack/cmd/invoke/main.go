@@ -9,8 +9,9 @@ import (
 	"os"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
+
+	"github.com/openrelay/capacity/localstack/stack"
 )
 
 func main() {
@@ -30,10 +31,7 @@ func invoke(ctx context.Context, endpoint, function, eventPath string) error {
 	if err != nil {
 		return fmt.Errorf("read event: %w", err)
 	}
-	client := lambda.New(lambda.Options{
-		Region: "us-east-1", BaseEndpoint: aws.String(endpoint),
-		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
-	})
+	client := lambda.NewFromConfig(stack.AWSConfig(endpoint))
 	out, err := client.Invoke(ctx, &lambda.InvokeInput{FunctionName: aws.String(function), Payload: payload})
 	if err != nil {
 		return fmt.Errorf("invoke %s (is `make run` running?): %w", function, err)

@@ -15,8 +15,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/openrelay/capacity/localstack/agentsim"
@@ -80,10 +78,7 @@ func run(ctx context.Context, logger *slog.Logger, template, outputsPath, addr s
 		return err
 	}
 	if seed {
-		client := dynamodb.New(dynamodb.Options{
-			Region: "us-east-1", BaseEndpoint: aws.String(st.Endpoint()),
-			Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
-		})
+		client := dynamodb.NewFromConfig(stack.AWSConfig(st.Endpoint()))
 		store := dynamo.New(client, out["StateTableName"], out["AuditTableName"])
 		data := demo.Seed(time.Now())
 		for i, n := range data.Nodes {
