@@ -27,14 +27,14 @@ func AccessOf(p Principal, n Node, r Reservation) Access {
 	return AccessNone
 }
 
-// authorizeCapacity applies the checks of a reclaim or release in the documented order:
+// checkCapacityCall applies the checks of a reclaim or release in the documented order:
 // permission (404), reservation on that node (404), role (404, or 403 for the audience),
-// state preconditions (409). It returns the reservation.
-func authorizeCapacity(p Principal, st *NodeState, reservationID string, now time.Time) (*Reservation, error) {
+// state preconditions (409), units against the reservation (422). It returns the reservation.
+func checkCapacityCall(p Principal, st *NodeState, req CapacityRequest, now time.Time) (*Reservation, error) {
 	if !p.Can(PermCapacity) {
 		return nil, notFound()
 	}
-	r := st.Reservation(reservationID)
+	r := st.Reservation(req.ReservationID)
 	if r == nil {
 		return nil, notFound()
 	}
@@ -53,6 +53,9 @@ func authorizeCapacity(p Principal, st *NodeState, reservationID string, now tim
 	if st.Node.TopologyGen != r.TopologyGen {
 		return nil, Errorf(CodeTopologyChanged, "node topology generation is %d; the reservation was written against %d",
 			st.Node.TopologyGen, r.TopologyGen)
+	}
+	if bad := notReserved(r, req.UnitIDs); len(bad) > 0 {
+		return nil, &Error{Code: CodeUnitsNotReserved, Message: "units are not reserved by this reservation", UnitIDs: bad}
 	}
 	return r, nil
 }
@@ -86,12 +89,9 @@ func (p *ReclaimPlan) Changes() bool {
 // evicts nothing new. Every running spot VM on a named unit is evicted, whole, even if it
 // also spans units not named; VMs of other tiers are left running and reported as skipped.
 func DecideReclaim(p Principal, st *NodeState, req CapacityRequest, now time.Time) (*ReclaimPlan, error) {
-	r, err := authorizeCapacity(p, st, req.ReservationID, now)
+	r, err := checkCapacityCall(p, st, req, now)
 	if err != nil {
 		return nil, err
-	}
-	if bad := notReserved(r, req.UnitIDs); len(bad) > 0 {
-		return nil, &Error{Code: CodeUnitsNotReserved, Message: "units are not reserved by this reservation", UnitIDs: bad}
 	}
 	plan := &ReclaimPlan{Reservation: *r}
 	for _, u := range r.ReleasedUnitIDs {
@@ -130,12 +130,9 @@ func (p *ReleasePlan) Changes() bool {
 // Only idle units may be sold: a unit with a VM on it is refused. Units already released are
 // a no-op.
 func DecideRelease(p Principal, st *NodeState, req CapacityRequest, now time.Time) (*ReleasePlan, error) {
-	r, err := authorizeCapacity(p, st, req.ReservationID, now)
+	r, err := checkCapacityCall(p, st, req, now)
 	if err != nil {
 		return nil, err
-	}
-	if bad := notReserved(r, req.UnitIDs); len(bad) > 0 {
-		return nil, &Error{Code: CodeUnitsNotReserved, Message: "units are not reserved by this reservation", UnitIDs: bad}
 	}
 	var newly []string
 	for _, u := range req.UnitIDs {
