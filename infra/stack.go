@@ -247,6 +247,20 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	return s, nil
 }
 
+// logGroup creates the log group "LogGroup" under scope: kept a week in ephemeral
+// environments, three months elsewhere, and removed or retained with the stack's data.
+func (s *CapacityStack) logGroup(scope constructs.Construct, name string) awslogs.LogGroup {
+	retention := awslogs.RetentionDays_THREE_MONTHS
+	if s.Ephemeral {
+		retention = awslogs.RetentionDays_ONE_WEEK
+	}
+	return awslogs.NewLogGroup(scope, jsii.String("LogGroup"), &awslogs.LogGroupProps{
+		LogGroupName:  jsii.String(name),
+		Retention:     retention,
+		RemovalPolicy: s.removalPolicy(),
+	})
+}
+
 // removalPolicy: ephemeral environments are destroyed with their stack, others keep data.
 func (s *CapacityStack) removalPolicy() awscdk.RemovalPolicy {
 	if s.Ephemeral {
@@ -325,15 +339,7 @@ func (s *CapacityStack) goFunction(spec goFunctionSpec) awslambda.Function {
 	fnName := "capacity-" + s.Env + "-" + spec.Name
 	c := constructs.NewConstruct(s.Stack, jsii.String(constructID(spec.Name)))
 
-	retention := awslogs.RetentionDays_THREE_MONTHS
-	if s.Ephemeral {
-		retention = awslogs.RetentionDays_ONE_WEEK
-	}
-	logs := awslogs.NewLogGroup(c, jsii.String("LogGroup"), &awslogs.LogGroupProps{
-		LogGroupName:  jsii.String("/aws/lambda/" + fnName),
-		Retention:     retention,
-		RemovalPolicy: s.removalPolicy(),
-	})
+	logs := s.logGroup(c, "/aws/lambda/"+fnName)
 	// Instead of the AWS managed AWSLambdaBasicExecutionRole (logs:* on "*"): only this
 	// function's log group (its ARN covers the group's streams).
 	role := awsiam.NewRole(c, jsii.String("Role"), &awsiam.RoleProps{
@@ -474,15 +480,7 @@ func (s *CapacityStack) newTerminationStateMachine(fn awslambda.IFunction, concu
 	})
 	nodes.ItemProcessor(task, nil)
 
-	retention := awslogs.RetentionDays_THREE_MONTHS
-	if s.Ephemeral {
-		retention = awslogs.RetentionDays_ONE_WEEK
-	}
-	logs := awslogs.NewLogGroup(c, jsii.String("LogGroup"), &awslogs.LogGroupProps{
-		LogGroupName:  jsii.String("/aws/vendedlogs/states/" + smName),
-		Retention:     retention,
-		RemovalPolicy: s.removalPolicy(),
-	})
+	logs := s.logGroup(c, "/aws/vendedlogs/states/"+smName)
 	return awsstepfunctions.NewStateMachine(c, jsii.String("StateMachine"), &awsstepfunctions.StateMachineProps{
 		StateMachineName: jsii.String(smName),
 		StateMachineType: awsstepfunctions.StateMachineType_STANDARD,
