@@ -6,11 +6,17 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+
+	"github.com/openrelay/capacity/shared/awsfault"
 )
 
 // Logger returns a JSON logger at LOG_LEVEL (default info), also made the default.
@@ -27,13 +33,64 @@ func Logger() *slog.Logger {
 // AWS loads the SDK configuration. The SDK's standard retryer retries throttling and
 // transient faults with backoff; condition failures are not retried by it but re-decided
 // by the domain. AWS_ENDPOINT_URL (set by the local stack) redirects every client.
+//
+// CAPACITY_FAULTS (local stack only) installs the awsfault injector with its rules on every
+// client, seeded by CAPACITY_FAULTS_SEED (default: the clock); see Faults.
 func AWS(ctx context.Context) (aws.Config, error) {
 	cfg, err := awsconfig.LoadDefaultConfig(ctx,
 		awsconfig.WithRetryMode(aws.RetryModeStandard), awsconfig.WithRetryMaxAttempts(3))
 	if err != nil {
 		return aws.Config{}, fmt.Errorf("load AWS config: %w", err)
 	}
+	inj, err := Faults()
+	if err != nil {
+		return aws.Config{}, err
+	}
+	if inj != nil {
+		cfg.APIOptions = append(cfg.APIOptions, inj.APIOption)
+	}
 	return cfg, nil
+}
+
+// Faults returns the fault injector CAPACITY_FAULTS asks for, or nil when it is unset. It
+// refuses unless AWS_ENDPOINT_URL is a loopback address: injected faults belong to the local
+// stack and tests, and a deployed function (which has no endpoint override) must fail its
+// init rather than run with them.
+func Faults() (*awsfault.Injector, error) {
+	spec := os.Getenv("CAPACITY_FAULTS")
+	if spec == "" {
+		return nil, nil
+	}
+	endpoint := os.Getenv("AWS_ENDPOINT_URL")
+	if !loopback(endpoint) {
+		return nil, fmt.Errorf("CAPACITY_FAULTS is set but AWS_ENDPOINT_URL %q is not a loopback address: fault injection runs only against a local stack", endpoint)
+	}
+	rules, err := awsfault.Parse(spec)
+	if err != nil {
+		return nil, fmt.Errorf("environment variable CAPACITY_FAULTS: %w", err)
+	}
+	seed := time.Now().UnixNano()
+	if v := os.Getenv("CAPACITY_FAULTS_SEED"); v != "" {
+		if seed, err = strconv.ParseInt(v, 10, 64); err != nil {
+			return nil, fmt.Errorf("environment variable CAPACITY_FAULTS_SEED: %w", err)
+		}
+	}
+	slog.Warn("AWS fault injection is on", "rules", spec, "seed", seed, "endpoint", endpoint)
+	return awsfault.New(seed, rules...), nil
+}
+
+// loopback reports whether an endpoint URL names this machine.
+func loopback(endpoint string) bool {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return false
+	}
+	host := u.Hostname()
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Required returns the values of environment variables that must be set.

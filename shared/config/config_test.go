@@ -1,0 +1,60 @@
+package config
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+// TestFaultsOnlyAgainstALocalEndpoint: the fault layer is off by default, on only against a
+// loopback endpoint, and a function elsewhere refuses to start with it.
+func TestFaultsOnlyAgainstALocalEndpoint(t *testing.T) {
+	tests := []struct {
+		name, faults, endpoint, seed string
+		wantOn                       bool
+		wantErr                      string
+	}{
+		{name: "unset is off", endpoint: "http://localhost:4566"},
+		{name: "unset is off on AWS"},
+		{name: "localhost", faults: "*:Throttling=0.1", endpoint: "http://localhost:4566", wantOn: true},
+		{name: "127.0.0.1", faults: "TransactWriteItems:TransactionConflict=0.1", endpoint: "http://127.0.0.1:4566", wantOn: true, seed: "7"},
+		{name: "ipv6 loopback", faults: "*:Throttling=0.1", endpoint: "http://[::1]:4566", wantOn: true},
+		{name: "api gateway host form", faults: "*:Throttling=0.1", endpoint: "http://abc.execute-api.localhost:4566", wantOn: true},
+		{name: "no endpoint: a deployed function", faults: "*:Throttling=0.1", wantErr: "not a loopback address"},
+		{name: "remote endpoint", faults: "*:Throttling=0.1", endpoint: "https://dynamodb.us-east-1.amazonaws.com", wantErr: "not a loopback address"},
+		{name: "localhost lookalike", faults: "*:Throttling=0.1", endpoint: "http://localhost.example.com", wantErr: "not a loopback address"},
+		{name: "bad spec", faults: "*:Boom=0.1", endpoint: "http://localhost:4566", wantErr: "CAPACITY_FAULTS"},
+		{name: "bad seed", faults: "*:Throttling=0.1", endpoint: "http://localhost:4566", seed: "x", wantErr: "CAPACITY_FAULTS_SEED"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("CAPACITY_FAULTS", tc.faults)
+			t.Setenv("AWS_ENDPOINT_URL", tc.endpoint)
+			t.Setenv("CAPACITY_FAULTS_SEED", tc.seed)
+			t.Setenv("AWS_REGION", "us-east-1")
+			inj, err := Faults()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one naming %q", err, tc.wantErr)
+				}
+				if _, err := AWS(context.Background()); err == nil {
+					t.Error("AWS() configured clients anyway")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (inj != nil) != tc.wantOn {
+				t.Fatalf("injector %v, want on %v", inj, tc.wantOn)
+			}
+			cfg, err := AWS(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if on := len(cfg.APIOptions) > 0; on != tc.wantOn {
+				t.Errorf("clients carry %d API options, want the injector %v", len(cfg.APIOptions), tc.wantOn)
+			}
+		})
+	}
+}
