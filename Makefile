@@ -49,11 +49,19 @@ LOCAL_TEMPLATE := cdk.out/local/capacity-local.template.json
 OUTPUTS        := .local/outputs.json
 FUZZTIME       ?= 10s
 
+# FAULTS: AWS faults for the functions of the local stack (README "Fault layer"), e.g.
+# make run FAULTS='TransactWriteItems:TransactionConflict=0.1,*:Throttling=0.1'
+FAULTS ?=
+# E2E_FAULTS: the AWS faults of the end-to-end runs under faults of make test and make bench:
+# 10% transaction conflicts and 10% throttling on every call, and 5% of writes applied but
+# answered with a timeout (the simulated agents also fail 30% of terminate calls).
+E2E_FAULTS ?= TransactionConflict=0.1,Throttling=0.1,TransactWriteItems:AmbiguousTimeout=0.05,UpdateItem:AmbiguousTimeout=0.05,PutItem:AmbiguousTimeout=0.05
+
 .PHONY: run
-run: ## run the whole stack on 127.0.0.1:4566 with demo data (Ctrl-C stops it)
+run: ## run the whole stack on 127.0.0.1:4566 with demo data (Ctrl-C stops it); FAULTS=... injects AWS faults
 	@$(MAKE) --no-print-directory synth ENV=local
 	@echo "==> starting the local stack (first run compiles the emulator: about a minute)"
-	go run ./localstack/cmd/localstack -template $(LOCAL_TEMPLATE) -outputs $(OUTPUTS)
+	CAPACITY_FAULTS='$(FAULTS)' go run ./localstack/cmd/localstack -template $(LOCAL_TEMPLATE) -outputs $(OUTPUTS)
 
 .PHONY: test
 test: ## every test: unit, store, fuzz (short), CDK assertions, end to end on the local stack
@@ -67,12 +75,16 @@ test: ## every test: unit, store, fuzz (short), CDK assertions, end to end on th
 	@$(MAKE) --no-print-directory synth ENV=local
 	@echo "==> local stack runner and end-to-end tests through API Gateway on 127.0.0.1:4566"
 	go test -count=1 -timeout 15m ./localstack/...
+	@echo "==> end-to-end main flows with the stack's functions under AWS faults: $(E2E_FAULTS)"
+	E2E_FAULTS='$(E2E_FAULTS)' go test -count=1 -timeout 10m -run UnderFaults ./localstack/e2e
 
 .PHONY: bench
 bench: ## latency and size figures (see README "Numbers")
 	@$(MAKE) --no-print-directory synth ENV=local
 	go test -count=1 -run '^$$' -bench 'Reclaim|Bootstrap' -benchtime 200x ./localstack/e2e
-	go test -count=1 -run '^$$' -bench Termination -benchtime 10x ./localstack/e2e
+	go test -count=1 -run '^$$' -bench 'Termination$$' -benchtime 10x ./localstack/e2e
+	@echo "==> 64-VM reclaim over 8 nodes, functions under AWS faults ($(E2E_FAULTS)), agents failing 30% of calls"
+	E2E_FAULTS='$(E2E_FAULTS)' go test -count=1 -timeout 20m -run '^$$' -bench TerminationUnderFaults -benchtime 3x ./localstack/e2e
 
 .PHONY: invoke
 invoke: ## invoke a function of the running local stack: make invoke FN=api EVENT=events/api-reclaim-dry-run.json

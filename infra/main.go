@@ -45,7 +45,12 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	props := CapacityStackProps{Env: env, AssetRoot: assetRoot, ThrottleRate: rate, ThrottleBurst: burst}
+	masterSecret, err := contextString(app, "agentMasterSecret", "")
+	if err != nil {
+		return err
+	}
+	props := CapacityStackProps{Env: env, AssetRoot: assetRoot, ThrottleRate: rate, ThrottleBurst: burst,
+		AgentMasterSecretName: masterSecret}
 	for key, dst := range map[string]*float64{
 		"terminateConcurrency": &props.TerminateConcurrency,
 		"terminateRounds":      &props.TerminateRounds,

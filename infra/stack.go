@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsstepfunctions"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsstepfunctionstasks"
 	"github.com/aws/constructs-go/constructs/v10"
@@ -59,15 +60,16 @@ var terminateRetryErrors = []string{
 // apiRoutes are the REST resources proxied to the api function. Each gets method ANY: the
 // function routes by method itself and answers 405 (problem+json) for a wrong one.
 var apiRoutes = []string{
-	"/v1/nodes/{nodeId}/reservations/{id}",                      // GET reservation
-	"/v1/nodes/{nodeId}/reservations/{id}/reclaim",              // POST reclaim
-	"/v1/nodes/{nodeId}/reservations/{id}/release",              // POST release to spot
-	"/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}", // GET reclaim operation
-	"/v1/nodes/{nodeId}/vms",                                    // POST place a spot VM
+	"/v1/nodes/{nodeId}/reservations/{id}",                            // GET reservation
+	"/v1/nodes/{nodeId}/reservations/{id}/reclaim",                    // POST reclaim
+	"/v1/nodes/{nodeId}/reservations/{id}/release",                    // POST release to spot
+	"/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}",       // GET reclaim operation
+	"/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}/retry", // POST re-drive its failed terminations
+	"/v1/nodes/{nodeId}/vms",                                          // POST place a spot VM
 }
 
 // stackTables are the tables the stack creates, each built from its shared/table description.
-var stackTables = []table.Table{table.State, table.Audit}
+var stackTables = table.All
 
 var envName = regexp.MustCompile(`^[a-z][a-z0-9-]{1,15}$`)
 
@@ -91,6 +93,9 @@ type CapacityStackProps struct {
 	// TerminateRounds how many rounds a node gets; TerminateRetryWait the seconds between
 	// rounds. Zero means the default (DefaultTerminate*).
 	TerminateConcurrency, TerminateRounds, TerminateRetryWait float64
+	// AgentMasterSecretName names an existing Secrets Manager secret to derive the node agents'
+	// keys from. Empty: the stack creates capacity/<env>/agent-master (generated).
+	AgentMasterSecretName string
 }
 
 // CapacityStack is the service's stack for one environment.
@@ -110,6 +115,8 @@ type CapacityStack struct {
 	ReconcilerFunction awslambda.Function
 	// Termination is the STANDARD state machine that terminates a reclaim's VMs, node by node.
 	Termination awsstepfunctions.StateMachine
+	// AgentMasterSecret is the secret every node agent's key is derived from (agent contract v2).
+	AgentMasterSecret awssecretsmanager.ISecret
 
 	assetRoot string
 }
@@ -178,31 +185,42 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	for _, spec := range stackTables {
 		s.Tables[spec.LogicalID] = s.newTable(spec)
 	}
-	state, audit := s.Tables[table.State.LogicalID], s.Tables[table.Audit.LogicalID]
+	state, audit, keys := s.Tables[table.State.LogicalID], s.Tables[table.Audit.LogicalID], s.Tables[table.Keys.LogicalID]
 
 	// Functions: one goFunction call each, then its grants. The workflow comes between the
 	// terminate-node function (its task) and the functions that start it.
+	secretID, secretResource := s.agentMasterSecret(props.AgentMasterSecretName)
+	terminateEnv := map[string]*string{
+		"STATE_TABLE": state.TableName(), "AGENT_MASTER_SECRET_ID": secretID, "AGENT_TIMEOUT": jsii.String("5s"),
+	}
+	if env == "local" {
+		// The local stack's agents listen on loopback, over plain http. Nowhere else.
+		terminateEnv["AGENT_ALLOW_HTTP"] = jsii.String("true")
+	}
 	s.TerminateNodeFunction = s.goFunction(goFunctionSpec{Name: "terminate-node", MemoryMB: 256,
-		Timeout: awscdk.Duration_Seconds(jsii.Number(60)),
-		Environment: map[string]*string{
-			"STATE_TABLE": state.TableName(), "AGENT_SECRET": s.agentSecret(), "AGENT_TIMEOUT": jsii.String("5s"),
-		}})
+		Timeout: awscdk.Duration_Seconds(jsii.Number(60)), Environment: terminateEnv})
+	// Reads the agent master secret at run time (current and previous versions); nothing else
+	// in Secrets Manager.
+	allowOn(s.TerminateNodeFunction, "AgentMasterSecretRead", secretResource, "secretsmanager:GetSecretValue")
 	// Reads the operation and the node, moves VMs and the operation on with conditional
-	// updates, and puts each VM's outcome item (in a transaction with the operation's count).
-	// No audit access.
+	// updates, and puts each VM's outcome item (a conditional put of its own). No audit access.
 	allow(s.TerminateNodeFunction, "StateTable", state, "dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem", "dynamodb:PutItem")
 
 	s.Termination = s.newTerminationStateMachine(s.TerminateNodeFunction,
 		props.TerminateConcurrency, props.TerminateRounds, props.TerminateRetryWait)
 
 	s.ApiFunction = s.goFunction(goFunctionSpec{Name: "api", Environment: map[string]*string{
-		"STATE_TABLE": state.TableName(), "AUDIT_TABLE": audit.TableName(), "KEY_CACHE_TTL": jsii.String("30s"),
+		"STATE_TABLE": state.TableName(), "AUDIT_TABLE": audit.TableName(),
+		"KEYS_TABLE": keys.TableName(), "KEY_CACHE_TTL": jsii.String("30s"),
 		"STATE_MACHINE_ARN": s.Termination.StateMachineArn(),
 	}})
 	// TransactWriteItems is authorised per item action (Put/Update/ConditionCheck).
 	allow(s.ApiFunction, "StateTable", state,
 		"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem")
 	allow(s.ApiFunction, "AuditTableAppend", audit, "dynamodb:PutItem")
+	// API keys: one GetItem per lookup, never a write. No other function touches this table;
+	// keys are provisioned by an operator, so a compromised function cannot mint one.
+	allow(s.ApiFunction, "KeysTableRead", keys, "dynamodb:GetItem")
 	allowStateMachine(s.ApiFunction, "StartTermination", s.Termination, "states:StartExecution")
 
 	s.ReconcilerFunction = s.goFunction(goFunctionSpec{Name: "reconciler",
@@ -211,12 +229,14 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 			"STATE_TABLE": state.TableName(), "STATE_MACHINE_ARN": s.Termination.StateMachineArn(),
 			"START_AFTER": jsii.String("30s"), "STUCK_AFTER": jsii.String("15m"),
 		}})
-	// Finds operations by state (byState index), reads a stuck one's outcomes (Query on the
-	// table), and starts workflows; it writes nothing to the table. Metrics go out as
+	// Finds operations by state (byState index), reads each one's outcomes (Query on the
+	// table), asks what became of its execution, starts or restarts it, and ends, restarts or
+	// fails the operation item with conditional updates. Metrics go out as
 	// embedded-metric-format log lines, so no cloudwatch:PutMetricData.
 	allowIndex(s.ReconcilerFunction, "StateByStateIndex", state, table.ByStateIndex, "dynamodb:Query")
-	allow(s.ReconcilerFunction, "StateTable", state, "dynamodb:Query")
+	allow(s.ReconcilerFunction, "StateTable", state, "dynamodb:Query", "dynamodb:UpdateItem")
 	allowStateMachine(s.ReconcilerFunction, "StartTermination", s.Termination, "states:StartExecution")
+	allowOn(s.ReconcilerFunction, "DescribeTermination", executionsOf(s.Termination), "states:DescribeExecution")
 
 	// Every minute. The local stack runner creates schedule rules disabled (kumo never fires
 	// them); invoke the reconciler yourself there.
@@ -239,10 +259,12 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	output("ApiUrl", s.Api.Url(), "Base URL of the API stage (ends with /)")
 	output("StateTableName", state.TableName(), "State table")
 	output("AuditTableName", audit.TableName(), "Audit table")
+	output("KeysTableName", keys.TableName(), "API keys table (provisioned by operators; read-only for the api function)")
 	output("ApiFunctionName", s.ApiFunction.FunctionName(), "API Lambda function")
 	output("StateMachineArn", s.Termination.StateMachineArn(), "Termination workflow (state machine)")
 	output("TerminateNodeFunctionName", s.TerminateNodeFunction.FunctionName(), "Termination task Lambda function")
 	output("ReconcilerFunctionName", s.ReconcilerFunction.FunctionName(), "Reconciler Lambda function")
+	output("AgentMasterSecretId", terminateEnv["AGENT_MASTER_SECRET_ID"], "Secrets Manager secret the node agents' keys are derived from")
 	output("Env", jsii.String(env), "Environment name")
 	return s, nil
 }
@@ -389,6 +411,15 @@ func allowStateMachine(fn awslambda.Function, sid string, sm awsstepfunctions.IS
 	allowOn(fn, sid, sm.StateMachineArn(), actions...)
 }
 
+// executionsOf is the ARN pattern of the state machine's executions
+// (arn:...:execution:<machine>:*), the resource of execution-level actions.
+func executionsOf(sm awsstepfunctions.StateMachine) *string {
+	return awscdk.Fn_Join(jsii.String(""), &[]*string{
+		jsii.String("arn:"), awscdk.Aws_PARTITION(), jsii.String(":states:"), awscdk.Aws_REGION(), jsii.String(":"),
+		awscdk.Aws_ACCOUNT_ID(), jsii.String(":execution:"), sm.StateMachineName(), jsii.String(":*"),
+	})
+}
+
 func allowOn(fn awslambda.Function, sid string, resource *string, actions ...string) {
 	fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Sid:       jsii.String(sid),
@@ -398,24 +429,32 @@ func allowOn(fn awslambda.Function, sid string, resource *string, actions ...str
 	}))
 }
 
-// agentSecret is the shared secret the terminate-node function authenticates to node agents
-// with: a literal in env local, elsewhere a CloudFormation dynamic reference that
-// CloudFormation resolves at deploy time from the Secrets Manager secret
-// capacity/<env>/agent-secret (create it before the first deploy).
-//
-// Hardening: the resolved value ends up in the function's configuration, readable by anyone
-// with lambda:GetFunctionConfiguration. Production should instead pass the secret's name and
-// have the function fetch it at runtime (secretsmanager:GetSecretValue on that secret only,
-// cached), which also lets the secret rotate without a deploy.
-func (s *CapacityStack) agentSecret() *string {
-	if s.Env == "local" {
-		return jsii.String("local-agent-secret")
+// agentMasterSecret is the secret the node agents' keys are derived from: the existing secret
+// name, or else one the stack creates, capacity/<env>/agent-master, 64 random alphanumerics,
+// kept (RETAIN) outside local and dev since every agent's key depends on it. It returns the id
+// terminate-node reads it by, and the ARN its policy grants. The value never enters the
+// template or the function's configuration: the function reads it at run time.
+func (s *CapacityStack) agentMasterSecret(existing string) (id, arn *string) {
+	if existing != "" {
+		s.AgentMasterSecret = awssecretsmanager.Secret_FromSecretNameV2(s.Stack, jsii.String("AgentMasterSecret"), jsii.String(existing))
+		// A secret's ARN ends in "-" and 6 random characters that a name does not carry.
+		return jsii.String(existing), awscdk.Fn_Sub(jsii.String(
+			"arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:"+existing+"-??????"), nil)
 	}
-	return jsii.String("{{resolve:secretsmanager:capacity/" + s.Env + "/agent-secret:SecretString}}")
+	secret := awssecretsmanager.NewSecret(s.Stack, jsii.String("AgentMasterSecret"), &awssecretsmanager.SecretProps{
+		SecretName:  jsii.String("capacity/" + s.Env + "/agent-master"),
+		Description: jsii.String("Master secret of the node agents' keys (HKDF per node; agent contract v2), " + s.Env),
+		GenerateSecretString: &awssecretsmanager.SecretStringGenerator{
+			PasswordLength: jsii.Number(64), ExcludePunctuation: jsii.Bool(true), IncludeSpace: jsii.Bool(false),
+		},
+		RemovalPolicy: s.removalPolicy(),
+	})
+	s.AgentMasterSecret = secret
+	return secret.SecretArn(), secret.SecretArn()
 }
 
 // newTerminationStateMachine builds "capacity-<env>-termination". Its input, written by the
-// API and the reconciler, is {"reclaimId": "rcl_..", "nodes": [{"nodeId": "n1", "vmIds": [..]}]}.
+// API and the reconciler, is {"reclaimId": "rcl_..", "attempt": 1, "nodes": [{"nodeId": "n1", "vmIds": [..]}]}.
 //
 //	TerminateNodes (Map over $.nodes, at most `concurrency` nodes at once, result discarded)
 //	  TerminateNode (terminate-node, one round)  -> AllTerminated?
@@ -499,7 +538,7 @@ func (s *CapacityStack) newTerminationStateMachine(fn awslambda.IFunction, concu
 }
 
 // terminationItemSelector builds a node's first task from the Map item and the execution:
-// {reclaimId, nodeId, vmIds, executionArn, round: 0, maxRounds}.
+// {reclaimId, nodeId, vmIds, executionArn, attempt, round: 0, maxRounds}.
 //
 // executionArn is $$.Execution.Id, except in env local: the offline emulator only knows
 // $$.Map.Item.* (and fails the Map on $$.Execution.Id), so there it is LocalExecutionArn. The
@@ -514,6 +553,7 @@ func (s *CapacityStack) terminationItemSelector(rounds float64) *map[string]any 
 		"nodeId":       awsstepfunctions.JsonPath_StringAt(jsii.String("$$.Map.Item.Value.nodeId")),
 		"vmIds":        awsstepfunctions.JsonPath_ListAt(jsii.String("$$.Map.Item.Value.vmIds")),
 		"executionArn": executionArn,
+		"attempt":      awsstepfunctions.JsonPath_NumberAt(jsii.String("$.attempt")),
 		"round":        float64(0),
 		"maxRounds":    rounds,
 	}

@@ -240,8 +240,8 @@ func TestStateTableHasByStateIndex(t *testing.T) {
 			t.Errorf("state table indexes %s lack %s", gsis, s)
 		}
 	}
-	if len(tp.resources("AWS::DynamoDB::Table")) != 2 {
-		t.Errorf("want 2 tables, got %d", len(tp.resources("AWS::DynamoDB::Table")))
+	if n := len(tp.resources("AWS::DynamoDB::Table")); n != 3 {
+		t.Errorf("want 3 tables (state, audit, keys), got %d", n)
 	}
 }
 
@@ -290,6 +290,7 @@ func TestApiFunction(t *testing.T) {
 			wantEnv := map[string]any{
 				"STATE_TABLE":       ref(tableID(t, tp, table.State, tc.env)),
 				"AUDIT_TABLE":       ref(tableID(t, tp, table.Audit, tc.env)),
+				"KEYS_TABLE":        ref(tableID(t, tp, table.Keys, tc.env)),
 				"APP_ENV":           tc.env,
 				"LOG_LEVEL":         "info",
 				"KEY_CACHE_TTL":     "30s",
@@ -418,7 +419,13 @@ func TestRolePermissions(t *testing.T) {
 			tp := synth(t, env)
 			stateArn := toJSON(getAtt(tableID(t, tp, table.State, env), "Arn"))
 			auditArn := toJSON(getAtt(tableID(t, tp, table.Audit, env), "Arn"))
+			keysArn := toJSON(getAtt(tableID(t, tp, table.Keys, env), "Arn"))
 			smArn := toJSON(ref(stateMachineID(t, tp, env)))
+			// The reconciler asks what became of the state machine's executions, and nothing else's.
+			executionsArn := toJSON(map[string]any{"Fn::Join": []any{"", []any{
+				"arn:", ref("AWS::Partition"), ":states:", ref("AWS::Region"), ":", ref("AWS::AccountId"), ":execution:",
+				getAtt(stateMachineID(t, tp, env), "Name"), ":*"}}})
+			masterSecretArn := toJSON(ref(agentMasterSecretID(t, tp, env))) // Ref of a secret is its ARN
 			ownLogs := func(fn string) string {
 				return toJSON(getAtt(logGroupID(t, tp, "/aws/lambda/capacity-"+env+"-"+fn), "Arn"))
 			}
@@ -431,17 +438,20 @@ func TestRolePermissions(t *testing.T) {
 				{"api", map[string][]string{
 					stateArn:       {"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
 					auditArn:       {"dynamodb:PutItem"},
+					keysArn:        {"dynamodb:GetItem"},
 					smArn:          {"states:StartExecution"},
 					ownLogs("api"): logWrite,
 				}},
 				{"terminate-node", map[string][]string{
 					stateArn:                  {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
+					masterSecretArn:           {"secretsmanager:GetSecretValue"},
 					ownLogs("terminate-node"): logWrite,
 				}},
 				{"reconciler", map[string][]string{
 					toJSON(map[string]any{"Fn::Join": []any{"", []any{getAtt(tableID(t, tp, table.State, env), "Arn"), "/index/byState"}}}): {"dynamodb:Query"},
-					stateArn:              {"dynamodb:Query"},
+					stateArn:              {"dynamodb:Query", "dynamodb:UpdateItem"},
 					smArn:                 {"states:StartExecution"},
+					executionsArn:         {"states:DescribeExecution"},
 					ownLogs("reconciler"): logWrite,
 				}},
 			} {
@@ -459,10 +469,7 @@ func TestRolePermissions(t *testing.T) {
 				fnID, _ := functionByName(t, tp, env, "terminate-node")
 				// Log delivery to CloudWatch Logs has no resource-level permissions: AWS
 				// requires "*" for these (and CDK adds exactly them when logging is on).
-				logDelivery := []string{
-					"logs:CreateLogDelivery", "logs:DeleteLogDelivery", "logs:DescribeLogGroups", "logs:DescribeResourcePolicies",
-					"logs:GetLogDelivery", "logs:ListLogDeliveries", "logs:PutResourcePolicy", "logs:UpdateLogDelivery",
-				}
+				logDelivery := logDeliveryActions
 				got := rolePermissions(t, tp, roleOf(t, sm, "RoleArn"), "states.amazonaws.com", logDelivery...)
 				want := map[string][]string{
 					toJSON(getAtt(fnID, "Arn")): {"lambda:InvokeFunction"},
@@ -473,6 +480,94 @@ func TestRolePermissions(t *testing.T) {
 					t.Errorf("state machine role permissions\n got %v\nwant %v", got, want)
 				}
 			})
+		})
+	}
+}
+
+// logDeliveryActions: log delivery to CloudWatch Logs has no resource-level permissions, so
+// AWS requires "*" for these (and CDK adds exactly them when a state machine logs).
+var logDeliveryActions = []string{
+	"logs:CreateLogDelivery", "logs:DeleteLogDelivery", "logs:DescribeLogGroups", "logs:DescribeResourcePolicies",
+	"logs:GetLogDelivery", "logs:ListLogDeliveries", "logs:PutResourcePolicy", "logs:UpdateLogDelivery",
+}
+
+// assumedBy returns the service principal in a role's trust policy.
+func assumedBy(t *testing.T, role map[string]any) string {
+	t.Helper()
+	for _, s := range asList(props(role)["AssumeRolePolicyDocument"].(map[string]any)["Statement"]) {
+		if p, ok := s.(map[string]any)["Principal"].(map[string]any); ok {
+			if svc, ok := p["Service"].(string); ok {
+				return svc
+			}
+		}
+	}
+	t.Fatalf("role trust policy %s names no service", toJSON(props(role)["AssumeRolePolicyDocument"]))
+	return ""
+}
+
+// TestEveryRoleIsAsserted: the stack has no role besides the ones TestRolePermissions pins
+// down (the three functions' and the state machine's), so a new role cannot slip in unchecked.
+func TestEveryRoleIsAsserted(t *testing.T) {
+	for _, env := range []string{"local", "prod"} {
+		t.Run(env, func(t *testing.T) {
+			tp := synth(t, env)
+			asserted := map[string]string{}
+			for _, fn := range []string{"api", "terminate-node", "reconciler"} {
+				_, r := functionByName(t, tp, env, fn)
+				asserted[roleOf(t, r, "Role")] = fn
+			}
+			_, sm := tp.one(t, "AWS::StepFunctions::StateMachine", "StateMachineName", "capacity-"+env+"-termination")
+			asserted[roleOf(t, sm, "RoleArn")] = "state machine"
+			for id := range tp.resources("AWS::IAM::Role") {
+				if _, ok := asserted[id]; !ok {
+					t.Errorf("role %s is not one whose permissions TestRolePermissions asserts", id)
+				}
+			}
+			if len(asserted) != 4 {
+				t.Errorf("roles %v: want 4 distinct roles (each function and the state machine its own)", asserted)
+			}
+		})
+	}
+}
+
+// TestNoRoleCanWriteKeys: API keys decide who may do what, so no role of the stack may write
+// them. Only the api function may read them, one GetItem at a time; no role holds any
+// DynamoDB action on "*".
+func TestNoRoleCanWriteKeys(t *testing.T) {
+	for _, env := range []string{"local", "prod"} {
+		t.Run(env, func(t *testing.T) {
+			tp := synth(t, env)
+			keysID := tableID(t, tp, table.Keys, env)
+			_, api := apiFunction(t, tp, env)
+			apiRole := roleOf(t, api, "Role")
+			readers := 0
+			for id, role := range tp.resources("AWS::IAM::Role") {
+				for res, actions := range rolePermissions(t, tp, id, assumedBy(t, role), logDeliveryActions...) {
+					if res == `"*"` {
+						for _, a := range actions {
+							if strings.HasPrefix(a, "dynamodb:") {
+								t.Errorf("role %s: %s on every resource", id, a)
+							}
+						}
+						continue
+					}
+					if !strings.Contains(res, `"`+keysID+`"`) {
+						continue
+					}
+					if id != apiRole || !reflect.DeepEqual(actions, []string{"dynamodb:GetItem"}) {
+						t.Errorf("role %s: %v on the keys table (%s); only the api role may, and only dynamodb:GetItem", id, actions, res)
+						continue
+					}
+					readers++
+				}
+			}
+			if readers != 1 {
+				t.Errorf("the api role reads the keys table through %d statements, want 1", readers)
+			}
+			// And the function is told where to look.
+			if got := props(api)["Environment"].(map[string]any)["Variables"].(map[string]any)["KEYS_TABLE"]; !reflect.DeepEqual(got, ref(keysID)) {
+				t.Errorf("api KEYS_TABLE = %s, want the keys table %s", toJSON(got), keysID)
+			}
 		})
 	}
 }
@@ -522,11 +617,12 @@ func TestRoutes(t *testing.T) {
 				}
 			}
 			want := map[string][]string{
-				"/v1/nodes/{nodeId}/reservations/{id}":                      {"ANY"},
-				"/v1/nodes/{nodeId}/reservations/{id}/reclaim":              {"ANY"},
-				"/v1/nodes/{nodeId}/reservations/{id}/release":              {"ANY"},
-				"/v1/nodes/{nodeId}/vms":                                    {"ANY"},
-				"/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}": {"ANY"},
+				"/v1/nodes/{nodeId}/reservations/{id}":                            {"ANY"},
+				"/v1/nodes/{nodeId}/reservations/{id}/reclaim":                    {"ANY"},
+				"/v1/nodes/{nodeId}/reservations/{id}/release":                    {"ANY"},
+				"/v1/nodes/{nodeId}/vms":                                          {"ANY"},
+				"/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}":       {"ANY"},
+				"/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}/retry": {"ANY"},
 			}
 			if !reflect.DeepEqual(methods, want) {
 				t.Errorf("methods by path\n got %v\nwant %v", methods, want)
@@ -587,7 +683,7 @@ func TestOutputs(t *testing.T) {
 	}
 	sort.Strings(keys)
 	if want := []string{
-		"ApiFunctionName", "ApiUrl", "AuditTableName", "Env", "ReconcilerFunctionName", "StateMachineArn", "StateTableName", "TerminateNodeFunctionName",
+		"AgentMasterSecretId", "ApiFunctionName", "ApiUrl", "AuditTableName", "Env", "KeysTableName", "ReconcilerFunctionName", "StateMachineArn", "StateTableName", "TerminateNodeFunctionName",
 	}; !reflect.DeepEqual(keys, want) {
 		t.Errorf("outputs %v, want %v", keys, want)
 	}
@@ -598,10 +694,12 @@ func TestOutputs(t *testing.T) {
 	for k, want := range map[string]any{
 		"StateTableName":            ref(tableID(t, tp, table.State, "local")),
 		"AuditTableName":            ref(tableID(t, tp, table.Audit, "local")),
+		"KeysTableName":             ref(tableID(t, tp, table.Keys, "local")),
 		"ApiFunctionName":           ref(fnID),
 		"StateMachineArn":           ref(stateMachineID(t, tp, "local")),
 		"TerminateNodeFunctionName": ref(terminateID),
 		"ReconcilerFunctionName":    ref(reconcilerID),
+		"AgentMasterSecretId":       ref(agentMasterSecretID(t, tp, "local")),
 		"Env":                       "local",
 	} {
 		if !reflect.DeepEqual(value(k), want) {
@@ -772,6 +870,7 @@ func TestTerminationStateMachine(t *testing.T) {
 				"nodeId.$":         "$$.Map.Item.Value.nodeId",
 				"vmIds.$":          "$$.Map.Item.Value.vmIds",
 				tc.executionArn[0]: tc.executionArn[1],
+				"attempt.$":        "$.attempt",
 				"round":            float64(0),
 				"maxRounds":        float64(DefaultTerminateRounds),
 			}
@@ -877,19 +976,19 @@ func TestWorkerFunctions(t *testing.T) {
 			if n := len(tp.resources("AWS::Lambda::Function")); n != 3 {
 				t.Errorf("%d functions, want 3", n)
 			}
-			agentSecret := "{{resolve:secretsmanager:capacity/" + env + "/agent-secret:SecretString}}"
-			if env == "local" {
-				agentSecret = "local-agent-secret"
-			}
 			state := ref(tableID(t, tp, table.State, env))
+			terminateEnv := map[string]any{
+				"STATE_TABLE": state, "AGENT_MASTER_SECRET_ID": ref(agentMasterSecretID(t, tp, env)), "AGENT_TIMEOUT": "5s",
+			}
+			if env == "local" {
+				terminateEnv["AGENT_ALLOW_HTTP"] = "true"
+			}
 			for _, tc := range []struct {
 				fn      string
 				timeout float64
 				env     map[string]any
 			}{
-				{"terminate-node", 60, map[string]any{
-					"STATE_TABLE": state, "AGENT_SECRET": agentSecret, "AGENT_TIMEOUT": "5s",
-				}},
+				{"terminate-node", 60, terminateEnv},
 				{"reconciler", 60, map[string]any{
 					"STATE_TABLE": state, "STATE_MACHINE_ARN": ref(stateMachineID(t, tp, env)),
 					"START_AFTER": "30s", "STUCK_AFTER": "15m",
@@ -923,6 +1022,93 @@ func TestWorkerFunctions(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// agentMasterSecretID is the logical id of the stack's agent master secret.
+func agentMasterSecretID(t *testing.T, tp tmpl, env string) string {
+	t.Helper()
+	id, _ := tp.one(t, "AWS::SecretsManager::Secret", "Name", "capacity/"+env+"/agent-master")
+	return id
+}
+
+// TestAgentMasterSecret: the stack creates the master secret, generated (its value is in
+// neither the template nor a function's configuration), kept outside local and dev.
+func TestAgentMasterSecret(t *testing.T) {
+	for _, tc := range []struct {
+		env    string
+		policy string
+	}{{"local", "Delete"}, {"dev", "Delete"}, {"prod", "Retain"}} {
+		t.Run(tc.env, func(t *testing.T) {
+			tp := synth(t, tc.env)
+			if n := len(tp.resources("AWS::SecretsManager::Secret")); n != 1 {
+				t.Fatalf("%d secrets, want 1", n)
+			}
+			_, r := tp.one(t, "AWS::SecretsManager::Secret", "Name", "capacity/"+tc.env+"/agent-master")
+			want := map[string]any{"ExcludePunctuation": true, "IncludeSpace": false, "PasswordLength": float64(64)}
+			if got := props(r)["GenerateSecretString"]; !reflect.DeepEqual(got, want) {
+				t.Errorf("GenerateSecretString %s, want %s", toJSON(got), toJSON(want))
+			}
+			if _, ok := props(r)["SecretString"]; ok {
+				t.Error("the secret's value is in the template")
+			}
+			if r["DeletionPolicy"] != tc.policy || r["UpdateReplacePolicy"] != tc.policy {
+				t.Errorf("DeletionPolicy %v UpdateReplacePolicy %v, want %s", r["DeletionPolicy"], r["UpdateReplacePolicy"], tc.policy)
+			}
+			all := toJSON(tp)
+			for _, leak := range []string{"{{resolve:", "AGENT_SECRET\""} {
+				if strings.Contains(all, leak) {
+					t.Errorf("template contains %s", leak)
+				}
+			}
+		})
+	}
+}
+
+// TestPlainHTTPAgentsOnlyLocally: AGENT_ALLOW_HTTP is set on no function of any environment but
+// local, whose agents are on loopback.
+func TestPlainHTTPAgentsOnlyLocally(t *testing.T) {
+	for _, env := range []string{"local", "dev", "staging", "prod"} {
+		t.Run(env, func(t *testing.T) {
+			tp := synth(t, env)
+			set := 0
+			for id, r := range tp.resources("AWS::Lambda::Function") {
+				vars, _ := props(r)["Environment"].(map[string]any)["Variables"].(map[string]any)
+				if v, ok := vars["AGENT_ALLOW_HTTP"]; ok {
+					set++
+					if env != "local" || v != "true" {
+						t.Errorf("function %s sets AGENT_ALLOW_HTTP=%v in env %s", id, v, env)
+					}
+				}
+			}
+			if env == "local" && set != 1 {
+				t.Errorf("local: %d functions allow plain http, want 1 (terminate-node)", set)
+			}
+		})
+	}
+}
+
+// TestExistingAgentMasterSecret: given an existing secret's name, the stack creates none and
+// terminate-node reads that one, by name, with GetSecretValue on its ARNs only.
+func TestExistingAgentMasterSecret(t *testing.T) {
+	ctx := cdkJSONContext(t)
+	app := awscdk.NewApp(&awscdk.AppProps{Context: &ctx})
+	s, err := NewCapacityStack(app, CapacityStackProps{Env: "prod", AssetRoot: testAssetRoot, AgentMasterSecretName: "ops/agent-master"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := tmpl(*assertions.Template_FromStack(s.Stack, nil).ToJSON())
+	if n := len(tp.resources("AWS::SecretsManager::Secret")); n != 0 {
+		t.Errorf("%d secrets created, want 0", n)
+	}
+	_, fn := functionByName(t, tp, "prod", "terminate-node")
+	if got := props(fn)["Environment"].(map[string]any)["Variables"].(map[string]any)["AGENT_MASTER_SECRET_ID"]; got != "ops/agent-master" {
+		t.Errorf("AGENT_MASTER_SECRET_ID = %s", toJSON(got))
+	}
+	got := rolePermissions(t, tp, roleOf(t, fn, "Role"), "lambda.amazonaws.com")
+	arn := toJSON(map[string]any{"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:ops/agent-master-??????"})
+	if !reflect.DeepEqual(got[arn], []string{"secretsmanager:GetSecretValue"}) {
+		t.Errorf("terminate-node permissions %v, want GetSecretValue on %s", got, arn)
 	}
 }
 
@@ -962,6 +1148,28 @@ func TestReconcileSchedule(t *testing.T) {
 			}
 			if found != 1 {
 				t.Errorf("%d EventBridge lambda permissions, want 1", found)
+			}
+		})
+	}
+}
+
+// TestNoFunctionInjectsFaults: the fault layer (CAPACITY_FAULTS) is switched on only by the
+// local stack runner, never by the stack: no function of any environment, local included,
+// carries it or its seed.
+func TestNoFunctionInjectsFaults(t *testing.T) {
+	for _, env := range []string{"local", "dev", "staging", "prod"} {
+		t.Run(env, func(t *testing.T) {
+			fns := synth(t, env).resources("AWS::Lambda::Function")
+			if len(fns) == 0 {
+				t.Fatal("no functions synthesised")
+			}
+			for id, r := range fns {
+				vars, _ := props(r)["Environment"].(map[string]any)["Variables"].(map[string]any)
+				for _, k := range []string{"CAPACITY_FAULTS", "CAPACITY_FAULTS_SEED"} {
+					if v, ok := vars[k]; ok {
+						t.Errorf("function %s sets %s=%v in env %s", id, k, v, env)
+					}
+				}
 			}
 		})
 	}

@@ -24,11 +24,12 @@ import (
 
 func main() {
 	logger := config.Logger()
-	env := config.Must(config.Required("STATE_TABLE", "AUDIT_TABLE", "STATE_MACHINE_ARN"))
+	env := config.Must(config.Required("STATE_TABLE", "AUDIT_TABLE", "KEYS_TABLE", "STATE_MACHINE_ARN"))
 	keyTTL := config.Must(config.Duration("KEY_CACHE_TTL", 30*time.Second))
 	cfg := config.Must(config.AWS(context.Background()))
 
 	store := dynamo.New(dynamodb.NewFromConfig(cfg), env["STATE_TABLE"], env["AUDIT_TABLE"])
+	store.KeysTable = env["KEYS_TABLE"]
 	workflow := &stepfn.Starter{Client: sfn.NewFromConfig(cfg), StateMachineARN: env["STATE_MACHINE_ARN"]}
 	lambda.Start(newAdapter(store, workflow, keyTTL, logger).ProxyWithContext)
 }
@@ -37,7 +38,7 @@ func main() {
 func newAdapter(store *dynamo.Store, workflow capacity.Workflow, keyTTL time.Duration, logger *slog.Logger) *httpadapter.HandlerAdapter {
 	handler := &httpapi.Handler{
 		Service:   &capacity.Service{Store: store, Workflow: workflow, Logger: logger},
-		Auth:      &auth.Authenticator{Keys: store, TTL: keyTTL},
+		Auth:      &auth.Authenticator{Keys: store.Keys(), TTL: keyTTL},
 		Logger:    logger,
 		RequestID: apiGatewayRequestID,
 	}

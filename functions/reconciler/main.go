@@ -1,6 +1,7 @@
 // Command reconciler runs on a schedule (every minute in AWS; `make invoke FN=reconciler`
-// locally): it starts termination workflows that a crash or an outage left unstarted and
-// reports reclaim operations stuck terminating.
+// locally): it starts termination workflows that a crash or an outage left unstarted,
+// restarts (a bounded number of times) those whose execution closed before the operation
+// ended, ends operations whose outcomes are all recorded, and reports stuck ones.
 package main
 
 import (
@@ -25,11 +26,12 @@ func main() {
 	env := config.Must(config.Required("STATE_TABLE", "STATE_MACHINE_ARN"))
 	cfg := config.Must(config.AWS(context.Background()))
 	r := &capacity.Reconciler{
-		Store:      dynamo.New(dynamodb.NewFromConfig(cfg), env["STATE_TABLE"], ""),
-		Workflow:   &stepfn.Starter{Client: sfn.NewFromConfig(cfg), StateMachineARN: env["STATE_MACHINE_ARN"]},
-		StartAfter: config.Must(config.Duration("START_AFTER", 30*time.Second)),
-		StuckAfter: config.Must(config.Duration("STUCK_AFTER", 15*time.Minute)),
-		Logger:     logger,
+		Store:       dynamo.New(dynamodb.NewFromConfig(cfg), env["STATE_TABLE"], ""),
+		Workflow:    &stepfn.Starter{Client: sfn.NewFromConfig(cfg), StateMachineARN: env["STATE_MACHINE_ARN"]},
+		StartAfter:  config.Must(config.Duration("START_AFTER", 30*time.Second)),
+		StuckAfter:  config.Must(config.Duration("STUCK_AFTER", 15*time.Minute)),
+		MaxRestarts: 3,
+		Logger:      logger,
 	}
 	lambda.Start(handler(r, logger))
 }
@@ -37,7 +39,10 @@ func main() {
 // Result is what an invocation returns (visible to `make invoke` and tests).
 type Result struct {
 	Started     []string `json:"started"`
+	Restarted   []string `json:"restarted"`
 	StartFailed []string `json:"startFailed"`
+	Ended       []string `json:"ended"`
+	Exhausted   []string `json:"exhausted"`
 	Stuck       []string `json:"stuck"`
 }
 
@@ -48,18 +53,25 @@ func handler(r *capacity.Reconciler, logger *slog.Logger) func(context.Context, 
 		if err != nil {
 			return Result{}, fmt.Errorf("reconcile: %w", err)
 		}
-		res := Result{Started: nonNil(report.Started), StartFailed: nonNil(report.StartFailed), Stuck: []string{}}
+		res := Result{
+			Started: nonNil(report.Started), Restarted: nonNil(report.Restarted), StartFailed: nonNil(report.StartFailed),
+			Ended: nonNil(report.Ended), Exhausted: []string{}, Stuck: []string{},
+		}
+		for _, op := range report.Exhausted {
+			res.Exhausted = append(res.Exhausted, op.ID)
+		}
 		for _, op := range report.Stuck {
 			res.Stuck = append(res.Stuck, op.ID)
 		}
-		emitMetrics(logger, len(res.Started), len(res.StartFailed), len(res.Stuck))
+		emitMetrics(logger, res)
 		return res, nil
 	}
 }
 
 // emitMetrics writes CloudWatch embedded-metric-format: CloudWatch turns this log line into
-// metrics (alarm on StuckReclaimOperations > 0), with no PutMetricData call or permission.
-func emitMetrics(logger *slog.Logger, started, startFailed, stuck int) {
+// metrics (alarm on StuckReclaimOperations > 0 and ReclaimStartsExhausted > 0), with no
+// PutMetricData call or permission.
+func emitMetrics(logger *slog.Logger, res Result) {
 	logger.Info("reconcile",
 		slog.Any("_aws", map[string]any{
 			"Timestamp": time.Now().UnixMilli(),
@@ -68,14 +80,20 @@ func emitMetrics(logger *slog.Logger, started, startFailed, stuck int) {
 				"Dimensions": [][]string{{}},
 				"Metrics": []map[string]string{
 					{"Name": "StartedReclaimOperations", "Unit": "Count"},
+					{"Name": "RestartedReclaimOperations", "Unit": "Count"},
 					{"Name": "StartFailedReclaimOperations", "Unit": "Count"},
+					{"Name": "EndedByReconciler", "Unit": "Count"},
+					{"Name": "ReclaimStartsExhausted", "Unit": "Count"},
 					{"Name": "StuckReclaimOperations", "Unit": "Count"},
 				},
 			}},
 		}),
-		slog.Int("StartedReclaimOperations", started),
-		slog.Int("StartFailedReclaimOperations", startFailed),
-		slog.Int("StuckReclaimOperations", stuck))
+		slog.Int("StartedReclaimOperations", len(res.Started)),
+		slog.Int("RestartedReclaimOperations", len(res.Restarted)),
+		slog.Int("StartFailedReclaimOperations", len(res.StartFailed)),
+		slog.Int("EndedByReconciler", len(res.Ended)),
+		slog.Int("ReclaimStartsExhausted", len(res.Exhausted)),
+		slog.Int("StuckReclaimOperations", len(res.Stuck)))
 }
 
 func nonNil(s []string) []string {

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,16 +18,31 @@ import (
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 )
 
+// recordingWorkflow records starts; every execution it started reports closed as
+// closedAs ("" = running), every other one not found.
 type recordingWorkflow struct {
-	mu      sync.Mutex
-	started []string
+	mu       sync.Mutex
+	started  []string
+	closedAs capacity.ExecutionStatus
 }
 
 func (w *recordingWorkflow) Start(_ context.Context, op capacity.Operation) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.started = append(w.started, op.ID)
+	w.started = append(w.started, capacity.ExecutionName(op))
 	return nil
+}
+
+func (w *recordingWorkflow) Status(_ context.Context, op capacity.Operation) (capacity.ExecutionStatus, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !slices.Contains(w.started, capacity.ExecutionName(op)) {
+		return capacity.ExecNotFound, nil
+	}
+	if w.closedAs != "" {
+		return w.closedAs, nil
+	}
+	return capacity.ExecRunning, nil
 }
 
 // TestScheduledEvent runs events/reconciler-scheduled.json through the handler: an operation
@@ -55,5 +72,65 @@ func TestScheduledEvent(t *testing.T) {
 	}
 	if !slices.Equal(out.Started, []string{res.ReclaimID}) || !slices.Equal(wf.started, out.Started) || len(out.Stuck) != 0 {
 		t.Fatalf("result = %+v, started = %v", out, wf.started)
+	}
+}
+
+// An operation whose executions keep closing before their first round is restarted under new
+// names, then failed: the run reports it and emits the ReclaimStartsExhausted metric.
+func TestExhaustedRestartsAreAMetric(t *testing.T) {
+	ctx := context.Background()
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewJSONHandler(&logs, nil))
+	env := dynamotest.New(t)
+	if err := env.Store.Put(ctx, demo.Seed(time.Now().Add(-time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	owner := capacity.Principal{OrgID: demo.OrgOwner, Permissions: []string{capacity.PermCapacity}}
+	wf := &recordingWorkflow{closedAs: capacity.ExecFailed}
+	svc := &capacity.Service{Store: env.Store, Workflow: wf, Logger: logger, Now: func() time.Time { return time.Now().Add(-time.Minute) }}
+	res, err := svc.Reclaim(ctx, owner, capacity.CapacityRequest{NodeID: demo.NodeID, ReservationID: demo.ReservationID, UnitIDs: []string{"gpu-2"}}, capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := time.Now()
+	r := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: 30 * time.Second, StuckAfter: 15 * time.Minute,
+		MaxRestarts: 1, Logger: logger, Now: func() time.Time { return clock }}
+	out, err := handler(r, logger)(ctx, nil)
+	if err != nil || !slices.Equal(out.Restarted, []string{res.ReclaimID}) {
+		t.Fatalf("first run: %+v, %v", out, err)
+	}
+	clock = clock.Add(time.Minute)
+	logs.Reset()
+	out, err = handler(r, logger)(ctx, nil)
+	if err != nil || !slices.Equal(out.Exhausted, []string{res.ReclaimID}) || len(out.Started) != 0 {
+		t.Fatalf("second run: %+v, %v", out, err)
+	}
+	if !slices.Equal(wf.started, []string{res.ReclaimID, res.ReclaimID + "-2"}) {
+		t.Fatalf("started %v", wf.started)
+	}
+	var metric struct {
+		Exhausted int `json:"ReclaimStartsExhausted"`
+		AWS       struct {
+			CloudWatchMetrics []struct {
+				Namespace string
+				Metrics   []struct{ Name string }
+			}
+		} `json:"_aws"`
+	}
+	for line := range strings.Lines(logs.String()) {
+		if strings.Contains(line, `"_aws"`) {
+			if err := json.Unmarshal([]byte(line), &metric); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	declared := false
+	for _, m := range metric.AWS.CloudWatchMetrics {
+		for _, n := range m.Metrics {
+			declared = declared || m.Namespace == "Capacity/Reclaim" && n.Name == "ReclaimStartsExhausted"
+		}
+	}
+	if metric.Exhausted != 1 || !declared {
+		t.Fatalf("metric line = %+v in %s", metric, logs.String())
 	}
 }

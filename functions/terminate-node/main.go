@@ -1,35 +1,65 @@
 // Command terminate-node is the termination workflow's task: for one node of a reclaim
 // operation it terminates the evicted VMs through the node's agent, records each outcome,
 // and returns the VMs to retry in the next round.
+//
+// Environment: STATE_TABLE; AGENT_MASTER_SECRET_ID, the Secrets Manager secret (name or ARN)
+// the node keys are derived from (read at run time, cached 5 minutes, current and previous
+// versions); AGENT_TIMEOUT; AGENT_ALLOW_HTTP=true only on the local stack, whose agents are
+// plain http on loopback.
 package main
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/openrelay/capacity/shared/agent"
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/config"
 	"github.com/openrelay/capacity/shared/dynamo"
+	"github.com/openrelay/capacity/shared/secrets"
 	"github.com/openrelay/capacity/shared/stepfn"
 )
 
 func main() {
 	logger := config.Logger()
-	env := config.Must(config.Required("STATE_TABLE", "AGENT_SECRET"))
+	env := config.Must(config.Required("STATE_TABLE", "AGENT_MASTER_SECRET_ID"))
 	timeout := config.Must(config.Duration("AGENT_TIMEOUT", 5*time.Second))
+	allowHTTP := config.Must(allowHTTP(os.Getenv("AGENT_ALLOW_HTTP"), os.Getenv("APP_ENV")))
 	cfg := config.Must(config.AWS(context.Background()))
+	masters := secrets.New(secretsmanager.NewFromConfig(cfg), env["AGENT_MASTER_SECRET_ID"])
+	client := &agent.Client{Keys: agent.Derived{Masters: masters}, AllowHTTP: allowHTTP, Timeout: timeout}
+	if allowHTTP {
+		logger.Warn("AGENT_ALLOW_HTTP is set: plain http agent endpoints are accepted (local stack only)")
+	}
 	term := &capacity.Terminator{
 		Store:  dynamo.New(dynamodb.NewFromConfig(cfg), env["STATE_TABLE"], ""),
-		Agent:  agentClient{&agent.Client{Secret: []byte(env["AGENT_SECRET"]), Timeout: timeout}},
+		Agent:  nodeAgent{client},
 		Logger: logger,
 	}
 	lambda.Start(handler(term, logger))
+}
+
+// allowHTTP parses AGENT_ALLOW_HTTP: "true", or "" / "false". Anything else is refused, so a
+// typo cannot quietly change the transport, and so is "true" outside APP_ENV local: the
+// function then fails its init rather than talk to agents in clear.
+func allowHTTP(v, appEnv string) (bool, error) {
+	switch v {
+	case "", "false":
+		return false, nil
+	case "true":
+		if appEnv != "local" {
+			return false, fmt.Errorf("environment variable AGENT_ALLOW_HTTP is true in env %q: plain http agents are allowed only in env local", appEnv)
+		}
+		return true, nil
+	}
+	return false, fmt.Errorf("environment variable AGENT_ALLOW_HTTP: %q, want true or false", v)
 }
 
 // handler runs one round. A returned error is a platform fault (Step Functions retries the
@@ -47,10 +77,11 @@ func handler(term *capacity.Terminator, logger *slog.Logger) func(context.Contex
 	}
 }
 
-// agentClient adapts the node-agent client to the domain's Agent.
-type agentClient struct{ c *agent.Client }
+// nodeAgent adapts the node-agent client to the domain's Agent: the key and the signed
+// strings name the node.
+type nodeAgent struct{ c *agent.Client }
 
-func (a agentClient) Terminate(ctx context.Context, endpoint, vmID string) (bool, error) {
-	res, err := a.c.Terminate(ctx, endpoint, vmID)
+func (a nodeAgent) Terminate(ctx context.Context, node capacity.Node, vmID string) (bool, error) {
+	res, err := a.c.Terminate(ctx, node.AgentEndpoint, node.ID, vmID)
 	return res.AlreadyGone, err
 }

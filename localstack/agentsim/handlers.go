@@ -16,10 +16,10 @@ import (
 
 const adminPrefix = "_admin"
 
-func (s *Sim) routes(v *agent.Verifier) http.Handler {
+func (s *Sim) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("POST /{node}/v1/vms/{vm}/terminate", s.signed(v, s.terminate))
-	mux.Handle("GET /{node}/v1/vms/{vm}", s.signed(v, s.status))
+	mux.Handle("POST /{node}/v1/vms/{vm}/terminate", s.signed(s.terminate))
+	mux.Handle("GET /{node}/v1/vms/{vm}", s.signed(s.status))
 	mux.HandleFunc("POST /"+adminPrefix+"/vms", s.loopback(s.adminAddVM))
 	mux.HandleFunc("GET /"+adminPrefix+"/vms", s.loopback(s.adminGetVM))
 	mux.HandleFunc("POST /"+adminPrefix+"/faults", s.loopback(s.adminFaults))
@@ -30,9 +30,19 @@ func (s *Sim) routes(v *agent.Verifier) http.Handler {
 	return mux
 }
 
-// signed puts h behind the verifier and counts the requests it refuses.
-func (s *Sim) signed(v *agent.Verifier, h http.HandlerFunc) http.Handler {
+// signed puts h behind the verifier of the node named by the path prefix (each simulated agent
+// checks with its own node's keys only) and counts the requests it refuses.
+func (s *Sim) signed(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v, err := s.verifier(r.PathValue("node"))
+		if err != nil {
+			s.logger.Warn("agent request refused", "node", r.PathValue("node"), "error", err.Error())
+			agent.WriteError(w, http.StatusUnauthorized, "unauthorized: this node's agent has no key")
+			s.mu.Lock()
+			s.refused++
+			s.mu.Unlock()
+			return
+		}
 		reached := false
 		v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			reached = true
@@ -55,7 +65,7 @@ func (s *Sim) terminate(w http.ResponseWriter, r *http.Request) {
 	v.calls++
 	call := v.calls
 	delay := n.faults.latency + v.faults.latency
-	f := takeFault(n, v)
+	f := s.takeFault(n, v)
 	s.mu.Unlock()
 	log := s.logger.With("node", nodeID, "vmId", vmID, "call", call)
 
@@ -149,12 +159,13 @@ type AdminVM struct {
 
 // AdminFaults is the body of POST /_admin/faults. Absent knobs are left as they are.
 type AdminFaults struct {
-	Node       string `json:"node"`
-	VMID       string `json:"vmId,omitempty"`
-	FailNext   *int   `json:"failNext,omitempty"`
-	DropNext   *int   `json:"dropNext,omitempty"`
-	FailAlways *bool  `json:"failAlways,omitempty"`
-	LatencyMs  *int64 `json:"latencyMs,omitempty"`
+	Node       string   `json:"node"`
+	VMID       string   `json:"vmId,omitempty"`
+	FailNext   *int     `json:"failNext,omitempty"`
+	DropNext   *int     `json:"dropNext,omitempty"`
+	FailAlways *bool    `json:"failAlways,omitempty"`
+	LatencyMs  *int64   `json:"latencyMs,omitempty"`
+	FaultRate  *float64 `json:"faultRate,omitempty"`
 }
 
 func (s *Sim) adminAddVM(w http.ResponseWriter, r *http.Request) {
@@ -223,6 +234,9 @@ func (s *Sim) adminFaults(w http.ResponseWriter, r *http.Request) {
 		in.LatencyMs != nil && *in.LatencyMs < 0:
 		agent.WriteError(w, http.StatusBadRequest, "failNext, dropNext and latencyMs must not be negative")
 		return
+	case in.FaultRate != nil && (*in.FaultRate < 0 || *in.FaultRate > 1):
+		agent.WriteError(w, http.StatusBadRequest, "faultRate must be between 0 and 1")
+		return
 	}
 	// One lock for all the knobs, so a concurrent call sees all of them or none.
 	s.setFaults(in.Node, in.VMID, func(f *faults) {
@@ -237,6 +251,9 @@ func (s *Sim) adminFaults(w http.ResponseWriter, r *http.Request) {
 		}
 		if in.LatencyMs != nil {
 			f.latency = time.Duration(*in.LatencyMs) * time.Millisecond
+		}
+		if in.FaultRate != nil {
+			f.rate = *in.FaultRate
 		}
 	})
 	w.WriteHeader(http.StatusNoContent)

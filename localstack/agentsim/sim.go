@@ -1,9 +1,11 @@
 // Package agentsim simulates the agents of many GPU nodes for the local stack and for tests:
 // one real HTTP server on 127.0.0.1 (a random port) that serves the node-agent contract of
 // shared/agent for every node under its own prefix, so node N's endpoint is
-// Endpoint(N) = URL() + "/" + N. Requests must be signed with the secret given to Start (the
-// one the functions get); the server checks them with agent.Verifier, answers 401 to any other
-// request and counts it in Refused.
+// Endpoint(N) = URL() + "/" + N. Each node's agent holds only its own node's keys (contract
+// v2): the simulator gets them from the KeySource given to Start the first time it sees the
+// node (or from SetNodeKeys), and checks requests for node N with an agent.Verifier of its own
+// for N (node id, keys and nonce cache), which also signs its answers. It answers 401 to any
+// other request and counts it in Refused.
 //
 // VMs live in memory, per node. A terminate call for a running or terminating VM makes it
 // terminated (a termination); for a terminated VM it answers 200 alreadyGone; for a VM the
@@ -19,13 +21,19 @@
 //   - FailAlways(on): every call is answered 500 and changes nothing.
 //   - DropNext(n): the next n calls get the start of a 200 and then the connection is
 //     closed (hijacked) mid-answer; they change nothing.
+//   - SetFaultRate(rate): each call fails at random with probability rate, half of them
+//     answered 500 and half dropped mid-answer; they change nothing. A flaky agent, not a dead
+//     one: a VM never gets more than MaxFaultsInARow of these in a row, so a termination
+//     under it still ends within the workflow's rounds (FailAlways is the dead agent).
+//     RandomFaults counts them.
 //   - SetLatency(d): every call waits d before the agent acts. The agent then acts even if the
 //     caller has given up (a real agent finishes a termination it started), so a client
 //     timeout followed by a retry shows the "acted, but the answer was lost" case: two calls,
 //     one termination, the second alreadyGone.
 //
 // A call takes at most one fault, checked in this order, the VM's before the node's: drop,
-// always fail, fail next. Latency comes on top of any of them.
+// always fail, fail next, then the fault rate (the VM's if set, else the node's). Latency
+// comes on top of any of them.
 //
 // # Admin API
 //
@@ -34,7 +42,7 @@
 //
 //	POST /_admin/vms     {"node","vmId","state"}       add or set a VM (state running|terminating|terminated); 204
 //	GET  /_admin/vms?node=N[&vmId=V]                  {"node","vmId","state","terminateCalls","terminations"}, or a list of every VM of N
-//	POST /_admin/faults  {"node","vmId"?,"failNext"?,"dropNext"?,"failAlways"?,"latencyMs"?}
+//	POST /_admin/faults  {"node","vmId"?,"failNext"?,"dropNext"?,"failAlways"?,"latencyMs"?,"faultRate"?}
 //	                     sets the knobs given (vmId absent or "" = the whole node); 204
 //	POST /_admin/reset                                 forget every VM, counter and fault; 204
 //
@@ -46,6 +54,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -62,10 +71,32 @@ type Sim struct {
 	url    string
 	done   chan struct{} // closed by Close; ends injected latency early
 	once   sync.Once
+	keys   KeySource
 
 	mu      sync.Mutex
 	nodes   map[string]*node
+	agents  map[string]*agent.Verifier // per node; kept by Reset, like a fleet's provisioning
 	refused int
+	rnd     *rand.Rand // draws of the fault rate
+	random  int        // faults drawn by the fault rate
+}
+
+// MaxFaultsInARow bounds the random faults (SetFaultRate) one VM gets in a row.
+const MaxFaultsInARow = 2
+
+// KeySource provisions a node's agent with its keys, current first.
+type KeySource func(nodeID string) ([][]byte, error)
+
+// DerivedKeys gives each node's agent its own key derived from master, as the service derives
+// it (agent.NodeKey), and nothing else.
+func DerivedKeys(master []byte) KeySource {
+	return func(nodeID string) ([][]byte, error) {
+		k, err := agent.NodeKey(master, nodeID)
+		if err != nil {
+			return nil, err
+		}
+		return [][]byte{k}, nil
+	}
 }
 
 type node struct {
@@ -78,6 +109,7 @@ type vm struct {
 	calls        int
 	terminations int
 	faults       faults
+	inARow       int // random faults since the last call that had none
 }
 
 type faults struct {
@@ -85,6 +117,7 @@ type faults struct {
 	dropNext   int
 	failAlways bool
 	latency    time.Duration
+	rate       float64 // share of calls failed at random
 }
 
 type fault int
@@ -95,11 +128,11 @@ const (
 	faultFail
 )
 
-// Start serves a simulator on 127.0.0.1 at a random port. Requests must be signed with
-// secret. logger may be nil.
-func Start(secret []byte, logger *slog.Logger) (*Sim, error) {
-	if len(secret) == 0 {
-		return nil, errors.New("start agent simulator: empty secret")
+// Start serves a simulator on 127.0.0.1 at a random port whose node agents get their keys from
+// keys. logger may be nil.
+func Start(keys KeySource, logger *slog.Logger) (*Sim, error) {
+	if keys == nil {
+		return nil, errors.New("start agent simulator: no key source")
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -112,11 +145,13 @@ func Start(secret []byte, logger *slog.Logger) (*Sim, error) {
 		logger: logger.With("component", "agentsim"),
 		url:    "http://" + ln.Addr().String(),
 		done:   make(chan struct{}),
+		keys:   keys,
 		nodes:  make(map[string]*node),
+		agents: make(map[string]*agent.Verifier),
+		rnd:    rand.New(rand.NewPCG(1, 2)), // fixed: a run's share of faults is reproducible
 	}
-	v := &agent.Verifier{Secrets: [][]byte{secret}, Logger: s.logger}
 	s.srv = &http.Server{
-		Handler:           s.routes(v),
+		Handler:           s.routes(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
 	}
@@ -145,6 +180,38 @@ func (s *Sim) Close() {
 			s.srv.Close()
 		}
 	})
+}
+
+// SetNodeKeys gives node nodeID's agent these keys (current first) in place of the ones it
+// had, as an operator does during a rotation. Its nonce cache is kept.
+func (s *Sim) SetNodeKeys(nodeID string, keys ...[]byte) error {
+	if !validNodeID(nodeID) || len(keys) == 0 {
+		return fmt.Errorf("set keys of node %q: invalid node id or no key", nodeID)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v := s.agents[nodeID]; v != nil {
+		v.SetKeys(keys...)
+		return nil
+	}
+	s.agents[nodeID] = &agent.Verifier{NodeID: nodeID, Keys: keys, Logger: s.logger}
+	return nil
+}
+
+// verifier returns node nodeID's agent, provisioning its keys on first sight.
+func (s *Sim) verifier(nodeID string) (*agent.Verifier, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v := s.agents[nodeID]; v != nil {
+		return v, nil
+	}
+	keys, err := s.keys(nodeID)
+	if err != nil {
+		return nil, fmt.Errorf("keys of node %q: %w", nodeID, err)
+	}
+	v := &agent.Verifier{NodeID: nodeID, Keys: keys, Logger: s.logger}
+	s.agents[nodeID] = v
+	return v, nil
 }
 
 // AddVM gives node a VM in state (agent.StateRunning, StateTerminating or StateTerminated), or
@@ -225,6 +292,20 @@ func (s *Sim) SetLatency(nodeID, vmID string, d time.Duration) {
 	s.setFaults(nodeID, vmID, func(f *faults) { f.latency = max(d, 0) })
 }
 
+// SetFaultRate fails a share rate (0..1) of the terminate calls for the VM (vmID "": for any
+// VM of the node) at random, half with 500 and half by dropping the connection, never more
+// than MaxFaultsInARow in a row for one VM. rate = 0 clears it.
+func (s *Sim) SetFaultRate(nodeID, vmID string, rate float64) {
+	s.setFaults(nodeID, vmID, func(f *faults) { f.rate = min(max(rate, 0), 1) })
+}
+
+// RandomFaults counts the calls failed by a fault rate (SetFaultRate).
+func (s *Sim) RandomFaults() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.random
+}
+
 // ClearFaults turns every fault knob off, keeping VMs and counters.
 func (s *Sim) ClearFaults() {
 	s.mu.Lock()
@@ -243,6 +324,7 @@ func (s *Sim) Reset() {
 	defer s.mu.Unlock()
 	s.nodes = make(map[string]*node)
 	s.refused = 0
+	s.random = 0
 }
 
 func (s *Sim) setFaults(nodeID, vmID string, set func(*faults)) {
@@ -286,7 +368,29 @@ func (s *Sim) lookup(nodeID, vmID string) *vm {
 
 // takeFault picks the fault for one call and uses it up, the VM's knobs before the node's.
 // s.mu must be held.
-func takeFault(n *node, v *vm) fault {
+func (s *Sim) takeFault(n *node, v *vm) fault {
+	f := countedFault(n, v)
+	if f != noFault {
+		return f
+	}
+	rate := n.faults.rate
+	if v.faults.rate > 0 {
+		rate = v.faults.rate
+	}
+	if rate > 0 && v.inARow < MaxFaultsInARow && s.rnd.Float64() < rate {
+		v.inARow++
+		s.random++
+		if s.rnd.IntN(2) == 0 {
+			return faultDrop
+		}
+		return faultFail
+	}
+	v.inARow = 0
+	return noFault
+}
+
+// countedFault is the fault of the knobs other than the rate, if any, used up.
+func countedFault(n *node, v *vm) fault {
 	for _, f := range []*faults{&v.faults, &n.faults} {
 		if f.dropNext > 0 {
 			f.dropNext--

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -16,16 +17,28 @@ import (
 	"github.com/openrelay/capacity/shared/agent"
 )
 
-var secret = []byte("sim-test-secret")
+var master = []byte("sim-test-master-secret-0123456789abcdef")
 
+// keyOf is node's key, as the service derives it.
+func keyOf(t *testing.T, node string) []byte {
+	t.Helper()
+	k, err := agent.NodeKey(master, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// start starts a simulator whose agents get their keys derived from master, and a client that
+// derives them too, as the terminate-node function does.
 func start(t *testing.T) (*Sim, *agent.Client) {
 	t.Helper()
-	s, err := Start(secret, nil)
+	s, err := Start(DerivedKeys(master), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	return s, &agent.Client{Secret: secret}
+	return s, &agent.Client{Keys: agent.Derived{Masters: agent.StaticMasters{Current: master}}, AllowHTTP: true}
 }
 
 func mustAdd(t *testing.T, s *Sim, node, vm, state string) {
@@ -97,7 +110,7 @@ func TestTerminateWithFaults(t *testing.T) {
 			tc.setup(s)
 			ctx := context.Background()
 			for i, want := range tc.calls {
-				res, err := c.Terminate(ctx, s.Endpoint("node-a"), "vm-1")
+				res, err := c.Terminate(ctx, s.Endpoint("node-a"), "node-a", "vm-1")
 				if got := outcomeOf(res, err); got != want {
 					t.Fatalf("call %d: outcome %d (%+v, %v), want %d", i+1, got, res, err, want)
 				}
@@ -111,10 +124,10 @@ func TestTerminateWithFaults(t *testing.T) {
 			if got := s.Terminations("node-a", "vm-1"); got != tc.wantTerms {
 				t.Errorf("Terminations = %d, want %d", got, tc.wantTerms)
 			}
-			if got := outcomeOf(c.Terminate(ctx, s.Endpoint("node-a"), "vm-2")); got != tc.wantOtherVM {
+			if got := outcomeOf(c.Terminate(ctx, s.Endpoint("node-a"), "node-a", "vm-2")); got != tc.wantOtherVM {
 				t.Errorf("other vm on the node: outcome %d, want %d", got, tc.wantOtherVM)
 			}
-			if got := outcomeOf(c.Terminate(ctx, s.Endpoint("node-b"), "vm-1")); got != tc.wantOtherNode {
+			if got := outcomeOf(c.Terminate(ctx, s.Endpoint("node-b"), "node-b", "vm-1")); got != tc.wantOtherNode {
 				t.Errorf("same vm id on another node: outcome %d, want %d", got, tc.wantOtherNode)
 			}
 		})
@@ -128,7 +141,7 @@ func TestLatencyPastTheTimeout(t *testing.T) {
 	mustAdd(t, s, "node-a", "vm-1", agent.StateRunning)
 	s.SetLatency("node-a", "", 300*time.Millisecond)
 
-	_, err := c.Terminate(context.Background(), s.Endpoint("node-a"), "vm-1")
+	_, err := c.Terminate(context.Background(), s.Endpoint("node-a"), "node-a", "vm-1")
 	if !agent.IsRetryable(err) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Terminate = %v, want a retryable timeout", err)
 	}
@@ -140,7 +153,7 @@ func TestLatencyPastTheTimeout(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	s.SetLatency("node-a", "", 0)
-	res, err := c.Terminate(context.Background(), s.Endpoint("node-a"), "vm-1")
+	res, err := c.Terminate(context.Background(), s.Endpoint("node-a"), "node-a", "vm-1")
 	if err != nil || !res.AlreadyGone {
 		t.Fatalf("retry = %+v, %v; want already gone", res, err)
 	}
@@ -168,7 +181,7 @@ func TestStatesAndUnknownVMs(t *testing.T) {
 		if tc.state != "" {
 			mustAdd(t, s, tc.node, tc.vm, tc.state)
 		}
-		st, err := c.Status(ctx, s.Endpoint(tc.node), tc.vm)
+		st, err := c.Status(ctx, s.Endpoint(tc.node), tc.node, tc.vm)
 		want := tc.state
 		if want == "" {
 			want = agent.StateUnknown
@@ -176,7 +189,7 @@ func TestStatesAndUnknownVMs(t *testing.T) {
 		if err != nil || st != want {
 			t.Errorf("%s/%s: Status = %q, %v; want %q", tc.node, tc.vm, st, err, want)
 		}
-		if got := outcomeOf(c.Terminate(ctx, s.Endpoint(tc.node), tc.vm)); got != tc.wantOutcome {
+		if got := outcomeOf(c.Terminate(ctx, s.Endpoint(tc.node), tc.node, tc.vm)); got != tc.wantOutcome {
 			t.Errorf("%s/%s: outcome %d, want %d", tc.node, tc.vm, got, tc.wantOutcome)
 		}
 		if s.TerminateCalls(tc.node, tc.vm) != 1 || s.Terminations(tc.node, tc.vm) != tc.wantTerms {
@@ -201,21 +214,21 @@ func TestUnsignedRequestsTerminateNothing(t *testing.T) {
 
 	unsigned, _ := http.NewRequest(http.MethodPost, url, nil)
 	wrongKey, _ := http.NewRequest(http.MethodPost, url, nil)
-	if err := agent.Sign(wrongKey, []byte("not-the-secret"), nil, time.Now()); err != nil {
+	if err := agent.Sign(wrongKey, "node-a", keyOf(t, "node-b"), nil, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	stale, _ := http.NewRequest(http.MethodPost, url, nil)
-	if err := agent.Sign(stale, secret, nil, time.Now().Add(-time.Hour)); err != nil {
+	if err := agent.Sign(stale, "node-a", keyOf(t, "node-a"), nil, time.Now().Add(-time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	otherVM, _ := http.NewRequest(http.MethodPost, url, nil)
-	if err := agent.Sign(otherVM, secret, nil, time.Now()); err != nil {
+	if err := agent.Sign(otherVM, "node-a", keyOf(t, "node-a"), nil, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	// Signed for vm-2, sent for vm-1.
 	otherVM.Header.Set(agent.HeaderSignature, signatureFor(t, s.Endpoint("node-a")+agent.TerminatePath("vm-2"), otherVM))
 
-	for name, req := range map[string]*http.Request{"unsigned": unsigned, "wrong secret": wrongKey, "stale": stale, "signed for another vm": otherVM} {
+	for name, req := range map[string]*http.Request{"unsigned": unsigned, "node-b's key": wrongKey, "stale": stale, "signed for another vm": otherVM} {
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -227,8 +240,9 @@ func TestUnsignedRequestsTerminateNothing(t *testing.T) {
 			t.Errorf("%s: status %d, error %q; want 401 with an error", name, resp.StatusCode, er.Error)
 		}
 	}
-	// The client with the wrong secret gets a permanent error naming the 401.
-	_, err := (&agent.Client{Secret: []byte("not-the-secret")}).Terminate(context.Background(), s.Endpoint("node-a"), "vm-1")
+	// A client with the wrong master gets a permanent error naming the 401.
+	wrongMaster := agent.Derived{Masters: agent.StaticMasters{Current: []byte("not-the-master-secret-0123456789abcdef")}}
+	_, err := (&agent.Client{Keys: wrongMaster, AllowHTTP: true}).Terminate(context.Background(), s.Endpoint("node-a"), "node-a", "vm-1")
 	var ae *agent.Error
 	if !errors.As(err, &ae) || ae.StatusCode != http.StatusUnauthorized || ae.Retryable() {
 		t.Errorf("wrong-secret client: %v, want a permanent 401", err)
@@ -248,7 +262,7 @@ func TestUnsignedRequestsTerminateNothing(t *testing.T) {
 func signatureFor(t *testing.T, rawURL string, req *http.Request) string {
 	t.Helper()
 	r, _ := http.NewRequest(req.Method, rawURL, nil)
-	if err := agent.Sign(r, secret, nil, time.Now()); err != nil {
+	if err := agent.Sign(r, "node-a", keyOf(t, "node-a"), nil, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	// Re-sign with req's timestamp and nonce is not possible through Sign, so take all three.
@@ -266,7 +280,7 @@ func TestConcurrentTerminateTerminatesOnce(t *testing.T) {
 	errs := make([]error, n)
 	for i := range n {
 		wg.Go(func() {
-			results[i], errs[i] = c.Terminate(context.Background(), s.Endpoint("node-a"), "vm-1")
+			results[i], errs[i] = c.Terminate(context.Background(), s.Endpoint("node-a"), "node-a", "vm-1")
 		})
 	}
 	wg.Wait()
@@ -287,6 +301,61 @@ func TestConcurrentTerminateTerminatesOnce(t *testing.T) {
 	}
 	if got := s.Terminations("node-a", "vm-1"); got != 1 {
 		t.Errorf("Terminations = %d, want 1", got)
+	}
+}
+
+// A fault rate fails about that share of calls, changes nothing on a failed call, and never
+// fails one VM more than MaxFaultsInARow times in a row, so every VM ends terminated within
+// MaxFaultsInARow+1 calls.
+func TestFaultRate(t *testing.T) {
+	for _, rate := range []float64{0, 0.3, 1} {
+		t.Run(fmt.Sprint(rate), func(t *testing.T) {
+			s, c := start(t)
+			const vms = 200
+			for i := range vms {
+				mustAdd(t, s, "node-a", fmt.Sprintf("vm-%d", i), agent.StateRunning)
+			}
+			mustAdd(t, s, "node-b", "vm-0", agent.StateRunning)
+			s.SetFaultRate("node-a", "", rate)
+			ctx := context.Background()
+			calls, failed := 0, 0
+			for i := range vms {
+				vm := fmt.Sprintf("vm-%d", i)
+				inARow := 0
+				for {
+					res, err := c.Terminate(ctx, s.Endpoint("node-a"), "node-a", vm)
+					calls++
+					if err == nil {
+						if res.AlreadyGone {
+							t.Fatalf("%s: first success reports already gone: a failed call terminated it", vm)
+						}
+						break
+					}
+					if !agent.IsRetryable(err) {
+						t.Fatalf("%s: %v, want a retryable failure", vm, err)
+					}
+					if s.State("node-a", vm) != agent.StateRunning {
+						t.Fatalf("%s: a failed call changed its state", vm)
+					}
+					failed++
+					if inARow++; inARow > MaxFaultsInARow {
+						t.Fatalf("%s: %d faults in a row, want at most %d", vm, inARow, MaxFaultsInARow)
+					}
+				}
+			}
+			if got := s.RandomFaults(); got != failed {
+				t.Errorf("RandomFaults = %d, want %d", got, failed)
+			}
+			share := float64(failed) / float64(calls)
+			// rate 1 is capped by MaxFaultsInARow: 2 of every 3 calls.
+			want := min(rate, float64(MaxFaultsInARow)/float64(MaxFaultsInARow+1))
+			if share < want-0.07 || share > want+0.07 {
+				t.Errorf("%d of %d calls failed (%.2f), want about %.2f", failed, calls, share, want)
+			}
+			if res, err := c.Terminate(ctx, s.Endpoint("node-b"), "node-b", "vm-0"); err != nil || res.AlreadyGone {
+				t.Errorf("another node's VM: %+v, %v; want terminated (the rate is per node)", res, err)
+			}
+		})
 	}
 }
 
@@ -326,7 +395,7 @@ func TestAdminAPI(t *testing.T) {
 	}
 	// The knobs set over HTTP apply: a drop, a 500, then the termination.
 	for i, want := range []outcome{retryable, retryable, terminated} {
-		if got := outcomeOf(c.Terminate(context.Background(), s.Endpoint("node-a"), "vm-1")); got != want {
+		if got := outcomeOf(c.Terminate(context.Background(), s.Endpoint("node-a"), "node-a", "vm-1")); got != want {
 			t.Fatalf("call %d: outcome %d, want %d", i+1, got, want)
 		}
 	}
@@ -337,7 +406,7 @@ func TestAdminAPI(t *testing.T) {
 	if code, _ := admin("POST", "/_admin/faults", `{"node":"node-a","vmId":"vm-1","failAlways":true}`); code != 204 {
 		t.Fatalf("failAlways: %d", code)
 	}
-	if got := outcomeOf(c.Terminate(context.Background(), s.Endpoint("node-a"), "vm-1")); got != retryable {
+	if got := outcomeOf(c.Terminate(context.Background(), s.Endpoint("node-a"), "node-a", "vm-1")); got != retryable {
 		t.Fatalf("with failAlways: outcome %d", got)
 	}
 	if code, _ := admin("POST", "/_admin/reset", ""); code != 204 {
@@ -377,7 +446,7 @@ func TestCloseEndsLatency(t *testing.T) {
 	s.SetLatency("node-a", "vm-1", time.Minute)
 	errc := make(chan error, 1)
 	go func() {
-		_, err := c.Terminate(context.Background(), s.Endpoint("node-a"), "vm-1")
+		_, err := c.Terminate(context.Background(), s.Endpoint("node-a"), "node-a", "vm-1")
 		errc <- err
 	}()
 	for s.TerminateCalls("node-a", "vm-1") == 0 {
@@ -390,5 +459,76 @@ func TestCloseEndsLatency(t *testing.T) {
 	}
 	if time.Since(begin) > 3*time.Second || s.State("node-a", "vm-1") != agent.StateRunning {
 		t.Fatalf("Close took %s, state %q", time.Since(begin), s.State("node-a", "vm-1"))
+	}
+}
+
+// oneKey signs for every node with the same key: what the owner of one node could do with
+// its own agent's key.
+type oneKey []byte
+
+func (k oneKey) NodeKeys(context.Context, string) ([]byte, [][]byte, error) { return k, nil, nil }
+
+// TestNodeKeyCannotActOnAnotherNode: node-a's key terminates nothing on node-b; each
+// simulated agent verifies with its own node's key only.
+func TestNodeKeyCannotActOnAnotherNode(t *testing.T) {
+	s, c := start(t)
+	mustAdd(t, s, "node-a", "vm-a", agent.StateRunning)
+	mustAdd(t, s, "node-b", "vm-b", agent.StateRunning)
+	stolen := &agent.Client{Keys: oneKey(keyOf(t, "node-a")), AllowHTTP: true}
+	if got := outcomeOf(stolen.Terminate(context.Background(), s.Endpoint("node-a"), "node-a", "vm-a")); got != terminated {
+		t.Fatalf("node-a's key on node-a: outcome %d, want terminated", got)
+	}
+	_, err := stolen.Terminate(context.Background(), s.Endpoint("node-b"), "node-b", "vm-b")
+	var ae *agent.Error
+	if !errors.As(err, &ae) || ae.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("node-a's key on node-b: %v, want 401", err)
+	}
+	if st, n := s.State("node-b", "vm-b"), s.TerminateCalls("node-b", "vm-b"); st != agent.StateRunning || n != 0 {
+		t.Fatalf("node-b's vm: state %q, calls %d; want running, 0", st, n)
+	}
+	// The service's own client still reaches node-b.
+	if got := outcomeOf(c.Terminate(context.Background(), s.Endpoint("node-b"), "node-b", "vm-b")); got != terminated {
+		t.Fatalf("service on node-b: outcome %d", got)
+	}
+}
+
+// TestRotationOfANodesKeys: an agent given its new key next to the old one serves services on
+// either master; once it drops the old key, a service still on the old master is refused.
+func TestRotationOfANodesKeys(t *testing.T) {
+	s, _ := start(t)
+	newMaster := []byte("sim-test-master-secret-next-0123456789")
+	newKey, err := agent.NodeKey(newMaster, "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	onOld := &agent.Client{Keys: agent.Derived{Masters: agent.StaticMasters{Current: master}}, AllowHTTP: true}
+	onNew := &agent.Client{Keys: agent.Derived{Masters: agent.StaticMasters{Current: newMaster, Previous: [][]byte{master}}}, AllowHTTP: true}
+	for i := range 4 {
+		mustAdd(t, s, "node-a", fmt.Sprintf("vm-%d", i), agent.StateRunning)
+	}
+	terminate := func(c *agent.Client, vm string) error {
+		_, err := c.Terminate(context.Background(), s.Endpoint("node-a"), "node-a", vm)
+		return err
+	}
+	if err := terminate(onOld, "vm-0"); err != nil { // provisions node-a with the old key
+		t.Fatal(err)
+	}
+	if err := s.SetNodeKeys("node-a", newKey, keyOf(t, "node-a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := terminate(onOld, "vm-1"); err != nil {
+		t.Fatalf("service on the old master, agent holding both: %v", err)
+	}
+	if err := terminate(onNew, "vm-2"); err != nil {
+		t.Fatalf("service on the new master, agent holding both: %v", err)
+	}
+	if err := s.SetNodeKeys("node-a", newKey); err != nil {
+		t.Fatal(err)
+	}
+	if err := terminate(onOld, "vm-3"); err == nil || s.State("node-a", "vm-3") != agent.StateRunning {
+		t.Fatalf("service on the old master after the agent dropped the old key: %v, state %q", err, s.State("node-a", "vm-3"))
+	}
+	if err := terminate(onNew, "vm-3"); err != nil {
+		t.Fatalf("service on the new master: %v", err)
 	}
 }

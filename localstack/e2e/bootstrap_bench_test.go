@@ -50,7 +50,7 @@ func benchBootstrap(b *testing.B, pkg string) {
 		cmd.Env = []string{
 			"AWS_LAMBDA_RUNTIME_API=" + strings.TrimPrefix(runtime.URL, "http://"),
 			// Every function's required configuration; none is used before the first poll.
-			"STATE_TABLE=bench-state", "AUDIT_TABLE=bench-audit", "AGENT_SECRET=bench",
+			"STATE_TABLE=bench-state", "AUDIT_TABLE=bench-audit", "KEYS_TABLE=bench-keys", "AGENT_MASTER_SECRET_ID=bench",
 			"STATE_MACHINE_ARN=arn:aws:states:us-east-1:000000000000:stateMachine:bench", "AWS_REGION=us-east-1",
 			"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test",
 		}

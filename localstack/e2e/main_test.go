@@ -2,6 +2,12 @@
 // answers and on the tables afterwards. By default it starts the offline local stack from the
 // template that `make synth ENV=local` wrote; with CAPACITY_OUTPUTS=<outputs file> it runs
 // against a stack that is already up (`make run`, or real LocalStack via cdklocal).
+//
+// With E2E_FAULTS=<rules> (shared/awsfault's syntax, e.g.
+// "TransactionConflict=0.1,Throttling=0.1") the local stack's functions run under the fault
+// layer (CAPACITY_FAULTS), and only the tests and benchmarks named UnderFaults run unless
+// -run says otherwise: the others assert exact answers that injected faults would change.
+// Without it, the UnderFaults tests skip. `make test` and `make bench` run both passes.
 package e2e
 
 import (
@@ -12,6 +18,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,7 +28,7 @@ import (
 	"github.com/openrelay/capacity/localstack/agentsim"
 	"github.com/openrelay/capacity/localstack/demo"
 	"github.com/openrelay/capacity/localstack/stack"
-	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/awsfault"
 	"github.com/openrelay/capacity/shared/dynamo"
 )
 
@@ -34,32 +41,50 @@ var (
 	store   *dynamo.Store
 	client  *dynamodb.Client
 	agents  *agentsim.Sim // the node agents of every node the tests create
+
+	// faultSpec is E2E_FAULTS: the AWS faults the stack's functions run under ("": none).
+	faultSpec = strings.TrimSpace(os.Getenv("E2E_FAULTS"))
 )
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	if faultSpec != "" {
+		if f := flag.Lookup("test.run"); f != nil && f.Value.String() == "" {
+			_ = f.Value.Set("UnderFaults")
+		}
+		if _, err := awsfault.Parse(faultSpec); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: E2E_FAULTS:", err)
+			os.Exit(2)
+		}
+	}
 	os.Exit(run(m))
 }
 
 func run(m *testing.M) int {
-	secret := []byte(capacity.NewID())
-	sim, err := agentsim.Start(secret, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	out, stop, err := stackOutputs()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer stop()
+	// Each simulated node agent holds its own key, derived from the stack's master secret.
+	master, err := stack.ReadSecret(context.Background(), endpoint, out["AgentMasterSecretId"])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	sim, err := agentsim.Start(agentsim.DerivedKeys(master), slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: start node agent simulator:", err)
 		return 1
 	}
 	defer sim.Close()
 	agents = sim
-	out, stop, err := stackOutputs(secret)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
-		return 1
-	}
-	defer stop()
 	outputs = out
 	apiURL = outputs["ApiUrl"]
 	client = dynamodb.NewFromConfig(stack.AWSConfig(endpoint))
 	store = dynamo.New(client, outputs["StateTableName"], outputs["AuditTableName"])
+	store.KeysTable = outputs["KeysTableName"]
 	if err := seedKeys(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: seed API keys:", err)
 		return 1
@@ -67,9 +92,8 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// stackOutputs reads the outputs of a running stack, or starts the local stack with the
-// functions holding the agents' secret.
-func stackOutputs(agentSecret []byte) (map[string]string, func(), error) {
+// stackOutputs reads the outputs of a running stack, or starts the local stack.
+func stackOutputs() (map[string]string, func(), error) {
 	if path := os.Getenv("CAPACITY_OUTPUTS"); path != "" {
 		_, out, err := stack.ReadOutputsFile(path)
 		return out, func() {}, err
@@ -83,10 +107,17 @@ func stackOutputs(agentSecret []byte) (map[string]string, func(), error) {
 		return nil, nil, fmt.Errorf("no template at %s: run `make synth ENV=local` (make test does)", template)
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	// START_AFTER: the reconciler may start a pending operation after 1 s, not 30 s.
+	env := map[string]string{"START_AFTER": "1s"}
+	if faultSpec != "" {
+		env["CAPACITY_FAULTS"] = faultSpec
+		if seed := os.Getenv("E2E_FAULTS_SEED"); seed != "" {
+			env["CAPACITY_FAULTS_SEED"] = seed
+		}
+		fmt.Fprintf(os.Stderr, "e2e: the stack's functions run under AWS faults %q\n", faultSpec)
+	}
 	st, err := stack.Start(context.Background(), stack.Options{
-		TemplatePath: template, RepoRoot: root, Processes: 4, Logger: logger,
-		// START_AFTER: the reconciler may start a pending operation after 1 s, not 30 s.
-		ExtraEnv: map[string]string{"AGENT_SECRET": string(agentSecret), "START_AFTER": "1s"},
+		TemplatePath: template, RepoRoot: root, Processes: 4, Logger: logger, ExtraEnv: env,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("start local stack: %w", err)

@@ -95,6 +95,11 @@ func TestRefusalsChangeNothing(t *testing.T) {
 		{"no unitIds", "", "POST", reclaimPath, keyOwner, `{"dryRun":false}`, "", 422, "invalid_request"},
 		{"body over 64 KiB", "", "POST", reclaimPath, keyOwner, `{"reason":"` + strings.Repeat("x", 70<<10) + `"}`, "", 413, "body_too_large"},
 		{"not JSON", "", "POST", reclaimPath, keyOwner, "unitIds=gpu-2", "text/plain", 415, "unsupported_media_type"},
+		{"null dryRun", "", "POST", reclaimPath, keyOwner, `{"unitIds":["gpu-2"],"dryRun":null}`, "", 400, "malformed_request"},
+		{"no reservation.capacity, body not JSON", "", "POST", reclaimPath, keyReadOnly, "unitIds=gpu-2", "text/plain", 404, "not_found"},
+		{"2 KB reclaim id", "", "GET", func(node string) string {
+			return "/v1/nodes/" + node + "/reservations/res-1/reclaims/" + strings.Repeat("x", 2048)
+		}, keyOwner, nil, "", 404, "not_found"},
 		{"wrong method", "", "GET", reclaimPath, keyOwner, nil, "", 405, "method_not_allowed"},
 		{"release of a unit in use", "", "POST", releasePath, keyOwner, map[string]any{"unitIds": []string{"gpu-0"}}, "", 409, "units_in_use"},
 	}

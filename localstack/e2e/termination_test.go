@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
+	sfntypes "github.com/aws/aws-sdk-go-v2/service/sfn/types"
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/openrelay/capacity/localstack/demo"
@@ -57,6 +58,38 @@ func awaitOperation(t testing.TB, node, reclaimID string, within time.Duration) 
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("operation still %s after %s: %s", op["state"], within, r.Body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// awaitNoRunningExecution polls until no execution of the termination state machine for
+// the reclaim is running.
+func awaitNoRunningExecution(t testing.TB, reclaimID string, within time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(within)
+	for {
+		running := 0
+		p := sfn.NewListExecutionsPaginator(sfnClient(), &sfn.ListExecutionsInput{
+			StateMachineArn: aws.String(outputs["StateMachineArn"]), StatusFilter: sfntypes.ExecutionStatusRunning,
+		})
+		for p.HasMorePages() {
+			page, err := p.NextPage(ctx)
+			if err != nil {
+				t.Fatalf("list executions: %v", err)
+			}
+			for _, e := range page.Executions {
+				if strings.Contains(aws.ToString(e.Name), reclaimID) {
+					running++
+				}
+			}
+		}
+		if running == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d executions for %s still running after %s", running, reclaimID, within)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -206,7 +239,8 @@ func TestReconcilerStartsWhatTheAPICouldNot(t *testing.T) {
 	if err := (&stepfn.Starter{Client: sfnClient(), StateMachineARN: outputs["StateMachineArn"]}).Start(ctx, *op); err != nil {
 		t.Fatalf("second start: %v", err)
 	}
-	time.Sleep(time.Second)
+	// Whatever the second start ran must have finished before "exactly once" means anything.
+	awaitNoRunningExecution(t, res.ReclaimID, 30*time.Second)
 	assertTerminatedOnce(t, node, "vm-spot-1", "vm-spot-2")
 }
 

@@ -14,6 +14,10 @@
 //   - AWS::ApiGateway::RestApi, Resource, Method (+ integration), Deployment, Stage.
 //   - AWS::StepFunctions::StateMachine (DefinitionString or Definition, with substitutions).
 //   - AWS::Events::EventBus, AWS::Events::Rule (+ targets).
+//   - AWS::SecretsManager::Secret: SecretString, or a value generated as GenerateSecretString
+//     asks; Ref is its ARN, and ReadSecret reads it back. kumo's Secrets Manager keeps every
+//     earlier AWSCURRENT as AWSPREVIOUS on PutSecretValue (AWS moves AWSPREVIOUS to the one
+//     just replaced), so after two rotations GetSecretValue(AWSPREVIOUS) may return either.
 //
 // Skipped, because nothing local depends on them (they still get fake physical ids and ARNs so
 // that references to them resolve): AWS::IAM::*, AWS::Lambda::Permission, AWS::Logs::LogGroup,

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 )
 
@@ -28,11 +29,12 @@ type provisioner struct {
 	res       *resolver
 	log       *slog.Logger
 
-	dynamodb    *dynamodb.Client
-	lambda      *lambda.Client
-	apigateway  *apigateway.Client
-	sfn         *sfn.Client
-	eventbridge *eventbridge.Client
+	dynamodb       *dynamodb.Client
+	lambda         *lambda.Client
+	apigateway     *apigateway.Client
+	sfn            *sfn.Client
+	eventbridge    *eventbridge.Client
+	secretsmanager *secretsmanager.Client
 
 	functions []functionSpec  // Lambda functions whose code is in the repo
 	restAPIs  map[string]bool // RestApi ids, to recognise their URLs in Outputs
@@ -66,6 +68,7 @@ var provisioners = map[string]provisionFunc{
 	"AWS::StepFunctions::StateMachine": provisionStateMachine,
 	"AWS::Events::EventBus":            provisionEventBus,
 	"AWS::Events::Rule":                provisionRule,
+	"AWS::SecretsManager::Secret":      provisionSecret,
 }
 
 // skippedType reports resource types that nothing local needs: permissions (kumo does not
@@ -84,18 +87,19 @@ func newProvisioner(t *template, stackName, endpoint string, log *slog.Logger) *
 	cfg := AWSConfig(endpoint)
 
 	return &provisioner{
-		t:           t,
-		stackName:   stackName,
-		res:         newResolver(t, stackName),
-		log:         log,
-		dynamodb:    dynamodb.NewFromConfig(cfg),
-		lambda:      lambda.NewFromConfig(cfg),
-		apigateway:  apigateway.NewFromConfig(cfg),
-		sfn:         sfn.NewFromConfig(cfg),
-		eventbridge: eventbridge.NewFromConfig(cfg),
-		restAPIs:    map[string]bool{},
-		skipped:     map[string]int{},
-		unknown:     map[string]int{},
+		t:              t,
+		stackName:      stackName,
+		res:            newResolver(t, stackName),
+		log:            log,
+		dynamodb:       dynamodb.NewFromConfig(cfg),
+		lambda:         lambda.NewFromConfig(cfg),
+		apigateway:     apigateway.NewFromConfig(cfg),
+		sfn:            sfn.NewFromConfig(cfg),
+		eventbridge:    eventbridge.NewFromConfig(cfg),
+		secretsmanager: secretsmanager.NewFromConfig(cfg),
+		restAPIs:       map[string]bool{},
+		skipped:        map[string]int{},
+		unknown:        map[string]int{},
 	}
 }
 

@@ -88,9 +88,22 @@ func (p *proxy) close() {
 	p.transport.CloseIdleConnections()
 }
 
-// modifyResponse rewrites the invocation that kumo hands to a function's runtime.
+// modifyResponse rewrites the invocation that kumo hands to a function's runtime, and the
+// answer to a function error that kumo's Step Functions engine gets (see workflowInvoke).
 func (p *proxy) modifyResponse(resp *http.Response) error {
 	if resp.StatusCode != http.StatusOK || resp.Request == nil {
+		return nil
+	}
+
+	if workflowInvoke(resp.Request) && resp.Header.Get("X-Amz-Function-Error") != "" {
+		// On AWS a function error fails the Task state (its Retry and Catch apply: the
+		// termination workflow retries States.TaskFailed). kumo's engine passes a 200 on as the
+		// state's output, so the workflow would loop on an error payload; it fails the task on
+		// any other status, so answer it with one.
+		resp.StatusCode = http.StatusBadGateway
+		resp.Status = "502 Bad Gateway"
+		p.log.Debug("function error: failing the workflow task", "path", resp.Request.URL.Path)
+
 		return nil
 	}
 
@@ -173,6 +186,28 @@ func (p *proxy) polling(fn string) int {
 	defer p.mu.Unlock()
 
 	return p.pollers[fn]
+}
+
+// kumoScope is how kumo's own service-to-service calls sign (awsauth.ScopeHeader): the
+// Step Functions engine's Lambda invokes carry it, SDK clients never do.
+const kumoScope = "Credential=kumo/"
+
+// workflowInvoke recognises a Lambda Invoke from kumo's Step Functions engine:
+// POST /2015-03-31/functions/<fn>/invocations signed with kumo's internal scope. Invokes from
+// SDK clients (tests, make invoke) keep AWS's 200 with X-Amz-Function-Error.
+func workflowInvoke(r *http.Request) bool {
+	if r.Method != http.MethodPost || !strings.Contains(r.Header.Get("Authorization"), kumoScope) {
+		return false
+	}
+
+	rest, ok := strings.CutPrefix(r.URL.Path, "/2015-03-31/functions/")
+	if !ok {
+		return false
+	}
+
+	fn, ok := strings.CutSuffix(rest, "/invocations")
+
+	return ok && fn != "" && !strings.Contains(fn, "/")
 }
 
 // runtimeNextFunction recognises GET /_runtime/<fn>/2018-06-01/runtime/invocation/next.

@@ -189,6 +189,62 @@ func TestProxyRewritesRuntimeInvocations(t *testing.T) {
 	}
 }
 
+// A function error fails the workflow's task, as on AWS (kumo's engine would take the error
+// payload as the task's output); every other caller gets AWS's 200 with X-Amz-Function-Error.
+func TestProxyFailsWorkflowTasksOnFunctionErrors(t *testing.T) {
+	const errPayload = `{"errorMessage":"store throttled","errorType":"wrapError"}`
+
+	front := newTestProxy(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("ok") == "" {
+			w.Header().Set("X-Amz-Function-Error", "Unhandled")
+		}
+
+		_, _ = io.WriteString(w, errPayload)
+	})
+
+	const (
+		kumoAuth = "AWS4-HMAC-SHA256 Credential=kumo/19700101/us-east-1/lambda/aws4_request, SignedHeaders=host, Signature=internal"
+		sdkAuth  = "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/lambda/aws4_request, SignedHeaders=host, Signature=abc"
+		invoke   = "/2015-03-31/functions/capacity-local-TerminateNode/invocations"
+	)
+
+	tests := []struct {
+		name, method, path, auth string
+		wantStatus               int
+	}{
+		{"workflow invoke, function error", http.MethodPost, invoke, kumoAuth, http.StatusBadGateway},
+		{"workflow invoke, success", http.MethodPost, invoke + "?ok=1", kumoAuth, http.StatusOK},
+		{"SDK invoke, function error", http.MethodPost, invoke, sdkAuth, http.StatusOK},
+		{"unsigned invoke", http.MethodPost, invoke, "", http.StatusOK},
+		{"another kumo path", http.MethodPost, "/2015-03-31/functions/fn/configuration", kumoAuth, http.StatusOK},
+		{"another kumo method", http.MethodGet, invoke, kumoAuth, http.StatusOK},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequest(tc.method, front.URL+tc.path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			if tc.auth != "" {
+				req.Header.Set("Authorization", tc.auth)
+			}
+
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			defer func() { _ = resp.Body.Close() }()
+
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tc.wantStatus || string(body) != errPayload {
+				t.Errorf("status %d body %s, want %d with the payload", resp.StatusCode, body, tc.wantStatus)
+			}
+		})
+	}
+}
+
 func TestProxyCountsRuntimePolls(t *testing.T) {
 	release := make(chan struct{})
 	front := newTestProxy(t, func(w http.ResponseWriter, r *http.Request) {

@@ -19,16 +19,24 @@ const DefaultTimeout = 5 * time.Second
 // maxResponseBytes bounds what the client reads of an answer; the contract's are tiny.
 const maxResponseBytes = 64 << 10
 
-// Client calls node agents, signing every request with Secret. It never retries: the caller's
-// workflow does, and decides by Error.Retryable. Calls reuse connections (through HTTP's
-// transport, or a shared one when HTTP is nil); the client follows no redirects, so a signed
-// request is only ever sent to the endpoint it was signed for. Safe for concurrent use.
+// Client calls node agents, signing every request with the node's current key from Keys and
+// accepting an answer only when the node's agent signed it (under the current or a previous
+// key): a forged or unsigned "terminated" is never taken as done. It never retries: the
+// caller's workflow does, and decides by Error.Retryable. Calls reuse connections (through
+// HTTP's transport, or a shared one when HTTP is nil); the client follows no redirects, so a
+// signed request is only ever sent to the endpoint it was signed for. Endpoints must be
+// https:// unless AllowHTTP is set. Safe for concurrent use.
 type Client struct {
-	Secret []byte
-	HTTP   *http.Client     // nil: a shared client with its own connection pool
-	Now    func() time.Time // nil: time.Now; the signature's timestamp
+	Keys Keys
+	// AllowHTTP accepts http:// endpoints. Only for the local stack and tests, whose agents
+	// listen on loopback: anywhere else the signed answers would cross the network in clear.
+	AllowHTTP bool
+	HTTP      *http.Client     // nil: a shared client with its own connection pool
+	Now       func() time.Time // nil: time.Now; the signature's timestamp
 	// Timeout bounds each call, on top of the context's deadline (0: DefaultTimeout).
 	Timeout time.Duration
+	// MaxSkew bounds how far an answer's timestamp may be from now (0: DefaultMaxSkew).
+	MaxSkew time.Duration
 }
 
 // Result is the outcome of a successful terminate call.
@@ -43,6 +51,7 @@ type Result struct {
 // id, any other 4xx, an answer that breaks the contract). It wraps the underlying error, if any.
 type Error struct {
 	Op         string // "terminate" or "status"
+	NodeID     string
 	VMID       string
 	Endpoint   string // the base URL, with any password redacted
 	StatusCode int    // 0 when there was no answer
@@ -53,7 +62,7 @@ type Error struct {
 
 func (e *Error) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "agent %s of vm %q at %s: ", e.Op, e.VMID, e.Endpoint)
+	fmt.Fprintf(&b, "agent %s of vm %q on node %q at %s: ", e.Op, e.VMID, e.NodeID, e.Endpoint)
 	if e.StatusCode != 0 {
 		fmt.Fprintf(&b, "HTTP %d %s", e.StatusCode, http.StatusText(e.StatusCode))
 		if e.Message != "" {
@@ -75,11 +84,13 @@ func IsRetryable(err error) bool {
 	return errors.As(err, &e) && e.Retryable()
 }
 
-// Terminate asks the agent at endpoint baseURL to terminate vmID. A VM already terminated or
-// unknown to the node is a success with AlreadyGone set: terminating is idempotent.
-func (c *Client) Terminate(ctx context.Context, baseURL, vmID string) (Result, error) {
+// Terminate asks the agent of node nodeID, at endpoint baseURL, to terminate vmID. A VM
+// already terminated or unknown to the node is a success with AlreadyGone set: terminating is
+// idempotent.
+func (c *Client) Terminate(ctx context.Context, baseURL, nodeID, vmID string) (Result, error) {
 	var res Result
-	status, body, err := c.call(ctx, "terminate", http.MethodPost, baseURL, vmID, TerminatePath(vmID))
+	cl := call{c: c, op: "terminate", nodeID: nodeID, vmID: vmID, endpoint: redact(baseURL)}
+	status, body, err := cl.do(ctx, http.MethodPost, baseURL, TerminatePath(vmID))
 	if err != nil {
 		return res, err
 	}
@@ -87,28 +98,28 @@ func (c *Client) Terminate(ctx context.Context, baseURL, vmID string) (Result, e
 	case http.StatusOK:
 		var tr TerminateResponse
 		if err := decodeFor(body, vmID, &tr, &tr.VMID); err != nil {
-			return res, c.contractError("terminate", baseURL, vmID, status, err)
+			return res, cl.contractError(status, err)
 		}
 		if tr.State != StateTerminated {
-			return res, c.contractError("terminate", baseURL, vmID, status,
-				fmt.Errorf("state %q, want %q", tr.State, StateTerminated))
+			return res, cl.contractError(status, fmt.Errorf("state %q, want %q", tr.State, StateTerminated))
 		}
 		return Result{VMID: vmID, AlreadyGone: tr.AlreadyGone}, nil
 	case http.StatusNotFound:
 		// The node has no such VM: whatever it was, it is not running there. Only the
 		// contract's 404 says so; any other (a wrong prefix, a proxy) proves nothing.
 		if err := unknownVM(body, vmID); err != nil {
-			return res, c.contractError("terminate", baseURL, vmID, status, err)
+			return res, cl.contractError(status, err)
 		}
 		return Result{VMID: vmID, AlreadyGone: true}, nil
 	}
-	return res, statusError("terminate", baseURL, vmID, status, body)
+	return res, cl.statusError(status, body)
 }
 
 // Status asks the agent for vmID's state: StateRunning, StateTerminating or StateTerminated,
 // or StateUnknown (and no error) when the node does not know the VM.
-func (c *Client) Status(ctx context.Context, baseURL, vmID string) (string, error) {
-	status, body, err := c.call(ctx, "status", http.MethodGet, baseURL, vmID, StatusPath(vmID))
+func (c *Client) Status(ctx context.Context, baseURL, nodeID, vmID string) (string, error) {
+	cl := call{c: c, op: "status", nodeID: nodeID, vmID: vmID, endpoint: redact(baseURL)}
+	status, body, err := cl.do(ctx, http.MethodGet, baseURL, StatusPath(vmID))
 	if err != nil {
 		return "", err
 	}
@@ -116,34 +127,61 @@ func (c *Client) Status(ctx context.Context, baseURL, vmID string) (string, erro
 	case http.StatusOK:
 		var sr StatusResponse
 		if err := decodeFor(body, vmID, &sr, &sr.VMID); err != nil {
-			return "", c.contractError("status", baseURL, vmID, status, err)
+			return "", cl.contractError(status, err)
 		}
 		if !ValidState(sr.State) {
-			return "", c.contractError("status", baseURL, vmID, status, fmt.Errorf("unknown state %q", sr.State))
+			return "", cl.contractError(status, fmt.Errorf("unknown state %q", sr.State))
 		}
 		return sr.State, nil
 	case http.StatusNotFound:
 		if err := unknownVM(body, vmID); err != nil {
-			return "", c.contractError("status", baseURL, vmID, status, err)
+			return "", cl.contractError(status, err)
 		}
 		return StateUnknown, nil
 	}
-	return "", statusError("status", baseURL, vmID, status, body)
+	return "", cl.statusError(status, body)
 }
 
-// call sends one signed request and reads the whole answer. An error means there was no
-// complete answer; any status is returned for the caller to judge.
-func (c *Client) call(ctx context.Context, op, method, baseURL, vmID, rel string) (int, []byte, error) {
+// call is one call of the client, for its errors.
+type call struct {
+	c                          *Client
+	op, nodeID, vmID, endpoint string
+}
+
+func (cl call) fail(status int, retryable bool, err error) *Error {
+	return &Error{Op: cl.op, NodeID: cl.nodeID, VMID: cl.vmID, Endpoint: cl.endpoint, StatusCode: status,
+		Message: err.Error(), Err: err, retryable: retryable}
+}
+
+// do sends one signed request and reads the whole answer. An error means there was no
+// complete answer; any status is returned for the caller to judge. A 200 or 404, the answers
+// that can end a VM's termination, is returned only when the node's agent signed it; any other
+// status proves nothing either way and is returned as it is.
+func (cl call) do(ctx context.Context, method, baseURL, rel string) (int, []byte, error) {
+	c := cl.c
 	base, err := parseEndpoint(baseURL)
 	if err != nil {
-		return 0, nil, &Error{Op: op, VMID: vmID, Endpoint: redact(baseURL), Message: "malformed endpoint: " + err.Error(), Err: err}
+		return 0, nil, cl.fail(0, false, fmt.Errorf("malformed endpoint: %w", err))
+	}
+	if base.Scheme != "https" && !c.AllowHTTP {
+		// Final: the endpoint is stored on the node and will be the same next round.
+		return 0, nil, cl.fail(0, false, errors.New("endpoint is not https:// (plain http is allowed only on the local stack)"))
+	}
+	switch {
+	case !ValidNodeID(cl.nodeID):
+		return 0, nil, cl.fail(0, false, errors.New("invalid node id"))
+	case !ValidVMID(cl.vmID):
+		return 0, nil, cl.fail(0, false, errors.New("invalid vm id"))
+	case c.Keys == nil:
+		return 0, nil, cl.fail(0, false, errors.New("client has no keys"))
 	}
 	fail := func(status int, retryable bool, err error) (int, []byte, error) {
-		return 0, nil, &Error{Op: op, VMID: vmID, Endpoint: base.Redacted(), StatusCode: status,
-			Message: err.Error(), Err: err, retryable: retryable}
+		return 0, nil, cl.fail(status, retryable, err)
 	}
-	if !ValidVMID(vmID) {
-		return fail(0, false, errors.New("invalid vm id"))
+	current, previous, err := c.Keys.NodeKeys(ctx, cl.nodeID)
+	if err != nil {
+		// Secrets Manager unreachable or throttled: nothing was sent, and may be next time.
+		return fail(0, true, fmt.Errorf("keys of node %q: %w", cl.nodeID, err))
 	}
 	u, err := joinPath(base, rel)
 	if err != nil {
@@ -165,7 +203,7 @@ func (c *Client) call(ctx context.Context, op, method, baseURL, vmID, rel string
 	if c.Now != nil {
 		now = c.Now
 	}
-	if err := Sign(req, c.Secret, nil, now()); err != nil {
+	if err := Sign(req, cl.nodeID, current, nil, now()); err != nil {
 		return fail(0, false, err)
 	}
 
@@ -185,16 +223,27 @@ func (c *Client) call(ctx context.Context, op, method, baseURL, vmID, rel string
 	if len(body) > maxResponseBytes {
 		return fail(resp.StatusCode, false, fmt.Errorf("answer over %d bytes", maxResponseBytes))
 	}
+	if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusNotFound {
+		keys := append([][]byte{current}, previous...)
+		skew := c.MaxSkew
+		if skew <= 0 {
+			skew = DefaultMaxSkew
+		}
+		if err := VerifyAnswer(resp.Header, cl.nodeID, keys, resp.StatusCode, req.Header.Get(HeaderNonce), body, now(), skew); err != nil {
+			// Retryable: a forger on the path may be gone next round, and the VM must never be
+			// taken as terminated on an answer its agent did not give.
+			return fail(resp.StatusCode, true, err)
+		}
+	}
 	return resp.StatusCode, body, nil
 }
 
-func (c *Client) contractError(op, baseURL, vmID string, status int, err error) error {
-	return &Error{Op: op, VMID: vmID, Endpoint: redact(baseURL), StatusCode: status,
-		Message: "answer breaks the agent contract: " + err.Error(), Err: err}
+func (cl call) contractError(status int, err error) error {
+	return cl.fail(status, false, fmt.Errorf("answer breaks the agent contract: %w", err))
 }
 
 // statusError is the error for an answer that is neither 200 nor 404.
-func statusError(op, baseURL, vmID string, status int, body []byte) error {
+func (cl call) statusError(status int, body []byte) error {
 	var er ErrorResponse
 	msg := ""
 	if json.Unmarshal(body, &er) == nil {
@@ -204,7 +253,7 @@ func statusError(op, baseURL, vmID string, status int, body []byte) error {
 		msg = msg[:200] + "…"
 	}
 	retryable := status >= 500 || status == http.StatusTooManyRequests || status == http.StatusRequestTimeout
-	return &Error{Op: op, VMID: vmID, Endpoint: redact(baseURL), StatusCode: status, Message: msg, retryable: retryable}
+	return &Error{Op: cl.op, NodeID: cl.nodeID, VMID: cl.vmID, Endpoint: cl.endpoint, StatusCode: status, Message: msg, retryable: retryable}
 }
 
 // decodeFor decodes an answer into v and checks that it is about the VM asked for (*id), so

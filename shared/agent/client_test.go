@@ -17,7 +17,7 @@ import (
 func agentServer(t *testing.T, h http.HandlerFunc) *httptest.Server {
 	t.Helper()
 	mux := http.NewServeMux()
-	v := NewVerifier(secret)
+	v := NewVerifier(testNode, secret)
 	mux.Handle("POST /prefix/v1/vms/{vm}/terminate", v.Middleware(h))
 	mux.Handle("GET /prefix/v1/vms/{vm}", v.Middleware(h))
 	srv := httptest.NewServer(mux)
@@ -102,8 +102,8 @@ func TestClientTerminate(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := agentServer(t, tc.handler)
-			c := &Client{Secret: secret, Timeout: tc.timeout}
-			got, err := c.Terminate(context.Background(), srv.URL+"/prefix", tc.vmID)
+			c := &Client{Keys: testKeys, AllowHTTP: true, Timeout: tc.timeout}
+			got, err := c.Terminate(context.Background(), srv.URL+"/prefix", testNode, tc.vmID)
 			if !tc.wantErr {
 				if err != nil || got != tc.want {
 					t.Fatalf("Terminate = %+v, %v; want %+v", got, err, tc.want)
@@ -134,7 +134,7 @@ func TestClientTerminate(t *testing.T) {
 func TestClientPathPrefixAndEscaping(t *testing.T) {
 	var gotPath, gotVM string
 	mux := http.NewServeMux()
-	mux.Handle("POST /nodes/{node}/v1/vms/{vm}/terminate", NewVerifier(secret).Middleware(
+	mux.Handle("POST /nodes/{node}/v1/vms/{vm}/terminate", NewVerifier(testNode, secret).Middleware(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			gotPath, gotVM = r.URL.EscapedPath(), r.PathValue("vm")
 			if r.PathValue("node") != "node a" {
@@ -150,9 +150,9 @@ func TestClientPathPrefixAndEscaping(t *testing.T) {
 		{srv.URL + "/nodes/node%20a/", "vm-2", "/nodes/node%20a/v1/vms/vm-2/terminate"},
 		{srv.URL + "/nodes/node%20a", "a b", "/nodes/node%20a/v1/vms/a%20b/terminate"},
 	}
-	c := &Client{Secret: secret}
+	c := &Client{Keys: testKeys, AllowHTTP: true}
 	for _, tc := range tests {
-		if _, err := c.Terminate(context.Background(), tc.base, tc.vm); err != nil {
+		if _, err := c.Terminate(context.Background(), tc.base, testNode, tc.vm); err != nil {
 			t.Fatalf("Terminate(%q, %q): %v", tc.base, tc.vm, err)
 		}
 		if gotPath != tc.wantPath || gotVM != tc.vm {
@@ -163,7 +163,7 @@ func TestClientPathPrefixAndEscaping(t *testing.T) {
 
 func TestClientMalformedEndpointIsPermanent(t *testing.T) {
 	for _, base := range []string{"", "://x", "127.0.0.1:1/node", "ftp://host/x", "http:///path", "http://h/p?q=1", "http://h/p#f"} {
-		_, err := (&Client{Secret: secret}).Terminate(context.Background(), base, "vm-1")
+		_, err := (&Client{Keys: testKeys, AllowHTTP: true}).Terminate(context.Background(), base, testNode, "vm-1")
 		var ae *Error
 		if !errors.As(err, &ae) || ae.Retryable() {
 			t.Errorf("Terminate(%q) = %v, want a permanent *Error", base, err)
@@ -172,7 +172,7 @@ func TestClientMalformedEndpointIsPermanent(t *testing.T) {
 }
 
 func TestClientNoSecretIsPermanent(t *testing.T) {
-	_, err := (&Client{}).Terminate(context.Background(), "http://127.0.0.1:1/x", "vm-1")
+	_, err := (&Client{AllowHTTP: true}).Terminate(context.Background(), "http://127.0.0.1:1/x", testNode, "vm-1")
 	if err == nil || IsRetryable(err) {
 		t.Fatalf("Terminate without a secret = %v, want a permanent error", err)
 	}
@@ -185,7 +185,7 @@ func TestClientConnectionRefusedIsRetryable(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	_, err = (&Client{Secret: secret}).Terminate(context.Background(), "http://"+addr+"/n", "vm-1")
+	_, err = (&Client{Keys: testKeys, AllowHTTP: true}).Terminate(context.Background(), "http://"+addr+"/n", testNode, "vm-1")
 	if !IsRetryable(err) {
 		t.Fatalf("Terminate to a closed port = %v, want retryable", err)
 	}
@@ -218,7 +218,7 @@ func TestClientStatus(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := agentServer(t, tc.handler)
-			got, err := (&Client{Secret: secret}).Status(context.Background(), srv.URL+"/prefix", "vm-1")
+			got, err := (&Client{Keys: testKeys, AllowHTTP: true}).Status(context.Background(), srv.URL+"/prefix", testNode, "vm-1")
 			if (err != nil) != tc.wantErr || got != tc.want || IsRetryable(err) != tc.wantRetryable {
 				t.Fatalf("Status = %q, %v (retryable %v); want %q, err %v, retryable %v",
 					got, err, IsRetryable(err), tc.want, tc.wantErr, tc.wantRetryable)
@@ -230,7 +230,7 @@ func TestClientStatus(t *testing.T) {
 func TestClientReusesConnections(t *testing.T) {
 	var conns atomic.Int32
 	mux := http.NewServeMux()
-	mux.Handle("POST /n/v1/vms/{vm}/terminate", NewVerifier(secret).Middleware(
+	mux.Handle("POST /n/v1/vms/{vm}/terminate", NewVerifier(testNode, secret).Middleware(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			WriteJSON(w, 200, TerminateResponse{VMID: r.PathValue("vm"), State: StateTerminated})
 		})))
@@ -243,9 +243,9 @@ func TestClientReusesConnections(t *testing.T) {
 	srv.Start()
 	defer srv.Close()
 
-	c := &Client{Secret: secret, HTTP: &http.Client{Transport: &http.Transport{}}}
+	c := &Client{Keys: testKeys, AllowHTTP: true, HTTP: &http.Client{Transport: &http.Transport{}}}
 	for _, vm := range []string{"vm-1", "vm-2", "vm-3", "vm-4", "vm-5"} {
-		if _, err := c.Terminate(context.Background(), srv.URL+"/n", vm); err != nil {
+		if _, err := c.Terminate(context.Background(), srv.URL+"/n", testNode, vm); err != nil {
 			t.Fatal(err)
 		}
 	}

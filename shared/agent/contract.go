@@ -1,10 +1,10 @@
 // Package agent is the contract between the capacity service and the agent that runs on each
-// GPU node and can terminate its VMs: the HTTP API, the request signature that keeps anyone
-// else from terminating VMs, a client for the service's side and a verifier for the agent's.
-// It imports no AWS package.
+// GPU node and can terminate its VMs (contract v2): the HTTP API, per-node keys, the request
+// and answer signatures that keep anyone else from terminating VMs or faking their end, a
+// client for the service's side and a verifier for the agent's. It imports no AWS package.
 //
 // Paths are relative to the node's endpoint, the base URL stored on the node item (it may
-// carry a path prefix, e.g. "http://127.0.0.1:37411/node-a"); a VM id is always one escaped
+// carry a path prefix, e.g. "https://agents.example/node-a"); a VM id is always one escaped
 // path segment ("vm/1" is sent as "vm%2F1"):
 //
 //	POST {base}/v1/vms/{vmId}/terminate
@@ -16,14 +16,28 @@
 //
 // Terminate is idempotent: the service's workflow retries it, so a second call for a VM that is
 // gone answers 200 (or 404) and does nothing. Errors are {"error":"…"}; a request without a
-// valid, fresh, unreplayed signature gets 401. Every request carries
+// valid, fresh, unreplayed signature for this node gets 401.
 //
+// Keys: node N's key is NodeKey(master, N), HKDF-SHA256 over a master secret that only the
+// service holds, with info "capacity-agent-v2/node/" + N. An agent is given only its own key.
+//
+// Every request carries
+//
+//	X-Agent-Node:      the node id
 //	X-Agent-Timestamp: unix seconds
 //	X-Agent-Nonce:     16 random bytes, hex
-//	X-Agent-Signature: v1=hex(HMAC-SHA256(secret,
-//	    METHOD "\n" escaped path as sent "\n" timestamp "\n" nonce "\n" hex(SHA-256(body))))
+//	X-Agent-Signature: v2=hex(HMAC-SHA256(node key, "capacity-agent-v2 request" "\n"
+//	    escaped node id "\n" METHOD "\n" escaped path as sent "\n" timestamp "\n" nonce "\n"
+//	    hex(SHA-256(body))))
 //
-// (see Sign and Verifier). The query string is not signed; the contract uses none.
+// and every answer to a verified request (whatever its status)
+//
+//	X-Agent-Timestamp: unix seconds
+//	X-Agent-Signature: v2=hex(HMAC-SHA256(the key that signed the request, "capacity-agent-v2 answer" "\n"
+//	    escaped node id "\n" status "\n" the request's nonce "\n" timestamp "\n" hex(SHA-256(body))))
+//
+// (see Sign, SignAnswer, Verifier and VerifyAnswer). The query string is not signed; the
+// contract uses none.
 package agent
 
 import (
@@ -70,6 +84,20 @@ func StatusPath(vmID string) string { return "/v1/vms/" + url.PathEscape(vmID) }
 // ValidVMID reports whether id can be sent as one path segment. "." and ".." cannot: clients
 // and servers clean them away, so a call for VM ".." would reach a different path.
 func ValidVMID(id string) bool { return id != "" && id != "." && id != ".." }
+
+// ValidNodeID reports whether id can name a node in the contract: not empty, at most 255
+// bytes, no control characters (it travels in a header), not "." or "..".
+func ValidNodeID(id string) bool {
+	if !ValidVMID(id) || len(id) > 255 {
+		return false
+	}
+	for _, r := range id {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
 
 // ValidState reports whether s is a state a VM can be in (StateUnknown is not one).
 func ValidState(s string) bool {

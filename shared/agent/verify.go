@@ -1,15 +1,18 @@
 package agent
 
 import (
+	"bufio"
 	"bytes"
 	"container/heap"
-	"crypto/hmac"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,20 +26,23 @@ const (
 	DefaultMaxBodyBytes = 64 << 10
 )
 
-// Reasons Verify refuses a request. Every refusal wraps exactly one of them; the middleware
-// answers 401 to all of them.
+// Reasons Verify refuses a request (and VerifyAnswer an answer). Every refusal wraps exactly
+// one of them; the middleware answers 401 to all of them.
 var (
 	ErrUnsigned     = errors.New("request is not signed")
 	ErrBadSignature = errors.New("signature does not match")
 	ErrStale        = errors.New("timestamp outside the allowed skew")
 	ErrReplayed     = errors.New("nonce already used")
-	ErrNoSecret     = errors.New("verifier has no secret")
+	ErrWrongNode    = errors.New("request is for another node")
+	ErrNoSecret     = errors.New("verifier has no key")
 )
 
-// Verifier checks request signatures on the agent's side. It accepts a request signed with
-// any of Secrets (so a secret can be rotated: list the new one and the old one until every
-// signer uses the new one), at most MaxSkew from now, whose nonce it has not seen within the
-// skew window.
+// Verifier checks request signatures on the agent of node NodeID and signs its answers. It
+// accepts a request for NodeID signed with any of Keys (that node's keys, from NodeKey: list
+// the new one and the old one during a rotation), at most MaxSkew from now, whose nonce it has
+// not seen within the skew window. A request for another node is refused whatever its
+// signature, so a request captured on its way to one node cannot be replayed to another, even
+// if keys were shared by mistake.
 //
 // Nonces are remembered in memory, per Verifier: agents behind one endpoint that do not share
 // a Verifier do not share replay protection. The cache holds at most MaxNonces entries; when a
@@ -44,9 +50,11 @@ var (
 // up to and including its timestamp is refused from then on, so a forgotten nonce can never be
 // replayed (the window shrinks instead of opening).
 //
-// Set the fields before first use; the zero values of the others mean their defaults.
+// Set the fields before first use (then change Keys only with SetKeys); the zero values of the
+// others mean their defaults.
 type Verifier struct {
-	Secrets      [][]byte
+	NodeID       string
+	Keys         [][]byte
 	MaxSkew      time.Duration
 	MaxNonces    int
 	MaxBodyBytes int64
@@ -54,64 +62,90 @@ type Verifier struct {
 	// Logger, if set, gets one line per refused request, with the reason.
 	Logger *slog.Logger
 
-	mu    sync.Mutex
+	mu    sync.Mutex       // guards Keys once in use, and the nonce cache
 	seen  map[string]int64 // nonce -> timestamp (unix seconds)
 	order nonceHeap        // the same entries, oldest timestamp first
 	floor int64            // timestamps <= floor are refused; 0 until the cache overflows
 }
 
-// NewVerifier returns a Verifier with the given secrets and the defaults.
-func NewVerifier(secrets ...[]byte) *Verifier { return &Verifier{Secrets: secrets} }
+// NewVerifier returns a Verifier for the agent of nodeID with the node's keys and the
+// defaults.
+func NewVerifier(nodeID string, keys ...[]byte) *Verifier {
+	return &Verifier{NodeID: nodeID, Keys: keys}
+}
+
+// SetKeys replaces the node's keys (current first) while the verifier is in use, keeping its
+// nonce cache: a rotation reaches a running agent without reopening the replay window.
+func (v *Verifier) SetKeys(keys ...[]byte) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.Keys = keys
+}
+
+func (v *Verifier) keys() [][]byte {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.Keys
+}
 
 // Verify checks r's signature headers against body, the request's whole body, and records the
 // nonce when they are valid. It does not read r.Body.
 func (v *Verifier) Verify(r *http.Request, body []byte) error {
+	_, err := v.verify(r, body)
+	return err
+}
+
+// verify is Verify, returning the key that signed the request, to sign the answer with: the
+// signer certainly holds it, even mid-rotation.
+func (v *Verifier) verify(r *http.Request, body []byte) ([]byte, error) {
+	node := r.Header.Get(HeaderNode)
 	ts, nonce, sig := r.Header.Get(HeaderTimestamp), r.Header.Get(HeaderNonce), r.Header.Get(HeaderSignature)
-	if ts == "" || nonce == "" || sig == "" {
-		return fmt.Errorf("%w: missing %s, %s or %s", ErrUnsigned, HeaderTimestamp, HeaderNonce, HeaderSignature)
+	if node == "" || ts == "" || nonce == "" || sig == "" {
+		return nil, fmt.Errorf("%w: missing %s, %s, %s or %s", ErrUnsigned, HeaderNode, HeaderTimestamp, HeaderNonce, HeaderSignature)
+	}
+	if node != v.NodeID {
+		return nil, fmt.Errorf("%w: %s is %q, this is node %q", ErrWrongNode, HeaderNode, node, v.NodeID)
 	}
 	sec, err := parseTimestamp(ts)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrBadSignature, HeaderTimestamp, err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadSignature, HeaderTimestamp, err)
 	}
 	if n, err := hex.DecodeString(nonce); err != nil || len(n) != nonceBytes {
-		return fmt.Errorf("%w: %s must be %d bytes in hex", ErrBadSignature, HeaderNonce, nonceBytes)
+		return nil, fmt.Errorf("%w: %s must be %d bytes in hex", ErrBadSignature, HeaderNonce, nonceBytes)
 	}
 	got, err := parseSignature(sig)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrBadSignature, HeaderSignature, err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadSignature, HeaderSignature, err)
 	}
 
 	now := v.now()
 	skew := v.maxSkew()
 	if d := now.Sub(time.Unix(sec, 0)); d > skew || d < -skew {
-		return fmt.Errorf("%w: timestamp %s is %s from now, more than %s", ErrStale, ts, d.Truncate(time.Second), skew)
+		return nil, fmt.Errorf("%w: timestamp %s is %s from now, more than %s", ErrStale, ts, d.Truncate(time.Second), skew)
 	}
-
-	ok, haveSecret := false, false
-	for _, s := range v.Secrets {
-		if len(s) == 0 {
-			continue // an empty key would make signatures anyone can compute
-		}
-		haveSecret = true
-		// Every secret is tried, so the time taken does not depend on which one matched.
-		if hmac.Equal(got, mac(s, r.Method, r.URL.EscapedPath(), ts, nonce, body)) {
-			ok = true
-		}
+	keys := v.keys()
+	if !slices.ContainsFunc(keys, func(k []byte) bool { return len(k) > 0 }) {
+		return nil, ErrNoSecret
 	}
-	if !haveSecret {
-		return ErrNoSecret
+	// The MAC names v.NodeID, not the header: a signature made for another node never matches.
+	i := matchKey(keys, got, func(k []byte) []byte {
+		return requestMAC(k, v.NodeID, r.Method, r.URL.EscapedPath(), ts, nonce, body)
+	})
+	if i < 0 {
+		return nil, ErrBadSignature
 	}
-	if !ok {
-		return ErrBadSignature
+	// Only validly signed requests reach the cache, so nobody without a key can fill it.
+	if err := v.remember(nonce, sec, now.Unix()-int64(skew/time.Second)); err != nil {
+		return nil, err
 	}
-	// Only validly signed requests reach the cache, so nobody without a secret can fill it.
-	return v.remember(nonce, sec, now.Unix()-int64(skew/time.Second))
+	return keys[i], nil
 }
 
 // Middleware verifies every request before next sees it: it reads the whole body (at most
 // MaxBodyBytes, else 413), answers 401 {"error": …} to a request that fails Verify, and gives
-// next the request with its body restored.
+// next the request with its body restored. It signs next's answer (status and body, with the
+// key that signed the request and its nonce), so the service can tell it from a forgery; next's
+// answer is therefore buffered and sent when next returns. Refusals are not signed.
 func (v *Verifier) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		limit := v.MaxBodyBytes
@@ -128,17 +162,66 @@ func (v *Verifier) Middleware(next http.Handler) http.Handler {
 			WriteError(w, http.StatusBadRequest, "reading body: "+err.Error())
 			return
 		}
-		if err := v.Verify(r, body); err != nil {
+		key, err := v.verify(r, body)
+		if err != nil {
 			if v.Logger != nil {
-				v.Logger.Warn("agent request refused", "method", r.Method, "path", r.URL.EscapedPath(),
+				v.Logger.Warn("agent request refused", "node", v.NodeID, "method", r.Method, "path", r.URL.EscapedPath(),
 					"remote", r.RemoteAddr, "error", err.Error())
 			}
 			WriteError(w, http.StatusUnauthorized, "unauthorized: "+err.Error())
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		next.ServeHTTP(w, r)
+		aw := &answerWriter{w: w, header: http.Header{}}
+		next.ServeHTTP(aw, r)
+		if aw.hijacked {
+			return
+		}
+		if aw.status == 0 {
+			aw.status = http.StatusOK
+		}
+		SignAnswer(aw.header, v.NodeID, key, aw.status, r.Header.Get(HeaderNonce), aw.body.Bytes(), v.now())
+		maps.Copy(w.Header(), aw.header)
+		w.WriteHeader(aw.status)
+		_, _ = w.Write(aw.body.Bytes()) // the status is sent; a failed write means the caller left
 	})
+}
+
+// answerWriter holds an answer until it is complete, so that it can be signed. It supports
+// Hijack (a handler may take the connection over) but not Flush: a flushed answer could not be
+// signed.
+type answerWriter struct {
+	w        http.ResponseWriter
+	header   http.Header
+	status   int
+	body     bytes.Buffer
+	hijacked bool
+}
+
+func (a *answerWriter) Header() http.Header { return a.header }
+
+func (a *answerWriter) WriteHeader(status int) {
+	if a.status == 0 {
+		a.status = status
+	}
+}
+
+func (a *answerWriter) Write(b []byte) (int, error) {
+	if a.status == 0 {
+		a.status = http.StatusOK
+	}
+	if a.body.Len()+len(b) > maxResponseBytes {
+		return 0, fmt.Errorf("agent answer over %d bytes", maxResponseBytes)
+	}
+	return a.body.Write(b)
+}
+
+func (a *answerWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, rw, err := http.NewResponseController(a.w).Hijack()
+	if err == nil {
+		a.hijacked = true
+	}
+	return conn, rw, err
 }
 
 // remember records nonce with its timestamp, refusing one already seen. Entries whose

@@ -13,11 +13,24 @@ import (
 	"time"
 )
 
+const testNode = "node-a"
+
 var (
-	secret    = []byte("test-secret-current")
-	oldSecret = []byte("test-secret-previous")
+	master    = []byte("test-master-secret-current-0123456789")
+	oldMaster = []byte("test-master-secret-previous-0123456789")
+	secret    = mustNodeKey(master, testNode)    // node-a's current key
+	oldSecret = mustNodeKey(oldMaster, testNode) // node-a's previous key
+	testKeys  = Derived{StaticMasters{Current: master}}
 	t0        = time.Unix(1_760_000_000, 0)
 )
+
+func mustNodeKey(master []byte, nodeID string) []byte {
+	k, err := NodeKey(master, nodeID)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
 
 // signed returns a request as a client would send it, signed with key at time at.
 func signed(t *testing.T, key []byte, method, rawURL string, body []byte, at time.Time) *http.Request {
@@ -26,7 +39,7 @@ func signed(t *testing.T, key []byte, method, rawURL string, body []byte, at tim
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Sign(r, key, body, at); err != nil {
+	if err := Sign(r, testNode, key, body, at); err != nil {
 		t.Fatal(err)
 	}
 	return r
@@ -63,10 +76,10 @@ func TestVerify(t *testing.T) {
 			r.Header.Set(HeaderNonce, strings.Repeat("ab", nonceBytes))
 		}, want: ErrBadSignature},
 		{name: "tampered signature", tamper: func(r *http.Request, _ *[]byte) {
-			r.Header.Set(HeaderSignature, "v1="+strings.Repeat("00", 32))
+			r.Header.Set(HeaderSignature, "v2="+strings.Repeat("00", 32))
 		}, want: ErrBadSignature},
 		{name: "unknown signature version", tamper: func(r *http.Request, _ *[]byte) {
-			r.Header.Set(HeaderSignature, strings.Replace(r.Header.Get(HeaderSignature), "v1=", "v2=", 1))
+			r.Header.Set(HeaderSignature, strings.Replace(r.Header.Get(HeaderSignature), "v2=", "v1=", 1))
 		}, want: ErrBadSignature},
 		{name: "short nonce", tamper: func(r *http.Request, _ *[]byte) { r.Header.Set(HeaderNonce, "abcd") }, want: ErrBadSignature},
 		{name: "timestamp not plain digits", tamper: func(r *http.Request, _ *[]byte) {
@@ -75,6 +88,8 @@ func TestVerify(t *testing.T) {
 		{name: "missing timestamp", tamper: func(r *http.Request, _ *[]byte) { r.Header.Del(HeaderTimestamp) }, want: ErrUnsigned},
 		{name: "missing nonce", tamper: func(r *http.Request, _ *[]byte) { r.Header.Del(HeaderNonce) }, want: ErrUnsigned},
 		{name: "missing signature", tamper: func(r *http.Request, _ *[]byte) { r.Header.Del(HeaderSignature) }, want: ErrUnsigned},
+		{name: "missing node", tamper: func(r *http.Request, _ *[]byte) { r.Header.Del(HeaderNode) }, want: ErrUnsigned},
+		{name: "node header names another node", tamper: func(r *http.Request, _ *[]byte) { r.Header.Set(HeaderNode, "node-b") }, want: ErrWrongNode},
 		{name: "wrong secret", key: []byte("someone-else"), want: ErrBadSignature},
 		{name: "stale", at: t0.Add(-DefaultMaxSkew - time.Second), want: ErrStale},
 		{name: "future", at: t0.Add(DefaultMaxSkew + time.Second), want: ErrStale},
@@ -103,7 +118,7 @@ func TestVerify(t *testing.T) {
 			if tc.tamper != nil {
 				tc.tamper(r, &b)
 			}
-			v := &Verifier{Secrets: secrets, Now: fixedNow(t0)}
+			v := &Verifier{NodeID: testNode, Keys: secrets, Now: fixedNow(t0)}
 			err := v.Verify(r, b)
 			if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
 				t.Fatalf("Verify = %v, want %v", err, tc.want)
@@ -126,7 +141,7 @@ func TestVerifyRefusesReplay(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			now := t0
-			v := &Verifier{Secrets: [][]byte{secret}, Now: func() time.Time { return now }}
+			v := &Verifier{NodeID: testNode, Keys: [][]byte{secret}, Now: func() time.Time { return now }}
 			r := signed(t, secret, http.MethodPost, "http://agent.test/v1/vms/vm-1/terminate", nil, t0)
 			if err := v.Verify(r, nil); err != nil {
 				t.Fatalf("first Verify: %v", err)
@@ -141,7 +156,7 @@ func TestVerifyRefusesReplay(t *testing.T) {
 
 func TestVerifyForgetsExpiredNonces(t *testing.T) {
 	now := t0
-	v := &Verifier{Secrets: [][]byte{secret}, Now: func() time.Time { return now }}
+	v := &Verifier{NodeID: testNode, Keys: [][]byte{secret}, Now: func() time.Time { return now }}
 	for i := range 10 {
 		r := signed(t, secret, http.MethodGet, "http://agent.test/v1/vms/vm-"+strconv.Itoa(i), nil, now)
 		if err := v.Verify(r, nil); err != nil {
@@ -159,7 +174,7 @@ func TestVerifyForgetsExpiredNonces(t *testing.T) {
 }
 
 func TestVerifyFullCacheNeverForgetsALiveNonce(t *testing.T) {
-	v := &Verifier{Secrets: [][]byte{secret}, Now: fixedNow(t0), MaxNonces: 2}
+	v := &Verifier{NodeID: testNode, Keys: [][]byte{secret}, Now: fixedNow(t0), MaxNonces: 2}
 	first := signed(t, secret, http.MethodPost, "http://agent.test/v1/vms/a/terminate", nil, t0.Add(-2*time.Second))
 	for i, at := range []time.Duration{-2 * time.Second, -time.Second, 0} {
 		var r *http.Request
@@ -206,7 +221,7 @@ func TestMiddleware(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			called := false
-			h := NewVerifier(secret).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h := NewVerifier(testNode, secret).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				called = true
 				b, _ := io.ReadAll(r.Body)
 				if string(b) != "payload" {

@@ -15,7 +15,8 @@ import (
 	"github.com/openrelay/capacity/shared/capacity"
 )
 
-// KeyStore finds a stored key by the hash of its secret (nil when there is none).
+// KeyStore finds a stored key by the hash of its secret (nil when there is none). In the
+// functions it is dynamo.Keys: a table the api function may only read.
 type KeyStore interface {
 	LookupKey(ctx context.Context, hash string) (*capacity.APIKey, error)
 }

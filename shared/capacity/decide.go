@@ -31,18 +31,9 @@ func AccessOf(p Principal, n Node, r Reservation) Access {
 // permission (404), reservation on that node (404), role (404, or 403 for the audience),
 // state preconditions (409), units against the reservation (422). It returns the reservation.
 func checkCapacityCall(p Principal, st *NodeState, req CapacityRequest, now time.Time) (*Reservation, error) {
-	if !p.Can(PermCapacity) {
-		return nil, notFound()
-	}
-	r := st.Reservation(req.ReservationID)
-	if r == nil {
-		return nil, notFound()
-	}
-	switch AccessOf(p, st.Node, *r) {
-	case AccessNone:
-		return nil, notFound()
-	case AccessView:
-		return nil, Errorf(CodeForbidden, "only a platform operator, the node owner or a managing org may move this reservation's capacity")
+	r, err := authorizeCapacityCall(p, st, req.ReservationID)
+	if err != nil {
+		return nil, err
 	}
 	if r.Status != StatusActive {
 		return nil, Errorf(CodeReservationNotActive, "reservation is %s, not active", r.Status)
@@ -56,6 +47,27 @@ func checkCapacityCall(p Principal, st *NodeState, req CapacityRequest, now time
 	}
 	if bad := notReserved(r, req.UnitIDs); len(bad) > 0 {
 		return nil, &Error{Code: CodeUnitsNotReserved, Message: "units are not reserved by this reservation", UnitIDs: bad}
+	}
+	return r, nil
+}
+
+// authorizeCapacityCall is the part of checkCapacityCall that depends on who calls, not on
+// the reservation's state: permission (404), reservation on that node (404), role (404, or
+// 403 for the audience). It also guards idempotent replays, so a caller who has lost access
+// never gets a stored answer.
+func authorizeCapacityCall(p Principal, st *NodeState, reservationID string) (*Reservation, error) {
+	if !p.Can(PermCapacity) {
+		return nil, notFound()
+	}
+	r := st.Reservation(reservationID)
+	if r == nil {
+		return nil, notFound()
+	}
+	switch AccessOf(p, st.Node, *r) {
+	case AccessNone:
+		return nil, notFound()
+	case AccessView:
+		return nil, Errorf(CodeForbidden, "only a platform operator, the node owner or a managing org may move this reservation's capacity")
 	}
 	return r, nil
 }
@@ -153,8 +165,8 @@ func DecideRelease(p Principal, st *NodeState, req CapacityRequest, now time.Tim
 // VM only on exclusive units of an active reservation whose audience includes its org; an
 // on-demand VM only on units held by no reservation.
 func DecidePlacement(p Principal, st *NodeState, req PlacementRequest, now time.Time) (*VM, error) {
-	if !p.Operator || !p.Can(PermPlace) {
-		return nil, Errorf(CodeNotFound, "node not found")
+	if err := AdmitPlacement(p, st.Node.ID); err != nil {
+		return nil, err
 	}
 	var unknown []string
 	for _, u := range req.UnitIDs {
@@ -192,12 +204,21 @@ func DecidePlacement(p Principal, st *NodeState, req PlacementRequest, now time.
 // unitAdmits reports whether a unit may carry a VM of the tier for the org at t.
 func unitAdmits(st *NodeState, unit string, tier Tier, org string, t time.Time) bool {
 	var holders []Reservation
+	upcoming := false
 	for _, r := range st.Reservations {
-		if r.holds(t) && slices.Contains(r.ReservedUnitIDs, unit) {
+		if !slices.Contains(r.ReservedUnitIDs, unit) {
+			continue
+		}
+		if r.holds(t) {
 			holders = append(holders, r)
+		} else if r.upcoming(t) {
+			upcoming = true
 		}
 	}
 	if len(holders) == 0 {
+		if upcoming {
+			return tier == TierSpot // a reclaim evicts it when the reservation starts
+		}
 		return tier == TierSpot || tier == TierOnDemand
 	}
 	if len(holders) > 1 {

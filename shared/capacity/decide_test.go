@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -224,6 +225,31 @@ func TestDecidePlacement(t *testing.T) {
 			st.VMs = []VM{{ID: "vm-new", State: VMTerminated, UnitIDs: []string{"u7"}}}
 		}, TierSpot, "x", []string{"u7"}, CodeVMExists},
 		{"not an operator", principal("owner", false, PermPlace), free, TierSpot, "x", []string{"u7"}, CodeNotFound},
+		// A unit reserved by two reservations that both hold it is nobody's to use until the
+		// overlap is resolved, whatever either of them grants.
+		{"spot on a unit released by one of two holders", sched, twoHolders, TierSpot, "x", []string{"u2"}, CodeUnitsUnavailable},
+		{"reserved on a unit exclusive to both holders' audience", sched, twoHolders, TierReserved, "aud", []string{"u1"}, CodeUnitsUnavailable},
+		{"on-demand on a unit of two holders", sched, twoHolders, TierOnDemand, "z", []string{"u2"}, CodeUnitsUnavailable},
+		{"second reservation expired: spot on the released unit", sched, func(st *NodeState) {
+			twoHolders(st)
+			st.Reservations[1].Status = StatusExpired
+		}, TierSpot, "x", []string{"u2"}, ""},
+		{"second reservation ended: reserved on the exclusive unit", sched, func(st *NodeState) {
+			twoHolders(st)
+			st.Reservations[1].EndsAt = ptr(now)
+		}, TierReserved, "aud", []string{"u1"}, ""},
+		// A reservation that starts later does not hold its units yet. Until it starts they
+		// take spot VMs only, which a reclaim evicts at the start; a reserved or on-demand VM
+		// would keep the units from the reservation.
+		{"spot on a unit of a reservation starting later", sched, startsLater(StatusPending), TierSpot, "x", []string{"u7"}, ""},
+		{"spot on a unit of an active reservation starting later", sched, startsLater(StatusActive), TierSpot, "x", []string{"u7"}, ""},
+		{"on-demand on a unit of a reservation starting later", sched, startsLater(StatusPending), TierOnDemand, "z", []string{"u7"}, CodeUnitsUnavailable},
+		{"reserved on a unit of a reservation starting later", sched, startsLater(StatusActive), TierReserved, "aud", []string{"u7"}, CodeUnitsUnavailable},
+		{"spot on a unit of a needs-review reservation starting later", sched, startsLater(StatusNeedsReview), TierSpot, "x", []string{"u7"}, CodeUnitsUnavailable},
+		{"spot on a unit of a pending reservation that has started", sched, func(st *NodeState) {
+			startsLater(StatusPending)(st)
+			st.Reservations[1].StartsAt = now
+		}, TierSpot, "x", []string{"u7"}, CodeUnitsUnavailable},
 		{"operator without vm.place", principal("platform", true, PermCapacity), free, TierSpot, "x", []string{"u7"}, CodeNotFound},
 	}
 	for _, tt := range tests {
@@ -240,6 +266,79 @@ func TestDecidePlacement(t *testing.T) {
 				t.Fatalf("placed %+v", vm)
 			}
 		})
+	}
+}
+
+// twoHolders adds r2, an active reservation of u1 and u2 for the same audience, overlapping
+// r1 on both (u2 released by r1 only); every unit is free.
+func twoHolders(st *NodeState) {
+	st.VMs = nil
+	st.Reservations = append(st.Reservations, Reservation{
+		ID: "r2", NodeID: "n1", AllowedOrgIDs: []string{"aud"}, ReservedUnitIDs: []string{"u1", "u2"},
+		StartsAt: t0, Status: StatusActive, TopologyGen: 3, Version: 1,
+	})
+}
+
+// startsLater adds r2 with the status, reserving the unreserved u7 from a day after now.
+func startsLater(status Status) func(*NodeState) {
+	return func(st *NodeState) {
+		st.VMs = nil
+		st.Reservations = append(st.Reservations, Reservation{
+			ID: "r2", NodeID: "n1", AllowedOrgIDs: []string{"aud"}, ReservedUnitIDs: []string{"u7"},
+			StartsAt: now.Add(24 * time.Hour), Status: status, TopologyGen: 3, Version: 1,
+		})
+	}
+}
+
+func TestValidatePlacementRequest(t *testing.T) {
+	ok := PlacementRequest{NodeID: "n1", VMID: "vm-1", OrgID: "org-1", Tier: TierSpot, UnitIDs: []string{"u1", "u2"}}
+	with := func(f func(*PlacementRequest)) PlacementRequest {
+		r := ok
+		f(&r)
+		return r
+	}
+	tests := []struct {
+		name string
+		req  PlacementRequest
+		want Code
+	}{
+		{"ok", ok, ""},
+		{"reserved", with(func(r *PlacementRequest) { r.Tier = TierReserved }), ""},
+		{"on-demand", with(func(r *PlacementRequest) { r.Tier = TierOnDemand }), ""},
+		{"vmId at the length limit", with(func(r *PlacementRequest) { r.VMID = strings.Repeat("v", MaxIDLen) }), ""},
+		{"no tier", with(func(r *PlacementRequest) { r.Tier = "" }), CodeInvalidRequest},
+		{"tier in another case", with(func(r *PlacementRequest) { r.Tier = "Spot" }), CodeInvalidRequest},
+		{"unknown tier", with(func(r *PlacementRequest) { r.Tier = "preemptible" }), CodeInvalidRequest},
+		{"no vmId", with(func(r *PlacementRequest) { r.VMID = "" }), CodeInvalidRequest},
+		{"vmId too long", with(func(r *PlacementRequest) { r.VMID = strings.Repeat("v", MaxIDLen+1) }), CodeInvalidRequest},
+		{"vmId ..", with(func(r *PlacementRequest) { r.VMID = ".." }), CodeInvalidRequest},
+		{"vmId with a slash", with(func(r *PlacementRequest) { r.VMID = "vm/1" }), CodeInvalidRequest},
+		{"vmId with a space", with(func(r *PlacementRequest) { r.VMID = "vm 1" }), CodeInvalidRequest},
+		{"no orgId", with(func(r *PlacementRequest) { r.OrgID = "" }), CodeInvalidRequest},
+		{"orgId with a hash", with(func(r *PlacementRequest) { r.OrgID = "org#1" }), CodeInvalidRequest},
+		{"no units", with(func(r *PlacementRequest) { r.UnitIDs = nil }), CodeInvalidRequest},
+		{"duplicate unit", with(func(r *PlacementRequest) { r.UnitIDs = []string{"u1", "u1"} }), CodeInvalidRequest},
+		{"bad Idempotency-Key", with(func(r *PlacementRequest) { r.IdempotencyKey = "k\n" }), CodeInvalidRequest},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.req.Validate()
+			if (tt.want == "" && err != nil) || (tt.want != "" && ErrorCode(err) != tt.want) {
+				t.Fatalf("got %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestValidID(t *testing.T) {
+	for id, want := range map[string]bool{
+		"n1": true, "gpu-0": true, "rcl_01J9ZK": true, "node.a:1": true, strings.Repeat("a", MaxIDLen): true,
+		"": false, ".": false, "..": false, "-a": false, "_a": false, "a/b": false, "a b": false, "a#b": false,
+		"é": false, "a\x00": false, strings.Repeat("a", MaxIDLen+1): false, strings.Repeat("a", 2048): false,
+	} {
+		if got := ValidID(id); got != want {
+			t.Errorf("ValidID(%q) = %v, want %v", id, got, want)
+		}
 	}
 }
 

@@ -26,12 +26,18 @@ const (
 	CodeVMExists             Code = "vm_exists"
 	// CodeConcurrentModification: concurrent writes kept winning; retrying the call is safe.
 	CodeConcurrentModification Code = "concurrent_modification"
+	// CodeOperationRunning: a re-drive of a reclaim operation whose workflow still runs.
+	CodeOperationRunning Code = "operation_running"
 
 	// Request validity (422).
 	CodeInvalidRequest       Code = "invalid_request"
 	CodeUnitsNotReserved     Code = "units_not_reserved"
 	CodeUnknownUnits         Code = "unknown_units"
 	CodeIdempotencyKeyReused Code = "idempotency_key_reused"
+
+	// CodeThrottled: the database refused the call for capacity, nothing was applied, and
+	// retrying after a moment is safe (503 with Retry-After).
+	CodeThrottled Code = "throttled"
 
 	// CodeInternal: a fault of ours or of a dependency; details are logged, not returned.
 	CodeInternal Code = "internal"
@@ -52,11 +58,16 @@ func Errorf(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// ErrorCode returns the code of the application error in err's chain, or CodeInternal.
+// ErrorCode returns the code of the application error in err's chain, or CodeInternal. A
+// store error the database kept throttling (ErrThrottled), on any read or write, is
+// CodeThrottled: nothing was applied and retrying later is safe.
 func ErrorCode(err error) Code {
 	var e *Error
-	if errors.As(err, &e) {
+	switch {
+	case errors.As(err, &e):
 		return e.Code
+	case errors.Is(err, ErrThrottled):
+		return CodeThrottled
 	}
 	return CodeInternal
 }
@@ -64,8 +75,11 @@ func ErrorCode(err error) Code {
 // ErrorMessage returns the caller-safe message of err, hiding internal details.
 func ErrorMessage(err error) string {
 	var e *Error
-	if errors.As(err, &e) {
+	switch {
+	case errors.As(err, &e):
 		return e.Message
+	case errors.Is(err, ErrThrottled):
+		return errThrottled().Message
 	}
 	return "internal error"
 }
@@ -74,6 +88,24 @@ func ErrorMessage(err error) string {
 // state the decision read has changed since. The service re-reads and decides again.
 var ErrConflict = errors.New("condition failed: state changed since it was read")
 
+// ErrVMExists is returned (wrapped) by Store.Commit when the new VM's id is already taken on
+// the node, by a VM the decision did not read (a terminated one). VM ids are never reused.
+var ErrVMExists = errors.New("a VM with this id exists on the node")
+
 // notFound is the single 404 the capacity calls return, whatever the reason, so that a caller
 // cannot tell a missing permission, node or reservation from one another.
 func notFound() *Error { return Errorf(CodeNotFound, "reservation not found") }
+
+// nodeNotFound is the single 404 of placements, whatever the reason.
+func nodeNotFound() *Error { return Errorf(CodeNotFound, "node not found") }
+
+// ErrThrottled is returned (wrapped) by Store methods when the database refused the call for
+// capacity (after the SDK's own retries): nothing was applied. ErrorCode maps it to
+// CodeThrottled.
+var ErrThrottled = errors.New("throttled: nothing was applied")
+
+// ErrAmbiguous is returned (wrapped) by Store.Commit when the write may or may not have been
+// applied (a timeout or server error on some attempt, which may have landed even if a later
+// attempt failed). The service asks the store (CommitChecker) whether it landed before
+// deciding again.
+var ErrAmbiguous = errors.New("the outcome of the write is unknown")

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrelay/capacity/shared/awsfault"
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
@@ -21,13 +22,42 @@ func TestConcurrentReclaimReleasePlacement(t *testing.T) {
 	if testing.Short() {
 		t.Skip("race test runs for seconds")
 	}
+	race(t, dynamotest.New(t), 3*time.Second)
+}
+
+// TestConcurrentCallsUnderAWSFaults is the same race with AWS's faults that the emulator
+// never gives: 10% of transactions cancelled by TransactionConflict, 10% of all calls
+// throttled, 10% of transactions applied with their answer lost. Every call still ends in a
+// success or a clear answer, every invariant holds, and every eviction is reported to
+// exactly one caller.
+func TestConcurrentCallsUnderAWSFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("race test runs for seconds")
+	}
+	seed := time.Now().UnixNano()
+	t.Logf("fault seed %d", seed)
+	inj := awsfault.New(seed,
+		awsfault.Rule{Operation: "TransactWriteItems", Fault: awsfault.TransactionConflict, Rate: 0.1},
+		awsfault.Rule{Operation: "TransactWriteItems", Fault: awsfault.AmbiguousTimeout, Rate: 0.1},
+		awsfault.Rule{Fault: awsfault.Throttling, Rate: 0.1},
+	)
+	race(t, dynamotest.New(t, dynamotest.WithAPIOptions(inj.APIOption)), 3*time.Second)
+	t.Logf("injected: %v", inj.Counts())
+	for _, f := range []awsfault.Fault{awsfault.TransactionConflict, awsfault.AmbiguousTimeout, awsfault.Throttling} {
+		if inj.Count(f) == 0 {
+			t.Errorf("no %s injected: the run proves nothing about it", f)
+		}
+	}
+}
+
+// race runs the mixed workload on env for duration and checks the outcome.
+func race(t *testing.T, env *dynamotest.Env, duration time.Duration) {
+	t.Helper()
 	const (
 		workers  = 50
 		units    = 16
 		reserved = 12
-		duration = 3 * time.Second
 	)
-	env := dynamotest.New(t)
 	ids := make([]string, units)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("u%02d", i)
@@ -41,7 +71,7 @@ func TestConcurrentReclaimReleasePlacement(t *testing.T) {
 		}},
 	}
 	ctx := context.Background()
-	if err := env.Store.Put(ctx, seed); err != nil {
+	if err := dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable).Put(ctx, seed); err != nil {
 		t.Fatal(err)
 	}
 	svc := &capacity.Service{Store: env.Store, Logger: quiet}
@@ -54,6 +84,7 @@ func TestConcurrentReclaimReleasePlacement(t *testing.T) {
 		mu       sync.Mutex
 		reclaims []reclaimed
 		outcomes sync.Map // code -> *atomic.Int64
+		sample   sync.Map // code -> the first error with it
 		vmSeq    atomic.Int64
 	)
 	count := func(code capacity.Code) {
@@ -94,6 +125,7 @@ func TestConcurrentReclaimReleasePlacement(t *testing.T) {
 				code := capacity.Code("ok")
 				if err != nil {
 					code = capacity.ErrorCode(err)
+					sample.LoadOrStore(code, err)
 				}
 				count(code)
 			}
@@ -109,16 +141,17 @@ func TestConcurrentReclaimReleasePlacement(t *testing.T) {
 	t.Logf("outcomes: %v, reclaims that evicted: %d", summary, len(reclaims))
 	for code := range summary {
 		switch code {
-		case "ok", capacity.CodeUnitsInUse, capacity.CodeUnitsUnavailable, capacity.CodeConcurrentModification:
+		case "ok", capacity.CodeUnitsInUse, capacity.CodeUnitsUnavailable, capacity.CodeConcurrentModification, capacity.CodeThrottled:
 		default:
-			t.Errorf("unexpected outcome %s (%d calls): every call must succeed or get a clear 409", code, summary[code])
+			e, _ := sample.Load(code)
+			t.Errorf("unexpected outcome %s (%d calls, e.g. %v): every call must succeed or get a clear 409 or 503", code, summary[code], e)
 		}
 	}
 	if summary["ok"] == 0 {
 		t.Fatal("no call succeeded")
 	}
 
-	st, err := env.Store.LoadNode(ctx, "n1", "")
+	st, err := dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable).LoadNode(ctx, "n1", "")
 	if err != nil {
 		t.Fatal(err)
 	}

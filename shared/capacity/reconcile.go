@@ -2,24 +2,39 @@ package capacity
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 )
 
 // Reconciler repairs what a crash or an outage can leave behind between a reclaim's commit
-// and its workflow: operations still pending-start (their StartExecution failed or never
-// ran) are started, under the same execution name so none runs twice; operations terminating
-// past a deadline are reported for an operator.
+// and the end of its workflow:
+//
+//   - a pending-start operation whose execution was never started (its StartExecution failed)
+//     is started, under the attempt's execution name, so none runs twice;
+//   - an operation whose execution closed before the operation ended (its task retries ran
+//     out, before or after its first round) is restarted as the next attempt, under a new
+//     execution name, at most MaxRestarts times; past that it fails with a reason;
+//   - a terminating operation whose VMs all have outcomes is ended, as a backstop to the
+//     workflow's own end;
+//   - a terminating operation past StuckAfter whose execution still runs is reported.
+//
+// Operations are read oldest first from the byState index, at most Batch per state and run.
+// None stays in those states for long (restarts are bounded, executions time out), so old
+// records cannot starve newer ones.
 type Reconciler struct {
 	Store    TerminationStore
-	Workflow Workflow
-	// StartAfter: a pending-start operation younger than this may still be started by its
-	// API call; older ones are started here.
+	Workflow WorkflowInspector
+	// StartAfter: an operation younger than this (since it was created or re-driven) may
+	// still be started by its API call; older ones are checked here.
 	StartAfter time.Duration
 	// StuckAfter: a terminating operation older than this is reported as stuck.
 	StuckAfter time.Duration
-	// Batch bounds the operations handled per run (default 100).
+	// MaxRestarts bounds the restarts of an operation whose executions keep closing early
+	// (default 3).
+	MaxRestarts int
+	// Batch bounds the operations handled per state and run (default 100).
 	Batch  int
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -27,8 +42,11 @@ type Reconciler struct {
 
 // ReconcileReport says what a run did.
 type ReconcileReport struct {
-	Started     []string // operations whose workflow this run started
-	StartFailed []string // operations whose start failed again (retried next run)
+	Started     []string // operations whose execution this run started (a first start or a restart)
+	Restarted   []string // of those, the ones restarted as a new attempt after a closed execution
+	StartFailed []string // operations whose start or status check failed (retried next run)
+	Ended       []string // terminating operations whose outcomes were all recorded, ended here
+	Exhausted   []Operation
 	Stuck       []Operation
 }
 
@@ -38,46 +56,127 @@ func (r *Reconciler) Run(ctx context.Context) (*ReconcileReport, error) {
 	if r.Now != nil {
 		now = r.Now().UTC()
 	}
-	logger := r.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
 	batch := r.Batch
 	if batch <= 0 {
 		batch = 100
 	}
 	report := &ReconcileReport{}
-	pending, err := r.Store.OperationsInState(ctx, OpPendingStart, now.Add(-r.StartAfter), batch)
-	if err != nil {
-		return nil, fmt.Errorf("list pending-start operations: %w", err)
-	}
-	for _, op := range pending {
-		if err := r.Workflow.Start(ctx, op); err != nil {
-			logger.ErrorContext(ctx, "start termination workflow", "reclaim_id", op.ID, "node", op.NodeID, "err", err)
-			report.StartFailed = append(report.StartFailed, op.ID)
-			continue
+	for _, state := range []OperationState{OpPendingStart, OpTerminating} {
+		ops, err := r.Store.OperationsInState(ctx, state, now.Add(-r.StartAfter), batch)
+		if err != nil {
+			return nil, fmt.Errorf("list %s operations: %w", state, err)
 		}
-		logger.InfoContext(ctx, "started termination workflow left unstarted", "reclaim_id", op.ID, "node", op.NodeID,
-			"age_s", int(now.Sub(op.CreatedAt).Seconds()))
-		report.Started = append(report.Started, op.ID)
-	}
-	stuck, err := r.Store.OperationsInState(ctx, OpTerminating, now.Add(-r.StuckAfter), batch)
-	if err != nil {
-		return nil, fmt.Errorf("list terminating operations: %w", err)
-	}
-	for _, op := range stuck {
-		if full, err := r.Store.GetOperation(ctx, op.NodeID, op.ID); err == nil {
-			op = *full // with the outcomes recorded so far
-		}
-		var waiting []string
-		for _, vm := range op.VMIDs {
-			if _, ok := op.Outcomes[vm]; !ok {
-				waiting = append(waiting, vm)
+		for _, listed := range ops {
+			// The index is eventually consistent and carries no outcomes: read the operation.
+			op, err := r.Store.GetOperation(ctx, listed.NodeID, listed.ID)
+			if err != nil {
+				r.logger().ErrorContext(ctx, "read reclaim operation", "reclaim_id", listed.ID, "node", listed.NodeID, "err", err)
+				report.StartFailed = append(report.StartFailed, listed.ID)
+				continue
+			}
+			if op.State != state {
+				continue // moved on since the index was written
+			}
+			if err := r.reconcile(ctx, *op, now, report); err != nil {
+				r.logger().ErrorContext(ctx, "reconcile reclaim operation", "reclaim_id", op.ID, "node", op.NodeID, "err", err)
+				report.StartFailed = append(report.StartFailed, op.ID)
 			}
 		}
-		logger.ErrorContext(ctx, "reclaim operation stuck terminating", "reclaim_id", op.ID, "node", op.NodeID,
-			"execution_arn", op.ExecutionARN, "vms_waiting", waiting, "age_s", int(now.Sub(op.CreatedAt).Seconds()))
-		report.Stuck = append(report.Stuck, op)
 	}
 	return report, nil
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, op Operation, now time.Time, report *ReconcileReport) error {
+	if op.State == OpTerminating && op.Ended() {
+		err := r.Store.EndOperation(ctx, op, op.EndState(), now)
+		if errors.Is(err, ErrConflict) {
+			return nil // its workflow ended it meanwhile
+		}
+		if err != nil {
+			return fmt.Errorf("end operation %s: %w", op.ID, err)
+		}
+		r.logger().WarnContext(ctx, "reclaim operation ended by the reconciler", "reclaim_id", op.ID, "node", op.NodeID, "state", op.EndState())
+		report.Ended = append(report.Ended, op.ID)
+		return nil
+	}
+	status, err := r.Workflow.Status(ctx, op)
+	if err != nil {
+		return fmt.Errorf("status of execution %s: %w", ExecutionName(op), err)
+	}
+	switch {
+	case status == ExecNotFound && op.State == OpPendingStart:
+		// The API's (or an earlier restart's) StartExecution never took: start this attempt.
+		if err := r.Workflow.Start(ctx, op); err != nil {
+			return fmt.Errorf("start execution %s: %w", ExecutionName(op), err)
+		}
+		r.logger().InfoContext(ctx, "started termination workflow left unstarted", "reclaim_id", op.ID, "node", op.NodeID,
+			"execution", ExecutionName(op), "age_s", int(now.Sub(op.CreatedAt).Seconds()))
+		report.Started = append(report.Started, op.ID)
+		return nil
+	case status.Closed() || status == ExecNotFound:
+		return r.restart(ctx, op, status, now, report)
+	}
+	// Running: its rounds will end it. Report it if that takes too long (counted from when
+	// this attempt began terminating: a re-driven operation may be old).
+	since := op.UpdatedAt
+	if since.IsZero() {
+		since = op.CreatedAt
+	}
+	if op.State == OpTerminating && now.Sub(since) >= r.StuckAfter {
+		r.logger().ErrorContext(ctx, "reclaim operation stuck terminating", "reclaim_id", op.ID, "node", op.NodeID,
+			"execution_arn", op.ExecutionARN, "vms_waiting", op.Unfinished(), "age_s", int(now.Sub(since).Seconds()))
+		report.Stuck = append(report.Stuck, op)
+	}
+	return nil
+}
+
+// restart runs an operation whose execution closed before the operation ended as its next
+// attempt, or fails it once the restarts are spent. The attempt is moved on with a condition
+// on the one read, so two reconcilers cannot both restart it.
+func (r *Reconciler) restart(ctx context.Context, op Operation, status ExecutionStatus, now time.Time, report *ReconcileReport) error {
+	maxRestarts := r.MaxRestarts
+	if maxRestarts <= 0 {
+		maxRestarts = 3
+	}
+	if op.Restarts >= maxRestarts {
+		reason := fmt.Sprintf("termination workflow closed before the operation ended %d times (last: %s %s)",
+			op.Restarts+1, ExecutionName(op), status)
+		err := r.Store.FailOperation(ctx, op, reason, now)
+		if errors.Is(err, ErrConflict) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("fail operation %s: %w", op.ID, err)
+		}
+		r.logger().ErrorContext(ctx, "reclaim operation failed: restarts exhausted", "reclaim_id", op.ID, "node", op.NodeID,
+			"reason", reason, "vms_waiting", op.Unfinished())
+		op.State, op.Reason = OpFailed, reason
+		report.Exhausted = append(report.Exhausted, op)
+		return nil
+	}
+	err := r.Store.RestartOperation(ctx, op, now)
+	if errors.Is(err, ErrConflict) {
+		return nil // another reconciler restarted it, or its workflow moved it on
+	}
+	if err != nil {
+		return fmt.Errorf("restart operation %s: %w", op.ID, err)
+	}
+	prev := ExecutionName(op)
+	op.State, op.Attempt, op.Restarts = OpPendingStart, op.CurrentAttempt()+1, op.Restarts+1
+	r.logger().WarnContext(ctx, "restarting termination workflow", "reclaim_id", op.ID, "node", op.NodeID,
+		"closed_execution", prev, "status", status, "execution", ExecutionName(op), "restarts", op.Restarts)
+	report.Restarted = append(report.Restarted, op.ID)
+	// A failed start leaves it pending-start at the new attempt: the next run starts it.
+	if err := r.Workflow.Start(ctx, op); err != nil {
+		return fmt.Errorf("start execution %s: %w", ExecutionName(op), err)
+	}
+	report.Started = append(report.Started, op.ID)
+	return nil
+}
+
+func (r *Reconciler) logger() *slog.Logger {
+	if r.Logger != nil {
+		return r.Logger
+	}
+	return slog.Default()
 }

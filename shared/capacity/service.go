@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 )
 
@@ -25,6 +26,13 @@ type Store interface {
 	AppendAudit(ctx context.Context, rec AuditRecord) error
 	// GetOperation returns a reclaim operation, or an *Error with CodeNotFound.
 	GetOperation(ctx context.Context, nodeID, opID string) (*Operation, error)
+	// Landed reports whether a commit whose Commit failed with ErrAmbiguous (a timeout or a
+	// server error, possibly after the write was applied) was applied after all.
+	Landed(ctx context.Context, c Commit) (bool, error)
+	// RedriveOperation moves an ended operation, still in op.State at op's attempt, to
+	// pending-start at the next attempt (restarts reset, reason cleared) and appends the
+	// audit record, in one transaction; ErrConflict if the operation changed since read.
+	RedriveOperation(ctx context.Context, op Operation, audit AuditRecord, now time.Time) error
 }
 
 // Commit is one decision's writes. Versions are the ones read: the store conditions on them
@@ -72,6 +80,8 @@ type CapacityResult struct {
 	ReclaimID  string   `json:"reclaimId,omitempty"`
 	Terminated []string `json:"terminated,omitempty"`
 	Skipped    []string `json:"skipped,omitempty"`
+	// Reason echoes the call's reason.
+	Reason string `json:"reason,omitempty"`
 	// Replayed is set when the result was stored under the request's Idempotency-Key.
 	Replayed bool `json:"-"`
 }
@@ -122,17 +132,22 @@ func (s *Service) Release(ctx context.Context, p Principal, req CapacityRequest,
 
 func (s *Service) capacityCall(ctx context.Context, p Principal, req CapacityRequest, meta RequestMeta, action string) (*CapacityResult, error) {
 	// A caller without the permission learns nothing, not even whether its input was valid.
-	if !p.Can(PermCapacity) {
-		return nil, notFound()
+	if err := AdmitCapacityCall(p, req.NodeID, req.ReservationID); err != nil {
+		return nil, err
 	}
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
 	key := idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(action, req)}
 	var result *CapacityResult
-	var op *Operation // the committed operation, if the call evicted VMs
-	err := s.apply(ctx, req.NodeID, key, func(st *NodeState, now time.Time) (*Commit, error) {
-		op = nil // only the round whose commit lands (or none) has an operation to start
+	answers := map[string]*CapacityResult{} // each round's answer, by its commit's audit id
+	landed, err := s.apply(ctx, req.NodeID, key, func(st *NodeState, now time.Time) (*Commit, error) {
+		// Access first: a caller who has lost access since gets the 404 (or 403), not the
+		// answer stored under its key.
+		if _, err := authorizeCapacityCall(p, st, req.ReservationID); err != nil {
+			s.auditRefusal(ctx, s.auditRecord(p, st, req, meta, action, now), err)
+			return nil, err
+		}
 		var res CapacityResult
 		if replayed, err := replay(st.Idempotency, key.fingerprint, now, &res); replayed || err != nil {
 			result = &res
@@ -149,14 +164,18 @@ func (s *Service) capacityCall(ctx context.Context, p Principal, req CapacityReq
 			s.append(ctx, audit)
 			return nil, nil
 		}
-		op = commit.Operation
+		answers[commit.Audit.ID] = result
 		return commit, s.remember(commit, key, req.NodeID, result, now)
 	})
 	if errors.Is(err, errNodeNotFound) {
 		return nil, notFound()
 	}
-	if err == nil && op != nil {
-		s.startWorkflow(ctx, *op)
+	if landed != nil {
+		// The round whose commit landed answers, even if a later round decided again.
+		result = answers[landed.Audit.ID]
+		if landed.Operation != nil {
+			s.startWorkflow(ctx, *landed.Operation)
+		}
 	}
 	if ErrorCode(err) == CodeConcurrentModification {
 		st := &NodeState{Node: Node{ID: req.NodeID}}
@@ -179,32 +198,104 @@ var errNodeNotFound = errors.New("node not found")
 
 // apply runs read-decide-commit rounds on one node until a commit lands, the decision needs
 // no write (it returns a nil commit), or the attempts run out: each lost race is re-read and
-// re-decided, since the state the decision was made on has changed.
-func (s *Service) apply(ctx context.Context, nodeID string, key idempotency, decide func(st *NodeState, now time.Time) (*Commit, error)) error {
-	for range s.attempts() {
+// re-decided, since the state the decision was made on has changed. It returns the commit
+// that landed (nil if none did), whose round's answer is the call's answer.
+//
+// A commit whose outcome is unknown (ErrAmbiguous: a timeout or server error, possibly after
+// the write was applied) stays pending: every later round first reads the node and then
+// asks the store whether a pending commit landed. Reading first matters: a commit visible
+// in the read is found by the check after it, so a round never decides on the state its
+// own earlier commit left (which would evict nothing and answer `terminated: []`). Two
+// commits of one call cannot both land: each conditions on the node version it read, and
+// every commit that changes anything bumps it.
+func (s *Service) apply(ctx context.Context, nodeID string, key idempotency, decide func(st *NodeState, now time.Time) (*Commit, error)) (*Commit, error) {
+	var pending []*Commit
+	var last error // the last round's failure, to word the final answer
+	for round := range s.attempts() {
 		now := s.now()
 		st, err := s.Store.LoadNode(ctx, nodeID, key.scope)
 		if ErrorCode(err) == CodeNotFound {
-			return errNodeNotFound
+			return nil, errNodeNotFound
+		}
+		if err != nil && len(pending) > 0 {
+			// Not "throttled, nothing was applied": an earlier round's commit may have landed.
+			return nil, fmt.Errorf("load node %s after a commit of unknown outcome: %v", nodeID, err)
 		}
 		if err != nil {
-			return fmt.Errorf("load node %s: %w", nodeID, err)
+			return nil, fmt.Errorf("load node %s: %w", nodeID, err)
+		}
+		if c, err := s.landed(ctx, pending); c != nil || err != nil {
+			return c, err
 		}
 		commit, err := decide(st, now)
 		if err != nil || commit == nil {
-			return err
+			return nil, err
 		}
 		err = s.Store.Commit(ctx, *commit)
-		if errors.Is(err, ErrConflict) {
+		last = err
+		switch {
+		case err == nil:
+			return commit, nil
+		case errors.Is(err, ErrAmbiguous):
+			s.logger().WarnContext(ctx, "capacity write outcome unknown; checking before deciding again",
+				"node", nodeID, "action", commit.Audit.Action, "audit_id", commit.Audit.ID, "err", err)
+			pending = append(pending, commit)
+		case errors.Is(err, ErrConflict):
 			s.logger().InfoContext(ctx, "capacity write lost a race; deciding again", "node", nodeID, "action", commit.Audit.Action)
-			continue
+		case errors.Is(err, ErrThrottled):
+			s.logger().WarnContext(ctx, "capacity write throttled; deciding again", "node", nodeID, "action", commit.Audit.Action, "err", err)
+			// The SDK already backed off; a short pause more keeps rounds from piling on.
+			if err := sleep(ctx, time.Duration(25<<round)*time.Millisecond); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, fmt.Errorf("commit %s on node %s: %w", commit.Audit.Action, nodeID, err)
 		}
+	}
+	if c, err := s.landed(ctx, pending); c != nil || err != nil {
+		return c, err
+	}
+	switch {
+	case errors.Is(last, ErrThrottled):
+		return nil, errThrottled()
+	case errors.Is(last, ErrAmbiguous):
+		// Not applied as of the check; every later write conditions on the versions it reads.
+		return nil, fmt.Errorf("commit on node %s: outcome still unknown after %d rounds: %w", nodeID, s.attempts(), last)
+	}
+	return nil, Errorf(CodeConcurrentModification, "the node's capacity kept changing while this call was applied; retrying is safe")
+}
+
+func errThrottled() *Error {
+	return Errorf(CodeThrottled, "the database is throttling this node; nothing was applied and retrying shortly is safe")
+}
+
+// landed returns the pending commit that landed, if any.
+func (s *Service) landed(ctx context.Context, pending []*Commit) (*Commit, error) {
+	if len(pending) == 0 {
+		return nil, nil
+	}
+	for _, c := range pending {
+		ok, err := s.Store.Landed(ctx, *c)
 		if err != nil {
-			return fmt.Errorf("commit %s on node %s: %w", commit.Audit.Action, nodeID, err)
+			return nil, fmt.Errorf("check commit %s on node %s: %w", c.Audit.ID, c.Node.ID, err)
 		}
+		if ok {
+			s.logger().InfoContext(ctx, "capacity write had landed; answering with it", "node", c.Node.ID, "audit_id", c.Audit.ID)
+			return c, nil
+		}
+	}
+	return nil, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
 		return nil
 	}
-	return Errorf(CodeConcurrentModification, "the node's capacity kept changing while this call was applied; retrying is safe")
 }
 
 // remember adds the idempotency record of a request made with a key to its commit.
@@ -228,7 +319,7 @@ func (s *Service) decideCapacity(p Principal, st *NodeState, req CapacityRequest
 	c := &Commit{Node: st.Node}
 	var before Reservation
 	var released []string
-	result := &CapacityResult{DryRun: req.DryRun}
+	result := &CapacityResult{DryRun: req.DryRun, Reason: req.Reason}
 	switch action {
 	case ActionReclaim:
 		plan, err := DecideReclaim(p, st, req, now)
@@ -275,15 +366,18 @@ func (s *Service) decideCapacity(p Principal, st *NodeState, req CapacityRequest
 
 // Place records a VM placed by the marketplace scheduler, if its tier may use the units.
 func (s *Service) Place(ctx context.Context, p Principal, req PlacementRequest, meta RequestMeta) (*PlacementResult, error) {
-	if !p.Operator || !p.Can(PermPlace) || !validID(req.NodeID) {
-		return nil, Errorf(CodeNotFound, "node not found")
+	if err := AdmitPlacement(p, req.NodeID); err != nil {
+		return nil, err
 	}
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
 	key := idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(ActionPlace, req)}
 	var result *PlacementResult
-	err := s.apply(ctx, req.NodeID, key, func(st *NodeState, now time.Time) (*Commit, error) {
+	var last AuditRecord // the audit record of the last round's decision
+	// each round's answer, by its commit's audit id
+	answers := map[string]*PlacementResult{}
+	landed, err := s.apply(ctx, req.NodeID, key, func(st *NodeState, now time.Time) (*Commit, error) {
 		var res PlacementResult
 		if replayed, err := replay(st.Idempotency, key.fingerprint, now, &res); replayed || err != nil {
 			result = &res
@@ -299,13 +393,22 @@ func (s *Service) Place(ctx context.Context, p Principal, req PlacementRequest, 
 			s.auditRefusal(ctx, audit, err)
 			return nil, err
 		}
+		last = audit
 		audit.Outcome = "ok"
 		result = &PlacementResult{VM: *vm}
 		c := &Commit{Node: st.Node, BumpNode: true, NewVM: vm, Audit: audit}
+		answers[audit.ID] = result
 		return c, s.remember(c, key, req.NodeID, result, now)
 	})
+	if landed != nil {
+		result = answers[landed.Audit.ID]
+	}
 	if errors.Is(err, errNodeNotFound) {
-		return nil, Errorf(CodeNotFound, "node not found")
+		return nil, nodeNotFound()
+	}
+	if errors.Is(err, ErrVMExists) {
+		err = Errorf(CodeVMExists, "VM %s existed on this node; VM ids are never reused", req.VMID)
+		s.auditRefusal(ctx, last, err)
 	}
 	if err != nil {
 		return nil, err
@@ -326,9 +429,15 @@ func (s *Service) startWorkflow(ctx context.Context, op Operation) {
 	}
 }
 
-// GetOperation returns a reclaim operation to a caller who may see its reservation.
-func (s *Service) GetOperation(ctx context.Context, p Principal, nodeID, reservationID, opID string) (*Operation, error) {
-	if _, err := s.GetReservation(ctx, p, nodeID, reservationID); err != nil {
+// GetOperation returns a reclaim operation to a caller who may see its reservation: whole to
+// an operator, the node owner or a managing org; redacted (see OperationView) to the
+// reservation's audience.
+func (s *Service) GetOperation(ctx context.Context, p Principal, nodeID, reservationID, opID string) (*OperationView, error) {
+	if !ValidID(opID) {
+		return nil, notFound() // names nothing; checked before any read, like the other path ids
+	}
+	_, access, err := s.visibleReservation(ctx, p, nodeID, reservationID)
+	if err != nil {
 		return nil, err
 	}
 	op, err := s.Store.GetOperation(ctx, nodeID, opID)
@@ -338,26 +447,45 @@ func (s *Service) GetOperation(ctx context.Context, p Principal, nodeID, reserva
 	if err != nil {
 		return nil, fmt.Errorf("read operation %s: %w", opID, err)
 	}
-	return op, nil
+	if access == AccessManage {
+		return &OperationView{Operation: *op}, nil
+	}
+	return op.redacted(), nil
 }
 
-// GetReservation returns a reservation to a caller who may see it.
+// GetReservation returns a reservation to a caller who may see it, with the status a reader
+// sees now (expired once its term has ended).
 func (s *Service) GetReservation(ctx context.Context, p Principal, nodeID, reservationID string) (*Reservation, error) {
-	if !p.Can(PermRead) && !p.Can(PermCapacity) || !validID(nodeID) || !validID(reservationID) {
-		return nil, notFound()
+	r, _, err := s.visibleReservation(ctx, p, nodeID, reservationID)
+	if err != nil {
+		return nil, err
+	}
+	out := *r
+	out.Status = r.StatusAt(s.now())
+	return &out, nil
+}
+
+// visibleReservation reads a reservation for a caller who may see it, and the caller's access.
+func (s *Service) visibleReservation(ctx context.Context, p Principal, nodeID, reservationID string) (*Reservation, Access, error) {
+	if !p.Can(PermRead) && !p.Can(PermCapacity) || !ValidID(nodeID) || !ValidID(reservationID) {
+		return nil, AccessNone, notFound()
 	}
 	st, err := s.Store.LoadNode(ctx, nodeID, "")
 	if err != nil {
 		if ErrorCode(err) == CodeNotFound {
-			return nil, notFound()
+			return nil, AccessNone, notFound()
 		}
-		return nil, fmt.Errorf("load node %s: %w", nodeID, err)
+		return nil, AccessNone, fmt.Errorf("load node %s: %w", nodeID, err)
 	}
 	r := st.Reservation(reservationID)
-	if r == nil || AccessOf(p, st.Node, *r) == AccessNone {
-		return nil, notFound()
+	if r == nil {
+		return nil, AccessNone, notFound()
 	}
-	return r, nil
+	access := AccessOf(p, st.Node, *r)
+	if access == AccessNone {
+		return nil, AccessNone, notFound()
+	}
+	return r, access, nil
 }
 
 func (s *Service) newID() string {
@@ -424,7 +552,17 @@ func idempotencyScope(p Principal, key string) string {
 }
 
 // fingerprintOf hashes what a request asks for, to tell a retry from a reuse of its key.
+// Unit ids are a set (validation refuses duplicates): their order does not make a request
+// different.
 func fingerprintOf(action string, req any) string {
+	switch r := req.(type) {
+	case CapacityRequest:
+		r.UnitIDs = slices.Sorted(slices.Values(r.UnitIDs))
+		req = r
+	case PlacementRequest:
+		r.UnitIDs = slices.Sorted(slices.Values(r.UnitIDs))
+		req = r
+	}
 	b, _ := json.Marshal(struct {
 		Action  string
 		Request any

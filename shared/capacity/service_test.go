@@ -6,8 +6,11 @@ import (
 	"log/slog"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/dynamo"
@@ -68,6 +71,9 @@ func TestReclaimEvictsAndCommits(t *testing.T) {
 			t.Errorf("VM %s is %s, want %s", vm.ID, vm.State, want)
 		}
 	}
+	if audit := env.Items(t, env.Store.AuditTable); len(audit) != 1 || auditDryRun(t, audit[0]) {
+		t.Errorf("audit = %v, want one record not marked dryRun", audit)
+	}
 	// A retry of the same reclaim succeeds and evicts nothing new.
 	again, err := svc.Reclaim(ctx, owner, reclaim("u0", "u1"), capacity.RequestMeta{})
 	if err != nil || len(again.Terminated) != 0 || again.ReclaimID != "" {
@@ -91,9 +97,19 @@ func TestDryRunChangesNothingButAudit(t *testing.T) {
 		t.Fatal("dry run changed the state table")
 	}
 	audit := env.Items(t, env.Store.AuditTable)
-	if len(audit) != 1 || audit[0]["DryRun"] == nil {
-		t.Fatalf("audit = %v, want one dry-run record", audit)
+	if len(audit) != 1 || !auditDryRun(t, audit[0]) {
+		t.Fatalf("audit = %v, want one record marked dryRun", audit)
 	}
+}
+
+// auditDryRun returns the value of an audit item's DryRun attribute, which every record has.
+func auditDryRun(t *testing.T, item map[string]types.AttributeValue) bool {
+	t.Helper()
+	v, ok := item["DryRun"].(*types.AttributeValueMemberBOOL)
+	if !ok {
+		t.Fatalf("audit record has no boolean DryRun: %v", item)
+	}
+	return v.Value
 }
 
 func TestIdempotencyKey(t *testing.T) {
@@ -285,5 +301,252 @@ func TestLostRaceToATwinStartsNoWorkflow(t *testing.T) {
 	}
 	if len(wf.started) != 0 {
 		t.Fatalf("started %v for an operation that was never committed", wf.started)
+	}
+}
+
+// The unit ids of a request are a set: a retry that lists them in another order is the same
+// request and replays; it is neither refused as a reuse of the key nor applied again.
+func TestIdempotencyFingerprintTreatsUnitsAsASet(t *testing.T) {
+	env, svc := world(t)
+	ctx := context.Background()
+	req := reclaim("u1", "u2")
+	req.IdempotencyKey = "set-1"
+	first, err := svc.Reclaim(ctx, owner, req, capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := env.Items(t, env.Store.Table)
+	req.UnitIDs = []string{"u2", "u1"}
+	again, err := svc.Reclaim(ctx, owner, req, capacity.RequestMeta{})
+	if err != nil {
+		t.Fatalf("same units in another order: %v", err)
+	}
+	if !again.Replayed || again.ReclaimID != first.ReclaimID {
+		t.Fatalf("retry = %+v, want the first answer (%s) replayed", again, first.ReclaimID)
+	}
+	if !reflect.DeepEqual(env.Items(t, env.Store.Table), state) {
+		t.Fatal("the retry wrote to the state table")
+	}
+	// A different set under the same key is still a reuse.
+	req.UnitIDs = []string{"u2"}
+	if _, err := svc.Reclaim(ctx, owner, req, capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeIdempotencyKeyReused {
+		t.Fatalf("different units under the same key: got %v", err)
+	}
+}
+
+// A stored answer is only replayed to a caller who may still make the call: one who lost
+// access since gets the 404 (or, still in the audience, the 403), never the stored answer.
+func TestReplayComesAfterTheAccessCheck(t *testing.T) {
+	op := capacity.Principal{KeyID: "k-op", OrgID: "aud", Operator: true, Permissions: []string{capacity.PermCapacity}}
+	tests := []struct {
+		name string
+		now  capacity.Principal // the same org and key, after its rights changed
+		want capacity.Code
+	}{
+		{"no longer an operator, still in the audience", capacity.Principal{KeyID: "k-op", OrgID: "aud", Permissions: []string{capacity.PermCapacity}}, capacity.CodeForbidden},
+		{"lost the permission", capacity.Principal{KeyID: "k-op", OrgID: "aud", Operator: true, Permissions: []string{capacity.PermRead}}, capacity.CodeNotFound},
+		{"still an operator", op, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env, svc := world(t)
+			ctx := context.Background()
+			req := reclaim("u1")
+			req.IdempotencyKey = "k"
+			if _, err := svc.Reclaim(ctx, op, req, capacity.RequestMeta{}); err != nil {
+				t.Fatal(err)
+			}
+			state := env.Items(t, env.Store.Table)
+			res, err := svc.Reclaim(ctx, tt.now, req, capacity.RequestMeta{})
+			if tt.want == "" {
+				if err != nil || !res.Replayed {
+					t.Fatalf("got %+v, %v; want the replay", res, err)
+				}
+				return
+			}
+			if capacity.ErrorCode(err) != tt.want {
+				t.Fatalf("got %+v, %v; want %s", res, err, tt.want)
+			}
+			if !reflect.DeepEqual(env.Items(t, env.Store.Table), state) {
+				t.Fatal("the refused retry changed the state table")
+			}
+		})
+	}
+}
+
+// VM ids are never reused: placing a VM under the id of one that ran on the node and was
+// terminated answers vm_exists at once, as for a running one, and writes nothing.
+func TestPlacementUnderAnExistingVMID(t *testing.T) {
+	env, svc := world(t)
+	ctx := context.Background()
+	gone := capacity.VM{ID: "old", NodeID: "n1", OrgID: "buyer", Tier: capacity.TierSpot, UnitIDs: []string{"u3"}, State: capacity.VMTerminated, Version: 3}
+	if err := env.Store.Put(ctx, dynamo.Seed{VMs: []capacity.VM{gone}}); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ name, vmID string }{
+		{"a terminated VM's id", "old"},
+		{"a running VM's id", "s1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			calls := 0
+			svc.Store = &countCommits{Store: env.Store, calls: &calls}
+			before := env.Items(t, env.Store.Table)
+			_, err := svc.Place(ctx, sched, capacity.PlacementRequest{NodeID: "n1", VMID: tt.vmID, OrgID: "buyer", Tier: capacity.TierSpot, UnitIDs: []string{"u3"}}, capacity.RequestMeta{})
+			if capacity.ErrorCode(err) != capacity.CodeVMExists {
+				t.Fatalf("got %v, want vm_exists", err)
+			}
+			if calls > 1 {
+				t.Errorf("%d commits: a taken id is not a race to retry", calls)
+			}
+			if !reflect.DeepEqual(env.Items(t, env.Store.Table), before) {
+				t.Fatal("the refused placement changed the state table")
+			}
+		})
+	}
+}
+
+type countCommits struct {
+	capacity.Store
+	calls *int
+}
+
+func (s *countCommits) Commit(ctx context.Context, c capacity.Commit) error {
+	*s.calls++
+	return s.Store.Commit(ctx, c)
+}
+
+// operationStore answers GetOperation with a fixed operation.
+type operationStore struct {
+	capacity.Store
+	op capacity.Operation
+}
+
+func (s *operationStore) GetOperation(_ context.Context, nodeID, opID string) (*capacity.Operation, error) {
+	if nodeID != s.op.NodeID || opID != s.op.ID {
+		return nil, capacity.Errorf(capacity.CodeNotFound, "no such operation")
+	}
+	op := s.op
+	return &op, nil
+}
+
+// The audience may follow a reclaim of its reservation, but not see other orgs' VM ids, the
+// execution ARN (account and region) or agent errors (node endpoints): it gets counts.
+func TestGetOperationRedactsForTheAudience(t *testing.T) {
+	env, svc := world(t)
+	at := t0.Add(time.Hour)
+	op := capacity.Operation{
+		ID: "rcl_1", NodeID: "n1", ReservationID: "r1", State: capacity.OpFailed,
+		VMIDs: []string{"s1", "s2", "s3", "s4"}, UnitIDs: []string{"u1", "u2"},
+		ExecutionARN: "arn:aws:states:eu-west-1:123456789012:execution:terminate:rcl_1",
+		Outcomes: map[string]capacity.VMOutcome{
+			"s1": {Outcome: capacity.OutcomeTerminated, At: at},
+			"s2": {Outcome: capacity.OutcomeAlreadyGone, At: at},
+			"s3": {Outcome: capacity.OutcomeFailed, Error: "POST https://10.0.3.7:8443/v2/vms/s3/terminate: connection refused", At: at},
+		},
+		CreatedAt: t0, UpdatedAt: at,
+	}
+	svc.Store = &operationStore{Store: env.Store, op: op}
+	ctx := context.Background()
+	reader := capacity.Principal{KeyID: "k-aud-r", OrgID: "aud", Permissions: []string{capacity.PermRead}}
+	for _, p := range []capacity.Principal{audi, reader} {
+		view, err := svc.GetOperation(ctx, p, "n1", "r1", "rcl_1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := capacity.OperationView{
+			Operation: capacity.Operation{ID: "rcl_1", NodeID: "n1", ReservationID: "r1", State: capacity.OpFailed,
+				UnitIDs: []string{"u1", "u2"}, CreatedAt: t0, UpdatedAt: at},
+			Redacted: true,
+			Counts:   capacity.OutcomeCounts{Pending: 1, Terminated: 1, AlreadyGone: 1, Failed: 1},
+		}
+		if !reflect.DeepEqual(*view, want) {
+			t.Errorf("%s sees %+v\nwant %+v", p.KeyID, *view, want)
+		}
+	}
+	// Who may move the reservation's capacity sees it whole.
+	for _, p := range []capacity.Principal{owner, {OrgID: "platform", Operator: true, Permissions: []string{capacity.PermRead}}} {
+		view, err := svc.GetOperation(ctx, p, "n1", "r1", "rcl_1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if view.Redacted || !reflect.DeepEqual(view.Operation, op) {
+			t.Errorf("%s sees %+v, want the whole operation", p.OrgID, *view)
+		}
+	}
+}
+
+// A malformed path id names nothing: it is refused with the reservation's 404 before
+// anything is read, so it never reaches DynamoDB (where a 2 KB key is a ValidationException).
+func TestMalformedPathIDsAreNotFoundBeforeAnyRead(t *testing.T) {
+	env, svc := world(t)
+	ctx := context.Background()
+	long := strings.Repeat("x", capacity.MaxIDLen+1)
+	huge := strings.Repeat("r", 2048)
+	for _, bad := range []string{"", long, huge, ".", "..", "-x", "a b", "a/b", "n1\x00", "é"} {
+		env.Calls.Reset()
+		reads := []struct {
+			name string
+			call func() error
+		}{
+			{"reclaim node", func() error {
+				_, err := svc.Reclaim(ctx, owner, capacity.CapacityRequest{NodeID: bad, ReservationID: "r1", UnitIDs: []string{"u1"}}, capacity.RequestMeta{})
+				return err
+			}},
+			{"release reservation", func() error {
+				_, err := svc.Release(ctx, owner, capacity.CapacityRequest{NodeID: "n1", ReservationID: bad, UnitIDs: []string{"u1"}}, capacity.RequestMeta{})
+				return err
+			}},
+			{"get reservation", func() error { _, err := svc.GetReservation(ctx, owner, "n1", bad); return err }},
+			{"get operation node", func() error { _, err := svc.GetOperation(ctx, owner, bad, "r1", "rcl_1"); return err }},
+			{"get operation id", func() error { _, err := svc.GetOperation(ctx, owner, "n1", "r1", bad); return err }},
+		}
+		for _, r := range reads {
+			if err := r.call(); capacity.ErrorCode(err) != capacity.CodeNotFound || err.Error() != "not_found: reservation not found" {
+				t.Errorf("%s %q: got %v, want the reservation's 404", r.name, bad, err)
+			}
+		}
+		if _, err := svc.Place(ctx, sched, capacity.PlacementRequest{NodeID: bad, VMID: "v9", OrgID: "buyer", Tier: capacity.TierSpot, UnitIDs: []string{"u3"}}, capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeNotFound {
+			t.Errorf("place on node %q: got %v, want 404", bad, err)
+		}
+		if calls := env.Calls.Snapshot(); len(calls) != 0 {
+			t.Errorf("id %q reached the store: %v", bad, calls)
+		}
+	}
+}
+
+// Reads report a reservation whose term has ended as expired.
+func TestReadsReportExpiredAfterEndsAt(t *testing.T) {
+	env, svc := world(t)
+	ctx := context.Background()
+	end := t0.Add(48 * time.Hour)
+	seed := dynamo.Seed{Reservations: []capacity.Reservation{
+		{ID: "r-ends", NodeID: "n1", AllowedOrgIDs: []string{"aud"}, ReservedUnitIDs: []string{"u3"}, StartsAt: t0, EndsAt: &end, Status: capacity.StatusActive, TopologyGen: 1, Version: 1},
+		{ID: "r-later", NodeID: "n1", AllowedOrgIDs: []string{"aud"}, ReservedUnitIDs: []string{"u3"}, StartsAt: end, Status: capacity.StatusPending, TopologyGen: 1, Version: 1},
+		{ID: "r-cancel", NodeID: "n1", AllowedOrgIDs: []string{"aud"}, ReservedUnitIDs: []string{"u3"}, StartsAt: t0, EndsAt: &end, Status: capacity.StatusCancelled, TopologyGen: 1, Version: 1},
+	}}
+	if err := env.Store.Put(ctx, seed); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		id   string
+		at   time.Time
+		want capacity.Status
+	}{
+		{"r-ends", end.Add(-time.Second), capacity.StatusActive},
+		{"r-ends", end, capacity.StatusExpired},
+		{"r-later", end.Add(-time.Second), capacity.StatusPending},
+		{"r-cancel", end.Add(time.Hour), capacity.StatusCancelled},
+		{"r1", end.Add(time.Hour), capacity.StatusActive}, // open-ended
+	}
+	for _, tt := range tests {
+		svc.Now = func() time.Time { return tt.at }
+		r, err := svc.GetReservation(ctx, owner, "n1", tt.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status != tt.want {
+			t.Errorf("%s at %s: status %s, want %s", tt.id, tt.at, r.Status, tt.want)
+		}
 	}
 }

@@ -14,13 +14,81 @@ import (
 type Agent interface {
 	// Terminate ends the VM; alreadyGone reports that the agent no longer had it. Errors that
 	// a later attempt may not repeat implement Retryable() bool returning true.
-	Terminate(ctx context.Context, endpoint, vmID string) (alreadyGone bool, err error)
+	// The node names the agent (its AgentEndpoint) and the key the call is signed with (its ID).
+	Terminate(ctx context.Context, node Node, vmID string) (alreadyGone bool, err error)
 }
 
-// Workflow starts the termination workflow of a committed reclaim operation. Starting the
-// same operation twice must not run it twice (the execution is named by the operation id).
+// Workflow starts the termination workflow of a committed reclaim operation: the execution
+// ExecutionName(op), for the VMs op.Unfinished(). Starting the same attempt twice must not
+// run it twice (executions are named, and a name is never reused).
 type Workflow interface {
 	Start(ctx context.Context, op Operation) error
+}
+
+// WorkflowInspector is a Workflow that can also say what became of an attempt's execution,
+// which the reconciler needs: "already exists" does not tell a running execution from one
+// that failed before its first round.
+type WorkflowInspector interface {
+	Workflow
+	// Status reports the state of the execution ExecutionName(op).
+	Status(ctx context.Context, op Operation) (ExecutionStatus, error)
+}
+
+// ExecutionStatus is what became of a workflow execution.
+type ExecutionStatus string
+
+const (
+	ExecRunning   ExecutionStatus = "running"
+	ExecSucceeded ExecutionStatus = "succeeded"
+	ExecFailed    ExecutionStatus = "failed"
+	ExecTimedOut  ExecutionStatus = "timedout"
+	ExecAborted   ExecutionStatus = "aborted"
+	ExecNotFound  ExecutionStatus = "notfound" // never started (or its start was lost)
+)
+
+// Closed reports whether the execution has stopped and will do nothing more.
+func (s ExecutionStatus) Closed() bool {
+	switch s {
+	case ExecSucceeded, ExecFailed, ExecTimedOut, ExecAborted:
+		return true
+	}
+	return false
+}
+
+// CurrentAttempt is the operation's workflow attempt, counting from 1.
+func (o Operation) CurrentAttempt() int { return max(1, o.Attempt) }
+
+// ExecutionName names the execution of the operation's current attempt: the operation id for
+// the first, "<id>-<n>" for the n-th. Step Functions never reuses a name (90 days), so an
+// attempt runs at most once.
+func ExecutionName(op Operation) string {
+	if a := op.CurrentAttempt(); a > 1 {
+		return fmt.Sprintf("%s-%d", op.ID, a)
+	}
+	return op.ID
+}
+
+// Final returns the VM's outcome if it is final for the operation's current attempt: a VM
+// terminated or already gone stays so; a failure recorded by an earlier attempt is not final
+// for a re-drive, which runs the VM again.
+func (o Operation) Final(vmID string) (VMOutcome, bool) {
+	out, ok := o.Outcomes[vmID]
+	if !ok || out.Outcome == OutcomeFailed && max(1, out.Attempt) < o.CurrentAttempt() {
+		return VMOutcome{}, false
+	}
+	return out, true
+}
+
+// Unfinished lists the operation's VMs without an outcome final for its current attempt: the
+// ones its execution has to terminate.
+func (o Operation) Unfinished() []string {
+	out := []string{}
+	for _, vm := range o.VMIDs {
+		if _, ok := o.Final(vm); !ok {
+			out = append(out, vm)
+		}
+	}
+	return out
 }
 
 // TerminationStore is what the termination side reads and writes.
@@ -29,20 +97,28 @@ type TerminationStore interface {
 	// GetOperation returns the operation, or an *Error with CodeNotFound.
 	GetOperation(ctx context.Context, nodeID, opID string) (*Operation, error)
 	// BeginTermination moves a pending-start operation to terminating under the execution.
-	// It returns ErrConflict when the operation is no longer pending-start.
+	// It returns ErrConflict when the operation is no longer pending-start at op's attempt.
 	BeginTermination(ctx context.Context, op Operation, executionARN string, now time.Time) error
 	// MarkTerminated moves the VM from terminating to terminated, conditioned on it being
 	// terminated for this operation; a VM this operation already terminated is no error.
 	MarkTerminated(ctx context.Context, op Operation, vmID string, now time.Time) error
-	// RecordOutcome stores a VM's final outcome on the operation, once; recording it again,
-	// or after the operation ended, is no error.
+	// RecordOutcome stores a VM's final outcome (out.Attempt says whose) as an item of its
+	// own. An outcome recorded before is kept (no error), except that a success replaces a
+	// failure, and a failure replaces an older attempt's failure. Any other failure to write
+	// is returned: an outcome is never dropped.
 	RecordOutcome(ctx context.Context, op Operation, vmID string, out VMOutcome) error
-	// EndOperation moves a terminating operation to its end state; ErrConflict if another
-	// writer ended it first.
+	// EndOperation moves an operation terminating at op's attempt to its end state;
+	// ErrConflict if it is no longer so (another writer ended it first).
 	EndOperation(ctx context.Context, op Operation, state OperationState, now time.Time) error
-	// OperationsInState lists operations in a state created before the time, oldest first,
-	// without their outcomes.
-	OperationsInState(ctx context.Context, state OperationState, createdBefore time.Time, limit int) ([]Operation, error)
+	// RestartOperation moves an operation still in op.State at op's attempt to pending-start
+	// at the next attempt, with one more restart; ErrConflict if it changed since read.
+	RestartOperation(ctx context.Context, op Operation, now time.Time) error
+	// FailOperation ends an operation still in op.State at op's attempt as failed with the
+	// reason; ErrConflict if it changed since read.
+	FailOperation(ctx context.Context, op Operation, reason string, now time.Time) error
+	// OperationsInState lists operations in a state that entered it (were created, or
+	// re-driven) before the time, oldest first, at most limit, without their outcomes.
+	OperationsInState(ctx context.Context, state OperationState, before time.Time, limit int) ([]Operation, error)
 }
 
 // TerminationTask is one round of one node's terminations within a workflow execution.
@@ -51,8 +127,11 @@ type TerminationTask struct {
 	NodeID       string
 	VMIDs        []string // the VMs still to terminate
 	ExecutionARN string
-	Round        int // 0-based
-	MaxRounds    int
+	// Attempt is the operation's attempt the execution runs (0 or 1: the first). A task of
+	// an older attempt than the operation's does nothing.
+	Attempt   int
+	Round     int // 0-based
+	MaxRounds int
 }
 
 // TerminationReport is the outcome of a round and the next round's task.
@@ -108,6 +187,14 @@ func (t *Terminator) Run(ctx context.Context, task TerminationTask) (*Terminatio
 	report := &TerminationReport{Next: task}
 	report.Next.Round = task.Round + 1
 	report.Next.VMIDs = []string{}
+	if attempt := max(1, task.Attempt); attempt != op.CurrentAttempt() {
+		// A late branch of an execution the operation has moved past (a restart or a
+		// re-drive runs its VMs now): acting could record a stale failure or end it early.
+		t.logger().WarnContext(ctx, "termination task of an older attempt ignored", "reclaim_id", op.ID,
+			"task_attempt", attempt, "attempt", op.CurrentAttempt())
+		report.Done = true
+		return report, nil
+	}
 	switch op.State {
 	case OpCompleted, OpFailed:
 		report.Done = true // a re-run of a finished operation: nothing to do
@@ -124,7 +211,7 @@ func (t *Terminator) Run(ctx context.Context, task TerminationTask) (*Terminatio
 		return nil, fmt.Errorf("read node %s: %w", task.NodeID, err)
 	}
 	last := report.Next.Round >= task.MaxRounds
-	results := t.terminateAll(ctx, st.Node.AgentEndpoint, op, task.VMIDs)
+	results := t.terminateAll(ctx, st.Node, op, task.VMIDs)
 
 	for _, r := range results {
 		switch {
@@ -134,9 +221,9 @@ func (t *Terminator) Run(ctx context.Context, task TerminationTask) (*Terminatio
 			continue
 		case r.err != nil:
 			report.Failed = append(report.Failed, VMFailure{VMID: r.vmID, Error: r.err.Error(), Final: true})
-			_, recorded := op.Outcomes[r.vmID]
+			_, recorded := op.Final(r.vmID)
 			if !recorded && slices.Contains(op.VMIDs, r.vmID) {
-				out := VMOutcome{Outcome: OutcomeFailed, Error: r.err.Error(), At: t.now()}
+				out := VMOutcome{Outcome: OutcomeFailed, Error: r.err.Error(), At: t.now(), Attempt: op.CurrentAttempt()}
 				if err := t.Store.RecordOutcome(ctx, *op, r.vmID, out); err != nil {
 					return nil, fmt.Errorf("record failure of VM %s: %w", r.vmID, err)
 				}
@@ -151,12 +238,14 @@ func (t *Terminator) Run(ctx context.Context, task TerminationTask) (*Terminatio
 		}
 	}
 	report.Done = len(report.Next.VMIDs) == 0
-	// Read the operation as all of this round's writes (and any other branch's) left it.
+	// Read every outcome item (strongly consistent) after this round's writes: whichever
+	// branch wrote the last outcome sees them all, so the operation is always ended, without
+	// a shared counter that a lost write could leave short.
 	ended, err := t.Store.GetOperation(ctx, task.NodeID, task.ReclaimID)
 	if err != nil {
 		return nil, fmt.Errorf("read operation %s: %w", task.ReclaimID, err)
 	}
-	if ended.State == OpTerminating && ended.Ended() {
+	if ended.State == OpTerminating && ended.CurrentAttempt() == op.CurrentAttempt() && ended.Ended() {
 		err := t.Store.EndOperation(ctx, *ended, ended.EndState(), t.now())
 		if err != nil && !errors.Is(err, ErrConflict) {
 			return nil, fmt.Errorf("end operation %s: %w", op.ID, err)
@@ -174,7 +263,7 @@ type vmResult struct {
 }
 
 // terminateAll terminates the VMs with bounded concurrency and records each final outcome.
-func (t *Terminator) terminateAll(ctx context.Context, endpoint string, op *Operation, vmIDs []string) []vmResult {
+func (t *Terminator) terminateAll(ctx context.Context, node Node, op *Operation, vmIDs []string) []vmResult {
 	limit := t.Concurrency
 	if limit <= 0 {
 		limit = 8
@@ -188,7 +277,7 @@ func (t *Terminator) terminateAll(ctx context.Context, endpoint string, op *Oper
 			results[i].err = Errorf(CodeInvalidRequest, "VM %s is not part of operation %s", vmID, op.ID)
 			continue
 		}
-		if out, ok := op.Outcomes[vmID]; ok { // recorded by an earlier run
+		if out, ok := op.Final(vmID); ok { // recorded by an earlier run of this attempt, or a success
 			results[i].alreadyGone = out.Outcome == OutcomeAlreadyGone
 			if out.Outcome == OutcomeFailed {
 				results[i].err = errors.New(out.Error)
@@ -199,7 +288,7 @@ func (t *Terminator) terminateAll(ctx context.Context, endpoint string, op *Oper
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			results[i] = t.terminate(ctx, endpoint, op, vmID)
+			results[i] = t.terminate(ctx, node, op, vmID)
 		}()
 	}
 	wg.Wait()
@@ -208,11 +297,11 @@ func (t *Terminator) terminateAll(ctx context.Context, endpoint string, op *Oper
 
 // terminate terminates one VM and, when the agent confirms it gone, marks it terminated and
 // records the outcome. A failure is left to Run, which knows whether it is final.
-func (t *Terminator) terminate(ctx context.Context, endpoint string, op *Operation, vmID string) vmResult {
+func (t *Terminator) terminate(ctx context.Context, node Node, op *Operation, vmID string) vmResult {
 	r := vmResult{vmID: vmID}
-	r.alreadyGone, r.err = t.Agent.Terminate(ctx, endpoint, vmID)
+	r.alreadyGone, r.err = t.Agent.Terminate(ctx, node, vmID)
 	now := t.now()
-	out := VMOutcome{Outcome: OutcomeTerminated, At: now}
+	out := VMOutcome{Outcome: OutcomeTerminated, At: now, Attempt: op.CurrentAttempt()}
 	switch {
 	case r.err != nil:
 		t.logger().WarnContext(ctx, "VM termination failed", "reclaim_id", op.ID, "vm", vmID, "err", r.err, "retryable", retryable(r.err))
@@ -224,7 +313,9 @@ func (t *Terminator) terminate(ctx context.Context, endpoint string, op *Operati
 		r.storeErr = fmt.Errorf("mark VM %s terminated: %w", vmID, err)
 		return r
 	}
-	r.storeErr = t.Store.RecordOutcome(ctx, *op, vmID, out)
+	if err := t.Store.RecordOutcome(ctx, *op, vmID, out); err != nil {
+		r.storeErr = fmt.Errorf("record outcome of VM %s: %w", vmID, err)
+	}
 	return r
 }
 

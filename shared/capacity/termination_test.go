@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openrelay/capacity/shared/awsfault"
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 )
 
@@ -27,7 +29,7 @@ type agentErr struct{ retryable bool }
 func (e agentErr) Error() string   { return fmt.Sprintf("agent failed (retryable=%v)", e.retryable) }
 func (e agentErr) Retryable() bool { return e.retryable }
 
-func (a *fakeAgent) Terminate(_ context.Context, _ string, vmID string) (bool, error) {
+func (a *fakeAgent) Terminate(_ context.Context, _ capacity.Node, vmID string) (bool, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.calls == nil {
@@ -202,27 +204,67 @@ func TestConcurrentBranchesEndTheOperationOnce(t *testing.T) {
 	}
 }
 
-// failingWorkflow fails its first starts, as an outage of Step Functions would.
-type failingWorkflow struct {
-	mu      sync.Mutex
-	fail    int
-	started []string
+// fakeWorkflow is Step Functions in memory: executions by name, failing its first starts
+// (as an outage would), each started one running until the test closes it.
+type fakeWorkflow struct {
+	mu        sync.Mutex
+	fail      int
+	started   []string                            // execution names, in start order
+	calls     map[string]int                      // Start calls by execution name
+	inputs    map[string][]string                 // VMs each execution was started for
+	status    map[string]capacity.ExecutionStatus // by execution name
+	statusErr error
 }
 
-func (w *failingWorkflow) Start(_ context.Context, op capacity.Operation) error {
+func (w *fakeWorkflow) Start(_ context.Context, op capacity.Operation) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	name := capacity.ExecutionName(op)
+	if w.calls == nil {
+		w.calls, w.inputs, w.status = map[string]int{}, map[string][]string{}, map[string]capacity.ExecutionStatus{}
+	}
+	w.calls[name]++
 	if w.fail > 0 {
 		w.fail--
 		return errors.New("throttled")
 	}
-	w.started = append(w.started, op.ID)
+	if _, ok := w.status[name]; ok {
+		return nil // ExecutionAlreadyExists, taken as started
+	}
+	w.started = append(w.started, name)
+	w.inputs[name] = op.Unfinished()
+	w.status[name] = capacity.ExecRunning
 	return nil
+}
+
+func (w *fakeWorkflow) Status(_ context.Context, op capacity.Operation) (capacity.ExecutionStatus, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.statusErr != nil {
+		return "", w.statusErr
+	}
+	if st, ok := w.status[capacity.ExecutionName(op)]; ok {
+		return st, nil
+	}
+	return capacity.ExecNotFound, nil
+}
+
+// close ends an execution as Step Functions would after its task retries ran out.
+func (w *fakeWorkflow) close(name string, st capacity.ExecutionStatus) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.status[name] = st
+}
+
+func (w *fakeWorkflow) startedNames() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.started)
 }
 
 func TestReconcilerStartsWhatTheAPICouldNot(t *testing.T) {
 	env, svc := world(t)
-	wf := &failingWorkflow{fail: 1}
+	wf := &fakeWorkflow{fail: 1}
 	svc.Workflow = wf
 	res, err := svc.Reclaim(context.Background(), owner, reclaim("u1"), capacity.RequestMeta{})
 	if err != nil {
@@ -239,7 +281,8 @@ func TestReconcilerStartsWhatTheAPICouldNot(t *testing.T) {
 	if err != nil || !slices.Equal(report.Started, []string{res.ReclaimID}) || !slices.Equal(wf.started, []string{res.ReclaimID}) {
 		t.Fatalf("report = %+v, started = %v, err = %v", report, wf.started, err)
 	}
-	// Once a branch began it, it is no longer pending-start; past the deadline it is stuck.
+	// Once a branch began it, it is no longer pending-start; past the deadline, with its
+	// execution still running, it is stuck.
 	op, _ := env.Store.GetOperation(context.Background(), "n1", res.ReclaimID)
 	if err := env.Store.BeginTermination(context.Background(), *op, "arn:exec", t0); err != nil {
 		t.Fatal(err)
@@ -248,5 +291,248 @@ func TestReconcilerStartsWhatTheAPICouldNot(t *testing.T) {
 	report, err = rec.Run(context.Background())
 	if err != nil || len(report.Started) != 0 || len(report.Stuck) != 1 || report.Stuck[0].ID != res.ReclaimID {
 		t.Fatalf("report = %+v, err = %v", report, err)
+	}
+}
+
+// eightVictims seeds node n1 with units u0..u7 all released by r1, a spot VM on each, and
+// commits a reclaim of all eight through a store without faults. It returns the environment,
+// whose store injects inj's faults (nil: none), and the operation.
+func eightVictims(t *testing.T, inj *awsfault.Injector) (*dynamotest.Env, *capacity.Operation) {
+	t.Helper()
+	var opts []dynamotest.Option
+	if inj != nil {
+		opts = append(opts, dynamotest.WithAPIOptions(inj.APIOption))
+	}
+	env := dynamotest.New(t, opts...)
+	clean := dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable)
+	units := []string{"u0", "u1", "u2", "u3", "u4", "u5", "u6", "u7"}
+	seed := dynamo.Seed{
+		Nodes: []capacity.Node{{ID: "n1", OwnerOrgID: "owner", TopologyGen: 1, UnitIDs: units, Version: 1}},
+		Reservations: []capacity.Reservation{{
+			ID: "r1", NodeID: "n1", AllowedOrgIDs: []string{"aud"}, ReservedUnitIDs: units, ReleasedUnitIDs: units,
+			StartsAt: t0, Status: capacity.StatusActive, TopologyGen: 1, Version: 1,
+		}},
+	}
+	for i, u := range units {
+		seed.VMs = append(seed.VMs, capacity.VM{ID: fmt.Sprintf("s%d", i), NodeID: "n1", OrgID: "buyer", Tier: capacity.TierSpot,
+			UnitIDs: []string{u}, State: capacity.VMRunning, Version: 1})
+	}
+	ctx := context.Background()
+	if err := clean.Put(ctx, seed); err != nil {
+		t.Fatal(err)
+	}
+	svc := &capacity.Service{Store: clean, Now: func() time.Time { return t0.Add(time.Hour) }, Logger: quiet}
+	res, err := svc.Reclaim(ctx, owner, reclaim(units...), capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := clean.GetOperation(ctx, "n1", res.ReclaimID)
+	if err != nil || len(op.VMIDs) != 8 {
+		t.Fatalf("operation = %+v, %v", op, err)
+	}
+	return env, op
+}
+
+// runRetrying plays the state machine on AWS: a round that returns an error is run again
+// (the task's Retry on States.TaskFailed), up to retries times per round.
+func runRetrying(t *testing.T, term *capacity.Terminator, task capacity.TerminationTask, retries int) {
+	t.Helper()
+	for {
+		var r *capacity.TerminationReport
+		var err error
+		for range retries + 1 {
+			if r, err = term.Run(context.Background(), task); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatalf("round %d failed %d times: %v", task.Round, retries+1, err)
+		}
+		if r.Done {
+			return
+		}
+		task = r.Next
+	}
+}
+
+// AWS cancels or refuses writes that meet another transaction on the same item, and
+// throttles; eight terminations in flight at once on one operation meet both. No outcome may
+// be lost, and the operation must end. (Before outcomes were items of their own, a
+// conflicting outcome transaction was taken as "recorded before": its outcome and its count
+// were lost and the operation stayed terminating for good.)
+func TestNoOutcomeIsLostUnderConflictsAndThrottling(t *testing.T) {
+	for seed := range int64(4) {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			inj := awsfault.New(seed,
+				awsfault.Rule{Fault: awsfault.TransactionConflict, Rate: 0.3},
+				awsfault.Rule{Fault: awsfault.Throttling, Rate: 0.1},
+				awsfault.Rule{Fault: awsfault.ProvisionedThroughputExceeded, Rate: 0.1})
+			env, op := eightVictims(t, inj)
+			agent := &fakeAgent{}
+			term := &capacity.Terminator{Store: env.Store, Agent: agent, Concurrency: 8, Logger: quiet}
+			runRetrying(t, term, capacity.TerminationTask{ReclaimID: op.ID, NodeID: "n1", VMIDs: op.VMIDs, ExecutionARN: "arn:x", MaxRounds: 5}, 3)
+
+			clean := dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable)
+			got, err := clean.GetOperation(context.Background(), "n1", op.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.State != capacity.OpCompleted || len(got.Outcomes) != 8 {
+				t.Fatalf("operation %s with %d outcomes, want completed with 8: %+v", got.State, len(got.Outcomes), got.Outcomes)
+			}
+			st, _ := clean.LoadNode(context.Background(), "n1", "")
+			if len(st.VMs) != 0 {
+				t.Errorf("VMs still live: %+v", st.VMs)
+			}
+			if inj.Count(awsfault.TransactionConflict) == 0 {
+				t.Error("no conflict was injected: the test proves nothing")
+			}
+		})
+	}
+}
+
+// The reconciler ends a terminating operation whose outcomes are all recorded (its last
+// writer crashed between the outcome and the end).
+func TestReconcilerEndsAnOperationWhoseOutcomesAreAllRecorded(t *testing.T) {
+	env, _, op := evicted(t)
+	ctx := context.Background()
+	if err := env.Store.BeginTermination(ctx, *op, "arn:x", t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	for _, vm := range op.VMIDs {
+		if err := env.Store.MarkTerminated(ctx, *op, vm, t0.Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if err := env.Store.RecordOutcome(ctx, *op, vm, capacity.VMOutcome{Outcome: capacity.OutcomeTerminated, At: t0.Add(time.Hour), Attempt: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wf := &fakeWorkflow{}
+	_ = wf.Start(ctx, *op)
+	rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: time.Minute, StuckAfter: time.Hour, Logger: quiet,
+		Now: func() time.Time { return t0.Add(time.Hour + 2*time.Minute) }}
+	report, err := rec.Run(ctx)
+	if err != nil || !slices.Equal(report.Ended, []string{op.ID}) {
+		t.Fatalf("report = %+v, err = %v", report, err)
+	}
+	got, _ := env.Store.GetOperation(ctx, "n1", op.ID)
+	if got.State != capacity.OpCompleted {
+		t.Fatalf("operation is %s, want completed", got.State)
+	}
+}
+
+// An execution that closes before its first round (its task retries ran out) leaves the
+// operation pending-start; a start of the same name only gets ExecutionAlreadyExists. The
+// reconciler restarts it under a new name, a bounded number of times, then fails it with a
+// reason.
+func TestReconcilerRestartsClosedRunsThenFailsThem(t *testing.T) {
+	env, svc := world(t)
+	ctx := context.Background()
+	wf := &fakeWorkflow{}
+	svc.Workflow = wf
+	res, err := svc.Reclaim(ctx, owner, reclaim("u1"), capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.ReclaimID
+	clock := t0.Add(time.Hour)
+	rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: time.Minute, StuckAfter: time.Hour, MaxRestarts: 2, Logger: quiet,
+		Now: func() time.Time { return clock }}
+	for i, want := range []string{id + "-2", id + "-3"} {
+		wf.close(wf.startedNames()[i], capacity.ExecFailed)
+		clock = clock.Add(2 * time.Minute)
+		report, err := rec.Run(ctx)
+		if err != nil || !slices.Equal(report.Restarted, []string{id}) || len(report.Exhausted) != 0 {
+			t.Fatalf("run %d: report = %+v, err = %v", i, report, err)
+		}
+		if names := wf.startedNames(); names[len(names)-1] != want {
+			t.Fatalf("run %d started %v, want %s last", i, names, want)
+		}
+		op, _ := env.Store.GetOperation(ctx, "n1", id)
+		if op.State != capacity.OpPendingStart || op.CurrentAttempt() != i+2 || op.Restarts != i+1 {
+			t.Fatalf("run %d: operation = %+v", i, op)
+		}
+		// Within the start's grace period nothing more happens.
+		if report, _ := rec.Run(ctx); len(report.Started)+len(report.Restarted) != 0 {
+			t.Fatalf("a young attempt was restarted again: %+v", report)
+		}
+	}
+	wf.close(id+"-3", capacity.ExecTimedOut)
+	clock = clock.Add(2 * time.Minute)
+	report, err := rec.Run(ctx)
+	if err != nil || len(report.Exhausted) != 1 || report.Exhausted[0].ID != id || len(report.Started) != 0 {
+		t.Fatalf("report = %+v, err = %v", report, err)
+	}
+	op, _ := env.Store.GetOperation(ctx, "n1", id)
+	if op.State != capacity.OpFailed || op.Reason == "" {
+		t.Fatalf("operation = %+v, want failed with a reason", op)
+	}
+	if n := len(wf.startedNames()); n != 3 {
+		t.Errorf("%d executions started, want 3 (first + 2 restarts)", n)
+	}
+	clock = clock.Add(2 * time.Minute)
+	if report, _ := rec.Run(ctx); len(report.Started)+len(report.Exhausted) != 0 {
+		t.Errorf("a failed operation was reconciled again: %+v", report)
+	}
+}
+
+// Two reconcilers that see the same closed execution restart it once: the attempt moves on
+// under a condition on the one they read.
+func TestTwoReconcilersRestartOnce(t *testing.T) {
+	env, svc := world(t)
+	ctx := context.Background()
+	wf := &fakeWorkflow{}
+	svc.Workflow = wf
+	res, err := svc.Reclaim(ctx, owner, reclaim("u1"), capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf.close(res.ReclaimID, capacity.ExecFailed)
+	now := func() time.Time { return t0.Add(time.Hour + 2*time.Minute) }
+	var wg sync.WaitGroup
+	for range 2 {
+		rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: time.Minute, StuckAfter: time.Hour, Logger: quiet, Now: now}
+		wg.Go(func() {
+			if _, err := rec.Run(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if !slices.Equal(wf.startedNames(), []string{res.ReclaimID, res.ReclaimID + "-2"}) || wf.calls[res.ReclaimID+"-2"] != 1 {
+		t.Fatalf("started %v, calls %v", wf.startedNames(), wf.calls)
+	}
+	op, _ := env.Store.GetOperation(ctx, "n1", res.ReclaimID)
+	if op.CurrentAttempt() != 2 || op.Restarts != 1 {
+		t.Fatalf("operation = %+v", op)
+	}
+}
+
+// A failed status check (DescribeExecution throttled past the SDK's retries) changes
+// nothing: the operation is neither restarted nor failed, and the next run tries again.
+func TestReconcilerLeavesAnOperationWhenItsStatusIsUnknown(t *testing.T) {
+	env, svc := world(t)
+	ctx := context.Background()
+	wf := &fakeWorkflow{}
+	svc.Workflow = wf
+	res, err := svc.Reclaim(ctx, owner, reclaim("u1"), capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf.close(res.ReclaimID, capacity.ExecFailed)
+	wf.statusErr = errors.New("ThrottlingException")
+	rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: time.Minute, StuckAfter: time.Hour, Logger: quiet,
+		Now: func() time.Time { return t0.Add(time.Hour + 2*time.Minute) }}
+	report, err := rec.Run(ctx)
+	if err != nil || !slices.Equal(report.StartFailed, []string{res.ReclaimID}) || len(report.Restarted) != 0 {
+		t.Fatalf("report = %+v, err = %v", report, err)
+	}
+	op, _ := env.Store.GetOperation(ctx, "n1", res.ReclaimID)
+	if op.State != capacity.OpPendingStart || op.CurrentAttempt() != 1 {
+		t.Fatalf("operation = %+v", op)
+	}
+	wf.statusErr = nil
+	if report, _ := rec.Run(ctx); !slices.Equal(report.Restarted, []string{res.ReclaimID}) {
+		t.Fatalf("next run: %+v", report)
 	}
 }

@@ -87,14 +87,40 @@ func (r Reservation) InTerm(t time.Time) bool {
 	return !t.Before(r.StartsAt) && (r.EndsAt == nil || t.Before(*r.EndsAt))
 }
 
-// holds reports whether the reservation keeps its units from other uses at t. A needs-review
-// reservation withholds its units from everyone; an expired or cancelled one holds nothing.
-func (r Reservation) holds(t time.Time) bool {
+// ended reports whether t is at or past EndsAt.
+func (r Reservation) ended(t time.Time) bool { return r.EndsAt != nil && !t.Before(*r.EndsAt) }
+
+// StatusAt is the status a reader sees at t: a reservation whose term has ended is expired,
+// whatever its stored status says, until something rewrites it (a cancelled one stays
+// cancelled).
+func (r Reservation) StatusAt(t time.Time) Status {
 	switch r.Status {
 	case StatusActive, StatusPending, StatusNeedsReview:
-		return r.EndsAt == nil || t.Before(*r.EndsAt)
+		if r.ended(t) {
+			return StatusExpired
+		}
+	}
+	return r.Status
+}
+
+// holds reports whether the reservation keeps its units from other uses at t: an active or
+// pending one inside [StartsAt, EndsAt). A needs-review reservation withholds its units from
+// everyone until it ends, even before it starts; an expired or cancelled one holds nothing.
+func (r Reservation) holds(t time.Time) bool {
+	switch r.Status {
+	case StatusNeedsReview:
+		return !r.ended(t)
+	case StatusActive, StatusPending:
+		return !t.Before(r.StartsAt) && !r.ended(t)
 	}
 	return false
+}
+
+// upcoming reports whether an active or pending reservation will hold its units after t.
+// Until then its units may carry spot VMs only: a reclaim can evict them when it starts, while
+// a reserved or on-demand VM would keep the units from it.
+func (r Reservation) upcoming(t time.Time) bool {
+	return (r.Status == StatusActive || r.Status == StatusPending) && t.Before(r.StartsAt)
 }
 
 // Tier is the commercial tier a VM was sold at.
@@ -154,8 +180,18 @@ type Operation struct {
 	// ExecutionARN is the termination workflow's execution, once one has started working.
 	ExecutionARN string
 	// Outcomes holds each VM's final outcome, by VM id; the operation ends when every VM of
-	// VMIDs has one.
-	Outcomes  map[string]VMOutcome
+	// VMIDs has one that is final for the current Attempt (see Final).
+	Outcomes map[string]VMOutcome
+	// Attempt numbers the operation's workflow executions: 1 (or 0, before any restart) is the
+	// first, named by the operation id; a restart by the reconciler or a re-drive moves to the
+	// next (see ExecutionName). Writes of an older attempt's late branch are ignored.
+	Attempt int
+	// Restarts counts the reconciler's restarts since the operation was last driven (by the
+	// reclaim or a re-drive); past a bound the operation fails with Reason.
+	Restarts int
+	// Reason says why an operation failed without an outcome for every VM (its workflow
+	// could not be run).
+	Reason    string
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
@@ -174,10 +210,20 @@ type VMOutcome struct {
 	Outcome Outcome
 	Error   string
 	At      time.Time
+	// Attempt is the workflow attempt that recorded it. A failure of an earlier attempt is
+	// not final for a later one: a re-drive runs that VM again.
+	Attempt int
 }
 
-// Ended reports whether every VM of the operation has a final outcome.
-func (o Operation) Ended() bool { return len(o.Outcomes) >= len(o.VMIDs) }
+// Ended reports whether every VM of the operation has an outcome final for its attempt.
+func (o Operation) Ended() bool {
+	for _, vm := range o.VMIDs {
+		if _, ok := o.Final(vm); !ok {
+			return false
+		}
+	}
+	return true
+}
 
 // EndState is the state an operation whose VMs all have outcomes ends in.
 func (o Operation) EndState() OperationState {
@@ -187,6 +233,45 @@ func (o Operation) EndState() OperationState {
 		}
 	}
 	return OpCompleted
+}
+
+// OperationView is a reclaim operation as one caller may see it.
+type OperationView struct {
+	Operation
+	// Redacted is set for a caller in the reservation's audience only. The audience may
+	// follow the reclaim, but the VMs are other orgs' workloads, the execution ARN names the
+	// account and region, and agent errors name node endpoints: VMIDs, Outcomes and
+	// ExecutionARN are cleared, and Counts says how many VMs have reached each outcome.
+	Redacted bool
+	Counts   OutcomeCounts
+}
+
+// OutcomeCounts counts an operation's VMs by outcome; Pending have none yet.
+type OutcomeCounts struct {
+	Pending, Terminated, AlreadyGone, Failed int
+}
+
+// redacted returns the audience's view of the operation.
+func (o Operation) redacted() *OperationView {
+	v := &OperationView{Redacted: true}
+	for _, id := range o.VMIDs {
+		out, ok := o.Final(id) // as the whole view: a re-driven VM's old failure is pending
+		switch {
+		case !ok:
+			v.Counts.Pending++
+		case out.Outcome == OutcomeTerminated:
+			v.Counts.Terminated++
+		case out.Outcome == OutcomeAlreadyGone:
+			v.Counts.AlreadyGone++
+		default:
+			v.Counts.Failed++
+		}
+	}
+	v.Operation = Operation{
+		ID: o.ID, NodeID: o.NodeID, ReservationID: o.ReservationID, State: o.State,
+		UnitIDs: o.UnitIDs, CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt,
+	}
+	return v
 }
 
 // NodeState is everything a decision about one node needs, read at one point in time.

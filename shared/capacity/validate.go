@@ -16,10 +16,35 @@ const (
 	MaxKeyLen    = 255
 )
 
+// idPattern is the one shape of every identifier: node, reservation, reclaim operation, VM,
+// unit and org ids. It starts with a letter or digit, so "." and ".." never match, and it
+// stays far below DynamoDB's 1 KB sort-key limit once prefixed.
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]*$`)
 
-// validID reports whether s is a well-formed identifier.
-func validID(s string) bool { return len(s) <= MaxIDLen && idPattern.MatchString(s) }
+// ValidID reports whether s is a well-formed identifier: 1..MaxIDLen characters of
+// [A-Za-z0-9._:-], starting with a letter or digit. Every id taken from a path or a body is
+// checked with it before anything is read, so a malformed one never reaches the store.
+func ValidID(s string) bool { return len(s) <= MaxIDLen && idPattern.MatchString(s) }
+
+// AdmitCapacityCall checks what a reclaim or release is refused on before its body is read:
+// the caller's permission and the path ids. Each refusal is the one 404 of a reservation that
+// does not exist, so neither the body, its content type nor its size can tell a caller without
+// the permission anything.
+func AdmitCapacityCall(p Principal, nodeID, reservationID string) error {
+	if !p.Can(PermCapacity) || !ValidID(nodeID) || !ValidID(reservationID) {
+		return notFound()
+	}
+	return nil
+}
+
+// AdmitPlacement is AdmitCapacityCall for a placement: only an operator with vm.place may
+// place, on a well-formed node id.
+func AdmitPlacement(p Principal, nodeID string) error {
+	if !p.Operator || !p.Can(PermPlace) || !ValidID(nodeID) {
+		return nodeNotFound()
+	}
+	return nil
+}
 
 // validateUnitIDs checks a request's unit list: 1..MaxUnits unique, well-formed ids.
 func validateUnitIDs(ids []string) error {
@@ -33,7 +58,7 @@ func validateUnitIDs(ids []string) error {
 	var bad, dup []string
 	for _, id := range ids {
 		switch {
-		case !validID(id):
+		case !ValidID(id):
 			bad = append(bad, id)
 		case seen[id]:
 			dup = append(dup, id)
@@ -81,7 +106,7 @@ type CapacityRequest struct {
 
 // Validate checks the request on its own, before anything is read.
 func (r CapacityRequest) Validate() error {
-	if !validID(r.NodeID) || !validID(r.ReservationID) {
+	if !ValidID(r.NodeID) || !ValidID(r.ReservationID) {
 		return notFound() // a malformed id names nothing that exists
 	}
 	if err := validateUnitIDs(r.UnitIDs); err != nil {
@@ -105,10 +130,10 @@ type PlacementRequest struct {
 
 // Validate checks the request on its own, before anything is read.
 func (r PlacementRequest) Validate() error {
-	if !validID(r.VMID) {
+	if !ValidID(r.VMID) {
 		return Errorf(CodeInvalidRequest, "vmId is required: letters, digits, '.', '_', ':' or '-', at most %d", MaxIDLen)
 	}
-	if !validID(r.OrgID) {
+	if !ValidID(r.OrgID) {
 		return Errorf(CodeInvalidRequest, "orgId is required: letters, digits, '.', '_', ':' or '-', at most %d", MaxIDLen)
 	}
 	if !slices.Contains([]Tier{TierSpot, TierReserved, TierOnDemand}, r.Tier) {

@@ -14,28 +14,10 @@ import (
 	"github.com/openrelay/capacity/shared/table"
 )
 
-// LookupKey returns the API key stored under the SHA-256 hash of its secret, or nil.
-func (s *Store) LookupKey(ctx context.Context, hash string) (*capacity.APIKey, error) {
-	out, err := s.Client.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: aws.String(s.Table),
-		Key:       itemKey(apiKeyPK(hash), skAPIKey),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("get API key: %w", err)
-	}
-	if out.Item == nil {
-		return nil, nil
-	}
-	var it apiKeyItem
-	if err := attributevalue.UnmarshalMap(out.Item, &it); err != nil {
-		return nil, fmt.Errorf("decode API key: %w", err)
-	}
-	return &it.APIKey, nil
-}
-
 // Seed writes provisioning data (nodes, reservations, VMs, API keys) as given, each item
 // created only if absent: provisioning never overwrites live state. It is the admin path
-// used by the local stack's demo data and by tests, not by the public API.
+// used by the local stack's demo data and by tests, not by the public API. Keys go to the
+// keys table (Store.KeysTable), everything else to the state table.
 type Seed struct {
 	Nodes        []capacity.Node
 	Reservations []capacity.Reservation
@@ -45,6 +27,13 @@ type Seed struct {
 
 // Put writes the seed, item by item.
 func (s *Store) Put(ctx context.Context, seed Seed) error {
+	keys := s.Keys()
+	if len(seed.Keys) > 0 {
+		// Refuse bad keys before writing anything else.
+		if err := keys.check(seed.Keys); err != nil {
+			return fmt.Errorf("seed: %w", err)
+		}
+	}
 	var items []any
 	for _, n := range seed.Nodes {
 		items = append(items, newNodeItem(n))
@@ -55,9 +44,17 @@ func (s *Store) Put(ctx context.Context, seed Seed) error {
 	for _, v := range seed.VMs {
 		items = append(items, newVMItem(v))
 	}
-	for _, k := range seed.Keys {
-		items = append(items, newAPIKeyItem(k))
+	if err := putNew(ctx, s.Client, s.Table, items); err != nil {
+		return err
 	}
+	if len(seed.Keys) == 0 {
+		return nil
+	}
+	return keys.Put(ctx, seed.Keys...)
+}
+
+// putNew puts each item into the table unless an item with its key exists.
+func putNew(ctx context.Context, client *dynamodb.Client, tableName string, items []any) error {
 	cond, err := expression.NewBuilder().WithCondition(expression.Name(table.PartitionKey).AttributeNotExists()).Build()
 	if err != nil {
 		return fmt.Errorf("build seed condition: %w", err)
@@ -67,12 +64,12 @@ func (s *Store) Put(ctx context.Context, seed Seed) error {
 		if err != nil {
 			return fmt.Errorf("encode seed item: %w", err)
 		}
-		_, err = s.Client.PutItem(ctx, &dynamodb.PutItemInput{
-			TableName: aws.String(s.Table), Item: item,
+		_, err = client.PutItem(ctx, &dynamodb.PutItemInput{
+			TableName: aws.String(tableName), Item: item,
 			ConditionExpression: cond.Condition(), ExpressionAttributeNames: cond.Names(),
 		})
 		if err != nil {
-			return fmt.Errorf("put seed item %s %s: %w", attr(item, table.PartitionKey), attr(item, table.SortKey), err)
+			return fmt.Errorf("put seed item %s %s into %s: %w", attr(item, table.PartitionKey), attr(item, table.SortKey), tableName, err)
 		}
 	}
 	return nil

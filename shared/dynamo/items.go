@@ -16,9 +16,10 @@ import (
 //	NODE#<nodeId>      OP#<id>         a reclaim operation (gsi1: its state, for the reconciler)
 //	NODE#<nodeId>      OP#<id>#VM#<vm> the final outcome of one VM of that operation
 //	NODE#<nodeId>      IDEM#<scope>    an Idempotency-Key record (TTL 24 h)
-//	APIKEY#<sha256>    APIKEY          an API key, by the hash of its secret
 //
 // The audit table: pk NODE#<nodeId>, sk <time>#<auditId>; append-only.
+//
+// The keys table: pk APIKEY#<sha256>, sk APIKEY: an API key, by the hash of its secret.
 const (
 	typeNode        = "node"
 	typeReservation = "reservation"
@@ -66,13 +67,8 @@ type operationItem struct {
 	key
 	GSI1PK string `dynamodbav:"gsi1pk"`
 	GSI1SK string `dynamodbav:"gsi1sk"`
-	// Recorded counts the outcome items; the operation may end when it reaches len(VMIDs).
-	Recorded int
 	capacity.Operation
 }
-
-// attrRecorded names operationItem.Recorded in expressions.
-const attrRecorded = "Recorded"
 
 // outcomeItem is one VM's final outcome in a reclaim operation, keyed under it.
 type outcomeItem struct {
@@ -156,6 +152,10 @@ func newAPIKeyItem(k capacity.APIKey) apiKeyItem {
 // The byState index keys operations by state, ordered by creation.
 func opStatePK(state capacity.OperationState) string { return "OPSTATE#" + string(state) }
 
-func opStateSK(o capacity.Operation) string {
-	return o.CreatedAt.UTC().Format(time.RFC3339Nano) + "#" + o.ID
+func opStateSK(o capacity.Operation) string { return opStateSKAt(o.CreatedAt, o.ID) }
+
+// opStateSKAt orders an operation in the byState index from the time it entered its state
+// (created, restarted or re-driven), so the reconciler gives each start its grace period.
+func opStateSKAt(t time.Time, opID string) string {
+	return t.UTC().Format(time.RFC3339Nano) + "#" + opID
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -36,7 +37,7 @@ func (s *Store) GetOperation(ctx context.Context, nodeID, opID string) (*capacit
 	for page := dynamodb.NewQueryPaginator(s.Client, in); page.HasMorePages(); {
 		out, err := page.NextPage(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("query operation %s: %w", opID, err)
+			return nil, fmt.Errorf("query operation %s: %w", opID, classify(err))
 		}
 		for _, item := range out.Items {
 			var k key
@@ -55,7 +56,9 @@ func (s *Store) GetOperation(ctx context.Context, nodeID, opID string) (*capacit
 				if err := attributevalue.UnmarshalMap(item, &it); err != nil {
 					return nil, fmt.Errorf("decode outcome of operation %s: %w", opID, err)
 				}
-				outcomes[it.VMID] = it.VMOutcome
+				if it.ReclaimID == opID { // not one of an operation whose id starts with this one
+					outcomes[it.VMID] = it.VMOutcome
+				}
 			}
 		}
 	}
@@ -66,15 +69,14 @@ func (s *Store) GetOperation(ctx context.Context, nodeID, opID string) (*capacit
 	return op, nil
 }
 
-// BeginTermination moves the operation from pending-start to terminating.
+// BeginTermination moves the operation from pending-start to terminating, at op's attempt.
 func (s *Store) BeginTermination(ctx context.Context, op capacity.Operation, executionARN string, now time.Time) error {
-	op.State = capacity.OpTerminating
 	upd := expression.Set(expression.Name("State"), expression.Value(capacity.OpTerminating)).
 		Set(expression.Name("ExecutionARN"), expression.Value(executionARN)).
 		Set(expression.Name("UpdatedAt"), expression.Value(now)).
 		Set(expression.Name(table.ByStatePartitionKey), expression.Value(opStatePK(capacity.OpTerminating)))
-	cond := expression.Name("State").Equal(expression.Value(capacity.OpPendingStart))
-	_, err := s.updateItem(ctx, itemKey(nodePK(op.NodeID), prefixOperation+op.ID), cond, upd, types.ReturnValueNone)
+	cond := stateAt(capacity.OpPendingStart, op)
+	_, err := s.updateItem(ctx, operationKey(op), cond, upd, types.ReturnValueNone)
 	if err != nil {
 		return fmt.Errorf("begin termination of operation %s: %w", op.ID, err)
 	}
@@ -111,71 +113,193 @@ func (s *Store) MarkTerminated(ctx context.Context, op capacity.Operation, vmID 
 	return fmt.Errorf("VM %s is %q for %q, not terminating for %s: %w", vmID, it.State, it.ReclaimID, op.ID, err)
 }
 
-// RecordOutcome stores a VM's final outcome on the operation, while it is terminating: in
-// one transaction, the outcome item (once per VM) and a count of outcomes on the operation,
-// which EndOperation's condition checks. A condition failure means the outcome was recorded
-// before (a re-run) or the operation has ended: either way there is nothing left to write.
+// RecordOutcome puts the VM's outcome item, on its own: no transaction and no shared
+// counter on the operation item, so concurrent branches never conflict over one item, and
+// the end is decided by reading the outcome items (see capacity.Terminator). The put is
+// conditioned so that an outcome is never overwritten by a worse or older one:
+//
+//   - a success (terminated, already-gone) may replace nothing but a failure;
+//   - a failure may replace nothing but an older attempt's failure.
+//
+// A failed condition is the only "recorded before"; every other error is returned (after
+// the SDK's retries for throttling and ours for TransactionConflict).
 func (s *Store) RecordOutcome(ctx context.Context, op capacity.Operation, vmID string, o capacity.VMOutcome) error {
-	put, err := s.putNew(s.Table, newOutcomeItem(op, vmID, o), nil)
+	item, err := attributevalue.MarshalMap(newOutcomeItem(op, vmID, o))
 	if err != nil {
-		return fmt.Errorf("outcome of VM %s: %w", vmID, err)
+		return fmt.Errorf("encode outcome of VM %s: %w", vmID, err)
 	}
-	count, err := s.update(itemKey(nodePK(op.NodeID), prefixOperation+op.ID),
-		expression.Name("State").Equal(expression.Value(capacity.OpTerminating)),
-		expression.Set(expression.Name(attrRecorded), expression.Name(attrRecorded).Plus(expression.Value(1))).
-			Set(expression.Name("UpdatedAt"), expression.Value(o.At)))
+	failed := expression.Name("Outcome").Equal(expression.Value(capacity.OutcomeFailed))
+	replaceable := failed
+	if o.Outcome == capacity.OutcomeFailed {
+		older := expression.Name("Attempt").LessThan(expression.Value(max(1, o.Attempt)))
+		replaceable = failed.And(expression.Name("Attempt").AttributeNotExists().Or(older))
+	}
+	cond := expression.Name(table.PartitionKey).AttributeNotExists().Or(replaceable)
+	expr, err := expression.NewBuilder().WithCondition(cond).Build()
 	if err != nil {
-		return fmt.Errorf("count outcome of VM %s: %w", vmID, err)
+		return fmt.Errorf("build outcome condition: %w", err)
 	}
-	_, err = s.Client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{put, count}})
-	var canceled *types.TransactionCanceledException
-	if err != nil && !(errors.As(err, &canceled) && retryable(canceled)) {
+	err = retryConflicts(ctx, func() error {
+		_, err := s.Client.PutItem(ctx, &dynamodb.PutItemInput{
+			TableName: aws.String(s.Table), Item: item, ConditionExpression: expr.Condition(),
+			ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+		})
+		return err
+	})
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return nil // recorded before (a re-run), with an outcome as good or newer
+	}
+	if err != nil {
 		return fmt.Errorf("record outcome of VM %s on operation %s: %w", vmID, op.ID, err)
 	}
 	return nil
 }
 
-// EndOperation moves a terminating operation whose VMs all have outcomes to its end state
-// (and, in the byState index, under that state, which the reconciler never reads). Exactly
-// one caller wins.
+// EndOperation moves an operation terminating at op's attempt to its end state (and, in the
+// byState index, under that state, which the reconciler never reads). Exactly one caller
+// wins; the caller decided from the outcome items it read.
 func (s *Store) EndOperation(ctx context.Context, op capacity.Operation, state capacity.OperationState, now time.Time) error {
-	cond := expression.Name("State").Equal(expression.Value(capacity.OpTerminating)).
-		And(expression.Name(attrRecorded).GreaterThanEqual(expression.Value(len(op.VMIDs))))
 	upd := expression.Set(expression.Name("State"), expression.Value(state)).
 		Set(expression.Name("UpdatedAt"), expression.Value(now)).
 		Set(expression.Name(table.ByStatePartitionKey), expression.Value(opStatePK(state)))
-	if _, err := s.updateItem(ctx, itemKey(nodePK(op.NodeID), prefixOperation+op.ID), cond, upd, types.ReturnValueNone); err != nil {
+	if _, err := s.updateItem(ctx, operationKey(op), stateAt(capacity.OpTerminating, op), upd, types.ReturnValueNone); err != nil {
 		return fmt.Errorf("end operation %s as %s: %w", op.ID, state, err)
 	}
 	return nil
 }
 
-// OperationsInState lists operations in a state created before the time, oldest first, from
-// the byState index.
-func (s *Store) OperationsInState(ctx context.Context, state capacity.OperationState, createdBefore time.Time, limit int) ([]capacity.Operation, error) {
+// RestartOperation moves the operation, still in op.State at op's attempt, to pending-start
+// at the next attempt with one more restart.
+func (s *Store) RestartOperation(ctx context.Context, op capacity.Operation, now time.Time) error {
+	upd := expression.Set(expression.Name("State"), expression.Value(capacity.OpPendingStart)).
+		Set(expression.Name("Attempt"), expression.Value(op.CurrentAttempt()+1)).
+		Set(expression.Name("Restarts"), expression.Value(op.Restarts+1)).
+		Set(expression.Name("UpdatedAt"), expression.Value(now)).
+		Set(expression.Name(table.ByStatePartitionKey), expression.Value(opStatePK(capacity.OpPendingStart))).
+		Set(expression.Name(table.ByStateSortKey), expression.Value(opStateSKAt(now, op.ID)))
+	if _, err := s.updateItem(ctx, operationKey(op), stateAt(op.State, op), upd, types.ReturnValueNone); err != nil {
+		return fmt.Errorf("restart operation %s: %w", op.ID, err)
+	}
+	return nil
+}
+
+// FailOperation ends the operation, still in op.State at op's attempt, as failed with the
+// reason.
+func (s *Store) FailOperation(ctx context.Context, op capacity.Operation, reason string, now time.Time) error {
+	upd := expression.Set(expression.Name("State"), expression.Value(capacity.OpFailed)).
+		Set(expression.Name("Reason"), expression.Value(reason)).
+		Set(expression.Name("UpdatedAt"), expression.Value(now)).
+		Set(expression.Name(table.ByStatePartitionKey), expression.Value(opStatePK(capacity.OpFailed)))
+	if _, err := s.updateItem(ctx, operationKey(op), stateAt(op.State, op), upd, types.ReturnValueNone); err != nil {
+		return fmt.Errorf("fail operation %s: %w", op.ID, err)
+	}
+	return nil
+}
+
+// RedriveOperation moves an ended operation (still in op.State at op's attempt) to
+// pending-start at the next attempt, restarts reset and reason cleared, and appends the
+// audit record, in one transaction. ErrConflict when the operation changed since read.
+func (s *Store) RedriveOperation(ctx context.Context, op capacity.Operation, audit capacity.AuditRecord, now time.Time) error {
+	// SET only (an empty Reason rather than REMOVE): the local emulator drops the SET part of
+	// an expression that mixes SET with REMOVE.
+	upd := expression.Set(expression.Name("State"), expression.Value(capacity.OpPendingStart)).
+		Set(expression.Name("Attempt"), expression.Value(op.CurrentAttempt()+1)).
+		Set(expression.Name("Restarts"), expression.Value(0)).
+		Set(expression.Name("Reason"), expression.Value("")).
+		Set(expression.Name("UpdatedAt"), expression.Value(now)).
+		Set(expression.Name(table.ByStatePartitionKey), expression.Value(opStatePK(capacity.OpPendingStart))).
+		Set(expression.Name(table.ByStateSortKey), expression.Value(opStateSKAt(now, op.ID)))
+	opUpd, err := s.update(operationKey(op), stateAt(op.State, op), upd)
+	if err != nil {
+		return fmt.Errorf("re-drive operation %s: %w", op.ID, err)
+	}
+	put, err := s.putNew(s.AuditTable, newAuditItem(audit), nil)
+	if err != nil {
+		return fmt.Errorf("audit record: %w", err)
+	}
+	_, err = s.Client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{opUpd, put}})
+	var canceled *types.TransactionCanceledException
+	if errors.As(err, &canceled) && retryable(canceled) {
+		return fmt.Errorf("re-drive operation %s: %w (%s)", op.ID, capacity.ErrConflict, reasons(canceled))
+	}
+	if err != nil {
+		return fmt.Errorf("re-drive operation %s: %w", op.ID, classify(err))
+	}
+	return nil
+}
+
+// OperationsInState lists operations in a state that entered it before the time, oldest
+// first, from the byState index, page by page up to limit.
+func (s *Store) OperationsInState(ctx context.Context, state capacity.OperationState, before time.Time, limit int) ([]capacity.Operation, error) {
 	keyCond := expression.Key(table.ByStatePartitionKey).Equal(expression.Value(opStatePK(state))).
-		And(expression.Key(table.ByStateSortKey).LessThan(expression.Value(createdBefore.UTC().Format(time.RFC3339Nano))))
+		And(expression.Key(table.ByStateSortKey).LessThan(expression.Value(before.UTC().Format(time.RFC3339Nano))))
 	expr, err := expression.NewBuilder().WithKeyCondition(keyCond).Build()
 	if err != nil {
 		return nil, fmt.Errorf("build index query: %w", err)
 	}
-	out, err := s.Client.Query(ctx, &dynamodb.QueryInput{
+	in := &dynamodb.QueryInput{
 		TableName: aws.String(s.Table), IndexName: aws.String(table.ByStateIndex),
 		KeyConditionExpression: expr.KeyCondition(), ExpressionAttributeNames: expr.Names(),
-		ExpressionAttributeValues: expr.Values(), Limit: aws.Int32(int32(limit)),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("query %s operations: %w", state, err)
+		ExpressionAttributeValues: expr.Values(), ScanIndexForward: aws.Bool(true),
+		Limit: aws.Int32(int32(min(limit, operationsPage))),
 	}
-	ops := make([]capacity.Operation, 0, len(out.Items))
-	for _, item := range out.Items {
-		var it operationItem
-		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
-			return nil, fmt.Errorf("decode operation: %w", err)
+	ops := make([]capacity.Operation, 0, min(limit, operationsPage))
+	for page := dynamodb.NewQueryPaginator(s.Client, in); page.HasMorePages() && len(ops) < limit; {
+		out, err := page.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("query %s operations: %w", state, err)
 		}
-		ops = append(ops, it.Operation) // without outcomes: GetOperation reads those
+		for _, item := range out.Items {
+			if len(ops) == limit {
+				break
+			}
+			var it operationItem
+			if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+				return nil, fmt.Errorf("decode operation: %w", err)
+			}
+			ops = append(ops, it.Operation) // without outcomes: GetOperation reads those
+		}
 	}
 	return ops, nil
+}
+
+// operationsPage is the byState index page size (a variable for the paging test).
+var operationsPage = 100
+
+func operationKey(op capacity.Operation) map[string]types.AttributeValue {
+	return itemKey(nodePK(op.NodeID), prefixOperation+op.ID)
+}
+
+// stateAt holds when the operation is in the state at op's attempt. Items written before
+// attempts existed have no Attempt attribute: they are at the first.
+func stateAt(state capacity.OperationState, op capacity.Operation) expression.ConditionBuilder {
+	attempt := expression.Name("Attempt").Equal(expression.Value(op.CurrentAttempt()))
+	if op.CurrentAttempt() == 1 {
+		attempt = expression.Name("Attempt").AttributeNotExists().Or(expression.Name("Attempt").LessThanEqual(expression.Value(1)))
+	}
+	return expression.Name("State").Equal(expression.Value(state)).And(attempt)
+}
+
+// retryConflicts retries a single-item write that AWS refused with TransactionConflict (a
+// transaction was touching the item). The SDK's retryer does not retry that error; a write
+// that still conflicts after a few tries is returned, never dropped.
+func retryConflicts(ctx context.Context, write func() error) error {
+	const tries = 5
+	var err error
+	for i := range tries {
+		err = write()
+		var tc *types.TransactionConflictException
+		if !errors.As(err, &tc) || i == tries-1 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(10<<i)*time.Millisecond + time.Duration(rand.IntN(10))*time.Millisecond):
+		}
+	}
+	return err
 }
 
 // updateItem runs one conditional UpdateItem (built as in a transaction); a failed
@@ -186,10 +310,14 @@ func (s *Store) updateItem(ctx context.Context, k map[string]types.AttributeValu
 		return nil, err
 	}
 	u := it.Update
-	out, err := s.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: u.TableName, Key: u.Key, ReturnValues: rv,
-		ConditionExpression: u.ConditionExpression, UpdateExpression: u.UpdateExpression,
-		ExpressionAttributeNames: u.ExpressionAttributeNames, ExpressionAttributeValues: u.ExpressionAttributeValues,
+	var out *dynamodb.UpdateItemOutput
+	err = retryConflicts(ctx, func() (err error) {
+		out, err = s.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: u.TableName, Key: u.Key, ReturnValues: rv,
+			ConditionExpression: u.ConditionExpression, UpdateExpression: u.UpdateExpression,
+			ExpressionAttributeNames: u.ExpressionAttributeNames, ExpressionAttributeValues: u.ExpressionAttributeValues,
+		})
+		return err
 	})
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {

@@ -1,5 +1,6 @@
 // Package dynamo stores the capacity domain in DynamoDB: one state table (single-table
-// design, see items.go) and one append-only audit table.
+// design, see items.go), one append-only audit table, and API keys in a table of their own
+// (keys.go).
 package dynamo
 
 import (
@@ -7,12 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/table"
@@ -22,11 +26,13 @@ import (
 // not enforce it, so Commit does.
 const MaxTransactItems = 100
 
-// Store implements capacity.Store and the API key lookup on DynamoDB.
+// Store implements capacity.Store on DynamoDB.
 type Store struct {
 	Client     *dynamodb.Client
 	Table      string // state table
 	AuditTable string
+	// KeysTable holds API keys (see Keys). Only the api function and provisioning need it.
+	KeysTable string
 }
 
 var _ capacity.Store = (*Store)(nil)
@@ -35,6 +41,9 @@ var _ capacity.Store = (*Store)(nil)
 func New(client *dynamodb.Client, stateTable, auditTable string) *Store {
 	return &Store{Client: client, Table: stateTable, AuditTable: auditTable}
 }
+
+// Keys returns the API key store on the store's client and KeysTable.
+func (s *Store) Keys() *Keys { return &Keys{Client: s.Client, Table: s.KeysTable} }
 
 // LoadNode reads a node's partition with one strongly consistent Query (more pages only if
 // the partition outgrows 1 MB). Reclaim operations, terminated VMs and other callers'
@@ -64,7 +73,7 @@ func (s *Store) LoadNode(ctx context.Context, nodeID, idempotencyScope string) (
 	for page := dynamodb.NewQueryPaginator(s.Client, in); page.HasMorePages(); {
 		out, err := page.NextPage(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("query partition of node %s: %w", nodeID, err)
+			return nil, fmt.Errorf("query partition of node %s: %w", nodeID, classify(err))
 		}
 		for _, item := range out.Items {
 			ok, err := s.addItem(st, item)
@@ -123,15 +132,141 @@ func (s *Store) Commit(ctx context.Context, c capacity.Commit) error {
 	if len(items) > MaxTransactItems {
 		return fmt.Errorf("commit on node %s needs %d transaction actions; DynamoDB allows %d", c.Node.ID, len(items), MaxTransactItems)
 	}
-	_, err = s.Client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+	var attempts attemptLog
+	_, err = s.Client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items}, attempts.option)
 	if err != nil {
+		if attempts.ambiguous() {
+			// An earlier attempt may have landed, and a later one then failed on the state it
+			// left (the ClientRequestToken that makes AWS answer such a retry with success
+			// lasts 10 minutes and is not honoured everywhere): only a read can tell.
+			return fmt.Errorf("commit on node %s: %w: %w", c.Node.ID, capacity.ErrAmbiguous, err)
+		}
+		if throttled(err) {
+			return fmt.Errorf("commit on node %s: %w", c.Node.ID, classify(err))
+		}
 		var canceled *types.TransactionCanceledException
+		if errors.As(err, &canceled) && c.NewVM != nil && putFailed(items, canceled, prefixVM+c.NewVM.ID) {
+			// The id is taken, by a VM the decision could not see (terminated ones are not
+			// read): not a race that a new round could win.
+			return fmt.Errorf("commit on node %s: VM %s: %w", c.Node.ID, c.NewVM.ID, capacity.ErrVMExists)
+		}
 		if errors.As(err, &canceled) && retryable(canceled) {
 			return fmt.Errorf("commit on node %s: %w (%s)", c.Node.ID, capacity.ErrConflict, reasons(canceled))
 		}
 		return fmt.Errorf("commit on node %s: %w", c.Node.ID, err)
 	}
 	return nil
+}
+
+// putFailed reports whether the cancelled transaction's put of the item with sort key sk
+// failed its condition (the item already exists).
+func putFailed(items []types.TransactWriteItem, e *types.TransactionCanceledException, sk string) bool {
+	for i, r := range e.CancellationReasons {
+		if i >= len(items) || items[i].Put == nil || aws.ToString(r.Code) != "ConditionalCheckFailed" {
+			continue
+		}
+		if v, ok := items[i].Put.Item[table.SortKey].(*types.AttributeValueMemberS); ok && v.Value == sk {
+			return true
+		}
+	}
+	return false
+}
+
+// Landed reports whether a commit that failed ambiguously was applied after all, by a
+// strongly consistent read of its audit record (written only by that commit's transaction).
+func (s *Store) Landed(ctx context.Context, c capacity.Commit) (bool, error) {
+	a := newAuditItem(c.Audit)
+	out, err := s.Client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.AuditTable), Key: itemKey(a.PK, a.SK), ConsistentRead: aws.Bool(true),
+		ProjectionExpression: aws.String(table.PartitionKey),
+	})
+	if err != nil {
+		return false, fmt.Errorf("read audit record %s of an ambiguous commit: %w", c.Audit.ID, err)
+	}
+	return out.Item != nil, nil
+}
+
+// classify marks an error of a call that DynamoDB refused for capacity with
+// capacity.ErrThrottled (nothing was applied; the caller answers 503 throttled, not 500).
+func classify(err error) error {
+	if throttled(err) {
+		return fmt.Errorf("%w: %w", capacity.ErrThrottled, err)
+	}
+	return err
+}
+
+// throttled reports whether DynamoDB refused a transaction for capacity, which applies
+// nothing: the throttling exceptions the SDK gave up retrying, or a cancellation whose
+// reasons are throttling (the SDK does not retry those) and no condition failure or conflict.
+func throttled(err error) bool {
+	var canceled *types.TransactionCanceledException
+	if errors.As(err, &canceled) {
+		throttle := false
+		for _, r := range canceled.CancellationReasons {
+			switch aws.ToString(r.Code) {
+			case "ThrottlingError", "ProvisionedThroughputExceeded":
+				throttle = true
+			case "", "None":
+			default:
+				return false
+			}
+		}
+		return throttle
+	}
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		switch api.ErrorCode() {
+		case "ThrottlingException", "ProvisionedThroughputExceededException", "RequestLimitExceeded":
+			return true
+		}
+	}
+	return false
+}
+
+// attemptLog records the outcome of each attempt the SDK's retryer makes of one call.
+type attemptLog struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+// option adds the log to one call's stack, inside the retry loop.
+func (l *attemptLog) option(o *dynamodb.Options) {
+	o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
+		return stack.Finalize.Insert(middleware.FinalizeMiddlewareFunc("capacity.AttemptLog",
+			func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+				out, md, err := next.HandleFinalize(ctx, in)
+				l.mu.Lock()
+				l.errs = append(l.errs, err)
+				l.mu.Unlock()
+				return out, md, err
+			}), "Retry", middleware.After)
+	})
+}
+
+// ambiguous reports whether some attempt failed in a way that leaves open whether it was
+// applied: no answer (timeout, broken connection) or a server error. An answer that is a
+// client error (a 4xx, such as a cancellation or throttling) applied nothing.
+func (l *attemptLog) ambiguous() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, err := range l.errs {
+		if err == nil {
+			continue
+		}
+		var status interface{ HTTPStatusCode() int }
+		if errors.As(err, &status) && status.HTTPStatusCode() != 0 {
+			if code := status.HTTPStatusCode(); code >= 400 && code < 500 {
+				continue
+			}
+			return true
+		}
+		var api smithy.APIError
+		if errors.As(err, &api) && api.ErrorFault() == smithy.FaultClient {
+			continue
+		}
+		return true
+	}
+	return false
 }
 
 // retryable reports whether a cancelled transaction lost to another write (and so a fresh

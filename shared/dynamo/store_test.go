@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -173,6 +174,8 @@ func TestCommitRefusesMoreThanDynamoDBAllows(t *testing.T) {
 	}
 }
 
+var machineSeq atomic.Int64
+
 // passWorkflow is the real Step Functions starter on a one-state machine of the emulator,
 // with its SDK calls counted with the store's.
 func passWorkflow(t *testing.T, env *dynamotest.Env) *stepfn.Starter {
@@ -182,8 +185,11 @@ func passWorkflow(t *testing.T, env *dynamotest.Env) *stepfn.Starter {
 		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
 		APIOptions:  []func(*middleware.Stack) error{env.Calls.Middleware},
 	})
+	// The emulator keeps state machines process-wide: a name per call, so that the test can
+	// run again (-count=2) in the same process.
 	out, err := client.CreateStateMachine(context.Background(), &sfn.CreateStateMachineInput{
-		Name: aws.String("termination"), RoleArn: aws.String("arn:aws:iam::000000000000:role/sfn"),
+		Name:       aws.String(fmt.Sprintf("termination-%d", machineSeq.Add(1))),
+		RoleArn:    aws.String("arn:aws:iam::000000000000:role/sfn"),
 		Definition: aws.String(`{"StartAt":"Done","States":{"Done":{"Type":"Succeed"}}}`),
 	})
 	if err != nil {

@@ -58,11 +58,12 @@ func DecodeJSON(contentType string, body io.Reader, v any) error {
 	return checkMemberNames(data, v)
 }
 
-// checkMemberNames refuses a body that is not a JSON object, or whose member names are not
-// exactly (case-sensitively) the JSON names of v's fields, each at most once. encoding/json
-// matches names case-insensitively, even with Unicode folding, so DisallowUnknownFields
-// alone lets "dryrun", "DRYRUN" or "dryRun" spelt with a Kelvin sign set dryRun; and of
-// duplicate names it silently keeps the last. data is known to be valid JSON here.
+// checkMemberNames refuses a body that is not a JSON object, whose member names are not
+// exactly (case-sensitively) the JSON names of v's fields, each at most once, or that holds a
+// null anywhere. encoding/json matches names case-insensitively, even with Unicode folding,
+// so DisallowUnknownFields alone lets "dryrun", "DRYRUN" or "dryRun" spelt with a Kelvin sign
+// set dryRun; of duplicate names it silently keeps the last; and it decodes null as the zero
+// value. data is known to be valid JSON here.
 func checkMemberNames(data []byte, v any) error {
 	known := jsonNames(v)
 	if known == nil {
@@ -86,12 +87,31 @@ func checkMemberNames(data []byte, v any) error {
 			return capacity.Errorf(CodeMalformedRequest, "field %q appears more than once", name)
 		}
 		seen[name] = true
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
 			return capacity.Errorf(CodeMalformedRequest, "malformed JSON")
+		}
+		// encoding/json leaves a field at its zero value for null: "dryRun":null would run a
+		// real reclaim. A null is never a default, here or inside a value.
+		if hasNull(value) {
+			return capacity.Errorf(CodeMalformedRequest, "field %q must not be null or hold null; leave it out instead", name)
 		}
 	}
 	return nil
+}
+
+// hasNull reports whether a valid JSON value is or contains null.
+func hasNull(value json.RawMessage) bool {
+	dec := json.NewDecoder(bytes.NewReader(value))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false // io.EOF: the value is known to be valid JSON
+		}
+		if tok == nil {
+			return true
+		}
+	}
 }
 
 // jsonNames returns the JSON member names of the struct v points to, or nil.

@@ -44,11 +44,21 @@ func FuzzDecodeCapacityBody(f *testing.F) {
 			t.Fatalf("body with unknown member %q decoded to %+v", name, got)
 		}
 
+		// A null is never a default: a body holding one anywhere is refused.
+		if decErr == nil && holdsNull(body) {
+			t.Fatalf("body with a null decoded to %+v", got)
+		}
+
 		if decErr != nil {
 			return
 		}
-		// What decoded re-encodes to a body that decodes to the same value.
-		enc, err := json.Marshal(got)
+		// What decoded re-encodes to a body that decodes to the same value. An absent
+		// unitIds stays absent: null is refused.
+		members := map[string]any{"dryRun": got.DryRun, "reason": got.Reason}
+		if got.UnitIDs != nil {
+			members["unitIds"] = got.UnitIDs
+		}
+		enc, err := json.Marshal(members)
 		if err != nil {
 			t.Fatalf("re-encode %+v: %v", got, err)
 		}
@@ -86,4 +96,21 @@ func unknownTopLevelKey(body []byte) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// holdsNull reports whether body is valid JSON with a null anywhere in it.
+func holdsNull(body []byte) bool {
+	if !json.Valid(body) {
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		if tok == nil {
+			return true
+		}
+	}
 }

@@ -19,7 +19,8 @@ type Service interface {
 	Release(ctx context.Context, p capacity.Principal, req capacity.CapacityRequest, meta capacity.RequestMeta) (*capacity.CapacityResult, error)
 	Place(ctx context.Context, p capacity.Principal, req capacity.PlacementRequest, meta capacity.RequestMeta) (*capacity.PlacementResult, error)
 	GetReservation(ctx context.Context, p capacity.Principal, nodeID, reservationID string) (*capacity.Reservation, error)
-	GetOperation(ctx context.Context, p capacity.Principal, nodeID, reservationID, opID string) (*capacity.Operation, error)
+	GetOperation(ctx context.Context, p capacity.Principal, nodeID, reservationID, opID string) (*capacity.OperationView, error)
+	Redrive(ctx context.Context, p capacity.Principal, nodeID, reservationID, opID string, meta capacity.RequestMeta) (*capacity.RedriveResult, error)
 }
 
 // Authenticator resolves an Authorization header to a principal.
@@ -61,6 +62,9 @@ func (h *Handler) Mux() http.Handler {
 		}},
 		{"/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}", map[string]handlerFunc{
 			http.MethodGet: h.getOperation,
+		}},
+		{"/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}/retry", map[string]handlerFunc{
+			http.MethodPost: h.redrive,
 		}},
 		{"/v1/nodes/{nodeId}/vms", map[string]handlerFunc{
 			http.MethodPost: h.place,
@@ -132,6 +136,10 @@ func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, rt route, req
 
 func (h *Handler) capacity(action string) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID string) error {
+		// Permission and path ids before the body: the same 404 whatever the body is.
+		if err := capacity.AdmitCapacityCall(p, r.PathValue("nodeId"), r.PathValue("id")); err != nil {
+			return err
+		}
 		var body CapacityBody
 		if err := DecodeJSON(r.Header.Get("Content-Type"), r.Body, &body); err != nil {
 			return err
@@ -151,7 +159,9 @@ func (h *Handler) capacity(action string) handlerFunc {
 		}
 		markReplayed(w, res.Replayed)
 		if action == ActionRelease {
-			writeJSON(w, http.StatusOK, reservationJSON(res.Reservation))
+			out := reservationJSON(res.Reservation)
+			out.Reason = res.Reason
+			writeJSON(w, http.StatusOK, out)
 			return nil
 		}
 		writeJSON(w, http.StatusOK, reclaimJSON(res))
@@ -160,6 +170,9 @@ func (h *Handler) capacity(action string) handlerFunc {
 }
 
 func (h *Handler) place(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID string) error {
+	if err := capacity.AdmitPlacement(p, r.PathValue("nodeId")); err != nil {
+		return err
+	}
 	var body PlacementBody
 	if err := DecodeJSON(r.Header.Get("Content-Type"), r.Body, &body); err != nil {
 		return err
@@ -191,7 +204,22 @@ func (h *Handler) getOperation(w http.ResponseWriter, r *http.Request, p capacit
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, operationJSON(*op))
+	writeJSON(w, http.StatusOK, operationJSON(op))
+	return nil
+}
+
+// redrive answers 202 with the operation when a new attempt was started, 200 with it
+// unchanged when every VM was already terminated or gone. The body is ignored.
+func (h *Handler) redrive(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID string) error {
+	res, err := h.Service.Redrive(r.Context(), p, r.PathValue("nodeId"), r.PathValue("id"), r.PathValue("reclaimId"), capacity.RequestMeta{RequestID: reqID})
+	if err != nil {
+		return err
+	}
+	status := http.StatusAccepted
+	if len(res.Retried) == 0 {
+		status = http.StatusOK
+	}
+	writeJSON(w, status, operationJSON(&capacity.OperationView{Operation: res.Operation}))
 	return nil
 }
 

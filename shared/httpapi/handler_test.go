@@ -47,6 +47,8 @@ const (
 	secretAudience = "ork_audience" // in the reservation's audience, may move capacity
 	secretStranger = "ork_stranger" // unrelated org, may move capacity
 	secretOperator = "ork_operator" // platform operator, may place VMs
+	secretOpNoVM   = "ork_opnovm"   // platform operator, may move capacity but not place VMs
+	secretPlacer   = "ork_placer"   // node owner with vm.place, but not an operator
 	secretRevoked  = "ork_revoked"
 	secretExpired  = "ork_expired"
 )
@@ -78,6 +80,8 @@ func testKeys() memKeys {
 	add(secretAudience, capacity.APIKey{KeyID: "key-aud", OrgID: "aud", Permissions: []string{capacity.PermCapacity, capacity.PermRead}})
 	add(secretStranger, capacity.APIKey{KeyID: "key-stranger", OrgID: "stranger", Permissions: []string{capacity.PermCapacity, capacity.PermRead}})
 	add(secretOperator, capacity.APIKey{KeyID: "key-op", OrgID: "platform", Operator: true, Permissions: []string{capacity.PermPlace}})
+	add(secretOpNoVM, capacity.APIKey{KeyID: "key-opnovm", OrgID: "platform", Operator: true, Permissions: []string{capacity.PermCapacity, capacity.PermRead}})
+	add(secretPlacer, capacity.APIKey{KeyID: "key-placer", OrgID: "owner", Permissions: []string{capacity.PermPlace, capacity.PermCapacity}})
 	add(secretRevoked, capacity.APIKey{KeyID: "key-revoked", OrgID: "owner", Permissions: []string{capacity.PermCapacity}, Revoked: true})
 	add(secretExpired, capacity.APIKey{KeyID: "key-expired", OrgID: "owner", Permissions: []string{capacity.PermCapacity}, ExpiresAt: ptr(now)})
 	return keys
@@ -108,7 +112,7 @@ type fakeService struct {
 	capacity  *capacity.CapacityResult
 	placement *capacity.PlacementResult
 	res       *capacity.Reservation
-	op        *capacity.Operation
+	op        *capacity.OperationView
 	err       error
 }
 
@@ -144,9 +148,14 @@ func (f *fakeService) GetReservation(_ context.Context, p capacity.Principal, no
 	return orEmpty(f.res, f.err), f.err
 }
 
-func (f *fakeService) GetOperation(_ context.Context, p capacity.Principal, nodeID, reservationID, opID string) (*capacity.Operation, error) {
+func (f *fakeService) GetOperation(_ context.Context, p capacity.Principal, nodeID, reservationID, opID string) (*capacity.OperationView, error) {
 	f.record(call{Method: "GetOperation", Principal: p, NodeID: nodeID, ResID: reservationID})
 	return orEmpty(f.op, f.err), f.err
+}
+
+func (f *fakeService) Redrive(_ context.Context, p capacity.Principal, nodeID, reservationID, opID string, meta capacity.RequestMeta) (*capacity.RedriveResult, error) {
+	f.record(call{Method: "Redrive", Principal: p, NodeID: nodeID, ResID: reservationID, Meta: meta})
+	return orEmpty((*capacity.RedriveResult)(nil), f.err), f.err
 }
 
 // orEmpty answers a zero result when no result or error was canned, as a real service
@@ -767,6 +776,8 @@ func TestEveryErrorCodeMapsToItsStatus(t *testing.T) {
 		{capacity.CodeUnitsUnavailable, 409},
 		{capacity.CodeVMExists, 409},
 		{capacity.CodeConcurrentModification, 409},
+		{capacity.CodeOperationRunning, 409},
+		{capacity.CodeThrottled, 503},
 		{capacity.CodeInvalidRequest, 422},
 		{capacity.CodeUnitsNotReserved, 422},
 		{capacity.CodeUnknownUnits, 422},
@@ -791,7 +802,7 @@ func TestEveryErrorCodeMapsToItsStatus(t *testing.T) {
 	routes := []req{
 		{method: http.MethodPost, path: reclaimPath, body: `{"unitIds":["u1"]}`},
 		{method: http.MethodPost, path: releasePath, body: `{"unitIds":["u1"]}`},
-		{method: http.MethodPost, path: vmsPath, body: `{"vmId":"v","orgId":"o","tier":"spot","unitIds":["u1"]}`},
+		{method: http.MethodPost, path: vmsPath, auth: ptr("Bearer " + secretOperator), body: `{"vmId":"v","orgId":"o","tier":"spot","unitIds":["u1"]}`},
 		{method: http.MethodGet, path: reservationPath},
 	}
 	for _, tt := range tests {
@@ -1034,6 +1045,18 @@ func (s *memStore) GetOperation(context.Context, string, string) (*capacity.Oper
 	return nil, capacity.Errorf(capacity.CodeNotFound, "no operations in this fake")
 }
 
+func (s *memStore) RedriveOperation(context.Context, capacity.Operation, capacity.AuditRecord, time.Time) error {
+	return capacity.Errorf(capacity.CodeNotFound, "no operations in this fake")
+}
+
+// Landed finds the commit's audit record, as the DynamoDB store does (this store's commits
+// never fail ambiguously, but a wrapper in a test may make them).
+func (s *memStore) Landed(_ context.Context, c capacity.Commit) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.ContainsFunc(s.audits, func(a capacity.AuditRecord) bool { return a.ID == c.Audit.ID }), nil
+}
+
 func (s *memStore) AppendAudit(_ context.Context, rec capacity.AuditRecord) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -1104,6 +1127,15 @@ func TestNotFoundIsIndistinguishable(t *testing.T) {
 			{auth: ptr("Bearer " + secretOwner), method: http.MethodGet, path: "/v1/nodes/n1/reservations/r9"},
 			{auth: ptr("Bearer " + secretOwner), method: http.MethodGet, path: "/v1/nodes/n9/reservations/r1"},
 			{auth: ptr("Bearer " + secretStranger), method: http.MethodGet, path: reservationPath},
+			// Malformed path ids name nothing, on every reservation route.
+			{auth: ptr("Bearer " + secretOwner), method: http.MethodGet, path: "/v1/nodes/n1/reservations/" + strings.Repeat("r", 2048)},
+			{auth: ptr("Bearer " + secretOwner), method: http.MethodGet, path: "/v1/nodes/n1/reservations/%2E%2E"},
+			{auth: ptr("Bearer " + secretOwner), method: http.MethodGet, path: reservationPath + "/reclaims/" + strings.Repeat("x", 2048)},
+			{auth: ptr("Bearer " + secretOwner), method: http.MethodGet, path: reservationPath + "/reclaims/rcl%2F1"},
+			{auth: ptr("Bearer " + secretOwner), method: http.MethodGet, path: reservationPath + "/reclaims/%2E%2E"},
+			{auth: ptr("Bearer " + secretOwner), method: http.MethodGet, path: "/v1/nodes/n%201/reservations/r1/reclaims/rcl_1"},
+			{auth: ptr("Bearer " + secretOwner), method: http.MethodPost, path: "/v1/nodes/" + strings.Repeat("n", 129) + "/reservations/r1/reclaim", body: body},
+			{auth: ptr("Bearer " + secretOwner), method: http.MethodPost, path: "/v1/nodes/n1/reservations/-r1/release", body: body},
 		}},
 	}
 	for _, g := range groups {
@@ -1228,5 +1260,193 @@ func TestReclaimThroughTheRealService(t *testing.T) {
 	// Validation errors reach a caller with the permission as 422.
 	for _, b := range []string{`{"unitIds":[]}`, `{"unitIds":["u1","u1"]}`, `{"unitIds":["bad id"]}`} {
 		problem(t, reclaim(b, ""), http.StatusUnprocessableEntity, capacity.CodeInvalidRequest)
+	}
+}
+
+// ---------------------------------------------------------------------------------------
+// Requests: nulls, permission before the body, reason, the audience's operation view.
+
+// validBodies are a valid body of each route with a body, as JSON members.
+var validBodies = []struct {
+	path    string
+	auth    string
+	members map[string]string
+}{
+	{reclaimPath, secretOwner, map[string]string{"unitIds": `["u1"]`, "dryRun": `true`, "reason": `"r"`}},
+	{releasePath, secretOwner, map[string]string{"unitIds": `["u1"]`, "dryRun": `true`, "reason": `"r"`}},
+	{vmsPath, secretOperator, map[string]string{"vmId": `"v1"`, "orgId": `"o1"`, "tier": `"spot"`, "unitIds": `["u1"]`}},
+}
+
+func objectOf(members map[string]string) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(members)) {
+		parts = append(parts, strconv.Quote(k)+":"+members[k])
+	}
+	return "{" + strings.Join(parts, ",") + "}"
+}
+
+// A null is never a default: {"unitIds":["u3"],"dryRun":null} must not run a real reclaim.
+// Every member of every body, set to null or holding one, is refused like a wrong type.
+func TestNullIsRefusedInEveryField(t *testing.T) {
+	for _, b := range validBodies {
+		for field := range b.members {
+			for _, null := range []string{`null`, `[null]`, `["u1",null]`} {
+				if null != `null` && !strings.HasPrefix(b.members[field], "[") {
+					continue
+				}
+				members := maps.Clone(b.members)
+				members[field] = null
+				body := objectOf(members)
+				t.Run(b.path+" "+body, func(t *testing.T) {
+					svc := &fakeService{}
+					w := req{method: http.MethodPost, path: b.path, body: body, auth: ptr("Bearer " + b.auth)}.do(t, newHandler(svc))
+					p := problem(t, w, http.StatusBadRequest, httpapi.CodeMalformedRequest)
+					if !strings.Contains(p.Detail, field) {
+						t.Errorf("detail %q does not name %q", p.Detail, field)
+					}
+					assertNoCalls(t, svc)
+				})
+			}
+		}
+	}
+}
+
+// A caller who may not make the call gets the one 404 of a missing reservation (or node),
+// byte for byte, whatever its body, content type or size: the body is never looked at.
+func TestPermissionIsCheckedBeforeTheBody(t *testing.T) {
+	big := `{"unitIds":["u1"],"reason":"` + strings.Repeat("a", httpapi.MaxBodyBytes) + `"}`
+	bodies := []struct {
+		name, contentType, body string
+	}{
+		{"valid", "application/json", ""},
+		{"malformed", "application/json", `{"unitIds":`},
+		{"unknown field", "application/json", `{"unitIds":["u1"],"dryrun":true}`},
+		{"null", "application/json", `{"unitIds":["u1"],"dryRun":null}`},
+		{"empty", "application/json", ``},
+		{"invalid units", "application/json", `{"unitIds":[]}`},
+		{"text/plain", "text/plain", `hello`},
+		{"no content type", "", `{"unitIds":["u1"]}`},
+		{"too large", "application/json", big},
+	}
+	routes := []struct {
+		name      string
+		path      string
+		reference req // a caller who may call, on something that does not exist
+		callers   []string
+	}{
+		{"reclaim", reclaimPath,
+			req{method: http.MethodPost, path: "/v1/nodes/n1/reservations/r9/reclaim", body: `{"unitIds":["u1"]}`},
+			[]string{secretNoPerm, secretNoRights, secretPlacer + "-without-capacity"}},
+		{"release", releasePath,
+			req{method: http.MethodPost, path: "/v1/nodes/n1/reservations/r9/release", body: `{"unitIds":["u1"]}`},
+			[]string{secretNoPerm, secretNoRights}},
+		{"placement", vmsPath,
+			req{method: http.MethodPost, path: "/v1/nodes/n9/vms", auth: ptr("Bearer " + secretOperator), body: `{"vmId":"v1","orgId":"o1","tier":"spot","unitIds":["u1"]}`},
+			[]string{secretOwner, secretPlacer, secretOpNoVM, secretNoRights}},
+	}
+	for _, rt := range routes {
+		t.Run(rt.name, func(t *testing.T) {
+			h, store := newRealHandler(t)
+			want := rt.reference.do(t, h)
+			problem(t, want, http.StatusNotFound, capacity.CodeNotFound)
+			for _, caller := range rt.callers {
+				if strings.HasSuffix(caller, "-without-capacity") {
+					continue // only listed to document that vm.place grants no capacity call
+				}
+				for _, b := range bodies {
+					body := b.body
+					if b.name == "valid" {
+						body = rt.reference.body
+					}
+					w := req{method: http.MethodPost, path: rt.path, body: body, contentType: &b.contentType, auth: ptr("Bearer " + caller)}.do(t, h)
+					if w.Code != http.StatusNotFound || !bytes.Equal(w.Body.Bytes(), want.Body.Bytes()) {
+						t.Errorf("%s, %s body: %d %s\nwant the 404 %s", caller, b.name, w.Code, w.Body.String(), want.Body.String())
+					}
+					got, ref := w.Header().Clone(), want.Header().Clone()
+					got.Del("X-Request-Id")
+					ref.Del("X-Request-Id")
+					if !reflect.DeepEqual(got, ref) {
+						t.Errorf("%s, %s body: headers %v, want %v", caller, b.name, got, ref)
+					}
+				}
+			}
+			if len(store.audits) != 0 {
+				t.Errorf("refusals were audited: %+v", store.audits)
+			}
+		})
+	}
+}
+
+// The answer of a reclaim or release echoes the call's reason (a field of the published
+// response), the replay included; without one it is absent.
+func TestCapacityAnswersEchoTheReason(t *testing.T) {
+	h, _ := newRealHandler(t)
+	tests := []struct {
+		name, path, body, key, want string
+	}{
+		{"reclaim", reclaimPath, `{"unitIds":["u2"],"reason":"training run"}`, "k-r", `"training run"`},
+		{"reclaim replayed", reclaimPath, `{"unitIds":["u2"],"reason":"training run"}`, "k-r", `"training run"`},
+		{"reclaim dry run", reclaimPath, `{"unitIds":["u3"],"dryRun":true,"reason":"what if"}`, "", `"what if"`},
+		{"release", releasePath, `{"unitIds":["u1"],"reason":"idle over the weekend"}`, "", `"idle over the weekend"`},
+		{"reclaim without a reason", reclaimPath, `{"unitIds":["u3"]}`, "", ""},
+	}
+	for _, tt := range tests {
+		q := req{method: http.MethodPost, path: tt.path, body: tt.body}
+		if tt.key != "" {
+			q.header = map[string]string{"Idempotency-Key": tt.key}
+		}
+		w := q.do(t, h)
+		if w.Code != http.StatusOK {
+			t.Fatalf("%s = %d: %s", tt.name, w.Code, w.Body.String())
+		}
+		if got := string(jsonObject(t, w)["reason"]); got != tt.want {
+			t.Errorf("%s: reason = %s, want %s", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestOperationViews(t *testing.T) {
+	at := now
+	full := &capacity.OperationView{Operation: capacity.Operation{
+		ID: "rcl_1", NodeID: "n1", ReservationID: "r1", State: capacity.OpFailed,
+		VMIDs: []string{"vm-b", "vm-a"}, UnitIDs: []string{"u1"},
+		ExecutionARN: "arn:aws:states:eu-west-1:123456789012:execution:t:rcl_1",
+		Outcomes: map[string]capacity.VMOutcome{
+			"vm-a": {Outcome: capacity.OutcomeFailed, Error: "https://10.0.0.9:8443 refused", At: at},
+		},
+		CreatedAt: t0, UpdatedAt: at,
+	}}
+	redacted := &capacity.OperationView{
+		Operation: capacity.Operation{ID: "rcl_1", NodeID: "n1", ReservationID: "r1", State: capacity.OpFailed,
+			UnitIDs: []string{"u1"}, CreatedAt: t0, UpdatedAt: at},
+		Redacted: true, Counts: capacity.OutcomeCounts{Pending: 1, Failed: 1},
+	}
+	path := reservationPath + "/reclaims/rcl_1"
+	// The whole view, for who may move the reservation's capacity: every VM and its outcome.
+	w := req{method: http.MethodGet, path: path}.do(t, newHandler(&fakeService{op: full}))
+	if w.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", w.Code, w.Body.String())
+	}
+	m := jsonObject(t, w)
+	for name, want := range map[string]string{
+		"vms":          `[{"vmId":"vm-a","outcome":"failed","error":"https://10.0.0.9:8443 refused","at":"2026-11-02T00:00:00Z"},{"vmId":"vm-b","outcome":"pending"}]`,
+		"executionArn": `"arn:aws:states:eu-west-1:123456789012:execution:t:rcl_1"`,
+		"state":        `"failed"`,
+	} {
+		if got := string(m[name]); got != want {
+			t.Errorf("whole view: %s = %s, want %s", name, got, want)
+		}
+	}
+	assertAbsent(t, m, "vmCounts")
+
+	// The audience's view, exactly: counts, no VM ids, errors or execution.
+	w = req{method: http.MethodGet, path: path}.do(t, newHandler(&fakeService{op: redacted}))
+	if w.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", w.Code, w.Body.String())
+	}
+	want := `{"id":"rcl_1","nodeId":"n1","reservationId":"r1","state":"failed","unitIds":["u1"],` +
+		`"vmCounts":{"pending":1,"terminated":0,"alreadyGone":0,"failed":1},"createdAt":"2026-11-01T00:00:00Z","updatedAt":"2026-11-02T00:00:00Z"}`
+	if got := strings.TrimSpace(w.Body.String()); got != want {
+		t.Errorf("redacted view\n%s\nwant\n%s", got, want)
 	}
 }

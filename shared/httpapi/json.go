@@ -74,6 +74,7 @@ func reservationJSON(r capacity.Reservation) ReservationJSON {
 
 func reclaimJSON(res *capacity.CapacityResult) ReservationJSON {
 	out := reservationJSON(res.Reservation)
+	out.Reason = res.Reason // the call's reason, not the reservation's
 	out.ReclaimID = res.ReclaimID
 	terminated, skipped := list(res.Terminated), list(res.Skipped)
 	if res.DryRun {
@@ -98,10 +99,16 @@ type OperationJSON struct {
 	ReservationID string          `json:"reservationId"`
 	State         string          `json:"state"`
 	UnitIDs       []string        `json:"unitIds"`
-	VMs           []VMOutcomeJSON `json:"vms"`
-	ExecutionARN  string          `json:"executionArn,omitempty"`
-	CreatedAt     string          `json:"createdAt"`
-	UpdatedAt     string          `json:"updatedAt,omitempty"`
+	VMs           []VMOutcomeJSON `json:"vms,omitempty"`
+	// VMCounts replaces VMs and ExecutionARN in the audience's redacted view.
+	VMCounts     *VMCountsJSON `json:"vmCounts,omitempty"`
+	ExecutionARN string        `json:"executionArn,omitempty"`
+	// Attempt numbers the workflow's runs (1: the first; restarts and re-drives add one).
+	Attempt int `json:"attempt,omitempty"`
+	// Reason says why an operation failed without an outcome for every VM.
+	Reason    string `json:"reason,omitempty"`
+	CreatedAt string `json:"createdAt"`
+	UpdatedAt string `json:"updatedAt,omitempty"`
 }
 
 // VMOutcomeJSON is one evicted VM and, once final, how its termination ended.
@@ -112,15 +119,29 @@ type VMOutcomeJSON struct {
 	At      string `json:"at,omitempty"`
 }
 
-func operationJSON(op capacity.Operation) OperationJSON {
+// VMCountsJSON counts an operation's VMs by outcome.
+type VMCountsJSON struct {
+	Pending     int `json:"pending"`
+	Terminated  int `json:"terminated"`
+	AlreadyGone int `json:"alreadyGone"`
+	Failed      int `json:"failed"`
+}
+
+func operationJSON(view *capacity.OperationView) OperationJSON {
+	op := view.Operation
 	out := OperationJSON{
 		ID: op.ID, NodeID: op.NodeID, ReservationID: op.ReservationID, State: string(op.State),
-		UnitIDs: list(op.UnitIDs), VMs: []VMOutcomeJSON{}, ExecutionARN: op.ExecutionARN,
-		CreatedAt: timeString(op.CreatedAt), UpdatedAt: timeString(op.UpdatedAt),
+		UnitIDs: list(op.UnitIDs), CreatedAt: timeString(op.CreatedAt), UpdatedAt: timeString(op.UpdatedAt),
 	}
+	if view.Redacted {
+		c := view.Counts
+		out.VMCounts = &VMCountsJSON{Pending: c.Pending, Terminated: c.Terminated, AlreadyGone: c.AlreadyGone, Failed: c.Failed}
+		return out
+	}
+	out.VMs, out.ExecutionARN, out.Attempt, out.Reason = []VMOutcomeJSON{}, op.ExecutionARN, op.CurrentAttempt(), op.Reason
 	for _, vm := range slices.Sorted(slices.Values(op.VMIDs)) {
 		v := VMOutcomeJSON{VMID: vm, Outcome: "pending"}
-		if o, ok := op.Outcomes[vm]; ok {
+		if o, ok := op.Final(vm); ok { // a re-driven VM's old failure is pending again
 			v.Outcome, v.Error, v.At = string(o.Outcome), o.Error, timeString(o.At)
 		}
 		out.VMs = append(out.VMs, v)

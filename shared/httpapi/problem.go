@@ -31,7 +31,7 @@ func statusOf(code capacity.Code) int {
 		return http.StatusMethodNotAllowed
 	case capacity.CodeReservationNotActive, capacity.CodeOutsideTerm, capacity.CodeTopologyChanged,
 		capacity.CodeUnitsInUse, capacity.CodeUnitsUnavailable, capacity.CodeVMExists,
-		capacity.CodeConcurrentModification:
+		capacity.CodeConcurrentModification, capacity.CodeOperationRunning:
 		return http.StatusConflict
 	case CodeBodyTooLarge:
 		return http.StatusRequestEntityTooLarge
@@ -40,6 +40,8 @@ func statusOf(code capacity.Code) int {
 	case capacity.CodeInvalidRequest, capacity.CodeUnitsNotReserved, capacity.CodeUnknownUnits,
 		capacity.CodeIdempotencyKeyReused:
 		return http.StatusUnprocessableEntity
+	case capacity.CodeThrottled:
+		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
 }
@@ -75,6 +77,9 @@ func writeProblem(w http.ResponseWriter, p Problem) {
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Cache-Control", "no-store")
+	if p.Status == http.StatusServiceUnavailable && h.Get("Retry-After") == "" {
+		h.Set("Retry-After", "1") // throttling clears in about a second
+	}
 	if p.Status == http.StatusUnauthorized && h.Get("WWW-Authenticate") == "" {
 		h.Set("WWW-Authenticate", `Bearer realm="openrelay"`)
 	}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
@@ -16,9 +17,11 @@ import (
 	"github.com/openrelay/capacity/shared/capacity"
 )
 
-// Input is an execution's input: the operation's victims grouped by node.
+// Input is an execution's input: the operation's victims still to terminate, grouped by
+// node, and the operation's attempt that the execution runs.
 type Input struct {
 	ReclaimID string      `json:"reclaimId"`
+	Attempt   int         `json:"attempt"`
 	Nodes     []NodeInput `json:"nodes"`
 }
 
@@ -34,34 +37,78 @@ type Starter struct {
 	StateMachineARN string
 }
 
-var _ capacity.Workflow = (*Starter)(nil)
+var _ capacity.WorkflowInspector = (*Starter)(nil)
 
-// Start starts the operation's execution, named by the operation id: Step Functions refuses
-// a second execution of that name, so a retried or reconciled start never runs it twice.
+// Start starts the execution of the operation's current attempt, named
+// capacity.ExecutionName(op): Step Functions refuses a second execution of a name, so a
+// retried start never runs an attempt twice. ExecutionAlreadyExists is taken as started:
+// right for the API's start of a new name, but it does not say whether that execution is
+// still running, which is why the reconciler asks Status.
 func (s *Starter) Start(ctx context.Context, op capacity.Operation) error {
+	name := capacity.ExecutionName(op)
 	input, err := json.Marshal(InputOf(op))
 	if err != nil {
-		return fmt.Errorf("encode execution input of %s: %w", op.ID, err)
+		return fmt.Errorf("encode execution input of %s: %w", name, err)
 	}
 	_, err = s.Client.StartExecution(ctx, &sfn.StartExecutionInput{
 		StateMachineArn: aws.String(s.StateMachineARN),
-		Name:            aws.String(op.ID),
+		Name:            aws.String(name),
 		Input:           aws.String(string(input)),
 	})
 	var exists *types.ExecutionAlreadyExists
 	if errors.As(err, &exists) {
-		return nil // started before: that execution carries the operation
+		return nil // started before: that execution carries the attempt
 	}
 	if err != nil {
-		return fmt.Errorf("start execution %s: %w", op.ID, err)
+		return fmt.Errorf("start execution %s: %w", name, err)
 	}
 	return nil
 }
 
-// InputOf is the execution input for an operation. An operation lives on one node today;
-// the input groups by node so a multi-node reclaim needs no new workflow.
+// Status reports what became of the execution of the operation's current attempt.
+func (s *Starter) Status(ctx context.Context, op capacity.Operation) (capacity.ExecutionStatus, error) {
+	arn, err := ExecutionARN(s.StateMachineARN, capacity.ExecutionName(op))
+	if err != nil {
+		return "", err
+	}
+	out, err := s.Client.DescribeExecution(ctx, &sfn.DescribeExecutionInput{ExecutionArn: aws.String(arn)})
+	var missing *types.ExecutionDoesNotExist
+	if errors.As(err, &missing) {
+		return capacity.ExecNotFound, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("describe execution %s: %w", arn, err)
+	}
+	switch out.Status {
+	case types.ExecutionStatusRunning, types.ExecutionStatusPendingRedrive:
+		return capacity.ExecRunning, nil
+	case types.ExecutionStatusSucceeded:
+		return capacity.ExecSucceeded, nil
+	case types.ExecutionStatusFailed:
+		return capacity.ExecFailed, nil
+	case types.ExecutionStatusTimedOut:
+		return capacity.ExecTimedOut, nil
+	case types.ExecutionStatusAborted:
+		return capacity.ExecAborted, nil
+	}
+	return "", fmt.Errorf("execution %s has unknown status %q", arn, out.Status)
+}
+
+// ExecutionARN is the ARN of the named execution of a standard state machine:
+// arn:<partition>:states:<region>:<account>:execution:<machine>:<name>.
+func ExecutionARN(stateMachineARN, name string) (string, error) {
+	const from, to = ":stateMachine:", ":execution:"
+	if !strings.Contains(stateMachineARN, from) {
+		return "", fmt.Errorf("not a state machine ARN: %q", stateMachineARN)
+	}
+	return strings.Replace(stateMachineARN, from, to, 1) + ":" + name, nil
+}
+
+// InputOf is the execution input for an operation's current attempt: its VMs without an
+// outcome final for that attempt. An operation lives on one node today; the input groups by
+// node so a multi-node reclaim needs no new workflow.
 func InputOf(op capacity.Operation) Input {
-	return Input{ReclaimID: op.ID, Nodes: []NodeInput{{NodeID: op.NodeID, VMIDs: op.VMIDs}}}
+	return Input{ReclaimID: op.ID, Attempt: op.CurrentAttempt(), Nodes: []NodeInput{{NodeID: op.NodeID, VMIDs: op.Unfinished()}}}
 }
 
 // Task is the termination task's input and, updated, its output: the state machine loops on
@@ -71,6 +118,7 @@ type Task struct {
 	NodeID       string   `json:"nodeId"`
 	VMIDs        []string `json:"vmIds"` // in the output: the VMs to retry
 	ExecutionARN string   `json:"executionArn"`
+	Attempt      int      `json:"attempt"`
 	Round        int      `json:"round"`
 	MaxRounds    int      `json:"maxRounds"`
 
@@ -92,7 +140,7 @@ type VMFailure struct {
 func (t Task) Domain() capacity.TerminationTask {
 	return capacity.TerminationTask{
 		ReclaimID: t.ReclaimID, NodeID: t.NodeID, VMIDs: t.VMIDs, ExecutionARN: t.ExecutionARN,
-		Round: t.Round, MaxRounds: t.MaxRounds,
+		Attempt: t.Attempt, Round: t.Round, MaxRounds: t.MaxRounds,
 	}
 }
 
@@ -101,7 +149,7 @@ func TaskOf(r *capacity.TerminationReport) Task {
 	n := r.Next
 	out := Task{
 		ReclaimID: n.ReclaimID, NodeID: n.NodeID, VMIDs: n.VMIDs, ExecutionARN: n.ExecutionARN,
-		Round: n.Round, MaxRounds: n.MaxRounds,
+		Attempt: n.Attempt, Round: n.Round, MaxRounds: n.MaxRounds,
 		Done: r.Done, Terminated: r.Terminated, AlreadyGone: r.AlreadyGone,
 	}
 	for _, f := range r.Failed {

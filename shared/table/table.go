@@ -38,7 +38,9 @@ type Index struct {
 	Name, PartitionKey, SortKey string
 }
 
-// State holds nodes, reservations, VMs, reclaim operations, idempotency records and API keys.
+// State holds nodes, reservations, VMs, reclaim operations and idempotency records: every item
+// lives in its node's partition (pk NODE#<nodeId>). The functions that write here never see API
+// keys, which live in Keys.
 var State = Table{
 	LogicalID: "StateTable",
 	Suffix:    "state",
@@ -51,6 +53,17 @@ var Audit = Table{
 	LogicalID: "AuditTable",
 	Suffix:    "audit",
 }
+
+// Keys holds API keys, by the hash of their secret. It is a table of its own so that IAM can
+// keep every function from writing it: the api function may only GetItem, no other function
+// has any access, and keys are provisioned by an operator outside the functions.
+var Keys = Table{
+	LogicalID: "KeysTable",
+	Suffix:    "keys",
+}
+
+// All lists every table, in the order the stack creates them.
+var All = []Table{State, Audit, Keys}
 
 // Name returns the physical table name for an environment.
 func (t Table) Name(env string) string { return "capacity-" + env + "-" + t.Suffix }

@@ -20,7 +20,6 @@ import (
 	"github.com/openrelay/capacity/localstack/agentsim"
 	"github.com/openrelay/capacity/localstack/demo"
 	"github.com/openrelay/capacity/localstack/stack"
-	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/dynamo"
 )
 
@@ -48,18 +47,18 @@ func run(ctx context.Context, logger *slog.Logger, template, outputsPath, addr s
 	if _, err := os.Stat(template); err != nil {
 		return fmt.Errorf("no template at %s: run `make synth ENV=local` first (make run does): %w", template, err)
 	}
-	// The demo nodes' agents: a simulator holding the demo VMs, sharing its secret with the
-	// functions.
-	secret := []byte(capacity.NewID())
-	agents, err := agentsim.Start(secret, logger)
-	if err != nil {
-		return fmt.Errorf("start node agent simulator: %w", err)
-	}
-	defer agents.Close()
 	logger.Info("starting the local stack", "addr", addr, "template", template)
+	extra := map[string]string{}
+	// The fault layer (shared/awsfault), off unless asked for: `make run FAULTS=...`.
+	for _, k := range []string{"CAPACITY_FAULTS", "CAPACITY_FAULTS_SEED"} {
+		if v := os.Getenv(k); v != "" {
+			extra[k] = v
+			logger.Warn("functions run with injected AWS faults", k, v)
+		}
+	}
 	st, err := stack.Start(ctx, stack.Options{
 		TemplatePath: template, Addr: addr, RepoRoot: root, Logger: logger,
-		ExtraEnv: map[string]string{"AGENT_SECRET": string(secret)},
+		ExtraEnv: extra,
 	})
 	if err != nil {
 		return fmt.Errorf("start local stack: %w", err)
@@ -71,6 +70,17 @@ func run(ctx context.Context, logger *slog.Logger, template, outputsPath, addr s
 		}
 	}()
 	out := st.Outputs()
+	// The demo nodes' agents: a simulator holding the demo VMs, each node's agent with its own
+	// key derived from the master secret the stack created (the functions read it at run time).
+	master, err := stack.ReadSecret(ctx, st.Endpoint(), out["AgentMasterSecretId"])
+	if err != nil {
+		return fmt.Errorf("read the agent master secret: %w", err)
+	}
+	agents, err := agentsim.Start(agentsim.DerivedKeys(master), logger)
+	if err != nil {
+		return fmt.Errorf("start node agent simulator: %w", err)
+	}
+	defer agents.Close()
 	if err := os.MkdirAll(filepath.Dir(outputsPath), 0o755); err != nil {
 		return err
 	}
@@ -80,6 +90,7 @@ func run(ctx context.Context, logger *slog.Logger, template, outputsPath, addr s
 	if seed {
 		client := dynamodb.NewFromConfig(stack.AWSConfig(st.Endpoint()))
 		store := dynamo.New(client, out["StateTableName"], out["AuditTableName"])
+		store.KeysTable = out["KeysTableName"]
 		data := demo.Seed(time.Now())
 		for i, n := range data.Nodes {
 			data.Nodes[i].AgentEndpoint = agents.Endpoint(n.ID)
@@ -100,8 +111,8 @@ func run(ctx context.Context, logger *slog.Logger, template, outputsPath, addr s
 
 func printWelcome(out map[string]string, outputsPath, agentURL string, seeded bool) {
 	api := out["ApiUrl"]
-	fmt.Printf("\nThe stack is up. Outputs: %s\n  API URL:      %s\n  State table:  %s\n  Audit table:  %s\n\n",
-		outputsPath, api, out["StateTableName"], out["AuditTableName"])
+	fmt.Printf("\nThe stack is up. Outputs: %s\n  API URL:      %s\n  State table:  %s\n  Audit table:  %s\n  Keys table:   %s\n\n",
+		outputsPath, api, out["StateTableName"], out["AuditTableName"], out["KeysTableName"])
 	if seeded {
 		fmt.Println("Demo API keys:")
 		w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)

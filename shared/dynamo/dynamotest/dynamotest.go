@@ -7,9 +7,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -20,11 +22,14 @@ import (
 	"github.com/openrelay/capacity/shared/table"
 )
 
-// Env is a fresh pair of tables on an emulator and a store on them.
+// Env is a fresh set of tables (state, audit, keys) on an emulator and a store on them.
 type Env struct {
-	Client *dynamodb.Client
-	Store  *dynamo.Store
-	Calls  *Calls
+	Client *dynamodb.Client // the store's client, with any Option applied
+	// Plain is a client on the same tables without the Options' middleware (no injected
+	// faults), for setup and checks.
+	Plain *dynamodb.Client
+	Store *dynamo.Store
+	Calls *Calls
 	// URL is the emulator's endpoint, for other services' clients (count them with
 	// Calls.Middleware).
 	URL string
@@ -32,27 +37,49 @@ type Env struct {
 
 var envSeq atomic.Int64
 
+// Option changes the store's client.
+type Option func(*dynamodb.Options)
+
+// WithAPIOptions adds middleware (for example an awsfault injector's APIOption) to the
+// store's client. Tables are created before it applies: setup never meets injected faults.
+func WithAPIOptions(fns ...func(*middleware.Stack) error) Option {
+	return func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, fns...) }
+}
+
 // New starts an emulator (closed when the test ends), creates the tables as shared/table
-// defines them, and returns a store whose SDK calls are counted.
-func New(t testing.TB) *Env {
+// defines them, and returns a store whose SDK calls are counted. The client retries as the
+// functions' clients do (shared/config: standard retryer, 3 attempts), with millisecond
+// backoff so that tests under injected throttling stay fast.
+func New(t testing.TB, opts ...Option) *Env {
 	t.Helper()
 	srv := kumo.NewServer()
 	t.Cleanup(srv.Close)
 	calls := &Calls{}
-	client := dynamodb.New(dynamodb.Options{
+	o := dynamodb.Options{
 		Region:       "us-east-1",
 		BaseEndpoint: aws.String(srv.URL),
 		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
 		APIOptions:   []func(*middleware.Stack) error{calls.Middleware},
-	})
+		Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
+			o.MaxAttempts = 3
+			o.MaxBackoff = 5 * time.Millisecond
+		}),
+	}
+	setup := dynamodb.New(o)
 	env := fmt.Sprintf("test%d", envSeq.Add(1))
 	ctx := context.Background()
-	for _, tb := range []table.Table{table.State, table.Audit} {
-		if err := CreateTable(ctx, client, tb, tb.Name(env)); err != nil {
+	for _, tb := range table.All {
+		if err := CreateTable(ctx, setup, tb, tb.Name(env)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return &Env{Client: client, Store: dynamo.New(client, table.State.Name(env), table.Audit.Name(env)), Calls: calls, URL: srv.URL}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	client := dynamodb.New(o)
+	store := dynamo.New(client, table.State.Name(env), table.Audit.Name(env))
+	store.KeysTable = table.Keys.Name(env)
+	return &Env{Client: client, Plain: setup, Store: store, Calls: calls, URL: srv.URL}
 }
 
 // CreateTable creates a table as defined, with on-demand billing.
@@ -128,7 +155,7 @@ func (c *Calls) Snapshot() map[string]int64 {
 func (e *Env) Items(t testing.TB, tableName string) []map[string]types.AttributeValue {
 	t.Helper()
 	var items []map[string]types.AttributeValue
-	p := dynamodb.NewScanPaginator(e.Client, &dynamodb.ScanInput{TableName: aws.String(tableName), ConsistentRead: aws.Bool(true)})
+	p := dynamodb.NewScanPaginator(e.Plain, &dynamodb.ScanInput{TableName: aws.String(tableName), ConsistentRead: aws.Bool(true)})
 	for p.HasMorePages() {
 		out, err := p.NextPage(context.Background())
 		if err != nil {

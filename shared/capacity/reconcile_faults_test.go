@@ -1,0 +1,70 @@
+package capacity_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/openrelay/capacity/shared/awsfault"
+	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/dynamo"
+)
+
+// The reconciler under AWS's conflicts and throttling: a run may fail part-way, but runs
+// repeated until one succeeds restart a closed execution exactly once, under the next name,
+// and never start the same attempt twice.
+func TestReconcilerUnderAWSFaults(t *testing.T) {
+	injected := 0
+	for seed := range int64(10) {
+		rules := []awsfault.Rule{
+			{Operation: "UpdateItem", Fault: awsfault.TransactionConflict, Rate: 0.4},
+			{Operation: "TransactWriteItems", Fault: awsfault.TransactionConflict, Rate: 0.4},
+			{Fault: awsfault.Throttling, Rate: 0.3},
+			{Fault: awsfault.ProvisionedThroughputExceeded, Rate: 0.1},
+		}
+		env, _, inj := faultyWorld(t, seed, rules...)
+		ctx := context.Background()
+		wf := &fakeWorkflow{}
+		// The reclaim commits without faults; the reconciler's every call risks one.
+		clean := &capacity.Service{
+			Store: dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable), Workflow: wf,
+			Now: func() time.Time { return t0.Add(time.Hour) }, Logger: quiet,
+		}
+		clean.Store.(*dynamo.Store).KeysTable = env.Store.KeysTable
+		res, err := clean.Reclaim(ctx, owner, reclaim("u1"), capacity.RequestMeta{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wf.close(res.ReclaimID, capacity.ExecFailed)
+		rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: time.Minute, StuckAfter: time.Hour, Logger: quiet,
+			Now: func() time.Time { return t0.Add(time.Hour + 2*time.Minute) }}
+		restarted := false
+		for run := 0; run < 30 && !restarted; run++ {
+			report, err := rec.Run(ctx)
+			restarted = err == nil && slices.Contains(report.Restarted, res.ReclaimID)
+		}
+		if !restarted {
+			t.Fatalf("seed %d: no restart after 30 runs (faults %v)", seed, inj.Counts())
+		}
+		if got, want := wf.startedNames(), []string{res.ReclaimID, res.ReclaimID + "-2"}; !slices.Equal(got, want) {
+			t.Fatalf("seed %d: started %v, want %v", seed, got, want)
+		}
+		for name, n := range wf.calls {
+			if n != 1 {
+				t.Errorf("seed %d: execution %s started %d times", seed, name, n)
+			}
+		}
+		op, err := clean.Store.GetOperation(ctx, "n1", res.ReclaimID)
+		if err != nil || op.CurrentAttempt() != 2 || op.State != capacity.OpPendingStart {
+			t.Fatalf("seed %d: operation = %+v, err = %v", seed, op, err)
+		}
+		for _, n := range inj.Counts() {
+			injected += n
+		}
+	}
+	t.Logf("%d faults injected", injected)
+	if injected < 10 {
+		t.Errorf("%d faults injected over all seeds; the test proves little", injected)
+	}
+}

@@ -1,0 +1,156 @@
+package secrets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/sivchari/kumo"
+)
+
+// emulator starts Secrets Manager in process and returns a client of it.
+func emulator(t *testing.T) *secretsmanager.Client {
+	t.Helper()
+	srv := kumo.NewServer()
+	t.Cleanup(srv.Close)
+	return secretsmanager.New(secretsmanager.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(srv.URL),
+		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
+	})
+}
+
+// counting counts GetSecretValue calls and fails them while fail is set.
+type counting struct {
+	API
+	calls atomic.Int32
+	fail  atomic.Bool
+}
+
+func (c *counting) GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, opts ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error) {
+	c.calls.Add(1)
+	if c.fail.Load() {
+		return nil, errors.New("ThrottlingException: rate exceeded")
+	}
+	return c.API.GetSecretValue(ctx, in, opts...)
+}
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// name is a secret name no other test uses: the emulator keeps secrets process-wide.
+func name(t *testing.T) string {
+	return fmt.Sprintf("capacity/test/%s-%d", t.Name(), seq.Add(1))
+}
+
+var seq atomic.Int64
+
+const (
+	v1 = "master-v1-0123456789abcdef0123456789abcdef"
+	v2 = "master-v2-0123456789abcdef0123456789abcdef"
+)
+
+// TestRotatingFollowsARotationWithinTTL: the value is cached for TTL; after an operator puts a
+// new value, callers get it as current and the old one as previous within TTL, with no deploy.
+func TestRotatingFollowsARotationWithinTTL(t *testing.T) {
+	ctx := context.Background()
+	sm := emulator(t)
+	created, err := sm.CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: aws.String(name(t)), SecretString: aws.String(v1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := &counting{API: sm}
+	clk := &clock{t: time.Unix(1_760_000_000, 0)}
+	r := &Rotating{API: api, SecretID: aws.ToString(created.ARN), Now: clk.now}
+
+	expect := func(step, cur string, prev ...string) {
+		t.Helper()
+		c, p, err := r.Secrets(ctx)
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		if string(c) != cur || len(p) != len(prev) {
+			t.Fatalf("%s: current %q, previous %q; want %q, %q", step, c, p, cur, prev)
+		}
+		for i := range prev {
+			if string(p[i]) != prev[i] {
+				t.Fatalf("%s: previous %q, want %q", step, p, prev)
+			}
+		}
+	}
+	expect("never rotated", v1)
+	if n := api.calls.Load(); n != 2 {
+		t.Fatalf("first read made %d calls, want 2 (AWSCURRENT, AWSPREVIOUS)", n)
+	}
+	if _, err := sm.PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{SecretId: created.ARN, SecretString: aws.String(v2)}); err != nil {
+		t.Fatal(err)
+	}
+	clk.add(DefaultTTL - time.Second)
+	expect("rotated, within the cache's TTL", v1)
+	if n := api.calls.Load(); n != 2 {
+		t.Fatalf("cached read made calls: %d in all", n)
+	}
+	clk.add(2 * time.Second)
+	expect("rotated, after the TTL", v2, v1)
+
+}
+
+func TestRotatingServesStaleValueDuringAnOutage(t *testing.T) {
+	ctx := context.Background()
+	sm := emulator(t)
+	id := name(t)
+	if _, err := sm.CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: aws.String(id), SecretString: aws.String(v1)}); err != nil {
+		t.Fatal(err)
+	}
+	api := &counting{API: sm}
+	clk := &clock{t: time.Unix(1_760_000_000, 0)}
+	r := &Rotating{API: api, SecretID: id, Now: clk.now}
+	if _, _, err := r.Secrets(ctx); err != nil {
+		t.Fatal(err)
+	}
+	api.fail.Store(true)
+	clk.add(DefaultTTL + time.Second)
+	before := api.calls.Load()
+	for range 5 {
+		if c, _, err := r.Secrets(ctx); err != nil || string(c) != v1 {
+			t.Fatalf("during an outage: %q, %v; want the cached value", c, err)
+		}
+	}
+	if n := api.calls.Load() - before; n != 1 {
+		t.Fatalf("5 reads during an outage made %d calls, want 1 (then a pause)", n)
+	}
+	clk.add(DefaultMaxStale)
+	if _, _, err := r.Secrets(ctx); err == nil {
+		t.Fatal("a value older than MaxStale was served")
+	}
+	api.fail.Store(false)
+	clk.add(retryAfter)
+	if c, _, err := r.Secrets(ctx); err != nil || string(c) != v1 {
+		t.Fatalf("after the outage: %q, %v", c, err)
+	}
+}
+
+func TestRotatingErrors(t *testing.T) {
+	ctx := context.Background()
+	sm := emulator(t)
+	if _, _, err := (&Rotating{API: sm, SecretID: name(t)}).Secrets(ctx); err == nil {
+		t.Fatal("a missing secret read without error")
+	}
+
+}

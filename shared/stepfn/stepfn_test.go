@@ -1,0 +1,119 @@
+package stepfn_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sfn"
+	"github.com/aws/smithy-go/middleware"
+	"github.com/sivchari/kumo"
+
+	"github.com/openrelay/capacity/shared/awsfault"
+	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/stepfn"
+)
+
+var machineSeq atomic.Int64
+
+// starter is the real starter on a one-state machine of the emulator, with inj's faults.
+func starter(t *testing.T, inj *awsfault.Injector) *stepfn.Starter {
+	t.Helper()
+	srv := kumo.NewServer()
+	t.Cleanup(srv.Close)
+	opts := sfn.Options{Region: "us-east-1", BaseEndpoint: aws.String(srv.URL),
+		Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")}
+	if inj != nil {
+		opts.APIOptions = []func(*middleware.Stack) error{inj.APIOption}
+	}
+	client := sfn.New(opts)
+	out, err := client.CreateStateMachine(context.Background(), &sfn.CreateStateMachineInput{
+		Name:       aws.String(fmt.Sprintf("termination-%d", machineSeq.Add(1))), // machines are process-wide
+		RoleArn:    aws.String("arn:aws:iam::000000000000:role/sfn"),
+		Definition: aws.String(`{"StartAt":"Done","States":{"Done":{"Type":"Succeed"}}}`),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &stepfn.Starter{Client: client, StateMachineARN: aws.ToString(out.StateMachineArn)}
+}
+
+func TestStartNamesTheAttemptAndStatusFollowsIt(t *testing.T) {
+	ctx := context.Background()
+	s := starter(t, nil)
+	op := capacity.Operation{ID: fmt.Sprintf("rcl_st%d", time.Now().UnixNano()), NodeID: "n1", VMIDs: []string{"a", "b"},
+		Outcomes: map[string]capacity.VMOutcome{"a": {Outcome: capacity.OutcomeTerminated, Attempt: 1}, "b": {Outcome: capacity.OutcomeFailed, Attempt: 1}}}
+	if st, err := s.Status(ctx, op); err != nil || st != capacity.ExecNotFound {
+		t.Fatalf("before start: %s, %v", st, err)
+	}
+	op.Attempt = 2 // a re-drive: b's failure is no longer final
+	if err := s.Start(ctx, op); err != nil {
+		t.Fatal(err)
+	}
+	arn, _ := stepfn.ExecutionARN(s.StateMachineARN, op.ID+"-2")
+	out, err := s.Client.DescribeExecution(ctx, &sfn.DescribeExecutionInput{ExecutionArn: aws.String(arn)})
+	if err != nil {
+		t.Fatalf("execution %s: %v", arn, err)
+	}
+	var in stepfn.Input
+	if err := json.Unmarshal([]byte(aws.ToString(out.Input)), &in); err != nil {
+		t.Fatal(err)
+	}
+	if in.ReclaimID != op.ID || in.Attempt != 2 || len(in.Nodes) != 1 || !slices.Equal(in.Nodes[0].VMIDs, []string{"b"}) {
+		t.Fatalf("input = %+v", in)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := s.Status(ctx, op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st == capacity.ExecSucceeded {
+			break
+		}
+		if st != capacity.ExecRunning || time.Now().After(deadline) {
+			t.Fatalf("status = %s, want running then succeeded", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// On AWS a start of a name whose execution has closed answers ExecutionAlreadyExists, which
+// Start takes as started; Status tells the reconciler that run is over.
+func TestStatusSeesAClosedExecutionBehindAlreadyExists(t *testing.T) {
+	ctx := context.Background()
+	inj := awsfault.New(1, awsfault.Rule{Operation: "StartExecution", Fault: awsfault.ExecutionAlreadyExists, Rate: 1})
+	s := starter(t, inj)
+	op := capacity.Operation{ID: "rcl_closed", NodeID: "n1", VMIDs: []string{"a"}}
+	if err := s.Start(ctx, op); err != nil {
+		t.Fatalf("ExecutionAlreadyExists: %v, want taken as started", err)
+	}
+	if st, err := s.Status(ctx, op); err != nil || !st.Closed() {
+		t.Fatalf("status = %s, %v, want closed", st, err)
+	}
+}
+
+// Throttled DescribeExecution past the SDK's retries is an error, never a status.
+func TestStatusThrottledIsAnError(t *testing.T) {
+	inj := awsfault.New(1, awsfault.Rule{Operation: "DescribeExecution", Fault: awsfault.Throttling, Rate: 1})
+	s := starter(t, inj)
+	if st, err := s.Status(context.Background(), capacity.Operation{ID: "rcl_x"}); err == nil {
+		t.Fatalf("status = %s, want an error", st)
+	}
+}
+
+func TestExecutionARN(t *testing.T) {
+	got, err := stepfn.ExecutionARN("arn:aws:states:eu-west-1:123456789012:stateMachine:capacity-prod-termination", "rcl_1-2")
+	if err != nil || got != "arn:aws:states:eu-west-1:123456789012:execution:capacity-prod-termination:rcl_1-2" {
+		t.Fatalf("got %q, %v", got, err)
+	}
+	if _, err := stepfn.ExecutionARN("arn:aws:lambda:eu-west-1:1:function:x", "n"); err == nil {
+		t.Fatal("a non-state-machine ARN was accepted")
+	}
+}
