@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -139,13 +139,10 @@ func (s *Store) RecordOutcome(ctx context.Context, op capacity.Operation, vmID s
 	if err != nil {
 		return fmt.Errorf("build outcome condition: %w", err)
 	}
-	err = retryConflicts(ctx, func() error {
-		_, err := s.Client.PutItem(ctx, &dynamodb.PutItemInput{
-			TableName: aws.String(s.Table), Item: item, ConditionExpression: expr.Condition(),
-			ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-		})
-		return err
-	})
+	_, err = s.Client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: aws.String(s.Table), Item: item, ConditionExpression: expr.Condition(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+	}, retryConflicts)
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
 		return nil // recorded before (a re-run), with an outcome as good or newer
@@ -281,25 +278,12 @@ func stateAt(state capacity.OperationState, op capacity.Operation) expression.Co
 	return expression.Name("State").Equal(expression.Value(state)).And(attempt)
 }
 
-// retryConflicts retries a single-item write that AWS refused with TransactionConflict (a
-// transaction was touching the item). The SDK's retryer does not retry that error; a write
-// that still conflicts after a few tries is returned, never dropped.
-func retryConflicts(ctx context.Context, write func() error) error {
-	const tries = 5
-	var err error
-	for i := range tries {
-		err = write()
-		var tc *types.TransactionConflictException
-		if !errors.As(err, &tc) || i == tries-1 {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(time.Duration(10<<i)*time.Millisecond + time.Duration(rand.IntN(10))*time.Millisecond):
-		}
-	}
-	return err
+// retryConflicts makes the SDK's retryer, for one call, also retry TransactionConflict, which
+// AWS answers a single-item write that meets a transaction on the item (nothing was applied)
+// and which the standard retryer does not retry; with up to 5 attempts, with its backoff. A
+// write that still conflicts then is returned, never dropped.
+func retryConflicts(o *dynamodb.Options) {
+	o.Retryer = retry.AddWithMaxAttempts(retry.AddWithErrorCodes(o.Retryer, "TransactionConflictException"), 5)
 }
 
 // updateItem runs one conditional UpdateItem (built as in a transaction); a failed
@@ -310,15 +294,11 @@ func (s *Store) updateItem(ctx context.Context, k map[string]types.AttributeValu
 		return nil, err
 	}
 	u := it.Update
-	var out *dynamodb.UpdateItemOutput
-	err = retryConflicts(ctx, func() (err error) {
-		out, err = s.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName: u.TableName, Key: u.Key, ReturnValues: rv,
-			ConditionExpression: u.ConditionExpression, UpdateExpression: u.UpdateExpression,
-			ExpressionAttributeNames: u.ExpressionAttributeNames, ExpressionAttributeValues: u.ExpressionAttributeValues,
-		})
-		return err
-	})
+	out, err := s.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: u.TableName, Key: u.Key, ReturnValues: rv,
+		ConditionExpression: u.ConditionExpression, UpdateExpression: u.UpdateExpression,
+		ExpressionAttributeNames: u.ExpressionAttributeNames, ExpressionAttributeValues: u.ExpressionAttributeValues,
+	}, retryConflicts)
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
 		return nil, fmt.Errorf("%w: %s", capacity.ErrConflict, aws.ToString(ccf.Message))
