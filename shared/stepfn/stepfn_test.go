@@ -117,3 +117,21 @@ func TestExecutionARN(t *testing.T) {
 		t.Fatal("a non-state-machine ARN was accepted")
 	}
 }
+
+// StartExecution throttled past the SDK's retries is an error (the API then leaves the
+// operation pending-start for the reconciler), and nothing was started.
+func TestStartThrottledIsAnErrorAndStartsNothing(t *testing.T) {
+	ctx := context.Background()
+	inj := awsfault.New(1, awsfault.Rule{Operation: "StartExecution", Fault: awsfault.StartThrottling, Rate: 1})
+	s := starter(t, inj)
+	op := capacity.Operation{ID: fmt.Sprintf("rcl_th%d", time.Now().UnixNano()), NodeID: "n1", VMIDs: []string{"a"}}
+	if err := s.Start(ctx, op); err == nil {
+		t.Fatal("throttled start reported success")
+	}
+	if inj.Count(awsfault.StartThrottling) < 2 {
+		t.Errorf("%d throttles injected, want the SDK to have retried", inj.Count(awsfault.StartThrottling))
+	}
+	if st, err := s.Status(ctx, op); err != nil || st != capacity.ExecNotFound {
+		t.Fatalf("status = %s, %v, want not found", st, err)
+	}
+}
