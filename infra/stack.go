@@ -127,6 +127,10 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	if err := ValidateEnv(props.Env); err != nil {
 		return nil, err
 	}
+	// The grant is built from the name (a secret's ARN adds a random suffix the name lacks).
+	if strings.HasPrefix(props.AgentMasterSecretName, "arn:") {
+		return nil, fmt.Errorf("agentMasterSecret %q: give the secret's name, not its ARN", props.AgentMasterSecretName)
+	}
 	if props.AssetRoot == "" {
 		props.AssetRoot = DefaultAssetRoot
 	}
@@ -217,7 +221,9 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	// TransactWriteItems is authorised per item action (Put/Update/ConditionCheck).
 	allow(s.ApiFunction, "StateTable", state,
 		"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem")
-	allow(s.ApiFunction, "AuditTableAppend", audit, "dynamodb:PutItem")
+	// Appends only (no Update or Delete). GetItem: after a commit whose answer was lost, the
+	// service reads the commit's own audit record to learn whether it landed.
+	allow(s.ApiFunction, "AuditTableAppendAndCheck", audit, "dynamodb:PutItem", "dynamodb:GetItem")
 	// API keys: one GetItem per lookup, never a write. No other function touches this table;
 	// keys are provisioned by an operator, so a compromised function cannot mint one.
 	allow(s.ApiFunction, "KeysTableRead", keys, "dynamodb:GetItem")

@@ -436,8 +436,9 @@ func TestRolePermissions(t *testing.T) {
 				want map[string][]string
 			}{
 				{"api", map[string][]string{
-					stateArn:       {"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
-					auditArn:       {"dynamodb:PutItem"},
+					stateArn: {"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
+					// Append, and read back a commit's own record after a lost answer (Store.Landed).
+					auditArn:       {"dynamodb:GetItem", "dynamodb:PutItem"},
 					keysArn:        {"dynamodb:GetItem"},
 					smArn:          {"states:StartExecution"},
 					ownLogs("api"): logWrite,
@@ -743,6 +744,15 @@ func TestInvalidEnvIsRejected(t *testing.T) {
 		if n := len(*app.Node().Children()); n != 0 {
 			t.Errorf("NewCapacityStack(%q) left %d constructs in the app", env, n)
 		}
+	}
+}
+
+func TestAgentMasterSecretByARNIsRejected(t *testing.T) {
+	app := awscdk.NewApp(nil)
+	arn := "arn:aws:secretsmanager:us-east-1:123456789012:secret:capacity/prod/agent-master-AbCdEf"
+	s, err := NewCapacityStack(app, CapacityStackProps{Env: "prod", AssetRoot: testAssetRoot, AgentMasterSecretName: arn})
+	if err == nil || s != nil || !strings.Contains(err.Error(), "not its ARN") {
+		t.Fatalf("NewCapacityStack with a secret ARN = %v, %v: want a clear error", s, err)
 	}
 }
 

@@ -77,7 +77,11 @@ func (s *Service) Redrive(ctx context.Context, p Principal, nodeID, reservationI
 		if err != nil {
 			// The answer may have been lost after the write landed (the SDK's retry of it then
 			// fails its condition): the audit record written with it tells.
-			if landed, lerr := s.Store.Landed(ctx, Commit{Node: st.Node, Audit: audit}); lerr == nil && landed {
+			landed, lerr := s.Store.Landed(ctx, Commit{Node: st.Node, Audit: audit})
+			if lerr != nil {
+				return nil, fmt.Errorf("re-drive operation %s: outcome unknown (%v): %w", opID, err, lerr)
+			}
+			if landed {
 				err = nil
 			}
 		}
