@@ -4,6 +4,7 @@
 package secrets
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -104,11 +105,24 @@ func (r *Rotating) fetch(ctx context.Context) ([]byte, [][]byte, error) {
 	case errors.As(err, &nf): // never rotated: no previous version
 		return cur, nil, nil
 	case err != nil:
-		return nil, nil, err
+		// The current value was read: use it, and keep accepting what was cached (which, if
+		// the secret has just rotated, holds the value now previous).
+		return cur, r.cachedOtherThan(cur), nil
 	case prevVersion == curVersion:
 		return cur, nil, nil
 	}
 	return cur, [][]byte{prev}, nil
+}
+
+// cachedOtherThan returns the cached values other than cur. The caller holds r.mu.
+func (r *Rotating) cachedOtherThan(cur []byte) [][]byte {
+	var out [][]byte
+	for _, v := range append([][]byte{r.current}, r.previous...) {
+		if len(v) > 0 && !bytes.Equal(v, cur) {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // get reads one version stage: its value (SecretString, else SecretBinary) and version id.

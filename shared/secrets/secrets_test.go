@@ -154,3 +154,38 @@ func TestRotatingErrors(t *testing.T) {
 	}
 
 }
+
+// failPrevious fails reads of AWSPREVIOUS only.
+type failPrevious struct{ API }
+
+func (f failPrevious) GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, opts ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error) {
+	if aws.ToString(in.VersionStage) == StagePrevious {
+		return nil, errors.New("ThrottlingException: rate exceeded")
+	}
+	return f.API.GetSecretValue(ctx, in, opts...)
+}
+
+// A failed read of AWSPREVIOUS does not cost the current value: it is served, and what was
+// cached (the value that just became previous) is still accepted.
+func TestRotatingKeepsCurrentWhenPreviousCannotBeRead(t *testing.T) {
+	ctx := context.Background()
+	sm := emulator(t)
+	created, err := sm.CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: aws.String(name(t)), SecretString: aws.String(v1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &clock{t: time.Unix(1_760_000_000, 0)}
+	r := &Rotating{API: sm, SecretID: aws.ToString(created.ARN), Now: clk.now}
+	if _, _, err := r.Secrets(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sm.PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{SecretId: created.ARN, SecretString: aws.String(v2)}); err != nil {
+		t.Fatal(err)
+	}
+	r.API = failPrevious{sm}
+	clk.add(DefaultTTL + time.Second)
+	cur, prev, err := r.Secrets(ctx)
+	if err != nil || string(cur) != v2 || len(prev) != 1 || string(prev[0]) != v1 {
+		t.Fatalf("current %q, previous %q, err %v; want %q, [%q]", cur, prev, err, v2, v1)
+	}
+}
