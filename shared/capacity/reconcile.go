@@ -143,7 +143,10 @@ func (r *Reconciler) restart(ctx context.Context, op Operation, status Execution
 			op.Restarts+1, ExecutionName(op), status)
 		err := r.Store.FailOperation(ctx, op, reason, now)
 		if errors.Is(err, ErrConflict) {
-			return nil
+			if !r.movedTo(ctx, op, func(o *Operation) bool { return o.State == OpFailed && o.Reason == reason }) {
+				return nil // another writer moved it on
+			}
+			err = nil // this run's write, whose answer was lost: still report and alarm
 		}
 		if err != nil {
 			return fmt.Errorf("fail operation %s: %w", op.ID, err)
@@ -155,8 +158,14 @@ func (r *Reconciler) restart(ctx context.Context, op Operation, status Execution
 		return nil
 	}
 	err := r.Store.RestartOperation(ctx, op, now)
+	next := op.CurrentAttempt() + 1
 	if errors.Is(err, ErrConflict) {
-		return nil // another reconciler restarted it, or its workflow moved it on
+		if !r.movedTo(ctx, op, func(o *Operation) bool { return o.State == OpPendingStart && o.CurrentAttempt() == next }) {
+			return nil // its workflow moved it on
+		}
+		// This run's restart whose answer was lost, or another reconciler's: either way the
+		// attempt is due, and starting it under its name twice runs it once.
+		err = nil
 	}
 	if err != nil {
 		return fmt.Errorf("restart operation %s: %w", op.ID, err)
@@ -172,6 +181,14 @@ func (r *Reconciler) restart(ctx context.Context, op Operation, status Execution
 	}
 	report.Started = append(report.Started, op.ID)
 	return nil
+}
+
+// movedTo reports whether the operation, read again, is as want says: after a conditional
+// write fails its condition, it tells a write of this run whose answer was lost (the SDK's
+// retry of it then fails the condition it already met) from another writer's.
+func (r *Reconciler) movedTo(ctx context.Context, op Operation, want func(*Operation) bool) bool {
+	now, err := r.Store.GetOperation(ctx, op.NodeID, op.ID)
+	return err == nil && want(now)
 }
 
 func (r *Reconciler) logger() *slog.Logger {

@@ -68,3 +68,41 @@ func TestReconcilerUnderAWSFaults(t *testing.T) {
 		t.Errorf("%d faults injected over all seeds; the test proves little", injected)
 	}
 }
+
+// A restart or a failure whose answer was lost (applied, then the SDK's retry fails the
+// condition it already met) is still this run's: the restart's attempt is started, and the
+// exhausted operation is reported, so its alarm fires.
+func TestReconcilerWritesWhoseAnswerWasLost(t *testing.T) {
+	lost := awsfault.Rule{Operation: "UpdateItem", Fault: awsfault.AmbiguousTimeout, Rate: 1}
+	env, _, inj := faultyWorld(t, 1, lost)
+	ctx := context.Background()
+	wf := &fakeWorkflow{}
+	clean := &capacity.Service{
+		Store: dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable), Workflow: wf,
+		Now: func() time.Time { return t0.Add(time.Hour) }, Logger: quiet,
+	}
+	res, err := clean.Reclaim(ctx, owner, reclaim("u1"), capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := t0.Add(time.Hour)
+	rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: time.Minute, StuckAfter: time.Hour, MaxRestarts: 1, Logger: quiet,
+		Now: func() time.Time { return clock }}
+
+	wf.close(res.ReclaimID, capacity.ExecFailed)
+	clock = clock.Add(2 * time.Minute)
+	report, err := rec.Run(ctx)
+	if err != nil || !slices.Contains(report.Restarted, res.ReclaimID) || !slices.Equal(wf.startedNames(), []string{res.ReclaimID, res.ReclaimID + "-2"}) {
+		t.Fatalf("restart: report %+v, started %v, err %v (faults %v)", report, wf.startedNames(), err, inj.Counts())
+	}
+
+	wf.close(res.ReclaimID+"-2", capacity.ExecFailed)
+	clock = clock.Add(2 * time.Minute)
+	report, err = rec.Run(ctx)
+	if err != nil || len(report.Exhausted) != 1 || report.Exhausted[0].ID != res.ReclaimID {
+		t.Fatalf("exhausted: report %+v, err %v (faults %v)", report, err, inj.Counts())
+	}
+	if inj.Count(awsfault.AmbiguousTimeout) < 2 {
+		t.Errorf("%d answers lost, want both writes'", inj.Count(awsfault.AmbiguousTimeout))
+	}
+}

@@ -219,7 +219,11 @@ func (s *Service) apply(ctx context.Context, nodeID string, key idempotency, dec
 		}
 		if err != nil && len(pending) > 0 {
 			// Not "throttled, nothing was applied": an earlier round's commit may have landed.
-			return nil, fmt.Errorf("load node %s after a commit of unknown outcome: %v", nodeID, err)
+			if c, lerr := s.landed(ctx, pending); c != nil || lerr != nil {
+				return c, lerr
+			}
+			last = fmt.Errorf("load node %s after a commit of unknown outcome: %v: %w", nodeID, err, ErrAmbiguous)
+			continue // read again next round
 		}
 		if err != nil {
 			return nil, fmt.Errorf("load node %s: %w", nodeID, err)
@@ -249,6 +253,10 @@ func (s *Service) apply(ctx context.Context, nodeID string, key idempotency, dec
 				return nil, err
 			}
 		default:
+			// Such as vm_exists for the VM an earlier round of this call placed after all.
+			if c, lerr := s.landed(ctx, pending); c != nil || lerr != nil {
+				return c, lerr
+			}
 			return nil, fmt.Errorf("commit %s on node %s: %w", commit.Audit.Action, nodeID, err)
 		}
 	}
@@ -256,9 +264,9 @@ func (s *Service) apply(ctx context.Context, nodeID string, key idempotency, dec
 		return c, err
 	}
 	switch {
-	case errors.Is(last, ErrThrottled):
+	case errors.Is(last, ErrThrottled) && len(pending) == 0:
 		return nil, errThrottled()
-	case errors.Is(last, ErrAmbiguous):
+	case errors.Is(last, ErrAmbiguous) || len(pending) > 0:
 		// Not applied as of the check; every later write conditions on the versions it reads.
 		return nil, fmt.Errorf("commit on node %s: outcome still unknown after %d rounds: %w", nodeID, s.attempts(), last)
 	}
@@ -276,8 +284,17 @@ func (s *Service) landed(ctx context.Context, pending []*Commit) (*Commit, error
 	}
 	for _, c := range pending {
 		ok, err := s.Store.Landed(ctx, *c)
+		// The call's answer hangs on this read, and a read is safe to repeat: outlast a
+		// throttling burst (beyond the SDK's own retries) before giving up.
+		for try := 0; err != nil && try < 5; try++ {
+			if serr := sleep(ctx, time.Duration(50<<try)*time.Millisecond); serr != nil {
+				break
+			}
+			ok, err = s.Store.Landed(ctx, *c)
+		}
 		if err != nil {
-			return nil, fmt.Errorf("check commit %s on node %s: %w", c.Audit.ID, c.Node.ID, err)
+			// %v: whatever the read's error, the commit's outcome is unknown, not "throttled".
+			return nil, fmt.Errorf("check commit %s on node %s: outcome unknown: %v", c.Audit.ID, c.Node.ID, err)
 		}
 		if ok {
 			s.logger().InfoContext(ctx, "capacity write had landed; answering with it", "node", c.Node.ID, "audit_id", c.Audit.ID)

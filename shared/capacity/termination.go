@@ -310,6 +310,13 @@ func (t *Terminator) terminate(ctx context.Context, node Node, op *Operation, vm
 		out.Outcome = OutcomeAlreadyGone
 	}
 	if err := t.Store.MarkTerminated(ctx, *op, vmID, now); err != nil {
+		if errors.Is(err, ErrConflict) {
+			// The VM's record is in a state no retry changes (not terminating for this
+			// operation): a final failure of this VM, for an operator, rather than a fault that
+			// would fail every retry and restart of the whole operation.
+			r.alreadyGone, r.err = false, fmt.Errorf("terminated on its node, but its record cannot be marked terminated: %w", err)
+			return r
+		}
 		r.storeErr = fmt.Errorf("mark VM %s terminated: %w", vmID, err)
 		return r
 	}
