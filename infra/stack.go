@@ -206,9 +206,11 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	// Reads the agent master secret at run time (current and previous versions); nothing else
 	// in Secrets Manager.
 	allowOn(s.TerminateNodeFunction, "AgentMasterSecretRead", secretResource, "secretsmanager:GetSecretValue")
-	// Reads the operation and the node, moves VMs and the operation on with conditional
-	// updates, and puts each VM's outcome item (a conditional put of its own). No audit access.
-	allow(s.TerminateNodeFunction, "StateTable", state, "dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem", "dynamodb:PutItem")
+	// Reads the operation and the node, moves each terminated VM from the node's decision
+	// partition to its history (one transaction: a conditional delete and a put), moves the
+	// operation on with conditional updates, and puts each VM's outcome item (a conditional
+	// put of its own). No audit access.
+	allow(s.TerminateNodeFunction, "StateTable", state, "dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:DeleteItem")
 
 	s.Termination = s.newTerminationStateMachine(s.TerminateNodeFunction,
 		props.TerminateConcurrency, props.TerminateRounds, props.TerminateRetryWait)

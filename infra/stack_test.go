@@ -444,7 +444,7 @@ func TestRolePermissions(t *testing.T) {
 					ownLogs("api"): logWrite,
 				}},
 				{"terminate-node", map[string][]string{
-					stateArn:                  {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
+					stateArn:                  {"dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
 					masterSecretArn:           {"secretsmanager:GetSecretValue"},
 					ownLogs("terminate-node"): logWrite,
 				}},

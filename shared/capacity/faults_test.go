@@ -3,7 +3,6 @@ package capacity_test
 import (
 	"context"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -90,7 +89,7 @@ func TestAmbiguousReclaimAnswersWithItsEvictions(t *testing.T) {
 	}
 	ops := 0
 	for _, it := range env.Items(t, env.Store.Table) {
-		if strings.HasPrefix(attrString(it["sk"]), "OP#") && !strings.Contains(attrString(it["sk"]), "#VM#") {
+		if attrString(it["type"]) == "operation" {
 			ops++
 		}
 	}

@@ -3,7 +3,6 @@ package capacity_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 
@@ -52,7 +51,7 @@ func TestTerminationUnderFaults(t *testing.T) {
 			}
 			items := 0 // one outcome item per VM, never two
 			for _, it := range env.Items(t, env.Store.Table) {
-				if strings.HasPrefix(attrString(it["sk"]), "OP#"+op.ID+"#VM#") {
+				if attrString(it["type"]) == "outcome" && attrString(it["ReclaimID"]) == op.ID {
 					items++
 				}
 			}

@@ -14,7 +14,8 @@ import (
 	"github.com/openrelay/capacity/shared/table"
 )
 
-// Seed writes provisioning data (nodes, reservations, VMs, API keys) as given, each item
+// Seed writes provisioning data (nodes, reservations, VMs, API keys) as given (terminated VMs
+// into their node's history), each item
 // created only if absent: provisioning never overwrites live state. It is the admin path
 // used by the local stack's demo data and by tests, not by the public API. Keys go to the
 // keys table (Store.KeysTable), everything else to the state table.
@@ -42,6 +43,10 @@ func (s *Store) Put(ctx context.Context, seed Seed) error {
 		items = append(items, newReservationItem(r))
 	}
 	for _, v := range seed.VMs {
+		if v.State == capacity.VMTerminated {
+			items = append(items, newHistoryItem(v, s.retention())) // only live VMs are decided on
+			continue
+		}
 		items = append(items, newVMItem(v))
 	}
 	if err := putNew(ctx, s.Client, s.Table, items); err != nil {

@@ -1,25 +1,40 @@
 package dynamo
 
 import (
+	"strings"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/openrelay/capacity/shared/capacity"
 )
 
-// Item layout of the state table (single-table design). Everything a capacity decision reads
-// lives in its node's partition, so one Query reads it:
+// Item layout of the state table (single-table design). A decision reads its node's live state
+// only, with one Query of the decision partition; what a decision never needs (terminated VMs,
+// reclaim operations and their outcomes) lives under keys of its own on the same node, and
+// expires by TTL:
 //
-//	pk                 sk              item
-//	NODE#<nodeId>      NODE            the node and ledger: every capacity write bumps its Version
-//	NODE#<nodeId>      RES#<id>        a reservation
-//	NODE#<nodeId>      VM#<id>         a VM
-//	NODE#<nodeId>      OP#<id>         a reclaim operation (gsi1: its state, for the reconciler)
-//	NODE#<nodeId>      OP#<id>#VM#<vm> the final outcome of one VM of that operation
-//	NODE#<nodeId>      IDEM#<scope>    an Idempotency-Key record (TTL 24 h)
+//	pk                      sk            item
+//	NODE#<nodeId>           IDEM#<scope>  an Idempotency-Key record (TTL 24 h); sorts before NODE
+//	NODE#<nodeId>           NODE          the node and ledger: every capacity write bumps its Version
+//	NODE#<nodeId>           RES#<id>      a reservation
+//	NODE#<nodeId>           VM#<id>       a live VM (running or terminating)
+//	NODE#<nodeId>#HIST      VM#<id>       a terminated VM (TTL: terminated + retention)
+//	NODE#<nodeId>#OP#<id>   OP            a reclaim operation (gsi1: its state, for the reconciler;
+//	                                      TTL once ended: end + retention)
+//	NODE#<nodeId>#OP#<id>   VM#<vm>       the final outcome of one VM of that operation (TTL:
+//	                                      recorded + retention, extended when a re-driven operation ends)
+//
+// Every key starts with its node's NODE#<nodeId>, so no write ever names two nodes' items.
 //
 // The audit table: pk NODE#<nodeId>, sk <time>#<auditId>; append-only.
 //
 // The keys table: pk APIKEY#<sha256>, sk APIKEY: an API key, by the hash of its secret.
+//
+// Item structs name every stored attribute explicitly (tags), apart from the domain's Go
+// field names, and expressions use the attr* constants: renaming a domain field changes no
+// stored name. The names are the ones the first layout stored (the Go field names then), so
+// items written before decode unchanged; a golden test holds them.
 const (
 	typeNode        = "node"
 	typeReservation = "reservation"
@@ -31,103 +46,261 @@ const (
 	typeAudit       = "audit"
 
 	skNode           = "NODE"
+	skOperation      = "OP"
 	skAPIKey         = "APIKEY"
 	prefixReserv     = "RES#"
 	prefixVM         = "VM#"
-	prefixOperation  = "OP#"
 	prefixIdempotent = "IDEM#"
+
+	// legacyPrefixOperation: the first layout kept operations (OP#<id>) and outcomes
+	// (OP#<id>#VM#<vm>) in the decision partition; only the migration still reads them.
+	legacyPrefixOperation = "OP#"
+)
+
+// Attribute names used in expressions (and in the item structs' tags).
+const (
+	attrPK              = "pk"
+	attrSK              = "sk"
+	attrType            = "type"
+	attrVersion         = "Version"
+	attrState           = "State"
+	attrReclaimID       = "ReclaimID"
+	attrUpdatedAt       = "UpdatedAt"
+	attrReleasedUnitIDs = "ReleasedUnitIDs"
+	attrExecutionARN    = "ExecutionARN"
+	attrAttempt         = "Attempt"
+	attrRestarts        = "Restarts"
+	attrReason          = "Reason"
+	attrOutcome         = "Outcome"
+	attrExpiresAt       = "expiresAt" // table.TTLAttribute (a test holds them equal)
+	attrGSI1PK          = "gsi1pk"    // table.ByStatePartitionKey
+	attrGSI1SK          = "gsi1sk"    // table.ByStateSortKey
 )
 
 func nodePK(nodeID string) string { return "NODE#" + nodeID }
+
+// histPK is the partition of a node's terminated VMs.
+func histPK(nodeID string) string { return nodePK(nodeID) + "#HIST" }
+
+// opPK is the partition of one reclaim operation and its outcomes.
+func opPK(nodeID, opID string) string { return nodePK(nodeID) + "#OP#" + opID }
+
 func apiKeyPK(hash string) string { return "APIKEY#" + hash }
 
-// key is the primary key every item carries, plus its type for readers of the raw table.
-type key struct {
-	PK   string `dynamodbav:"pk"`
-	SK   string `dynamodbav:"sk"`
-	Type string `dynamodbav:"type"`
+// nodeOfPK returns the node a state-table partition key belongs to ("" if none).
+func nodeOfPK(pk string) string {
+	rest, ok := strings.CutPrefix(pk, "NODE#")
+	if !ok {
+		return ""
+	}
+	node, _, _ := strings.Cut(rest, "#") // ids never hold '#' (capacity.ValidID)
+	return node
 }
+
+func expiry(t time.Time) int64 { return t.Unix() }
 
 type nodeItem struct {
-	key
-	capacity.Node
-}
-
-type reservationItem struct {
-	key
-	capacity.Reservation
-}
-
-type vmItem struct {
-	key
-	capacity.VM
-}
-
-type operationItem struct {
-	key
-	GSI1PK string `dynamodbav:"gsi1pk"`
-	GSI1SK string `dynamodbav:"gsi1sk"`
-	capacity.Operation
-}
-
-// outcomeItem is one VM's final outcome in a reclaim operation, keyed under it.
-type outcomeItem struct {
-	key
-	ReclaimID string
-	VMID      string
-	capacity.VMOutcome
-}
-
-func newOutcomeItem(op capacity.Operation, vmID string, o capacity.VMOutcome) outcomeItem {
-	return outcomeItem{key{nodePK(op.NodeID), prefixOperation + op.ID + "#VM#" + vmID, typeOutcome}, op.ID, vmID, o}
-}
-
-type idempotencyItem struct {
-	key
-	Scope       string
-	NodeID      string
-	Fingerprint string
-	Result      []byte
-	CreatedAt   time.Time
-	ExpiresAt   int64 `dynamodbav:"expiresAt"` // epoch seconds: table.TTLAttribute (a test holds them equal)
-}
-
-type apiKeyItem struct {
-	key
-	capacity.APIKey
-}
-
-type auditItem struct {
-	key
-	capacity.AuditRecord
+	PK            string   `dynamodbav:"pk"`
+	SK            string   `dynamodbav:"sk"`
+	Type          string   `dynamodbav:"type"`
+	ID            string   `dynamodbav:"ID"`
+	OwnerOrgID    string   `dynamodbav:"OwnerOrgID"`
+	TopologyGen   int64    `dynamodbav:"TopologyGen"`
+	AgentEndpoint string   `dynamodbav:"AgentEndpoint"`
+	UnitIDs       []string `dynamodbav:"UnitIDs"`
+	Version       int64    `dynamodbav:"Version"`
 }
 
 func newNodeItem(n capacity.Node) nodeItem {
-	return nodeItem{key{nodePK(n.ID), skNode, typeNode}, n}
+	return nodeItem{
+		PK: nodePK(n.ID), SK: skNode, Type: typeNode,
+		ID: n.ID, OwnerOrgID: n.OwnerOrgID, TopologyGen: n.TopologyGen, AgentEndpoint: n.AgentEndpoint,
+		UnitIDs: n.UnitIDs, Version: n.Version,
+	}
+}
+
+func (i nodeItem) node() capacity.Node {
+	return capacity.Node{
+		ID: i.ID, OwnerOrgID: i.OwnerOrgID, TopologyGen: i.TopologyGen, AgentEndpoint: i.AgentEndpoint,
+		UnitIDs: i.UnitIDs, Version: i.Version,
+	}
+}
+
+type reservationItem struct {
+	PK              string     `dynamodbav:"pk"`
+	SK              string     `dynamodbav:"sk"`
+	Type            string     `dynamodbav:"type"`
+	ID              string     `dynamodbav:"ID"`
+	NodeID          string     `dynamodbav:"NodeID"`
+	AllowedOrgIDs   []string   `dynamodbav:"AllowedOrgIDs"`
+	ReservedUnitIDs []string   `dynamodbav:"ReservedUnitIDs"`
+	ReleasedUnitIDs []string   `dynamodbav:"ReleasedUnitIDs"`
+	ManagingOrgIDs  []string   `dynamodbav:"ManagingOrgIDs"`
+	StartsAt        time.Time  `dynamodbav:"StartsAt"`
+	EndsAt          *time.Time `dynamodbav:"EndsAt"`
+	Status          string     `dynamodbav:"Status"`
+	ContractRef     string     `dynamodbav:"ContractRef"`
+	CreatedAt       time.Time  `dynamodbav:"CreatedAt"`
+	UpdatedAt       time.Time  `dynamodbav:"UpdatedAt"`
+	Reason          string     `dynamodbav:"Reason"`
+	TopologyGen     int64      `dynamodbav:"TopologyGen"`
+	Version         int64      `dynamodbav:"Version"`
 }
 
 func newReservationItem(r capacity.Reservation) reservationItem {
-	return reservationItem{key{nodePK(r.NodeID), prefixReserv + r.ID, typeReservation}, r}
+	return reservationItem{
+		PK: nodePK(r.NodeID), SK: prefixReserv + r.ID, Type: typeReservation,
+		ID: r.ID, NodeID: r.NodeID, AllowedOrgIDs: r.AllowedOrgIDs, ReservedUnitIDs: r.ReservedUnitIDs,
+		ReleasedUnitIDs: r.ReleasedUnitIDs, ManagingOrgIDs: r.ManagingOrgIDs, StartsAt: r.StartsAt,
+		EndsAt: r.EndsAt, Status: string(r.Status), ContractRef: r.ContractRef, CreatedAt: r.CreatedAt,
+		UpdatedAt: r.UpdatedAt, Reason: r.Reason, TopologyGen: r.TopologyGen, Version: r.Version,
+	}
+}
+
+func (i reservationItem) reservation() capacity.Reservation {
+	return capacity.Reservation{
+		ID: i.ID, NodeID: i.NodeID, AllowedOrgIDs: i.AllowedOrgIDs, ReservedUnitIDs: i.ReservedUnitIDs,
+		ReleasedUnitIDs: i.ReleasedUnitIDs, ManagingOrgIDs: i.ManagingOrgIDs, StartsAt: i.StartsAt,
+		EndsAt: i.EndsAt, Status: capacity.Status(i.Status), ContractRef: i.ContractRef, CreatedAt: i.CreatedAt,
+		UpdatedAt: i.UpdatedAt, Reason: i.Reason, TopologyGen: i.TopologyGen, Version: i.Version,
+	}
+}
+
+// vmItem is a live VM in the decision partition or, with ExpiresAt, a terminated one in the
+// node's history.
+type vmItem struct {
+	PK        string    `dynamodbav:"pk"`
+	SK        string    `dynamodbav:"sk"`
+	Type      string    `dynamodbav:"type"`
+	ID        string    `dynamodbav:"ID"`
+	NodeID    string    `dynamodbav:"NodeID"`
+	OrgID     string    `dynamodbav:"OrgID"`
+	Tier      string    `dynamodbav:"Tier"`
+	UnitIDs   []string  `dynamodbav:"UnitIDs"`
+	State     string    `dynamodbav:"State"`
+	ReclaimID string    `dynamodbav:"ReclaimID"`
+	CreatedAt time.Time `dynamodbav:"CreatedAt"`
+	UpdatedAt time.Time `dynamodbav:"UpdatedAt"`
+	Version   int64     `dynamodbav:"Version"`
+	ExpiresAt int64     `dynamodbav:"expiresAt,omitempty"`
 }
 
 func newVMItem(v capacity.VM) vmItem {
-	return vmItem{key{nodePK(v.NodeID), prefixVM + v.ID, typeVM}, v}
+	return vmItem{
+		PK: nodePK(v.NodeID), SK: prefixVM + v.ID, Type: typeVM,
+		ID: v.ID, NodeID: v.NodeID, OrgID: v.OrgID, Tier: string(v.Tier), UnitIDs: v.UnitIDs,
+		State: string(v.State), ReclaimID: v.ReclaimID, CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt,
+		Version: v.Version,
+	}
 }
 
-func newOperationItem(o capacity.Operation) operationItem {
-	o.Outcomes = nil // outcomes are items of their own
-	return operationItem{
-		key:    key{nodePK(o.NodeID), prefixOperation + o.ID, typeOperation},
-		GSI1PK: opStatePK(o.State), GSI1SK: opStateSK(o),
-		Operation: o,
+// newHistoryItem is a terminated VM in its node's history, kept for the retention.
+func newHistoryItem(v capacity.VM, retention time.Duration) vmItem {
+	it := newVMItem(v)
+	it.PK, it.ExpiresAt = histPK(v.NodeID), expiry(v.UpdatedAt.Add(retention))
+	return it
+}
+
+func (i vmItem) vm() capacity.VM {
+	return capacity.VM{
+		ID: i.ID, NodeID: i.NodeID, OrgID: i.OrgID, Tier: capacity.Tier(i.Tier), UnitIDs: i.UnitIDs,
+		State: capacity.VMState(i.State), ReclaimID: i.ReclaimID, CreatedAt: i.CreatedAt, UpdatedAt: i.UpdatedAt,
+		Version: i.Version,
 	}
+}
+
+type operationItem struct {
+	PK            string    `dynamodbav:"pk"`
+	SK            string    `dynamodbav:"sk"`
+	Type          string    `dynamodbav:"type"`
+	GSI1PK        string    `dynamodbav:"gsi1pk"`
+	GSI1SK        string    `dynamodbav:"gsi1sk"`
+	ID            string    `dynamodbav:"ID"`
+	NodeID        string    `dynamodbav:"NodeID"`
+	ReservationID string    `dynamodbav:"ReservationID"`
+	State         string    `dynamodbav:"State"`
+	VMIDs         []string  `dynamodbav:"VMIDs"`
+	UnitIDs       []string  `dynamodbav:"UnitIDs"`
+	ExecutionARN  string    `dynamodbav:"ExecutionARN"`
+	Attempt       int       `dynamodbav:"Attempt"`
+	Restarts      int       `dynamodbav:"Restarts"`
+	Reason        string    `dynamodbav:"Reason"`
+	CreatedAt     time.Time `dynamodbav:"CreatedAt"`
+	UpdatedAt     time.Time `dynamodbav:"UpdatedAt"`
+	// ExpiresAt is set when the operation ends: GET answers for the retention after that.
+	ExpiresAt int64 `dynamodbav:"expiresAt,omitempty"`
+}
+
+// newOperationItem is the operation without its outcomes, which are items of their own.
+func newOperationItem(o capacity.Operation) operationItem {
+	return operationItem{
+		PK: opPK(o.NodeID, o.ID), SK: skOperation, Type: typeOperation,
+		GSI1PK: opStatePK(o.State), GSI1SK: opStateSK(o),
+		ID: o.ID, NodeID: o.NodeID, ReservationID: o.ReservationID, State: string(o.State),
+		VMIDs: o.VMIDs, UnitIDs: o.UnitIDs, ExecutionARN: o.ExecutionARN, Attempt: o.Attempt,
+		Restarts: o.Restarts, Reason: o.Reason, CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt,
+	}
+}
+
+func (i operationItem) operation() capacity.Operation {
+	return capacity.Operation{
+		ID: i.ID, NodeID: i.NodeID, ReservationID: i.ReservationID, State: capacity.OperationState(i.State),
+		VMIDs: i.VMIDs, UnitIDs: i.UnitIDs, ExecutionARN: i.ExecutionARN, Attempt: i.Attempt,
+		Restarts: i.Restarts, Reason: i.Reason, CreatedAt: i.CreatedAt, UpdatedAt: i.UpdatedAt,
+	}
+}
+
+// outcomeItem is one VM's final outcome in a reclaim operation, in the operation's partition.
+type outcomeItem struct {
+	PK        string    `dynamodbav:"pk"`
+	SK        string    `dynamodbav:"sk"`
+	Type      string    `dynamodbav:"type"`
+	ReclaimID string    `dynamodbav:"ReclaimID"`
+	VMID      string    `dynamodbav:"VMID"`
+	Outcome   string    `dynamodbav:"Outcome"`
+	Error     string    `dynamodbav:"Error"`
+	At        time.Time `dynamodbav:"At"`
+	Attempt   int       `dynamodbav:"Attempt"`
+	ExpiresAt int64     `dynamodbav:"expiresAt,omitempty"`
+}
+
+func outcomeKey(op capacity.Operation, vmID string) map[string]types.AttributeValue {
+	return itemKey(opPK(op.NodeID, op.ID), prefixVM+vmID)
+}
+
+func newOutcomeItem(op capacity.Operation, vmID string, o capacity.VMOutcome, retention time.Duration) outcomeItem {
+	return outcomeItem{
+		PK: opPK(op.NodeID, op.ID), SK: prefixVM + vmID, Type: typeOutcome,
+		ReclaimID: op.ID, VMID: vmID, Outcome: string(o.Outcome), Error: o.Error, At: o.At, Attempt: o.Attempt,
+		ExpiresAt: expiry(o.At.Add(retention)),
+	}
+}
+
+func (i outcomeItem) outcome() capacity.VMOutcome {
+	return capacity.VMOutcome{Outcome: capacity.Outcome(i.Outcome), Error: i.Error, At: i.At, Attempt: i.Attempt}
+}
+
+type idempotencyItem struct {
+	PK          string    `dynamodbav:"pk"`
+	SK          string    `dynamodbav:"sk"`
+	Type        string    `dynamodbav:"type"`
+	Scope       string    `dynamodbav:"Scope"`
+	NodeID      string    `dynamodbav:"NodeID"`
+	Fingerprint string    `dynamodbav:"Fingerprint"`
+	Result      []byte    `dynamodbav:"Result"`
+	CreatedAt   time.Time `dynamodbav:"CreatedAt"`
+	ExpiresAt   int64     `dynamodbav:"expiresAt"` // epoch seconds: table.TTLAttribute
+}
+
+func idempotencyKey(nodeID, scope string) map[string]types.AttributeValue {
+	return itemKey(nodePK(nodeID), prefixIdempotent+scope)
 }
 
 func newIdempotencyItem(r capacity.IdempotencyRecord) idempotencyItem {
 	return idempotencyItem{
-		key:   key{nodePK(r.NodeID), prefixIdempotent + r.Scope, typeIdempotency},
+		PK: nodePK(r.NodeID), SK: prefixIdempotent + r.Scope, Type: typeIdempotency,
 		Scope: r.Scope, NodeID: r.NodeID, Fingerprint: r.Fingerprint, Result: r.Result,
-		CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt.Unix(),
+		CreatedAt: r.CreatedAt, ExpiresAt: expiry(r.ExpiresAt),
 	}
 }
 
@@ -138,15 +311,69 @@ func (i idempotencyItem) record() capacity.IdempotencyRecord {
 	}
 }
 
-func newAuditItem(a capacity.AuditRecord) auditItem {
-	return auditItem{
-		key:         key{nodePK(a.NodeID), a.Time.UTC().Format(time.RFC3339Nano) + "#" + a.ID, typeAudit},
-		AuditRecord: a,
-	}
+type apiKeyItem struct {
+	PK          string     `dynamodbav:"pk"`
+	SK          string     `dynamodbav:"sk"`
+	Type        string     `dynamodbav:"type"`
+	KeyID       string     `dynamodbav:"KeyID"`
+	Hash        string     `dynamodbav:"Hash"`
+	OrgID       string     `dynamodbav:"OrgID"`
+	Permissions []string   `dynamodbav:"Permissions"`
+	Operator    bool       `dynamodbav:"Operator"`
+	Revoked     bool       `dynamodbav:"Revoked"`
+	ExpiresAt   *time.Time `dynamodbav:"ExpiresAt"`
 }
 
 func newAPIKeyItem(k capacity.APIKey) apiKeyItem {
-	return apiKeyItem{key{apiKeyPK(k.Hash), skAPIKey, typeAPIKey}, k}
+	return apiKeyItem{
+		PK: apiKeyPK(k.Hash), SK: skAPIKey, Type: typeAPIKey,
+		KeyID: k.KeyID, Hash: k.Hash, OrgID: k.OrgID, Permissions: k.Permissions,
+		Operator: k.Operator, Revoked: k.Revoked, ExpiresAt: k.ExpiresAt,
+	}
+}
+
+func (i apiKeyItem) apiKey() capacity.APIKey {
+	return capacity.APIKey{
+		KeyID: i.KeyID, Hash: i.Hash, OrgID: i.OrgID, Permissions: i.Permissions,
+		Operator: i.Operator, Revoked: i.Revoked, ExpiresAt: i.ExpiresAt,
+	}
+}
+
+type auditItem struct {
+	PK             string    `dynamodbav:"pk"`
+	SK             string    `dynamodbav:"sk"`
+	Type           string    `dynamodbav:"type"`
+	ID             string    `dynamodbav:"ID"`
+	Time           time.Time `dynamodbav:"Time"`
+	RequestID      string    `dynamodbav:"RequestID"`
+	ActorKeyID     string    `dynamodbav:"ActorKeyID"`
+	CallerOrgID    string    `dynamodbav:"CallerOrgID"`
+	ActingFor      string    `dynamodbav:"ActingFor"`
+	Action         string    `dynamodbav:"Action"`
+	NodeID         string    `dynamodbav:"NodeID"`
+	ReservationID  string    `dynamodbav:"ReservationID"`
+	UnitIDs        []string  `dynamodbav:"UnitIDs"`
+	DryRun         bool      `dynamodbav:"DryRun"`
+	Reason         string    `dynamodbav:"Reason"`
+	ReclaimID      string    `dynamodbav:"ReclaimID"`
+	Terminated     []string  `dynamodbav:"Terminated"`
+	Skipped        []string  `dynamodbav:"Skipped"`
+	ReleasedBefore []string  `dynamodbav:"ReleasedBefore"`
+	ReleasedAfter  []string  `dynamodbav:"ReleasedAfter"`
+	TopologyGen    int64     `dynamodbav:"TopologyGen"`
+	VMID           string    `dynamodbav:"VMID"`
+	Outcome        string    `dynamodbav:"Outcome"`
+}
+
+func newAuditItem(a capacity.AuditRecord) auditItem {
+	return auditItem{
+		PK: nodePK(a.NodeID), SK: a.Time.UTC().Format(time.RFC3339Nano) + "#" + a.ID, Type: typeAudit,
+		ID: a.ID, Time: a.Time, RequestID: a.RequestID, ActorKeyID: a.ActorKeyID, CallerOrgID: a.CallerOrgID,
+		ActingFor: a.ActingFor, Action: a.Action, NodeID: a.NodeID, ReservationID: a.ReservationID,
+		UnitIDs: a.UnitIDs, DryRun: a.DryRun, Reason: a.Reason, ReclaimID: a.ReclaimID,
+		Terminated: a.Terminated, Skipped: a.Skipped, ReleasedBefore: a.ReleasedBefore,
+		ReleasedAfter: a.ReleasedAfter, TopologyGen: a.TopologyGen, VMID: a.VMID, Outcome: a.Outcome,
+	}
 }
 
 // The byState index keys operations by state, ordered by creation.
@@ -158,4 +385,71 @@ func opStateSK(o capacity.Operation) string { return opStateSKAt(o.CreatedAt, o.
 // (created, restarted or re-driven), so the reconciler gives each start its grace period.
 func opStateSKAt(t time.Time, opID string) string {
 	return t.UTC().Format(time.RFC3339Nano) + "#" + opID
+}
+
+// ItemSize is an item's size by DynamoDB's rules (what read and write units are charged on):
+// attribute names plus values; numbers by significant digits; lists and maps 3 bytes plus
+// 1 per element.
+func ItemSize(item map[string]types.AttributeValue) int {
+	n := 0
+	for name, v := range item {
+		n += len(name) + valueSize(v)
+	}
+	return n
+}
+
+func valueSize(v types.AttributeValue) int {
+	switch v := v.(type) {
+	case *types.AttributeValueMemberS:
+		return len(v.Value)
+	case *types.AttributeValueMemberN:
+		return numberSize(v.Value)
+	case *types.AttributeValueMemberB:
+		return len(v.Value)
+	case *types.AttributeValueMemberBOOL, *types.AttributeValueMemberNULL:
+		return 1
+	case *types.AttributeValueMemberSS:
+		n := 0
+		for _, s := range v.Value {
+			n += len(s)
+		}
+		return n
+	case *types.AttributeValueMemberNS:
+		n := 0
+		for _, s := range v.Value {
+			n += numberSize(s)
+		}
+		return n
+	case *types.AttributeValueMemberBS:
+		n := 0
+		for _, b := range v.Value {
+			n += len(b)
+		}
+		return n
+	case *types.AttributeValueMemberL:
+		n := 3
+		for _, e := range v.Value {
+			n += 1 + valueSize(e)
+		}
+		return n
+	case *types.AttributeValueMemberM:
+		n := 3
+		for k, e := range v.Value {
+			n += 1 + len(k) + valueSize(e)
+		}
+		return n
+	}
+	return 0
+}
+
+// numberSize: 1 byte per two significant digits (leading and trailing zeros trimmed) plus 1.
+func numberSize(s string) int {
+	s = strings.TrimLeft(s, "+-")
+	mant, _, _ := strings.Cut(strings.ToLower(s), "e")
+	digits := strings.Replace(mant, ".", "", 1)
+	digits = strings.TrimLeft(digits, "0")
+	if strings.Contains(mant, ".") || strings.HasSuffix(digits, "0") {
+		digits = strings.TrimRight(digits, "0")
+	}
+	return (len(digits)+1)/2 + 1
 }

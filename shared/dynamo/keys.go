@@ -46,7 +46,8 @@ func (k *Keys) LookupKey(ctx context.Context, hash string) (*capacity.APIKey, er
 	if err := attributevalue.UnmarshalMap(out.Item, &it); err != nil {
 		return nil, fmt.Errorf("decode API key: %w", err)
 	}
-	return &it.APIKey, nil
+	key := it.apiKey()
+	return &key, nil
 }
 
 // Put provisions keys, each created only if absent (an existing key is never overwritten).

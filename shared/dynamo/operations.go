@@ -20,10 +20,9 @@ import (
 var _ capacity.TerminationStore = (*Store)(nil)
 
 // GetOperation reads a reclaim operation and its VM outcomes with one strongly consistent
-// Query: the outcomes are items of their own under the operation's sort key.
+// Query of the operation's own partition.
 func (s *Store) GetOperation(ctx context.Context, nodeID, opID string) (*capacity.Operation, error) {
-	keyCond := expression.Key(table.PartitionKey).Equal(expression.Value(nodePK(nodeID))).
-		And(expression.Key(table.SortKey).BeginsWith(prefixOperation + opID))
+	keyCond := expression.Key(attrPK).Equal(expression.Value(opPK(nodeID, opID)))
 	expr, err := expression.NewBuilder().WithKeyCondition(keyCond).Build()
 	if err != nil {
 		return nil, fmt.Errorf("build operation query: %w", err)
@@ -34,31 +33,28 @@ func (s *Store) GetOperation(ctx context.Context, nodeID, opID string) (*capacit
 	}
 	var op *capacity.Operation
 	outcomes := map[string]capacity.VMOutcome{}
+	stats := capacity.CallStatsFrom(ctx)
 	for page := dynamodb.NewQueryPaginator(s.Client, in); page.HasMorePages(); {
 		out, err := page.NextPage(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("query operation %s: %w", opID, classify(err))
 		}
 		for _, item := range out.Items {
-			var k key
-			if err := attributevalue.UnmarshalMap(item, &k); err != nil {
-				return nil, fmt.Errorf("decode operation %s: %w", opID, err)
-			}
-			switch {
-			case k.Type == typeOperation && k.SK == prefixOperation+opID:
+			stats.AddRead(1, ItemSize(item))
+			switch attr(item, attrType) {
+			case typeOperation:
 				var it operationItem
 				if err := attributevalue.UnmarshalMap(item, &it); err != nil {
 					return nil, fmt.Errorf("decode operation %s: %w", opID, err)
 				}
-				op = &it.Operation
-			case k.Type == typeOutcome:
+				o := it.operation()
+				op = &o
+			case typeOutcome:
 				var it outcomeItem
 				if err := attributevalue.UnmarshalMap(item, &it); err != nil {
 					return nil, fmt.Errorf("decode outcome of operation %s: %w", opID, err)
 				}
-				if it.ReclaimID == opID { // not one of an operation whose id starts with this one
-					outcomes[it.VMID] = it.VMOutcome
-				}
+				outcomes[it.VMID] = it.outcome()
 			}
 		}
 	}
@@ -71,10 +67,10 @@ func (s *Store) GetOperation(ctx context.Context, nodeID, opID string) (*capacit
 
 // BeginTermination moves the operation from pending-start to terminating, at op's attempt.
 func (s *Store) BeginTermination(ctx context.Context, op capacity.Operation, executionARN string, now time.Time) error {
-	upd := expression.Set(expression.Name("State"), expression.Value(capacity.OpTerminating)).
-		Set(expression.Name("ExecutionARN"), expression.Value(executionARN)).
-		Set(expression.Name("UpdatedAt"), expression.Value(now)).
-		Set(expression.Name(table.ByStatePartitionKey), expression.Value(opStatePK(capacity.OpTerminating)))
+	upd := expression.Set(expression.Name(attrState), expression.Value(capacity.OpTerminating)).
+		Set(expression.Name(attrExecutionARN), expression.Value(executionARN)).
+		Set(expression.Name(attrUpdatedAt), expression.Value(now)).
+		Set(expression.Name(attrGSI1PK), expression.Value(opStatePK(capacity.OpTerminating)))
 	cond := stateAt(capacity.OpPendingStart, op)
 	_, err := s.updateItem(ctx, operationKey(op), cond, upd, types.ReturnValueNone)
 	if err != nil {
@@ -83,34 +79,85 @@ func (s *Store) BeginTermination(ctx context.Context, op capacity.Operation, exe
 	return nil
 }
 
-// MarkTerminated moves a VM evicted by op from terminating to terminated, which frees its
-// units. Re-marking a VM op already terminated succeeds; any other state is an error.
+// MarkTerminated moves a VM evicted by op out of the decision partition into the node's
+// history as terminated, which frees its units: one transaction deletes the live item,
+// conditioned on it being terminating for op at the version read, and puts the history item.
+// Re-marking a VM op already terminated succeeds; any other state is an error.
 func (s *Store) MarkTerminated(ctx context.Context, op capacity.Operation, vmID string, now time.Time) error {
-	k := itemKey(nodePK(op.NodeID), prefixVM+vmID)
-	cond := expression.Name("State").Equal(expression.Value(capacity.VMTerminating)).
-		And(expression.Name("ReclaimID").Equal(expression.Value(op.ID)))
-	upd := expression.Set(expression.Name("State"), expression.Value(capacity.VMTerminated)).
-		Set(expression.Name("UpdatedAt"), expression.Value(now)).
-		Set(expression.Name("Version"), expression.Name("Version").Plus(expression.Value(1)))
-	_, err := s.updateItem(ctx, k, cond, upd, types.ReturnValueNone)
-	if !errors.Is(err, capacity.ErrConflict) {
-		if err != nil {
+	live := itemKey(nodePK(op.NodeID), prefixVM+vmID)
+	var err error
+	for range markRounds {
+		var vm *capacity.VM
+		if vm, err = s.getVM(ctx, live); err != nil {
 			return fmt.Errorf("mark VM %s terminated: %w", vmID, err)
 		}
-		return nil
+		if vm == nil || vm.State != capacity.VMTerminating || vm.ReclaimID != op.ID {
+			return s.terminatedBy(ctx, op, vmID, vm)
+		}
+		cond := expression.Name(attrState).Equal(expression.Value(capacity.VMTerminating)).
+			And(expression.Name(attrReclaimID).Equal(expression.Value(op.ID))).
+			And(versionIs(vm.Version))
+		del, berr := s.deleteIf(live, cond)
+		if berr != nil {
+			return fmt.Errorf("mark VM %s terminated: %w", vmID, berr)
+		}
+		done := *vm
+		done.State, done.UpdatedAt, done.Version = capacity.VMTerminated, now, vm.Version+1
+		put, berr := s.putNew(s.Table, newHistoryItem(done, s.retention()), nil)
+		if berr != nil {
+			return fmt.Errorf("mark VM %s terminated: %w", vmID, berr)
+		}
+		_, err = s.Client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{del, put}})
+		var canceled *types.TransactionCanceledException
+		if err == nil || !errors.As(err, &canceled) || !retryable(canceled) {
+			break
+		}
+		// The VM changed since read (or another branch, or an earlier attempt of this call,
+		// moved it): read again.
 	}
-	out, gerr := s.Client.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table), Key: k, ConsistentRead: aws.Bool(true)})
-	if gerr != nil {
-		return fmt.Errorf("read VM %s: %w", vmID, gerr)
+	if err != nil {
+		return fmt.Errorf("mark VM %s terminated: %w", vmID, classify(err))
+	}
+	return nil
+}
+
+// markRounds bounds MarkTerminated's read-write rounds when the VM changes under it.
+const markRounds = 3
+
+// terminatedBy answers a VM that is not terminating for op: success when op already moved
+// it to the history, ErrConflict otherwise.
+func (s *Store) terminatedBy(ctx context.Context, op capacity.Operation, vmID string, live *capacity.VM) error {
+	if live != nil && live.State == capacity.VMTerminated && live.ReclaimID == op.ID {
+		return nil // terminated in place by the first layout (until migrated): a re-run
+	}
+	if live != nil {
+		return fmt.Errorf("VM %s is %q for %q, not terminating for %s: %w", vmID, live.State, live.ReclaimID, op.ID, capacity.ErrConflict)
+	}
+	hist, err := s.getVM(ctx, itemKey(histPK(op.NodeID), prefixVM+vmID))
+	if err != nil {
+		return fmt.Errorf("read history of VM %s: %w", vmID, err)
+	}
+	if hist != nil && hist.State == capacity.VMTerminated && hist.ReclaimID == op.ID {
+		return nil // this operation terminated it already: a re-run
+	}
+	return fmt.Errorf("VM %s is neither live nor terminated by %s: %w", vmID, op.ID, capacity.ErrConflict)
+}
+
+// getVM reads a VM item (consistent), or nil.
+func (s *Store) getVM(ctx context.Context, k map[string]types.AttributeValue) (*capacity.VM, error) {
+	out, err := s.Client.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table), Key: k, ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return nil, fmt.Errorf("read VM %s: %w", attr(k, attrSK), classify(err))
+	}
+	if out.Item == nil {
+		return nil, nil
 	}
 	var it vmItem
 	if err := attributevalue.UnmarshalMap(out.Item, &it); err != nil {
-		return fmt.Errorf("decode VM %s: %w", vmID, err)
+		return nil, fmt.Errorf("decode VM %s: %w", attr(k, attrSK), err)
 	}
-	if out.Item != nil && it.State == capacity.VMTerminated && it.ReclaimID == op.ID {
-		return nil // this operation terminated it already: a re-run
-	}
-	return fmt.Errorf("VM %s is %q for %q, not terminating for %s: %w", vmID, it.State, it.ReclaimID, op.ID, err)
+	vm := it.vm()
+	return &vm, nil
 }
 
 // RecordOutcome puts the VM's outcome item, on its own: no transaction and no shared
@@ -124,17 +171,17 @@ func (s *Store) MarkTerminated(ctx context.Context, op capacity.Operation, vmID 
 // A failed condition is the only "recorded before"; every other error is returned (after
 // the SDK's retries for throttling and ours for TransactionConflict).
 func (s *Store) RecordOutcome(ctx context.Context, op capacity.Operation, vmID string, o capacity.VMOutcome) error {
-	item, err := attributevalue.MarshalMap(newOutcomeItem(op, vmID, o))
+	item, err := attributevalue.MarshalMap(newOutcomeItem(op, vmID, o, s.retention()))
 	if err != nil {
 		return fmt.Errorf("encode outcome of VM %s: %w", vmID, err)
 	}
-	failed := expression.Name("Outcome").Equal(expression.Value(capacity.OutcomeFailed))
+	failed := expression.Name(attrOutcome).Equal(expression.Value(capacity.OutcomeFailed))
 	replaceable := failed
 	if o.Outcome == capacity.OutcomeFailed {
-		older := expression.Name("Attempt").LessThan(expression.Value(max(1, o.Attempt)))
-		replaceable = failed.And(expression.Name("Attempt").AttributeNotExists().Or(older))
+		older := expression.Name(attrAttempt).LessThan(expression.Value(max(1, o.Attempt)))
+		replaceable = failed.And(expression.Name(attrAttempt).AttributeNotExists().Or(older))
 	}
-	cond := expression.Name(table.PartitionKey).AttributeNotExists().Or(replaceable)
+	cond := expression.Name(attrPK).AttributeNotExists().Or(replaceable)
 	expr, err := expression.NewBuilder().WithCondition(cond).Build()
 	if err != nil {
 		return fmt.Errorf("build outcome condition: %w", err)
@@ -157,11 +204,31 @@ func (s *Store) RecordOutcome(ctx context.Context, op capacity.Operation, vmID s
 // byState index, under that state, which the reconciler never reads). Exactly one caller
 // wins; the caller decided from the outcome items it read.
 func (s *Store) EndOperation(ctx context.Context, op capacity.Operation, state capacity.OperationState, now time.Time) error {
-	upd := expression.Set(expression.Name("State"), expression.Value(state)).
-		Set(expression.Name("UpdatedAt"), expression.Value(now)).
-		Set(expression.Name(table.ByStatePartitionKey), expression.Value(opStatePK(state)))
+	upd := expression.Set(expression.Name(attrState), expression.Value(state)).
+		Set(expression.Name(attrUpdatedAt), expression.Value(now)).
+		Set(expression.Name(attrGSI1PK), expression.Value(opStatePK(state))).
+		Set(expression.Name(attrExpiresAt), expression.Value(expiry(now.Add(s.retention()))))
 	if _, err := s.updateItem(ctx, operationKey(op), stateAt(capacity.OpTerminating, op), upd, types.ReturnValueNone); err != nil {
 		return fmt.Errorf("end operation %s as %s: %w", op.ID, state, err)
+	}
+	if op.CurrentAttempt() > 1 {
+		// A re-driven operation may keep outcomes of an earlier attempt, which expire from when
+		// they were recorded: keep them as long as the operation.
+		if err := s.extendOutcomes(ctx, op, now); err != nil {
+			return fmt.Errorf("end operation %s as %s: %w", op.ID, state, err)
+		}
+	}
+	return nil
+}
+
+// extendOutcomes moves the expiry of the operation's outcome items to the operation's.
+func (s *Store) extendOutcomes(ctx context.Context, op capacity.Operation, now time.Time) error {
+	upd := expression.Set(expression.Name(attrExpiresAt), expression.Value(expiry(now.Add(s.retention()))))
+	for vmID := range op.Outcomes {
+		_, err := s.updateItem(ctx, outcomeKey(op, vmID), expression.Name(attrPK).AttributeExists(), upd, types.ReturnValueNone)
+		if err != nil && !errors.Is(err, capacity.ErrConflict) { // gone: nothing to keep
+			return fmt.Errorf("extend outcome of VM %s: %w", vmID, err)
+		}
 	}
 	return nil
 }
@@ -169,12 +236,12 @@ func (s *Store) EndOperation(ctx context.Context, op capacity.Operation, state c
 // RestartOperation moves the operation, still in op.State at op's attempt, to pending-start
 // at the next attempt with one more restart.
 func (s *Store) RestartOperation(ctx context.Context, op capacity.Operation, now time.Time) error {
-	upd := expression.Set(expression.Name("State"), expression.Value(capacity.OpPendingStart)).
-		Set(expression.Name("Attempt"), expression.Value(op.CurrentAttempt()+1)).
-		Set(expression.Name("Restarts"), expression.Value(op.Restarts+1)).
-		Set(expression.Name("UpdatedAt"), expression.Value(now)).
-		Set(expression.Name(table.ByStatePartitionKey), expression.Value(opStatePK(capacity.OpPendingStart))).
-		Set(expression.Name(table.ByStateSortKey), expression.Value(opStateSKAt(now, op.ID)))
+	upd := expression.Set(expression.Name(attrState), expression.Value(capacity.OpPendingStart)).
+		Set(expression.Name(attrAttempt), expression.Value(op.CurrentAttempt()+1)).
+		Set(expression.Name(attrRestarts), expression.Value(op.Restarts+1)).
+		Set(expression.Name(attrUpdatedAt), expression.Value(now)).
+		Set(expression.Name(attrGSI1PK), expression.Value(opStatePK(capacity.OpPendingStart))).
+		Set(expression.Name(attrGSI1SK), expression.Value(opStateSKAt(now, op.ID)))
 	if _, err := s.updateItem(ctx, operationKey(op), stateAt(op.State, op), upd, types.ReturnValueNone); err != nil {
 		return fmt.Errorf("restart operation %s: %w", op.ID, err)
 	}
@@ -184,10 +251,11 @@ func (s *Store) RestartOperation(ctx context.Context, op capacity.Operation, now
 // FailOperation ends the operation, still in op.State at op's attempt, as failed with the
 // reason.
 func (s *Store) FailOperation(ctx context.Context, op capacity.Operation, reason string, now time.Time) error {
-	upd := expression.Set(expression.Name("State"), expression.Value(capacity.OpFailed)).
-		Set(expression.Name("Reason"), expression.Value(reason)).
-		Set(expression.Name("UpdatedAt"), expression.Value(now)).
-		Set(expression.Name(table.ByStatePartitionKey), expression.Value(opStatePK(capacity.OpFailed)))
+	upd := expression.Set(expression.Name(attrState), expression.Value(capacity.OpFailed)).
+		Set(expression.Name(attrReason), expression.Value(reason)).
+		Set(expression.Name(attrUpdatedAt), expression.Value(now)).
+		Set(expression.Name(attrGSI1PK), expression.Value(opStatePK(capacity.OpFailed))).
+		Set(expression.Name(attrExpiresAt), expression.Value(expiry(now.Add(s.retention()))))
 	if _, err := s.updateItem(ctx, operationKey(op), stateAt(op.State, op), upd, types.ReturnValueNone); err != nil {
 		return fmt.Errorf("fail operation %s: %w", op.ID, err)
 	}
@@ -200,13 +268,16 @@ func (s *Store) FailOperation(ctx context.Context, op capacity.Operation, reason
 func (s *Store) RedriveOperation(ctx context.Context, op capacity.Operation, audit capacity.AuditRecord, now time.Time) error {
 	// SET only (an empty Reason rather than REMOVE): the local emulator drops the SET part of
 	// an expression that mixes SET with REMOVE.
-	upd := expression.Set(expression.Name("State"), expression.Value(capacity.OpPendingStart)).
-		Set(expression.Name("Attempt"), expression.Value(op.CurrentAttempt()+1)).
-		Set(expression.Name("Restarts"), expression.Value(0)).
-		Set(expression.Name("Reason"), expression.Value("")).
-		Set(expression.Name("UpdatedAt"), expression.Value(now)).
-		Set(expression.Name(table.ByStatePartitionKey), expression.Value(opStatePK(capacity.OpPendingStart))).
-		Set(expression.Name(table.ByStateSortKey), expression.Value(opStateSKAt(now, op.ID)))
+	upd := expression.Set(expression.Name(attrState), expression.Value(capacity.OpPendingStart)).
+		Set(expression.Name(attrAttempt), expression.Value(op.CurrentAttempt()+1)).
+		Set(expression.Name(attrRestarts), expression.Value(0)).
+		Set(expression.Name(attrReason), expression.Value("")).
+		Set(expression.Name(attrUpdatedAt), expression.Value(now)).
+		Set(expression.Name(attrGSI1PK), expression.Value(opStatePK(capacity.OpPendingStart))).
+		Set(expression.Name(attrGSI1SK), expression.Value(opStateSKAt(now, op.ID))).
+		// Live again: its end sets the expiry anew; until then this one only bounds an
+		// operation that is never ended (SET, not REMOVE: see above).
+		Set(expression.Name(attrExpiresAt), expression.Value(expiry(now.Add(s.retention()))))
 	opUpd, err := s.update(operationKey(op), stateAt(op.State, op), upd)
 	if err != nil {
 		return fmt.Errorf("re-drive operation %s: %w", op.ID, err)
@@ -229,8 +300,8 @@ func (s *Store) RedriveOperation(ctx context.Context, op capacity.Operation, aud
 // OperationsInState lists operations in a state that entered it before the time, oldest
 // first, from the byState index, page by page up to limit.
 func (s *Store) OperationsInState(ctx context.Context, state capacity.OperationState, before time.Time, limit int) ([]capacity.Operation, error) {
-	keyCond := expression.Key(table.ByStatePartitionKey).Equal(expression.Value(opStatePK(state))).
-		And(expression.Key(table.ByStateSortKey).LessThan(expression.Value(before.UTC().Format(time.RFC3339Nano))))
+	keyCond := expression.Key(attrGSI1PK).Equal(expression.Value(opStatePK(state))).
+		And(expression.Key(attrGSI1SK).LessThan(expression.Value(before.UTC().Format(time.RFC3339Nano))))
 	expr, err := expression.NewBuilder().WithKeyCondition(keyCond).Build()
 	if err != nil {
 		return nil, fmt.Errorf("build index query: %w", err)
@@ -255,7 +326,7 @@ func (s *Store) OperationsInState(ctx context.Context, state capacity.OperationS
 			if err := attributevalue.UnmarshalMap(item, &it); err != nil {
 				return nil, fmt.Errorf("decode operation: %w", err)
 			}
-			ops = append(ops, it.Operation) // without outcomes: GetOperation reads those
+			ops = append(ops, it.operation()) // without outcomes: GetOperation reads those
 		}
 	}
 	return ops, nil
@@ -265,17 +336,17 @@ func (s *Store) OperationsInState(ctx context.Context, state capacity.OperationS
 var operationsPage = 100
 
 func operationKey(op capacity.Operation) map[string]types.AttributeValue {
-	return itemKey(nodePK(op.NodeID), prefixOperation+op.ID)
+	return itemKey(opPK(op.NodeID, op.ID), skOperation)
 }
 
 // stateAt holds when the operation is in the state at op's attempt. Items written before
 // attempts existed have no Attempt attribute: they are at the first.
 func stateAt(state capacity.OperationState, op capacity.Operation) expression.ConditionBuilder {
-	attempt := expression.Name("Attempt").Equal(expression.Value(op.CurrentAttempt()))
+	attempt := expression.Name(attrAttempt).Equal(expression.Value(op.CurrentAttempt()))
 	if op.CurrentAttempt() == 1 {
-		attempt = expression.Name("Attempt").AttributeNotExists().Or(expression.Name("Attempt").LessThanEqual(expression.Value(1)))
+		attempt = expression.Name(attrAttempt).AttributeNotExists().Or(expression.Name(attrAttempt).LessThanEqual(expression.Value(1)))
 	}
-	return expression.Name("State").Equal(expression.Value(state)).And(attempt)
+	return expression.Name(attrState).Equal(expression.Value(state)).And(attempt)
 }
 
 // retryConflicts makes the SDK's retryer, for one call, also retry TransactionConflict, which

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -19,7 +20,6 @@ import (
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/openrelay/capacity/shared/capacity"
-	"github.com/openrelay/capacity/shared/table"
 )
 
 // MaxTransactItems is DynamoDB's limit on actions in one TransactWriteItems. The emulator may
@@ -33,6 +33,23 @@ type Store struct {
 	AuditTable string
 	// KeysTable holds API keys (see Keys). Only the api function and provisioning need it.
 	KeysTable string
+	// Retention is how long terminated VMs and ended operations (with their outcomes) are
+	// kept before TTL deletes them: DefaultRetention when zero, never less than MinRetention.
+	Retention time.Duration
+}
+
+const (
+	// DefaultRetention keeps history for 400 days.
+	DefaultRetention = 400 * 24 * time.Hour
+	// MinRetention: GET of a finished operation answers for at least 90 days.
+	MinRetention = 90 * 24 * time.Hour
+)
+
+func (s *Store) retention() time.Duration {
+	if s.Retention == 0 {
+		return DefaultRetention
+	}
+	return max(s.Retention, MinRetention)
 }
 
 var _ capacity.Store = (*Store)(nil)
@@ -45,38 +62,61 @@ func New(client *dynamodb.Client, stateTable, auditTable string) *Store {
 // Keys returns the API key store on the store's client and KeysTable.
 func (s *Store) Keys() *Keys { return &Keys{Client: s.Client, Table: s.KeysTable} }
 
-// LoadNode reads a node's partition with one strongly consistent Query (more pages only if
-// the partition outgrows 1 MB). Reclaim operations, terminated VMs and other callers'
-// idempotency records are filtered out: no decision reads them.
+// LoadNode reads the node's decision partition with one strongly consistent Query: the node,
+// its reservations and its live VMs (the key condition sk >= "NODE" skips the idempotency
+// records, which sort before; terminated VMs and operations live under other keys). The
+// caller's own idempotency record, when a scope is given, is one consistent GetItem run
+// alongside. Items and bytes read go to the context's CallStats.
 func (s *Store) LoadNode(ctx context.Context, nodeID, idempotencyScope string) (*capacity.NodeState, error) {
-	keyCond := expression.Key(table.PartitionKey).Equal(expression.Value(nodePK(nodeID)))
-	sk := expression.Name(table.SortKey)
-	filter := expression.And(
-		expression.Not(sk.BeginsWith(prefixOperation)),
-		expression.Or(expression.Not(sk.BeginsWith(prefixIdempotent)), sk.Equal(expression.Value(prefixIdempotent+idempotencyScope))),
-		expression.Or(expression.Name("State").AttributeNotExists(), expression.Name("State").NotEqual(expression.Value(capacity.VMTerminated))),
+	var (
+		idem    *capacity.IdempotencyRecord
+		idemErr error
+		wg      sync.WaitGroup
 	)
-	expr, err := expression.NewBuilder().WithKeyCondition(keyCond).WithFilter(filter).Build()
+	if idempotencyScope != "" {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			idem, idemErr = s.idempotencyRecord(ctx, nodeID, idempotencyScope)
+		}()
+	}
+	st, err := s.queryNode(ctx, nodeID)
+	wg.Wait()
+	if err != nil {
+		return nil, err
+	}
+	if idemErr != nil {
+		return nil, idemErr
+	}
+	st.Idempotency = idem
+	return st, nil
+}
+
+func (s *Store) queryNode(ctx context.Context, nodeID string) (*capacity.NodeState, error) {
+	keyCond := expression.Key(attrPK).Equal(expression.Value(nodePK(nodeID))).
+		And(expression.Key(attrSK).GreaterThanEqual(expression.Value(skNode)))
+	expr, err := expression.NewBuilder().WithKeyCondition(keyCond).Build()
 	if err != nil {
 		return nil, fmt.Errorf("build node query: %w", err)
 	}
 	in := &dynamodb.QueryInput{
 		TableName:                 aws.String(s.Table),
 		KeyConditionExpression:    expr.KeyCondition(),
-		FilterExpression:          expr.Filter(),
 		ExpressionAttributeNames:  expr.Names(),
 		ExpressionAttributeValues: expr.Values(),
 		ConsistentRead:            aws.Bool(true),
 	}
 	st := &capacity.NodeState{}
 	found := false
+	stats := capacity.CallStatsFrom(ctx)
 	for page := dynamodb.NewQueryPaginator(s.Client, in); page.HasMorePages(); {
 		out, err := page.NextPage(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("query partition of node %s: %w", nodeID, classify(err))
 		}
 		for _, item := range out.Items {
-			ok, err := s.addItem(st, item)
+			stats.AddRead(1, ItemSize(item))
+			ok, err := addItem(st, item)
 			if err != nil {
 				return nil, fmt.Errorf("decode item of node %s: %w", nodeID, err)
 			}
@@ -89,35 +129,49 @@ func (s *Store) LoadNode(ctx context.Context, nodeID, idempotencyScope string) (
 	return st, nil
 }
 
-// addItem decodes one partition item into the state; it reports whether it was the node.
-func (s *Store) addItem(st *capacity.NodeState, item map[string]types.AttributeValue) (bool, error) {
-	var k key
-	if err := attributevalue.UnmarshalMap(item, &k); err != nil {
-		return false, err
+// idempotencyRecord reads the caller's Idempotency-Key record, or nil.
+func (s *Store) idempotencyRecord(ctx context.Context, nodeID, scope string) (*capacity.IdempotencyRecord, error) {
+	out, err := s.Client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.Table), Key: idempotencyKey(nodeID, scope), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read idempotency record of node %s: %w", nodeID, classify(err))
 	}
-	switch k.Type {
+	if out.Item == nil {
+		return nil, nil
+	}
+	capacity.CallStatsFrom(ctx).AddRead(1, ItemSize(out.Item))
+	var it idempotencyItem
+	if err := attributevalue.UnmarshalMap(out.Item, &it); err != nil {
+		return nil, fmt.Errorf("decode idempotency record of node %s: %w", nodeID, err)
+	}
+	rec := it.record()
+	return &rec, nil
+}
+
+// addItem decodes one decision-partition item into the state; it reports whether it was the
+// node. Items of other types (the first layout's operations, until migrated) and terminated
+// VMs (likewise) are skipped.
+func addItem(st *capacity.NodeState, item map[string]types.AttributeValue) (bool, error) {
+	switch attr(item, attrType) {
 	case typeNode:
 		var it nodeItem
 		err := attributevalue.UnmarshalMap(item, &it)
-		st.Node = it.Node
+		st.Node = it.node()
 		return true, err
 	case typeReservation:
 		var it reservationItem
 		err := attributevalue.UnmarshalMap(item, &it)
-		st.Reservations = append(st.Reservations, it.Reservation)
+		st.Reservations = append(st.Reservations, it.reservation())
 		return false, err
 	case typeVM:
 		var it vmItem
-		err := attributevalue.UnmarshalMap(item, &it)
-		st.VMs = append(st.VMs, it.VM)
-		return false, err
-	case typeIdempotency:
-		var it idempotencyItem
 		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
 			return false, err
 		}
-		rec := it.record()
-		st.Idempotency = &rec
+		if vm := it.vm(); vm.State != capacity.VMTerminated {
+			st.VMs = append(st.VMs, vm)
+		}
 	}
 	return false, nil
 }
@@ -145,9 +199,9 @@ func (s *Store) Commit(ctx context.Context, c capacity.Commit) error {
 			return fmt.Errorf("commit on node %s: %w", c.Node.ID, classify(err))
 		}
 		var canceled *types.TransactionCanceledException
-		if errors.As(err, &canceled) && c.NewVM != nil && putFailed(items, canceled, prefixVM+c.NewVM.ID) {
-			// The id is taken, by a VM the decision could not see (terminated ones are not
-			// read): not a race that a new round could win.
+		if errors.As(err, &canceled) && c.NewVM != nil && vmIDTaken(items, canceled, c.NewVM.ID) {
+			// The id is taken, by a VM the decision could not see (terminated ones, in the
+			// node's history): not a race that a new round could win.
 			return fmt.Errorf("commit on node %s: VM %s: %w", c.Node.ID, c.NewVM.ID, capacity.ErrVMExists)
 		}
 		if errors.As(err, &canceled) && retryable(canceled) {
@@ -158,14 +212,21 @@ func (s *Store) Commit(ctx context.Context, c capacity.Commit) error {
 	return nil
 }
 
-// putFailed reports whether the cancelled transaction's put of the item with sort key sk
-// failed its condition (the item already exists).
-func putFailed(items []types.TransactWriteItem, e *types.TransactionCanceledException, sk string) bool {
+// vmIDTaken reports whether the cancelled transaction failed on the VM id: its put (a live VM
+// has the id) or its check of the node's history (a terminated one had it).
+func vmIDTaken(items []types.TransactWriteItem, e *types.TransactionCanceledException, vmID string) bool {
 	for i, r := range e.CancellationReasons {
-		if i >= len(items) || items[i].Put == nil || aws.ToString(r.Code) != "ConditionalCheckFailed" {
+		if i >= len(items) || aws.ToString(r.Code) != "ConditionalCheckFailed" {
 			continue
 		}
-		if v, ok := items[i].Put.Item[table.SortKey].(*types.AttributeValueMemberS); ok && v.Value == sk {
+		var k map[string]types.AttributeValue
+		switch {
+		case items[i].Put != nil:
+			k = items[i].Put.Item
+		case items[i].ConditionCheck != nil:
+			k = items[i].ConditionCheck.Key
+		}
+		if attr(k, attrSK) == prefixVM+vmID {
 			return true
 		}
 	}
@@ -178,7 +239,7 @@ func (s *Store) Landed(ctx context.Context, c capacity.Commit) (bool, error) {
 	a := newAuditItem(c.Audit)
 	out, err := s.Client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: aws.String(s.AuditTable), Key: itemKey(a.PK, a.SK), ConsistentRead: aws.Bool(true),
-		ProjectionExpression: aws.String(table.PartitionKey),
+		ProjectionExpression: aws.String(attrPK),
 	})
 	if err != nil {
 		return false, fmt.Errorf("read audit record %s of an ambiguous commit: %w", c.Audit.ID, err)
@@ -291,6 +352,16 @@ func reasons(e *types.TransactionCanceledException) string {
 	return strings.Join(out, ", ")
 }
 
+// TransactInput returns the TransactWriteItems input Commit would send for c, so that a
+// benchmark can send the very same items without the store (see BenchmarkReclaim's floor).
+func (s *Store) TransactInput(c capacity.Commit) (*dynamodb.TransactWriteItemsInput, error) {
+	items, err := s.transactItems(c)
+	if err != nil {
+		return nil, err
+	}
+	return &dynamodb.TransactWriteItemsInput{TransactItems: items}, nil
+}
+
 func (s *Store) transactItems(c capacity.Commit) ([]types.TransactWriteItem, error) {
 	var items []types.TransactWriteItem
 	add := func(it types.TransactWriteItem, err error) error {
@@ -310,18 +381,18 @@ func (s *Store) transactItems(c capacity.Commit) ([]types.TransactWriteItem, err
 		return nil, fmt.Errorf("node %s: %w", c.Node.ID, err)
 	}
 	if r := c.Reservation; r != nil {
-		upd := expression.Set(expression.Name("ReleasedUnitIDs"), expression.Value(r.ReleasedUnitIDs)).
-			Set(expression.Name("UpdatedAt"), expression.Value(r.UpdatedAt))
+		upd := expression.Set(expression.Name(attrReleasedUnitIDs), expression.Value(r.ReleasedUnitIDs)).
+			Set(expression.Name(attrUpdatedAt), expression.Value(r.UpdatedAt))
 		err := add(s.update(itemKey(nodePK(r.NodeID), prefixReserv+r.ID), versionIs(r.Version), bump(upd, r.Version)))
 		if err != nil {
 			return nil, fmt.Errorf("reservation %s: %w", r.ID, err)
 		}
 	}
 	for _, vm := range c.Evict {
-		cond := versionIs(vm.Version).And(expression.Name("State").Equal(expression.Value(vm.State)))
-		upd := expression.Set(expression.Name("State"), expression.Value(capacity.VMTerminating)).
-			Set(expression.Name("ReclaimID"), expression.Value(c.Operation.ID)).
-			Set(expression.Name("UpdatedAt"), expression.Value(c.Operation.CreatedAt))
+		cond := versionIs(vm.Version).And(expression.Name(attrState).Equal(expression.Value(vm.State)))
+		upd := expression.Set(expression.Name(attrState), expression.Value(capacity.VMTerminating)).
+			Set(expression.Name(attrReclaimID), expression.Value(c.Operation.ID)).
+			Set(expression.Name(attrUpdatedAt), expression.Value(c.Operation.CreatedAt))
 		if err := add(s.update(itemKey(nodePK(vm.NodeID), prefixVM+vm.ID), cond, bump(upd, vm.Version))); err != nil {
 			return nil, fmt.Errorf("VM %s: %w", vm.ID, err)
 		}
@@ -329,6 +400,11 @@ func (s *Store) transactItems(c capacity.Commit) ([]types.TransactWriteItem, err
 	if c.NewVM != nil {
 		if err := add(s.putNew(s.Table, newVMItem(*c.NewVM), nil)); err != nil {
 			return nil, fmt.Errorf("VM %s: %w", c.NewVM.ID, err)
+		}
+		// VM ids are not reused while the node's history remembers them.
+		hist := itemKey(histPK(c.NewVM.NodeID), prefixVM+c.NewVM.ID)
+		if err := add(s.check(hist, expression.Name(attrPK).AttributeNotExists())); err != nil {
+			return nil, fmt.Errorf("VM %s history: %w", c.NewVM.ID, err)
 		}
 	}
 	if c.Operation != nil {
@@ -338,7 +414,7 @@ func (s *Store) transactItems(c capacity.Commit) ([]types.TransactWriteItem, err
 	}
 	if c.Idempotency != nil {
 		// A record past its expiry may still exist until TTL deletes it; it no longer binds.
-		expired := expression.Name(table.TTLAttribute).LessThanEqual(expression.Value(c.Idempotency.CreatedAt.Unix()))
+		expired := expression.Name(attrExpiresAt).LessThanEqual(expression.Value(c.Idempotency.CreatedAt.Unix()))
 		if err := add(s.putNew(s.Table, newIdempotencyItem(*c.Idempotency), &expired)); err != nil {
 			return nil, fmt.Errorf("idempotency record: %w", err)
 		}
@@ -351,17 +427,17 @@ func (s *Store) transactItems(c capacity.Commit) ([]types.TransactWriteItem, err
 
 func itemKey(pk, sk string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{
-		table.PartitionKey: &types.AttributeValueMemberS{Value: pk},
-		table.SortKey:      &types.AttributeValueMemberS{Value: sk},
+		attrPK: &types.AttributeValueMemberS{Value: pk},
+		attrSK: &types.AttributeValueMemberS{Value: sk},
 	}
 }
 
 func versionIs(v int64) expression.ConditionBuilder {
-	return expression.Name("Version").Equal(expression.Value(v))
+	return expression.Name(attrVersion).Equal(expression.Value(v))
 }
 
 func bump(u expression.UpdateBuilder, v int64) expression.UpdateBuilder {
-	return u.Set(expression.Name("Version"), expression.Value(v+1))
+	return u.Set(expression.Name(attrVersion), expression.Value(v+1))
 }
 
 func (s *Store) update(k map[string]types.AttributeValue, cond expression.ConditionBuilder, upd expression.UpdateBuilder) (types.TransactWriteItem, error) {
@@ -387,13 +463,28 @@ func (s *Store) check(k map[string]types.AttributeValue, cond expression.Conditi
 	}}, nil
 }
 
-// putNew puts an item that must not exist yet (or, with orElse, may exist if orElse holds).
-func (s *Store) putNew(tableName string, v any, orElse *expression.ConditionBuilder) (types.TransactWriteItem, error) {
-	item, err := attributevalue.MarshalMap(v)
+func (s *Store) deleteIf(k map[string]types.AttributeValue, cond expression.ConditionBuilder) (types.TransactWriteItem, error) {
+	expr, err := expression.NewBuilder().WithCondition(cond).Build()
 	if err != nil {
-		return types.TransactWriteItem{}, fmt.Errorf("encode item: %w", err)
+		return types.TransactWriteItem{}, fmt.Errorf("build delete condition: %w", err)
 	}
-	cond := expression.Name(table.PartitionKey).AttributeNotExists()
+	return types.TransactWriteItem{Delete: &types.Delete{
+		TableName: aws.String(s.Table), Key: k, ConditionExpression: expr.Condition(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+	}}, nil
+}
+
+// putNew puts an item (an item struct, or an item as stored) that must not exist yet (or,
+// with orElse, may exist if orElse holds).
+func (s *Store) putNew(tableName string, v any, orElse *expression.ConditionBuilder) (types.TransactWriteItem, error) {
+	item, ok := v.(map[string]types.AttributeValue)
+	if !ok {
+		var err error
+		if item, err = attributevalue.MarshalMap(v); err != nil {
+			return types.TransactWriteItem{}, fmt.Errorf("encode item: %w", err)
+		}
+	}
+	cond := expression.Name(attrPK).AttributeNotExists()
 	if orElse != nil {
 		cond = cond.Or(*orElse)
 	}

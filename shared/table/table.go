@@ -38,9 +38,10 @@ type Index struct {
 	Name, PartitionKey, SortKey string
 }
 
-// State holds nodes, reservations, VMs, reclaim operations and idempotency records: every item
-// lives in its node's partition (pk NODE#<nodeId>). The functions that write here never see API
-// keys, which live in Keys.
+// State holds nodes, reservations, VMs, reclaim operations and idempotency records. Every key
+// belongs to one node (pk NODE#<nodeId>, or NODE#<nodeId>#... for its history and its
+// operations), so no write spans nodes; history expires through TTLAttribute. The functions
+// that write here never see API keys, which live in Keys.
 var State = Table{
 	LogicalID: "StateTable",
 	Suffix:    "state",

@@ -1,0 +1,80 @@
+// Command capacity-migrate moves a deployed state table from the first item layout (every item
+// of a node in its decision partition) to the live-only layout: terminated VMs to the node's
+// history, reclaim operations and their outcomes to partitions of their own, each with its
+// expiry. Run it once after deploying the release that reads the new layout:
+//
+//	capacity-migrate -table capacity-prod-state [-dry-run]
+//
+// Credentials, region and endpoint come from the usual AWS environment (AWS_PROFILE,
+// AWS_REGION, AWS_ENDPOINT_URL for the local stack). Every move is one conditional
+// transaction, so the command is idempotent and can be stopped and run again at any time. It
+// prints what it moved as JSON and logs JSON to stdout.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/openrelay/capacity/shared/config"
+	"github.com/openrelay/capacity/shared/dynamo"
+)
+
+func main() {
+	logger := config.Logger()
+	ctx := context.Background()
+	err := run(ctx, os.Args[1:], os.Stdout, logger, func() (*dynamodb.Client, error) {
+		cfg, err := config.AWS(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return dynamodb.NewFromConfig(cfg), nil
+	})
+	if err != nil {
+		logger.Error("migration failed", "error", err.Error())
+		os.Exit(1)
+	}
+}
+
+// run parses the flags, migrates, and prints the report.
+func run(ctx context.Context, args []string, out io.Writer, logger *slog.Logger, client func() (*dynamodb.Client, error)) error {
+	fs := flag.NewFlagSet("capacity-migrate", flag.ContinueOnError)
+	fs.SetOutput(out)
+	tableName := fs.String("table", "", "state table to migrate, e.g. capacity-prod-state (required)")
+	dryRun := fs.Bool("dry-run", false, "count what would move; write nothing")
+	retention := fs.Duration("retention", dynamo.DefaultRetention, fmt.Sprintf("how long moved history is kept (at least %s)", dynamo.MinRetention))
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *tableName == "" {
+		return errors.New("-table is required")
+	}
+	if *retention < dynamo.MinRetention {
+		return fmt.Errorf("-retention %s is under the minimum %s", *retention, dynamo.MinRetention)
+	}
+	c, err := client()
+	if err != nil {
+		return err
+	}
+	store := dynamo.New(c, *tableName, "")
+	store.Retention = *retention
+	start := time.Now()
+	rep, err := store.Migrate(ctx, *dryRun, logger)
+	if err != nil {
+		return fmt.Errorf("migrate %s: %w", *tableName, err)
+	}
+	return json.NewEncoder(out).Encode(struct {
+		Table   string  `json:"table"`
+		DryRun  bool    `json:"dryRun"`
+		Seconds float64 `json:"seconds"`
+		dynamo.MigrationReport
+	}{*tableName, *dryRun, time.Since(start).Seconds(), rep})
+}
