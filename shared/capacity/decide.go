@@ -1,6 +1,7 @@
 package capacity
 
 import (
+	"fmt"
 	"slices"
 	"sort"
 	"strings"
@@ -83,29 +84,48 @@ func notReserved(r *Reservation, ids []string) []string {
 	return out
 }
 
-// ReclaimPlan is the decision of a reclaim: the new released set and the VMs to evict.
-type ReclaimPlan struct {
+// CapacityPlan is the decision of a reclaim or a release: what the reservation's released set
+// becomes and which VMs go. Its Commit turns it into writes; nothing else needs to know which
+// action made it.
+type CapacityPlan struct {
+	Action      string      // ActionReclaim or ActionRelease
+	Node        Node        // as read: the commit conditions on its version
 	Reservation Reservation // as read
-	Released    []string    // releasedUnitIds after the reclaim
-	Victims     []VM        // running spot VMs on the reclaimed units, as read
-	Skipped     []VM        // running VMs of other tiers on the reclaimed units
+	Released    []string    // releasedUnitIds after the call
+	Victims     []VM        // running spot VMs on the reclaimed units, as read (reclaim only)
+	Skipped     []VM        // running VMs of other tiers on the reclaimed units (reclaim only)
+	// The request's own facts that the writes and the answer carry.
+	UnitIDs []string
+	DryRun  bool
+	Reason  string
 }
 
 // Changes reports whether the plan changes anything.
-func (p *ReclaimPlan) Changes() bool {
+func (p *CapacityPlan) Changes() bool {
 	return len(p.Victims) > 0 || len(p.Released) != len(p.Reservation.ReleasedUnitIDs)
+}
+
+// DecideCapacity decides a reclaim or a release (action ActionReclaim or ActionRelease).
+func DecideCapacity(action string, p Principal, st *NodeState, req CapacityRequest, now time.Time) (*CapacityPlan, error) {
+	switch action {
+	case ActionReclaim:
+		return DecideReclaim(p, st, req, now)
+	case ActionRelease:
+		return DecideRelease(p, st, req, now)
+	}
+	return nil, fmt.Errorf("decide capacity: unknown action %q", action)
 }
 
 // DecideReclaim decides a reclaim of units from the spot market back to the reservation's
 // exclusive use. Units already exclusive are a no-op, so a retried reclaim succeeds and
 // evicts nothing new. Every running spot VM on a named unit is evicted, whole, even if it
 // also spans units not named; VMs of other tiers are left running and reported as skipped.
-func DecideReclaim(p Principal, st *NodeState, req CapacityRequest, now time.Time) (*ReclaimPlan, error) {
+func DecideReclaim(p Principal, st *NodeState, req CapacityRequest, now time.Time) (*CapacityPlan, error) {
 	r, err := checkCapacityCall(p, st, req, now)
 	if err != nil {
 		return nil, err
 	}
-	plan := &ReclaimPlan{Reservation: *r}
+	plan := newPlan(ActionReclaim, st, r, req)
 	for _, u := range r.ReleasedUnitIDs {
 		if !slices.Contains(req.UnitIDs, u) {
 			plan.Released = append(plan.Released, u)
@@ -127,21 +147,10 @@ func DecideReclaim(p Principal, st *NodeState, req CapacityRequest, now time.Tim
 	return plan, nil
 }
 
-// ReleasePlan is the decision of a release: the new released set.
-type ReleasePlan struct {
-	Reservation Reservation // as read
-	Released    []string    // releasedUnitIds after the release
-}
-
-// Changes reports whether the plan changes anything.
-func (p *ReleasePlan) Changes() bool {
-	return len(p.Released) != len(p.Reservation.ReleasedUnitIDs)
-}
-
 // DecideRelease decides a release of exclusive units to the spot market ("double sell").
 // Only idle units may be sold: a unit with a VM on it is refused. Units already released are
 // a no-op.
-func DecideRelease(p Principal, st *NodeState, req CapacityRequest, now time.Time) (*ReleasePlan, error) {
+func DecideRelease(p Principal, st *NodeState, req CapacityRequest, now time.Time) (*CapacityPlan, error) {
 	r, err := checkCapacityCall(p, st, req, now)
 	if err != nil {
 		return nil, err
@@ -157,7 +166,54 @@ func DecideRelease(p Principal, st *NodeState, req CapacityRequest, now time.Tim
 	}
 	released := append(slices.Clone(r.ReleasedUnitIDs), newly...)
 	sort.Strings(released)
-	return &ReleasePlan{Reservation: *r, Released: nonNil(released)}, nil
+	plan := newPlan(ActionRelease, st, r, req)
+	plan.Released = nonNil(released)
+	return plan, nil
+}
+
+func newPlan(action string, st *NodeState, r *Reservation, req CapacityRequest) *CapacityPlan {
+	return &CapacityPlan{
+		Action: action, Node: st.Node, Reservation: *r,
+		UnitIDs: slices.Clone(req.UnitIDs), DryRun: req.DryRun, Reason: req.Reason,
+	}
+}
+
+// Commit turns the plan into what the call writes and answers, with no I/O: the commit (nil
+// for a dry run, which changes nothing), the caller's result, and the call's audit record
+// (inside the commit when there is one; a dry run appends it on its own). audit carries the
+// call's facts (ids, caller, time); opID names the reclaim operation if the plan evicts VMs.
+func (p *CapacityPlan) Commit(opID string, audit AuditRecord, now time.Time) (*Commit, CapacityResult, AuditRecord) {
+	result := CapacityResult{
+		DryRun: p.DryRun, Reason: p.Reason, Reservation: p.Reservation,
+		Terminated: VMIDs(p.Victims), Skipped: VMIDs(p.Skipped),
+	}
+	c := &Commit{Node: p.Node, BumpNode: p.Changes()}
+	if c.BumpNode && !p.DryRun {
+		after := p.Reservation
+		after.ReleasedUnitIDs = p.Released
+		after.UpdatedAt = now
+		c.Reservation = &after
+		result.Reservation = after
+		result.Reservation.Version++ // as the store writes it
+	}
+	if len(p.Victims) > 0 && !p.DryRun {
+		c.Evict = p.Victims
+		c.Operation = &Operation{
+			ID: opID, NodeID: p.Node.ID, ReservationID: p.Reservation.ID,
+			State: OpPendingStart, VMIDs: result.Terminated, UnitIDs: p.UnitIDs,
+			CreatedAt: now, UpdatedAt: now,
+		}
+		result.ReclaimID = opID
+	}
+	audit.ReleasedBefore = nonNil(p.Reservation.ReleasedUnitIDs)
+	audit.ReleasedAfter = nonNil(result.Reservation.ReleasedUnitIDs)
+	audit.Terminated, audit.Skipped, audit.ReclaimID = result.Terminated, result.Skipped, result.ReclaimID
+	audit.Outcome = "ok"
+	if p.DryRun {
+		return nil, result, audit
+	}
+	c.Audit = audit
+	return c, result, audit
 }
 
 // DecidePlacement decides whether a VM may be placed. Any VM needs free units. A spot VM may

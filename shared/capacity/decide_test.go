@@ -3,6 +3,7 @@ package capacity
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -375,3 +376,112 @@ func TestValidateCapacityRequest(t *testing.T) {
 }
 
 func asError(err error, target **Error) bool { return errors.As(err, target) }
+
+// TestPlanCommit pins down the one place a reclaim or release plan becomes writes, an answer
+// and an audit record, for both actions.
+func TestPlanCommit(t *testing.T) {
+	owner := principal("owner", false, PermCapacity)
+	st := fixture()
+	read := st.Reservations[0] // r1 as read: released u2..u5, version 4
+	vm := func(id string) VM {
+		for _, v := range st.VMs {
+			if v.ID == id {
+				return v
+			}
+		}
+		t.Fatalf("no VM %s in the fixture", id)
+		return VM{}
+	}
+	after := func(released ...string) *Reservation {
+		r := read
+		r.ReleasedUnitIDs, r.UpdatedAt = released, now
+		return &r
+	}
+	answered := func(r *Reservation) Reservation { r2 := *r; r2.Version++; return r2 }
+	base := AuditRecord{ID: "aud-1", Time: now, ActorKeyID: "key-owner", CallerOrgID: "owner", NodeID: "n1", ReservationID: "r1", TopologyGen: 3}
+	audit := func(action string, units, releasedAfter, terminated, skipped []string, reclaimID string, dryRun bool) AuditRecord {
+		a := base
+		a.Action, a.UnitIDs, a.DryRun = action, units, dryRun
+		a.ReleasedBefore, a.ReleasedAfter = read.ReleasedUnitIDs, releasedAfter
+		a.Terminated, a.Skipped, a.ReclaimID, a.Outcome = terminated, skipped, reclaimID, "ok"
+		return a
+	}
+	none := []string{}
+	tests := []struct {
+		name       string
+		action     string
+		units      []string
+		dryRun     bool
+		wantCommit *Commit // without Audit: it must equal wantAudit
+		wantResult CapacityResult
+		wantAudit  AuditRecord
+	}{
+		{
+			name: "reclaim with victims", action: ActionReclaim, units: []string{"u2", "u3"},
+			wantCommit: &Commit{
+				Node: st.Node, BumpNode: true, Reservation: after("u4", "u5"),
+				Evict: []VM{vm("vm-spot-a"), vm("vm-spot-b")},
+				Operation: &Operation{
+					ID: "rcl_1", NodeID: "n1", ReservationID: "r1", State: OpPendingStart,
+					VMIDs: []string{"vm-spot-a", "vm-spot-b"}, UnitIDs: []string{"u2", "u3"}, CreatedAt: now, UpdatedAt: now,
+				},
+			},
+			wantResult: CapacityResult{
+				Reservation: answered(after("u4", "u5")), ReclaimID: "rcl_1",
+				Terminated: []string{"vm-spot-a", "vm-spot-b"}, Skipped: none,
+			},
+			wantAudit: audit(ActionReclaim, []string{"u2", "u3"}, []string{"u4", "u5"}, []string{"vm-spot-a", "vm-spot-b"}, none, "rcl_1", false),
+		},
+		{
+			name: "reclaim that changes nothing only checks the node", action: ActionReclaim, units: []string{"u0", "u1"},
+			wantCommit: &Commit{Node: st.Node},
+			wantResult: CapacityResult{Reservation: read, Terminated: none, Skipped: []string{"vm-res"}},
+			wantAudit:  audit(ActionReclaim, []string{"u0", "u1"}, read.ReleasedUnitIDs, none, []string{"vm-res"}, "", false),
+		},
+		{
+			name: "release", action: ActionRelease, units: []string{"u1"},
+			wantCommit: &Commit{Node: st.Node, BumpNode: true, Reservation: after("u1", "u2", "u3", "u4", "u5")},
+			wantResult: CapacityResult{Reservation: answered(after("u1", "u2", "u3", "u4", "u5")), Terminated: none, Skipped: none},
+			wantAudit:  audit(ActionRelease, []string{"u1"}, []string{"u1", "u2", "u3", "u4", "u5"}, none, none, "", false),
+		},
+		{
+			name: "dry run: no commit, the same answer without the change", action: ActionReclaim, units: []string{"u2", "u0"}, dryRun: true,
+			wantResult: CapacityResult{Reservation: read, DryRun: true, Terminated: []string{"vm-spot-a"}, Skipped: []string{"vm-res"}},
+			wantAudit:  audit(ActionReclaim, []string{"u2", "u0"}, read.ReleasedUnitIDs, []string{"vm-spot-a"}, []string{"vm-res"}, "", true),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			plan, err := DecideCapacity(tt.action, owner, fixture(), CapacityRequest{ReservationID: "r1", UnitIDs: tt.units, DryRun: tt.dryRun}, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := base
+			in.Action, in.UnitIDs, in.DryRun = tt.action, tt.units, tt.dryRun
+			c, result, gotAudit := plan.Commit("rcl_1", in, now)
+			if !reflect.DeepEqual(gotAudit, tt.wantAudit) {
+				t.Errorf("audit:\n got %+v\nwant %+v", gotAudit, tt.wantAudit)
+			}
+			if !reflect.DeepEqual(result, tt.wantResult) {
+				t.Errorf("result:\n got %+v\nwant %+v", result, tt.wantResult)
+			}
+			if tt.wantCommit == nil {
+				if c != nil {
+					t.Fatalf("commit = %+v, want none", c)
+				}
+				return
+			}
+			want := *tt.wantCommit
+			want.Audit = tt.wantAudit
+			if c == nil || !reflect.DeepEqual(*c, want) {
+				t.Errorf("commit:\n got %+v\nwant %+v", c, want)
+			}
+		})
+	}
+}
+
+func TestDecideCapacityUnknownAction(t *testing.T) {
+	if _, err := DecideCapacity(ActionPlace, principal("owner", false, PermCapacity), fixture(), CapacityRequest{ReservationID: "r1", UnitIDs: []string{"u1"}}, now); err == nil {
+		t.Fatal("DecideCapacity(place) succeeded, want an error")
+	}
+}

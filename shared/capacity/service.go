@@ -141,6 +141,7 @@ func (s *Service) capacityCall(ctx context.Context, p Principal, req CapacityReq
 	key := idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(action, req)}
 	var result *CapacityResult
 	answers := map[string]*CapacityResult{} // each round's answer, by its commit's audit id
+	var dryRun *AuditRecord                 // a dry run's audit record, appended after the rounds
 	landed, err := s.apply(ctx, req.NodeID, key, func(st *NodeState, now time.Time) (*Commit, error) {
 		// Access first: a caller who has lost access since gets the 404 (or 403), not the
 		// answer stored under its key.
@@ -153,15 +154,14 @@ func (s *Service) capacityCall(ctx context.Context, p Principal, req CapacityReq
 			result = &res
 			return nil, err
 		}
-		audit := s.auditRecord(p, st, req, meta, action, now)
-		commit, decided, err := s.decideCapacity(p, st, req, action, now, &audit)
+		commit, decided, audit, err := s.decideCapacity(p, st, req, action, now, s.auditRecord(p, st, req, meta, action, now))
 		if err != nil {
 			s.auditRefusal(ctx, audit, err)
 			return nil, err
 		}
 		result = decided
-		if req.DryRun {
-			s.append(ctx, audit)
+		if commit == nil { // a dry run: nothing to write but its audit record
+			dryRun = &audit
 			return nil, nil
 		}
 		answers[commit.Audit.ID] = result
@@ -170,11 +170,19 @@ func (s *Service) capacityCall(ctx context.Context, p Principal, req CapacityReq
 	if errors.Is(err, errNodeNotFound) {
 		return nil, notFound()
 	}
+	if dryRun != nil && err == nil {
+		// Outside the decide phase: appending the record is a dry run's write.
+		start := time.Now()
+		s.append(ctx, *dryRun)
+		CallStatsFrom(ctx).Since(PhaseCommit, start)
+	}
 	if landed != nil {
 		// The round whose commit landed answers, even if a later round decided again.
 		result = answers[landed.Audit.ID]
 		if landed.Operation != nil {
+			start := time.Now()
 			s.startWorkflow(ctx, *landed.Operation)
+			CallStatsFrom(ctx).Since(PhaseStart, start)
 		}
 	}
 	if ErrorCode(err) == CodeConcurrentModification {
@@ -211,13 +219,18 @@ var errNodeNotFound = errors.New("node not found")
 func (s *Service) apply(ctx context.Context, nodeID string, key idempotency, decide func(st *NodeState, now time.Time) (*Commit, error)) (*Commit, error) {
 	var pending []*Commit
 	var last error // the last round's failure, to word the final answer
+	stats := CallStatsFrom(ctx)
 	for round := range s.attempts() {
+		stats.AddRound()
 		now := s.now()
+		start := time.Now()
 		st, err := s.Store.LoadNode(ctx, nodeID, key.scope)
+		stats.Since(PhaseRead, start)
 		if ErrorCode(err) == CodeNotFound {
 			return nil, errNodeNotFound
 		}
 		if err != nil && len(pending) > 0 {
+			// Not "throttled, nothing was applied": an earlier round's commit may have landed.
 			// Not "throttled, nothing was applied": an earlier round's commit may have landed.
 			if c, lerr := s.landed(ctx, pending); c != nil || lerr != nil {
 				return c, lerr
@@ -231,11 +244,15 @@ func (s *Service) apply(ctx context.Context, nodeID string, key idempotency, dec
 		if c, err := s.landed(ctx, pending); c != nil || err != nil {
 			return c, err
 		}
+		start = time.Now()
 		commit, err := decide(st, now)
+		stats.Since(PhaseDecide, start)
 		if err != nil || commit == nil {
 			return nil, err
 		}
+		start = time.Now()
 		err = s.Store.Commit(ctx, *commit)
+		stats.Since(PhaseCommit, start)
 		last = err
 		switch {
 		case err == nil:
@@ -282,6 +299,8 @@ func (s *Service) landed(ctx context.Context, pending []*Commit) (*Commit, error
 	if len(pending) == 0 {
 		return nil, nil
 	}
+	// Learning a commit's outcome is part of committing.
+	defer CallStatsFrom(ctx).Since(PhaseCommit, time.Now())
 	for _, c := range pending {
 		ok, err := s.Store.Landed(ctx, *c)
 		// The call's answer hangs on this read, and a read is safe to repeat: outlast a
@@ -331,54 +350,15 @@ func (s *Service) remember(c *Commit, key idempotency, nodeID string, result any
 	return nil
 }
 
-// decideCapacity turns a reclaim or release decision into the commit and the caller's result.
-func (s *Service) decideCapacity(p Principal, st *NodeState, req CapacityRequest, action string, now time.Time, audit *AuditRecord) (*Commit, *CapacityResult, error) {
-	c := &Commit{Node: st.Node}
-	var before Reservation
-	var released []string
-	result := &CapacityResult{DryRun: req.DryRun, Reason: req.Reason}
-	switch action {
-	case ActionReclaim:
-		plan, err := DecideReclaim(p, st, req, now)
-		if err != nil {
-			return nil, nil, err
-		}
-		before, released = plan.Reservation, plan.Released
-		c.BumpNode = plan.Changes()
-		result.Terminated, result.Skipped = VMIDs(plan.Victims), VMIDs(plan.Skipped)
-		if len(plan.Victims) > 0 && !req.DryRun {
-			c.Evict = plan.Victims
-			c.Operation = &Operation{
-				ID: "rcl_" + s.newID(), NodeID: st.Node.ID, ReservationID: before.ID,
-				State: OpPendingStart, VMIDs: result.Terminated, UnitIDs: req.UnitIDs,
-				CreatedAt: now, UpdatedAt: now,
-			}
-			result.ReclaimID = c.Operation.ID
-		}
-	case ActionRelease:
-		plan, err := DecideRelease(p, st, req, now)
-		if err != nil {
-			return nil, nil, err
-		}
-		before, released = plan.Reservation, plan.Released
-		c.BumpNode = plan.Changes()
+// decideCapacity decides a reclaim or release and turns the plan into the commit (nil for a
+// dry run), the caller's result and the audit record.
+func (s *Service) decideCapacity(p Principal, st *NodeState, req CapacityRequest, action string, now time.Time, audit AuditRecord) (*Commit, *CapacityResult, AuditRecord, error) {
+	plan, err := DecideCapacity(action, p, st, req, now)
+	if err != nil {
+		return nil, nil, audit, err
 	}
-	after := before
-	if c.BumpNode && !req.DryRun {
-		after.ReleasedUnitIDs = released
-		after.UpdatedAt = now
-		c.Reservation = &after
-		result.Reservation = after
-		result.Reservation.Version++
-	} else {
-		result.Reservation = before
-	}
-	audit.ReleasedBefore = nonNil(before.ReleasedUnitIDs)
-	audit.ReleasedAfter = nonNil(result.Reservation.ReleasedUnitIDs)
-	audit.Terminated, audit.Skipped, audit.ReclaimID = result.Terminated, result.Skipped, result.ReclaimID
-	audit.Outcome = "ok"
-	c.Audit = *audit
-	return c, result, nil
+	c, result, audit := plan.Commit("rcl_"+s.newID(), audit, now)
+	return c, &result, audit, nil
 }
 
 // Place records a VM placed by the marketplace scheduler, if its tier may use the units.
@@ -457,7 +437,9 @@ func (s *Service) GetOperation(ctx context.Context, p Principal, nodeID, reserva
 	if err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	op, err := s.Store.GetOperation(ctx, nodeID, opID)
+	CallStatsFrom(ctx).Since(PhaseRead, start)
 	if ErrorCode(err) == CodeNotFound || (err == nil && op.ReservationID != reservationID) {
 		return nil, Errorf(CodeNotFound, "reclaim operation not found")
 	}
@@ -487,7 +469,9 @@ func (s *Service) visibleReservation(ctx context.Context, p Principal, nodeID, r
 	if !p.Can(PermRead) && !p.Can(PermCapacity) || !ValidID(nodeID) || !ValidID(reservationID) {
 		return nil, AccessNone, notFound()
 	}
+	start := time.Now()
 	st, err := s.Store.LoadNode(ctx, nodeID, "")
+	CallStatsFrom(ctx).Since(PhaseRead, start)
 	if err != nil {
 		if ErrorCode(err) == CodeNotFound {
 			return nil, AccessNone, notFound()
