@@ -113,6 +113,8 @@ type CapacityStack struct {
 	TerminateNodeFunction awslambda.Function
 	// ReconcilerFunction starts workflows that a crash left unstarted (every minute).
 	ReconcilerFunction awslambda.Function
+	// FloorFunction is the benchmark's floor of a reclaim (env local only; nil elsewhere).
+	FloorFunction awslambda.Function
 	// Termination is the STANDARD state machine that terminates a reclaim's VMs, node by node.
 	Termination awsstepfunctions.StateMachine
 	// AgentMasterSecret is the secret every node agent's key is derived from (agent contract v2).
@@ -260,6 +262,9 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	})
 
 	s.Api = s.newRestApi(s.ApiFunction, props.ThrottleRate, props.ThrottleBurst)
+	if env == "local" {
+		s.FloorFunction = s.newFloor(state, audit)
+	}
 
 	output := func(id string, value *string, desc string) {
 		awscdk.NewCfnOutput(s.Stack, jsii.String(id), &awscdk.CfnOutputProps{Value: value, Description: jsii.String(desc)})
@@ -592,6 +597,29 @@ func (s *CapacityStack) newRestApi(fn awslambda.IFunction, rate, burst float64) 
 		api.Root().ResourceForPath(jsii.String(path)).AddMethod(jsii.String("ANY"), integration, nil)
 	}
 	return api
+}
+
+// FloorRoute is the floor's route (env local only): the same gateway, stage and path
+// parameters as a reclaim, so that the two differ only in what the function does.
+const FloorRoute = "/v1/_floor/nodes/{nodeId}/reservations/{id}/reclaim"
+
+// newFloor creates the floor function and its route, POST FloorRoute. The floor makes a
+// reclaim's three calls (Query, TransactWriteItems, StartExecution) from inputs a benchmark
+// precomputed, with no product logic and no authentication: whoever can call it can write
+// anything to the state and audit tables, which is why only env local has it.
+func (s *CapacityStack) newFloor(state, audit awsdynamodb.ITable) awslambda.Function {
+	fn := s.goFunction(goFunctionSpec{Name: "floor", Environment: map[string]*string{
+		"STATE_MACHINE_ARN": s.Termination.StateMachineArn(),
+	}})
+	// What a reclaim needs of the api function's grants: the Query and the transaction's item actions.
+	allow(fn, "StateTable", state, "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem")
+	allow(fn, "AuditTableAppend", audit, "dynamodb:PutItem")
+	allowStateMachine(fn, "StartTermination", s.Termination, "states:StartExecution")
+	integration := awsapigateway.NewLambdaIntegration(fn, &awsapigateway.LambdaIntegrationOptions{
+		Proxy: jsii.Bool(true), AllowTestInvoke: jsii.Bool(false),
+	})
+	s.Api.Root().ResourceForPath(jsii.String(FloorRoute)).AddMethod(jsii.String("POST"), integration, nil)
+	return fn
 }
 
 // constructID turns a function name such as "terminate-node" into "TerminateNode".

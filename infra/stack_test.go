@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		for _, fn := range []string{"api", "terminate-node", "reconciler"} {
+		for _, fn := range []string{"api", "terminate-node", "reconciler", "floor"} {
 			if err := os.MkdirAll(filepath.Join(dir, fn), 0o755); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
@@ -431,10 +431,11 @@ func TestRolePermissions(t *testing.T) {
 			}
 			logWrite := []string{"logs:CreateLogStream", "logs:PutLogEvents"}
 
-			for _, tc := range []struct {
+			type roleCase struct {
 				fn   string
 				want map[string][]string
-			}{
+			}
+			cases := []roleCase{
 				{"api", map[string][]string{
 					stateArn: {"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
 					// Append, and read back a commit's own record after a lost answer (Store.Landed).
@@ -455,7 +456,16 @@ func TestRolePermissions(t *testing.T) {
 					executionsArn:         {"states:DescribeExecution"},
 					ownLogs("reconciler"): logWrite,
 				}},
-			} {
+			}
+			if env == "local" { // only local has the floor (TestFloorOnlyLocally)
+				cases = append(cases, roleCase{"floor", map[string][]string{
+					stateArn:         {"dynamodb:ConditionCheckItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
+					auditArn:         {"dynamodb:PutItem"},
+					smArn:            {"states:StartExecution"},
+					ownLogs("floor"): logWrite,
+				}})
+			}
+			for _, tc := range cases {
 				t.Run(tc.fn, func(t *testing.T) {
 					_, fn := functionByName(t, tp, env, tc.fn)
 					got := rolePermissions(t, tp, roleOf(t, fn, "Role"), "lambda.amazonaws.com")
@@ -513,7 +523,11 @@ func TestEveryRoleIsAsserted(t *testing.T) {
 		t.Run(env, func(t *testing.T) {
 			tp := synth(t, env)
 			asserted := map[string]string{}
-			for _, fn := range []string{"api", "terminate-node", "reconciler"} {
+			fns := []string{"api", "terminate-node", "reconciler"}
+			if env == "local" {
+				fns = append(fns, "floor")
+			}
+			for _, fn := range fns {
 				_, r := functionByName(t, tp, env, fn)
 				asserted[roleOf(t, r, "Role")] = fn
 			}
@@ -524,8 +538,8 @@ func TestEveryRoleIsAsserted(t *testing.T) {
 					t.Errorf("role %s is not one whose permissions TestRolePermissions asserts", id)
 				}
 			}
-			if len(asserted) != 4 {
-				t.Errorf("roles %v: want 4 distinct roles (each function and the state machine its own)", asserted)
+			if len(asserted) != len(fns)+1 {
+				t.Errorf("roles %v: want %d distinct roles (each function and the state machine its own)", asserted, len(fns)+1)
 			}
 		})
 	}
@@ -579,6 +593,14 @@ func TestRoutes(t *testing.T) {
 			tp := synth(t, env)
 			apiID, _ := tp.one(t, "AWS::ApiGateway::RestApi", "Name", "capacity-"+env+"-api")
 			fnID, _ := apiFunction(t, tp, env)
+			// The function each path's methods must target: the api function, but for the floor.
+			targetOf := func(path string) string {
+				if path == FloorRoute {
+					id, _ := functionByName(t, tp, env, "floor")
+					return id
+				}
+				return fnID
+			}
 
 			// Full path of each AWS::ApiGateway::Resource, following ParentId to the root.
 			res := tp.resources("AWS::ApiGateway::Resource")
@@ -610,8 +632,8 @@ func TestRoutes(t *testing.T) {
 				if integ["Type"] != "AWS_PROXY" || integ["IntegrationHttpMethod"] != "POST" {
 					t.Errorf("%s %s: integration %s, want AWS_PROXY via POST", p["HttpMethod"], path, toJSON(integ))
 				}
-				if !strings.Contains(toJSON(integ["Uri"]), toJSON(getAtt(fnID, "Arn"))) {
-					t.Errorf("%s %s: integration does not target the api function: %s", p["HttpMethod"], path, toJSON(integ["Uri"]))
+				if !strings.Contains(toJSON(integ["Uri"]), toJSON(getAtt(targetOf(path), "Arn"))) {
+					t.Errorf("%s %s: integration does not target its function (%s): %s", p["HttpMethod"], path, targetOf(path), toJSON(integ["Uri"]))
 				}
 				if p["AuthorizationType"] != "NONE" || p["AuthorizerId"] != nil {
 					t.Errorf("%s %s: authorisation %v (the function authenticates itself)", p["HttpMethod"], path, p["AuthorizationType"])
@@ -625,19 +647,23 @@ func TestRoutes(t *testing.T) {
 				"/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}":       {"ANY"},
 				"/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}/retry": {"ANY"},
 			}
+			if env == "local" {
+				want[FloorRoute] = []string{"POST"}
+			}
 			if !reflect.DeepEqual(methods, want) {
 				t.Errorf("methods by path\n got %v\nwant %v", methods, want)
 			}
 			if n := len(tp.resources("AWS::ApiGateway::Authorizer")); n != 0 {
 				t.Errorf("%d authorisers, want none", n)
 			}
-			// API Gateway may invoke the function for each route.
+			// API Gateway may invoke the function for each route (the floor only for its own).
 			var apiPerms int
 			for _, perm := range tp.resources("AWS::Lambda::Permission") {
 				if props(perm)["Principal"] == "apigateway.amazonaws.com" {
 					apiPerms++
-					if !reflect.DeepEqual(props(perm)["FunctionName"], getAtt(fnID, "Arn")) {
-						t.Errorf("API Gateway may invoke %s", toJSON(props(perm)["FunctionName"]))
+					fn := props(perm)["FunctionName"]
+					if !reflect.DeepEqual(fn, getAtt(fnID, "Arn")) && (env != "local" || !reflect.DeepEqual(fn, getAtt(targetOf(FloorRoute), "Arn"))) {
+						t.Errorf("API Gateway may invoke %s", toJSON(fn))
 					}
 				}
 			}
@@ -655,6 +681,37 @@ func TestRoutes(t *testing.T) {
 			}}
 			if !reflect.DeepEqual(props(stage)["MethodSettings"], wantSettings) {
 				t.Errorf("stage MethodSettings %s", toJSON(props(stage)["MethodSettings"]))
+			}
+		})
+	}
+}
+
+// TestFloorOnlyLocally: the floor writes whatever it is sent, unauthenticated, so no
+// environment but local has the function, its role or its route.
+func TestFloorOnlyLocally(t *testing.T) {
+	for _, env := range []string{"local", "dev", "staging", "prod"} {
+		t.Run(env, func(t *testing.T) {
+			tp := synth(t, env)
+			var floors []string
+			for id, fn := range tp.resources("AWS::Lambda::Function") {
+				if strings.Contains(toJSON(props(fn)["FunctionName"]), "floor") {
+					floors = append(floors, id)
+				}
+			}
+			var routes []string
+			for id, r := range tp.resources("AWS::ApiGateway::Resource") {
+				if props(r)["PathPart"] == "_floor" {
+					routes = append(routes, id)
+				}
+			}
+			if env == "local" {
+				if len(floors) != 1 || len(routes) != 1 {
+					t.Errorf("local: floor functions %v, _floor resources %v; want one each", floors, routes)
+				}
+				return
+			}
+			if len(floors) != 0 || len(routes) != 0 {
+				t.Errorf("%s has the floor: functions %v, _floor resources %v", env, floors, routes)
 			}
 		})
 	}
@@ -983,8 +1040,12 @@ func TestWorkerFunctions(t *testing.T) {
 	for _, env := range []string{"local", "dev", "prod"} {
 		t.Run(env, func(t *testing.T) {
 			tp := synth(t, env)
-			if n := len(tp.resources("AWS::Lambda::Function")); n != 3 {
-				t.Errorf("%d functions, want 3", n)
+			want := 3
+			if env == "local" {
+				want++ // the floor (TestFloorOnlyLocally)
+			}
+			if n := len(tp.resources("AWS::Lambda::Function")); n != want {
+				t.Errorf("%d functions, want %d", n, want)
 			}
 			state := ref(tableID(t, tp, table.State, env))
 			terminateEnv := map[string]any{

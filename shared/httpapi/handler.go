@@ -84,14 +84,16 @@ const (
 	ActionRelease = capacity.ActionRelease
 )
 
-// serve wraps a route with the request id, method check, authentication, problem rendering
-// and one structured log line per request.
+// serve wraps a route with the request id, method check, authentication, problem rendering,
+// the call's timing (Server-Timing, see statusRecorder) and one structured log line per request.
 func (h *Handler) serve(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		reqID := h.requestID(r)
 		w.Header().Set("X-Request-Id", reqID)
-		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		ctx, stats := capacity.WithCallStats(r.Context())
+		r = r.WithContext(ctx)
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK, stats: stats, start: start}
 		p, err := h.dispatch(rec, r, rt, reqID)
 		if err != nil {
 			prob := problemOf(err)
@@ -102,6 +104,7 @@ func (h *Handler) serve(rt route) http.Handler {
 		}
 		attrs := []any{"request_id", reqID, "method", r.Method, "route", rt.pattern, "path", r.URL.Path,
 			"status", rec.status, "org", p.OrgID, "key_id", p.KeyID, "duration_ms", time.Since(start).Milliseconds()}
+		attrs = append(attrs, timingAttrs(stats.Snapshot())...)
 		if err != nil {
 			attrs = append(attrs, "code", capacity.ErrorCode(err))
 		}
@@ -109,7 +112,7 @@ func (h *Handler) serve(rt route) http.Handler {
 	})
 }
 
-func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, rt route, reqID string) (capacity.Principal, error) {
+func (h *Handler) dispatch(w *statusRecorder, r *http.Request, rt route, reqID string) (capacity.Principal, error) {
 	if rt.methods == nil {
 		return capacity.Principal{}, capacity.Errorf(capacity.CodeNotFound, "no such resource")
 	}
@@ -123,7 +126,9 @@ func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, rt route, req
 		w.Header().Set("Allow", strings.Join(allowed, ", "))
 		return capacity.Principal{}, capacity.Errorf(CodeMethodNotAllowed, "%s is not allowed here; allowed: %s", r.Method, strings.Join(allowed, ", "))
 	}
+	authStart := time.Now()
 	p, err := h.Auth.Authenticate(r.Context(), r.Header.Get("Authorization"))
+	w.stats.Since(capacity.PhaseAuth, authStart)
 	if err != nil {
 		// RFC 6750 3.1: name the error only when credentials were presented.
 		if capacity.ErrorCode(err) == capacity.CodeUnauthenticated && r.Header.Get("Authorization") != "" {
@@ -131,6 +136,7 @@ func (h *Handler) dispatch(w http.ResponseWriter, r *http.Request, rt route, req
 		}
 		return p, err
 	}
+	w.counts = p.Operator
 	return p, fn(w, r, p, reqID)
 }
 
@@ -249,13 +255,37 @@ func (h *Handler) logger() *slog.Logger {
 	return slog.Default()
 }
 
-// statusRecorder remembers the status written, for the request log.
+// statusRecorder remembers the status written, for the request log, and adds the call's
+// Server-Timing header to a successful answer as it goes out.
+//
+// Timings are public on purpose: durations tell a caller nothing its own clock does not, and
+// they let anyone tell our time from the network's. They go on successful answers only: a
+// 404 must carry the same headers whether or not the resource exists, and the phases reached
+// (and the items read) would tell them apart. Items, bytes and rounds go to operators only:
+// they count the node's live VMs and reservations, other orgs' business. The log line always
+// has everything.
 type statusRecorder struct {
 	http.ResponseWriter
 	status int
+	stats  *capacity.CallStats
+	start  time.Time
+	counts bool // the caller may see items, bytes and rounds
+	wrote  bool
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
+	if !s.wrote && code < http.StatusBadRequest {
+		s.Header().Set("Server-Timing", serverTiming(s.stats.Snapshot(), time.Since(s.start), s.counts))
+	}
+	s.wrote = true
 	s.status = code
 	s.ResponseWriter.WriteHeader(code)
+}
+
+// Write sends the implicit 200 through WriteHeader, so that it gets its timing too.
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if !s.wrote {
+		s.WriteHeader(http.StatusOK)
+	}
+	return s.ResponseWriter.Write(b)
 }
