@@ -83,6 +83,11 @@ bench: ## latency and size figures (see README "Numbers")
 	@$(MAKE) --no-print-directory synth ENV=local
 	go test -count=1 -run '^$$' -bench 'Reclaim|Bootstrap' -benchtime 200x ./localstack/e2e
 	go test -count=1 -run '^$$' -bench 'Termination$$' -benchtime 10x ./localstack/e2e
+	go test -count=1 -run '^$$' -bench ReclaimUnits -benchtime 1x ./shared/capacity
+	@echo "==> history: a fresh node against the same node after 1,000 cycles"
+	go test -count=1 -timeout 15m -run '^$$' -bench 'History$$' -benchtime 1x ./localstack/e2e
+	@echo "==> scale: 1,000-victim fan-out, throughput over 1, 4 and 16 nodes, contention on one node"
+	go test -count=1 -timeout 10m -run '^$$' -bench 'Scale$$' -benchtime 1x ./localstack/e2e
 	@echo "==> 64-VM reclaim over 8 nodes, functions under AWS faults ($(E2E_FAULTS)), agents failing 30% of calls"
 	E2E_FAULTS='$(E2E_FAULTS)' go test -count=1 -timeout 20m -run '^$$' -bench TerminationUnderFaults -benchtime 3x ./localstack/e2e
 

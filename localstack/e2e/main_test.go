@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -116,8 +117,15 @@ func stackOutputs() (map[string]string, func(), error) {
 		}
 		fmt.Fprintf(os.Stderr, "e2e: the stack's functions run under AWS faults %q\n", faultSpec)
 	}
+	// E2E_PROCESSES: bootstrap processes per function (their concurrency), 4 unless set.
+	processes := 4
+	if v := os.Getenv("E2E_PROCESSES"); v != "" {
+		if processes, err = strconv.Atoi(v); err != nil || processes < 1 {
+			return nil, nil, fmt.Errorf("E2E_PROCESSES=%q: want a positive number", v)
+		}
+	}
 	st, err := stack.Start(context.Background(), stack.Options{
-		TemplatePath: template, RepoRoot: root, Processes: 4, Logger: logger, ExtraEnv: env,
+		TemplatePath: template, RepoRoot: root, Processes: processes, Logger: logger, ExtraEnv: env,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("start local stack: %w", err)
