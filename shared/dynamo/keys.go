@@ -37,7 +37,7 @@ func (k *Keys) LookupKey(ctx context.Context, hash string) (*capacity.APIKey, er
 		Key:       itemKey(apiKeyPK(hash), skAPIKey),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("get API key: %w", err)
+		return nil, fmt.Errorf("get API key: %w", classify(err))
 	}
 	if out.Item == nil {
 		return nil, nil

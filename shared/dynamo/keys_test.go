@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/openrelay/capacity/shared/awsfault"
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
@@ -163,5 +164,16 @@ func TestKeysRefusesBadInput(t *testing.T) {
 		if n := len(env.Items(t, name)); n != 0 {
 			t.Errorf("%s has %d items after refused calls, want 0", name, n)
 		}
+	}
+}
+
+// A key lookup DynamoDB keeps throttling past the SDK's retries is "throttled" (503, retry
+// later), not an internal error: under load every call authenticates first.
+func TestThrottledKeyLookupIsThrottled(t *testing.T) {
+	inj := awsfault.New(1, awsfault.Rule{Operation: "GetItem", Fault: awsfault.Throttling, Rate: 1})
+	env := dynamotest.New(t, dynamotest.WithAPIOptions(inj.APIOption))
+	_, err := env.Store.Keys().LookupKey(context.Background(), hashOf("ork_op"))
+	if capacity.ErrorCode(err) != capacity.CodeThrottled {
+		t.Fatalf("lookup: %v (code %s), want throttled", err, capacity.ErrorCode(err))
 	}
 }
