@@ -22,6 +22,7 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
+	"github.com/openrelay/capacity/shared/routes"
 	"github.com/openrelay/capacity/shared/table"
 )
 
@@ -57,16 +58,10 @@ var terminateRetryErrors = []string{
 	"Lambda.TooManyRequestsException", "States.Timeout",
 }
 
-// apiRoutes are the REST resources proxied to the api function. Each gets method ANY: the
+// apiRoutes are the REST resources proxied to the api function: the paths of the one route
+// table, shared/routes, that the function's mux is built from too. Each gets method ANY: the
 // function routes by method itself and answers 405 (problem+json) for a wrong one.
-var apiRoutes = []string{
-	"/v1/nodes/{nodeId}/reservations/{id}",                            // GET reservation
-	"/v1/nodes/{nodeId}/reservations/{id}/reclaim",                    // POST reclaim
-	"/v1/nodes/{nodeId}/reservations/{id}/release",                    // POST release to spot
-	"/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}",       // GET reclaim operation
-	"/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}/retry", // POST re-drive its failed terminations
-	"/v1/nodes/{nodeId}/vms",                                          // POST place a spot VM
-}
+var apiRoutes = routes.Paths()
 
 // stackTables are the tables the stack creates, each built from its shared/table description.
 var stackTables = table.All

@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/jsii-runtime-go"
 
+	"github.com/openrelay/capacity/shared/routes"
 	"github.com/openrelay/capacity/shared/table"
 )
 
@@ -639,19 +640,27 @@ func TestRoutes(t *testing.T) {
 					t.Errorf("%s %s: authorisation %v (the function authenticates itself)", p["HttpMethod"], path, p["AuthorizationType"])
 				}
 			}
-			want := map[string][]string{
-				"/v1/nodes/{nodeId}/reservations/{id}":                            {"ANY"},
-				"/v1/nodes/{nodeId}/reservations/{id}/reclaim":                    {"ANY"},
-				"/v1/nodes/{nodeId}/reservations/{id}/release":                    {"ANY"},
-				"/v1/nodes/{nodeId}/vms":                                          {"ANY"},
-				"/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}":       {"ANY"},
-				"/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}/retry": {"ANY"},
+			// The gateway's paths are the route table's (the function's mux is built from it
+			// too), each proxied with ANY; plus, locally, the floor.
+			want := map[string][]string{}
+			for _, r := range routes.All {
+				want[r.Path] = []string{"ANY"}
+			}
+			if len(want) < 7 {
+				t.Fatalf("route table has %d paths", len(want))
 			}
 			if env == "local" {
 				want[FloorRoute] = []string{"POST"}
 			}
 			if !reflect.DeepEqual(methods, want) {
 				t.Errorf("methods by path\n got %v\nwant %v", methods, want)
+			}
+			// Every resource with a method is a route: nothing is served that the table omits.
+			for id := range res {
+				path := pathOf(id, 0)
+				if _, ok := want[path]; !ok && !slices.ContainsFunc(slices.Collect(maps.Keys(want)), func(w string) bool { return strings.HasPrefix(w, path+"/") }) {
+					t.Errorf("API Gateway resource %s is neither a route nor on the way to one", path)
+				}
 			}
 			if n := len(tp.resources("AWS::ApiGateway::Authorizer")); n != 0 {
 				t.Errorf("%d authorisers, want none", n)

@@ -86,17 +86,21 @@ func (r response) json(t testing.TB) map[string]any {
 // (sent as JSON); header pairs follow.
 func call(t testing.TB, method, path, key string, body any, header ...string) response {
 	t.Helper()
-	var rd io.Reader
+	var reqBody []byte
 	switch b := body.(type) {
 	case nil:
 	case string:
-		rd = strings.NewReader(b)
+		reqBody = []byte(b)
 	default:
 		raw, err := json.Marshal(b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rd = bytes.NewReader(raw)
+		reqBody = raw
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(reqBody)
 	}
 	req, err := http.NewRequest(method, strings.TrimSuffix(apiURL, "/")+path, rd)
 	if err != nil {
@@ -120,7 +124,9 @@ func call(t testing.TB, method, path, key string, body any, header ...string) re
 	if err != nil {
 		t.Fatal(err)
 	}
-	return response{resp.StatusCode, resp.Header, raw}
+	out := response{resp.StatusCode, resp.Header, raw}
+	checkContract(t, method, path, req.Header, reqBody, out)
+	return out
 }
 
 func reclaimPath(node string) string {

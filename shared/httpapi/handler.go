@@ -4,6 +4,7 @@ package httpapi
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sort"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/routes"
 )
 
 // Service is the domain the API exposes.
@@ -42,36 +44,67 @@ type Handler struct {
 // first so that a wrong method gets a 405 problem, not the mux's plain-text one.
 type route struct {
 	pattern string
-	methods map[string]handlerFunc
+	methods map[string]boundHandler
 }
 
-// handlerFunc serves an authenticated request.
+// boundHandler is the handler of one route of routes.All.
+type boundHandler struct {
+	fn   handlerFunc
+	auth bool // authenticate before calling fn; otherwise fn gets the zero principal
+}
+
+// handlerFunc serves a request, authenticated if its route requires it.
 type handlerFunc func(w http.ResponseWriter, r *http.Request, p capacity.Principal, requestID string) error
 
-// Mux returns the routed API.
+// handlers binds each operationId of routes.All to its handler.
+func (h *Handler) handlers() map[string]handlerFunc {
+	return map[string]handlerFunc{
+		"getOpenAPI":            serveOpenAPI,
+		"getReservation":        h.getReservation,
+		"reclaim":               h.capacity(ActionReclaim),
+		"release":               h.capacity(ActionRelease),
+		"getReclaimOperation":   h.getOperation,
+		"retryReclaimOperation": h.redrive,
+		"placeVM":               h.place,
+	}
+}
+
+// bindRoutes groups the route table by path with each operation's handler. Every route needs
+// a handler and every handler a route: the table is the one list of what the API serves.
+func bindRoutes(table []routes.Route, fns map[string]handlerFunc) ([]route, error) {
+	byPath := map[string]int{}
+	var out []route
+	used := map[string]bool{}
+	for _, rt := range table {
+		fn, ok := fns[rt.OperationID]
+		if !ok {
+			return nil, fmt.Errorf("route %s %s: no handler for operation %q", rt.Method, rt.Path, rt.OperationID)
+		}
+		used[rt.OperationID] = true
+		i, ok := byPath[rt.Path]
+		if !ok {
+			i = len(out)
+			byPath[rt.Path] = i
+			out = append(out, route{pattern: rt.Path, methods: map[string]boundHandler{}})
+		}
+		out[i].methods[rt.Method] = boundHandler{fn: fn, auth: rt.Auth}
+	}
+	for op := range fns {
+		if !used[op] {
+			return nil, fmt.Errorf("handler %q: no route in the table", op)
+		}
+	}
+	return out, nil
+}
+
+// Mux returns the routed API, built from routes.All.
 func (h *Handler) Mux() http.Handler {
-	routes := []route{
-		{"/v1/nodes/{nodeId}/reservations/{id}", map[string]handlerFunc{
-			http.MethodGet: h.getReservation,
-		}},
-		{"/v1/nodes/{nodeId}/reservations/{id}/reclaim", map[string]handlerFunc{
-			http.MethodPost: h.capacity(ActionReclaim),
-		}},
-		{"/v1/nodes/{nodeId}/reservations/{id}/release", map[string]handlerFunc{
-			http.MethodPost: h.capacity(ActionRelease),
-		}},
-		{"/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}", map[string]handlerFunc{
-			http.MethodGet: h.getOperation,
-		}},
-		{"/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}/retry", map[string]handlerFunc{
-			http.MethodPost: h.redrive,
-		}},
-		{"/v1/nodes/{nodeId}/vms", map[string]handlerFunc{
-			http.MethodPost: h.place,
-		}},
+	bound, err := bindRoutes(routes.All, h.handlers())
+	if err != nil {
+		panic(err) // a programming error, caught by TestEveryRouteHasAHandler
 	}
 	mux := http.NewServeMux()
-	for _, rt := range routes {
+	for _, rt := range bound {
 		mux.Handle(rt.pattern, h.serve(rt))
 	}
 	mux.Handle("/", h.serve(route{}))
@@ -116,7 +149,7 @@ func (h *Handler) dispatch(w *statusRecorder, r *http.Request, rt route, reqID s
 	if rt.methods == nil {
 		return capacity.Principal{}, capacity.Errorf(capacity.CodeNotFound, "no such resource")
 	}
-	fn, ok := rt.methods[r.Method]
+	bh, ok := rt.methods[r.Method]
 	if !ok {
 		allowed := make([]string, 0, len(rt.methods))
 		for m := range rt.methods {
@@ -125,6 +158,9 @@ func (h *Handler) dispatch(w *statusRecorder, r *http.Request, rt route, reqID s
 		sort.Strings(allowed)
 		w.Header().Set("Allow", strings.Join(allowed, ", "))
 		return capacity.Principal{}, capacity.Errorf(CodeMethodNotAllowed, "%s is not allowed here; allowed: %s", r.Method, strings.Join(allowed, ", "))
+	}
+	if !bh.auth {
+		return capacity.Principal{}, bh.fn(w, r, capacity.Principal{}, reqID)
 	}
 	authStart := time.Now()
 	p, err := h.Auth.Authenticate(r.Context(), r.Header.Get("Authorization"))
@@ -137,7 +173,7 @@ func (h *Handler) dispatch(w *statusRecorder, r *http.Request, rt route, reqID s
 		return p, err
 	}
 	w.counts = p.Operator
-	return p, fn(w, r, p, reqID)
+	return p, bh.fn(w, r, p, reqID)
 }
 
 func (h *Handler) capacity(action string) handlerFunc {

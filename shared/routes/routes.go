@@ -1,0 +1,38 @@
+// Package routes is the API's one route table. The HTTP mux (shared/httpapi), the API
+// Gateway resources (infra) and the OpenAPI document are all checked against it, so a route
+// cannot exist in one and be missing in another (on API Gateway that shows up as a 403
+// "Missing Authentication Token"). It imports only the standard library so that the CDK
+// module can import it too.
+package routes
+
+import "slices"
+
+// Route is one method on one path. Path is in the form both Go 1.22 mux patterns and API
+// Gateway resources use ("/v1/nodes/{nodeId}/vms").
+type Route struct {
+	Method      string
+	Path        string
+	OperationID string // the OpenAPI operationId; the mux binds its handler by it
+	Auth        bool   // requires an API key
+}
+
+// All is every public route.
+var All = []Route{
+	{"GET", "/v1/openapi.json", "getOpenAPI", false},
+	{"GET", "/v1/nodes/{nodeId}/reservations/{id}", "getReservation", true},
+	{"POST", "/v1/nodes/{nodeId}/reservations/{id}/reclaim", "reclaim", true},
+	{"POST", "/v1/nodes/{nodeId}/reservations/{id}/release", "release", true},
+	{"GET", "/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}", "getReclaimOperation", true},
+	{"POST", "/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}/retry", "retryReclaimOperation", true},
+	{"POST", "/v1/nodes/{nodeId}/vms", "placeVM", true},
+}
+
+// Paths returns the distinct paths of All, sorted.
+func Paths() []string {
+	var out []string
+	for _, r := range All {
+		out = append(out, r.Path)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
