@@ -1,7 +1,9 @@
 // Command infra is the CDK app of the capacity-boundary service: one stack per environment.
 //
-//	cdk synth -c env=local|dev|prod [-c assetRoot=DIR] [-c throttleRate=N -c throttleBurst=N]
-//	          [-c terminateConcurrency=N] [-c terminateRounds=N] [-c terminateRetryWait=SECONDS]
+//	cdk synth -c env=local|dev|staging|prod [-c assetRoot=DIR]
+//
+// Each environment is configured in one place, cdk.json context "environments" (see
+// EnvConfig): an unknown environment or a missing or invalid value fails synth.
 //
 // cdk.json builds it into build/cdk-app and runs it from the repo root (the CLI passes a
 // relative output dir, so the app must run where cdk does). The Lambda binaries come from
@@ -12,7 +14,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/jsii-runtime-go"
@@ -29,7 +30,7 @@ func run() error {
 	defer jsii.Close()
 	app := awscdk.NewApp(nil)
 
-	env, err := contextString(app, "env", "local")
+	env, err := contextString(app, "env", LocalEnv)
 	if err != nil {
 		return err
 	}
@@ -37,29 +38,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	rate, err := contextNumber(app, "throttleRate")
+	props, err := StackPropsFor(app.Node().TryGetContext(jsii.String(EnvironmentsContextKey)), env)
 	if err != nil {
 		return err
 	}
-	burst, err := contextNumber(app, "throttleBurst")
-	if err != nil {
-		return err
-	}
-	masterSecret, err := contextString(app, "agentMasterSecret", "")
-	if err != nil {
-		return err
-	}
-	props := CapacityStackProps{Env: env, AssetRoot: assetRoot, ThrottleRate: rate, ThrottleBurst: burst,
-		AgentMasterSecretName: masterSecret}
-	for key, dst := range map[string]*float64{
-		"terminateConcurrency": &props.TerminateConcurrency,
-		"terminateRounds":      &props.TerminateRounds,
-		"terminateRetryWait":   &props.TerminateRetryWait,
-	} {
-		if *dst, err = contextNumber(app, key); err != nil {
-			return err
-		}
-	}
+	props.AssetRoot = assetRoot
 	if _, err := NewCapacityStack(app, props); err != nil {
 		return err
 	}
@@ -98,27 +81,4 @@ func contextString(app awscdk.App, key, def string) (string, error) {
 	default:
 		return "", fmt.Errorf("context %s: want a string, got %v", key, v)
 	}
-}
-
-// contextNumber reads an optional positive number; 0 when absent.
-func contextNumber(app awscdk.App, key string) (float64, error) {
-	var n float64
-	switch v := app.Node().TryGetContext(jsii.String(key)).(type) {
-	case nil:
-		return 0, nil
-	case float64:
-		n = v
-	case string:
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			return 0, fmt.Errorf("context %s: %w", key, err)
-		}
-		n = f
-	default:
-		return 0, fmt.Errorf("context %s: want a number, got %v", key, v)
-	}
-	if n <= 0 {
-		return 0, fmt.Errorf("context %s: want a positive number, got %v", key, n)
-	}
-	return n, nil
 }

@@ -35,8 +35,7 @@ const (
 	DefaultThrottleBurst = 200
 )
 
-// Termination workflow defaults, overridable per stack (context terminateConcurrency,
-// terminateRounds, terminateRetryWait).
+// Termination workflow defaults, overridable per environment (cdk.json "termination").
 const (
 	DefaultTerminateConcurrency = 8 // nodes terminated at once (Map MaxConcurrency)
 	DefaultTerminateRounds      = 5 // rounds per node before a VM's failure is final
@@ -91,6 +90,20 @@ type CapacityStackProps struct {
 	// AgentMasterSecretName names an existing Secrets Manager secret to derive the node agents'
 	// keys from. Empty: the stack creates capacity/<env>/agent-master (generated).
 	AgentMasterSecretName string
+	// Account and Region, when set, are the stack's env (deployed environments). Empty: the
+	// stack is environment-agnostic, as local must be.
+	Account, Region string
+	// LogLevel of every function (LOG_LEVEL). Empty means info.
+	LogLevel string
+	// LogRetentionDays of every log group, one of CloudWatch Logs' periods; HistoryRetentionDays
+	// of the store's history (HISTORY_RETENTION). Zero means the default (a week in ephemeral
+	// environments, three months elsewhere; the store's own default for history).
+	LogRetentionDays, HistoryRetentionDays float64
+	// AlarmSubscription (an email address or an https endpoint) is who the environment's alarms
+	// notify; AllowedEventSources the EventBridge sources whose reclaim requests it accepts.
+	// Validated by StackPropsFor; kept on the stack for the alarms and the event intake.
+	AlarmSubscription   string
+	AllowedEventSources []string
 }
 
 // CapacityStack is the service's stack for one environment.
@@ -114,8 +127,14 @@ type CapacityStack struct {
 	Termination awsstepfunctions.StateMachine
 	// AgentMasterSecret is the secret every node agent's key is derived from (agent contract v2).
 	AgentMasterSecret awssecretsmanager.ISecret
+	// AlarmSubscription and AllowedEventSources as configured (see CapacityStackProps).
+	AlarmSubscription   string
+	AllowedEventSources []string
 
-	assetRoot string
+	assetRoot     string
+	logLevel      string
+	logRetention  awslogs.RetentionDays
+	historyWindow string // HISTORY_RETENTION, a Go duration; "" leaves the store's default
 }
 
 // NewCapacityStack builds the stack "capacity-<env>". It is environment-agnostic (no account,
@@ -168,17 +187,50 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 		}
 	}()
 
+	if props.LogLevel == "" {
+		props.LogLevel = "info"
+	}
+	ephemeral := props.Env == "local" || props.Env == "dev"
+	logRetention := awslogs.RetentionDays_THREE_MONTHS
+	if ephemeral {
+		logRetention = awslogs.RetentionDays_ONE_WEEK
+	}
+	if props.LogRetentionDays != 0 {
+		r, ok := logRetentions[props.LogRetentionDays]
+		if !ok {
+			return nil, fmt.Errorf("LogRetentionDays %v: not a CloudWatch Logs retention period", props.LogRetentionDays)
+		}
+		logRetention = r
+	}
+	historyWindow := ""
+	if h := props.HistoryRetentionDays; h != 0 {
+		if h < MinHistoryRetentionDays || h != math.Trunc(h) {
+			return nil, fmt.Errorf("HistoryRetentionDays %v: want a whole number of days, at least %d", h, MinHistoryRetentionDays)
+		}
+		historyWindow = fmt.Sprintf("%dh", int(h)*24)
+	}
+
 	env := props.Env
 	name := "capacity-" + env
+	stackProps := &awscdk.StackProps{
+		StackName:   jsii.String(name),
+		Description: jsii.String("capacity-boundary service, env " + env),
+	}
+	if props.Account != "" || props.Region != "" {
+		// Pinned: a deploy with another account's or region's credentials fails.
+		stackProps.Env = &awscdk.Environment{Account: jsii.String(props.Account), Region: jsii.String(props.Region)}
+	}
 	s = &CapacityStack{
-		Stack: awscdk.NewStack(scope, jsii.String(name), &awscdk.StackProps{
-			StackName:   jsii.String(name),
-			Description: jsii.String("capacity-boundary service, env " + env),
-		}),
-		Env:       env,
-		Ephemeral: env == "local" || env == "dev",
-		Tables:    map[string]awsdynamodb.Table{},
-		assetRoot: props.AssetRoot,
+		Stack:               awscdk.NewStack(scope, jsii.String(name), stackProps),
+		Env:                 env,
+		Ephemeral:           ephemeral,
+		Tables:              map[string]awsdynamodb.Table{},
+		AlarmSubscription:   props.AlarmSubscription,
+		AllowedEventSources: props.AllowedEventSources,
+		assetRoot:           props.AssetRoot,
+		logLevel:            props.LogLevel,
+		logRetention:        logRetention,
+		historyWindow:       historyWindow,
 	}
 	awscdk.Tags_Of(s.Stack).Add(jsii.String("project"), jsii.String("capacity"), nil)
 	awscdk.Tags_Of(s.Stack).Add(jsii.String("env"), jsii.String(env), nil)
@@ -261,6 +313,8 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 		s.FloorFunction = s.newFloor(state, audit)
 	}
 
+	s.nagSuppressions()
+
 	output := func(id string, value *string, desc string) {
 		awscdk.NewCfnOutput(s.Stack, jsii.String(id), &awscdk.CfnOutputProps{Value: value, Description: jsii.String(desc)})
 	}
@@ -277,16 +331,12 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	return s, nil
 }
 
-// logGroup creates the log group "LogGroup" under scope: kept a week in ephemeral
-// environments, three months elsewhere, and removed or retained with the stack's data.
+// logGroup creates the log group "LogGroup" under scope: kept for the environment's log
+// retention, and removed or retained with the stack's data.
 func (s *CapacityStack) logGroup(scope constructs.Construct, name string) awslogs.LogGroup {
-	retention := awslogs.RetentionDays_THREE_MONTHS
-	if s.Ephemeral {
-		retention = awslogs.RetentionDays_ONE_WEEK
-	}
 	return awslogs.NewLogGroup(scope, jsii.String("LogGroup"), &awslogs.LogGroupProps{
 		LogGroupName:  jsii.String(name),
-		Retention:     retention,
+		Retention:     s.logRetention,
 		RemovalPolicy: s.removalPolicy(),
 	})
 }
@@ -362,7 +412,11 @@ func (s *CapacityStack) goFunction(spec goFunctionSpec) awslambda.Function {
 	if spec.Timeout == nil {
 		spec.Timeout = awscdk.Duration_Seconds(jsii.Number(10))
 	}
-	env := map[string]*string{"APP_ENV": jsii.String(s.Env), "LOG_LEVEL": jsii.String("info")}
+	env := map[string]*string{"APP_ENV": jsii.String(s.Env), "LOG_LEVEL": jsii.String(s.logLevel)}
+	if s.historyWindow != "" && spec.Environment["STATE_TABLE"] != nil {
+		// Every function that writes the store's history ages it by the same window.
+		env["HISTORY_RETENTION"] = jsii.String(s.historyWindow)
+	}
 	for k, v := range spec.Environment {
 		env[k] = v
 	}

@@ -29,6 +29,8 @@ func main() {
 	cfg := config.Must(config.AWS(context.Background()))
 
 	store := dynamo.New(dynamodb.NewFromConfig(cfg), env["STATE_TABLE"], env["AUDIT_TABLE"])
+	// How long history is kept (the stack sets it per environment; 0: the store's default).
+	store.Retention = config.Must(config.Duration("HISTORY_RETENTION", 0))
 	store.KeysTable = env["KEYS_TABLE"]
 	workflow := &stepfn.Starter{Client: sfn.NewFromConfig(cfg), StateMachineARN: env["STATE_MACHINE_ARN"]}
 	lambda.Start(newAdapter(store, workflow, keyTTL, logger).ProxyWithContext)

@@ -25,8 +25,10 @@ func main() {
 	logger := config.Logger()
 	env := config.Must(config.Required("STATE_TABLE", "STATE_MACHINE_ARN"))
 	cfg := config.Must(config.AWS(context.Background()))
+	store := dynamo.New(dynamodb.NewFromConfig(cfg), env["STATE_TABLE"], "")
+	store.Retention = config.Must(config.Duration("HISTORY_RETENTION", 0)) // per environment; 0: the default
 	r := &capacity.Reconciler{
-		Store:       dynamo.New(dynamodb.NewFromConfig(cfg), env["STATE_TABLE"], ""),
+		Store:       store,
 		Workflow:    &stepfn.Starter{Client: sfn.NewFromConfig(cfg), StateMachineARN: env["STATE_MACHINE_ARN"]},
 		StartAfter:  config.Must(config.Duration("START_AFTER", 30*time.Second)),
 		StuckAfter:  config.Must(config.Duration("STUCK_AFTER", 15*time.Minute)),

@@ -38,8 +38,10 @@ func main() {
 	if allowHTTP {
 		logger.Warn("AGENT_ALLOW_HTTP is set: plain http agent endpoints are accepted (local stack only)")
 	}
+	store := dynamo.New(dynamodb.NewFromConfig(cfg), env["STATE_TABLE"], "")
+	store.Retention = config.Must(config.Duration("HISTORY_RETENTION", 0)) // per environment; 0: the default
 	term := &capacity.Terminator{
-		Store:  dynamo.New(dynamodb.NewFromConfig(cfg), env["STATE_TABLE"], ""),
+		Store:  store,
 		Agent:  nodeAgent{client},
 		Logger: logger,
 	}

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+)
+
+// EnvironmentsContextKey is the cdk.json context key holding every environment's settings,
+// {"<env>": EnvConfig, ...}. It is the one place an environment is configured.
+const EnvironmentsContextKey = "environments"
+
+// LocalEnv is the environment of the local stack: environment-agnostic (no account, region
+// or alarm subscription), so that it synthesises without credentials or lookups.
+const LocalEnv = "local"
+
+// EnvConfig is one environment's block of cdk.json "environments". Pointers are required
+// values, so that an absent one is told apart from a zero.
+type EnvConfig struct {
+	// Account (12 digits) and Region become the stack's env: deploying with credentials of
+	// another account or region fails instead of creating a second copy. Required except in local.
+	Account string `json:"account,omitempty"`
+	Region  string `json:"region,omitempty"`
+	// Throttle limits the API stage (requests per second, burst). Required.
+	Throttle *struct {
+		Rate  *float64 `json:"rate"`
+		Burst *float64 `json:"burst"`
+	} `json:"throttle"`
+	// AlarmSubscription is who the environment's alarm topic notifies: an email address or an
+	// https endpoint. Required except in local.
+	AlarmSubscription string `json:"alarmSubscription,omitempty"`
+	// AllowedEventSources are the EventBridge "source" values whose reclaim requests the
+	// environment accepts. Required (an empty list accepts none).
+	AllowedEventSources *[]string `json:"allowedEventSources"`
+	// Retention: history of the store (terminated VMs, finished operations) and logs, in days.
+	// Required.
+	Retention *struct {
+		HistoryDays *float64 `json:"historyDays"`
+		LogDays     *float64 `json:"logDays"`
+	} `json:"retention"`
+	// LogLevel of every function: debug, info, warn or error. Required.
+	LogLevel string `json:"logLevel"`
+	// Optional: the termination workflow (defaults DefaultTerminate*) and an existing agent
+	// master secret's name (default: the stack creates one).
+	Termination *struct {
+		Concurrency      float64 `json:"concurrency,omitempty"`
+		Rounds           float64 `json:"rounds,omitempty"`
+		RetryWaitSeconds float64 `json:"retryWaitSeconds,omitempty"`
+	} `json:"termination,omitempty"`
+	AgentMasterSecret string `json:"agentMasterSecret,omitempty"`
+}
+
+// MinHistoryRetentionDays matches the store's floor (dynamo.MinRetention): a finished
+// operation stays readable for at least 90 days.
+const MinHistoryRetentionDays = 90
+
+var (
+	accountID   = regexp.MustCompile(`^[0-9]{12}$`)
+	regionName  = regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]$`)
+	email       = regexp.MustCompile(`^[^@\s]+@[^@\s]+\.[^@\s]+$`)
+	eventSource = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,255}$`)
+	logLevels   = []string{"debug", "info", "warn", "error"}
+)
+
+// logRetentions are the retention periods CloudWatch Logs accepts, in days.
+var logRetentions = map[float64]awslogs.RetentionDays{
+	1: awslogs.RetentionDays_ONE_DAY, 3: awslogs.RetentionDays_THREE_DAYS, 5: awslogs.RetentionDays_FIVE_DAYS,
+	7: awslogs.RetentionDays_ONE_WEEK, 14: awslogs.RetentionDays_TWO_WEEKS, 30: awslogs.RetentionDays_ONE_MONTH,
+	60: awslogs.RetentionDays_TWO_MONTHS, 90: awslogs.RetentionDays_THREE_MONTHS, 120: awslogs.RetentionDays_FOUR_MONTHS,
+	150: awslogs.RetentionDays_FIVE_MONTHS, 180: awslogs.RetentionDays_SIX_MONTHS, 365: awslogs.RetentionDays_ONE_YEAR,
+	400: awslogs.RetentionDays_THIRTEEN_MONTHS, 545: awslogs.RetentionDays_EIGHTEEN_MONTHS, 731: awslogs.RetentionDays_TWO_YEARS,
+	1096: awslogs.RetentionDays_THREE_YEARS, 1827: awslogs.RetentionDays_FIVE_YEARS, 2192: awslogs.RetentionDays_SIX_YEARS,
+	2557: awslogs.RetentionDays_SEVEN_YEARS, 2922: awslogs.RetentionDays_EIGHT_YEARS, 3288: awslogs.RetentionDays_NINE_YEARS,
+	3653: awslogs.RetentionDays_TEN_YEARS,
+}
+
+// EnvironmentNames lists the environments of the "environments" context value, sorted.
+func EnvironmentNames(environments any) ([]string, error) {
+	m, ok := environments.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("context %q: want an object of environments (see cdk.json), got %T", EnvironmentsContextKey, environments)
+	}
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// StackPropsFor reads env's block of the "environments" context value, validates it and
+// turns it into stack props. Every problem of the block is reported at once.
+func StackPropsFor(environments any, env string) (CapacityStackProps, error) {
+	names, err := EnvironmentNames(environments)
+	if err != nil {
+		return CapacityStackProps{}, err
+	}
+	if !slices.Contains(names, env) {
+		return CapacityStackProps{}, fmt.Errorf("unknown environment %q: cdk.json context %q has %s",
+			env, EnvironmentsContextKey, strings.Join(names, ", "))
+	}
+	// Through JSON, strictly: a misspelt key is an error, not a silently ignored setting.
+	raw, err := json.Marshal(environments.(map[string]any)[env])
+	if err != nil {
+		return CapacityStackProps{}, fmt.Errorf("environment %q: %w", env, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var c EnvConfig
+	if err := dec.Decode(&c); err != nil {
+		return CapacityStackProps{}, fmt.Errorf("environment %q in cdk.json: %w", env, err)
+	}
+	props, errs := c.props(env)
+	if len(errs) > 0 {
+		return CapacityStackProps{}, fmt.Errorf("environment %q in cdk.json: %w", env, errors.Join(errs...))
+	}
+	return props, nil
+}
+
+func (c EnvConfig) props(env string) (CapacityStackProps, []error) {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	p := CapacityStackProps{Env: env, Account: c.Account, Region: c.Region, LogLevel: c.LogLevel,
+		AlarmSubscription: c.AlarmSubscription, AgentMasterSecretName: c.AgentMasterSecret}
+	if err := ValidateEnv(env); err != nil {
+		errs = append(errs, err)
+	}
+
+	if env == LocalEnv {
+		// The local stack runs offline: nothing may tie it to an account or region.
+		if c.Account != "" || c.Region != "" {
+			bad("account and region must be absent: %s is environment-agnostic", LocalEnv)
+		}
+	} else {
+		switch {
+		case c.Account == "":
+			bad("account is required")
+		case !accountID.MatchString(c.Account):
+			bad("account %q: want 12 digits", c.Account)
+		}
+		switch {
+		case c.Region == "":
+			bad("region is required")
+		case !regionName.MatchString(c.Region):
+			bad("region %q: want a region name such as eu-west-1", c.Region)
+		}
+		if c.AlarmSubscription == "" {
+			bad("alarmSubscription is required (an email address or an https endpoint)")
+		}
+	}
+	if c.AlarmSubscription != "" && !validSubscription(c.AlarmSubscription) {
+		bad("alarmSubscription %q: want an email address or an https URL", c.AlarmSubscription)
+	}
+
+	if c.Throttle == nil || c.Throttle.Rate == nil || c.Throttle.Burst == nil {
+		bad("throttle.rate and throttle.burst are required")
+	} else {
+		p.ThrottleRate, p.ThrottleBurst = *c.Throttle.Rate, *c.Throttle.Burst
+		if p.ThrottleRate <= 0 || p.ThrottleBurst <= 0 || p.ThrottleBurst < p.ThrottleRate {
+			bad("throttle rate %v, burst %v: want positive numbers with burst >= rate", p.ThrottleRate, p.ThrottleBurst)
+		}
+	}
+
+	if c.AllowedEventSources == nil {
+		bad("allowedEventSources is required (a list of EventBridge sources; [] accepts none)")
+	} else {
+		for _, src := range *c.AllowedEventSources {
+			// "aws." sources are AWS services' own events; none of them requests a reclaim.
+			if !eventSource.MatchString(src) || strings.HasPrefix(src, "aws.") {
+				bad("allowedEventSources: %q is not a custom EventBridge source", src)
+			}
+		}
+		p.AllowedEventSources = slices.Clone(*c.AllowedEventSources)
+	}
+
+	if c.Retention == nil || c.Retention.HistoryDays == nil || c.Retention.LogDays == nil {
+		bad("retention.historyDays and retention.logDays are required")
+	} else {
+		p.HistoryRetentionDays, p.LogRetentionDays = *c.Retention.HistoryDays, *c.Retention.LogDays
+		if h := p.HistoryRetentionDays; h < MinHistoryRetentionDays || h != float64(int(h)) {
+			bad("retention.historyDays %v: want a whole number of days, at least %d", h, MinHistoryRetentionDays)
+		}
+		if _, ok := logRetentions[p.LogRetentionDays]; !ok {
+			bad("retention.logDays %v: want one of CloudWatch Logs' periods (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)", p.LogRetentionDays)
+		}
+	}
+
+	if !slices.Contains(logLevels, c.LogLevel) {
+		if c.LogLevel == "" {
+			bad("logLevel is required (%s)", strings.Join(logLevels, ", "))
+		} else {
+			bad("logLevel %q: want one of %s", c.LogLevel, strings.Join(logLevels, ", "))
+		}
+	}
+
+	if t := c.Termination; t != nil {
+		p.TerminateConcurrency, p.TerminateRounds, p.TerminateRetryWait = t.Concurrency, t.Rounds, t.RetryWaitSeconds
+	}
+	return p, errs
+}
+
+func validSubscription(s string) bool {
+	if email.MatchString(s) && !strings.Contains(s, "://") {
+		return true
+	}
+	u, err := url.Parse(s)
+	return err == nil && u.Scheme == "https" && u.Host != ""
+}
