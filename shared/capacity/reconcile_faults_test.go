@@ -9,6 +9,7 @@ import (
 	"github.com/openrelay/capacity/shared/awsfault"
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/dynamo"
+	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 )
 
 // The reconciler under AWS's conflicts and throttling: a run may fail part-way, but runs
@@ -25,17 +26,9 @@ func TestReconcilerUnderAWSFaults(t *testing.T) {
 		}
 		env, _, inj := faultyWorld(t, seed, rules...)
 		ctx := context.Background()
-		wf := &fakeWorkflow{}
 		// The reclaim commits without faults; the reconciler's every call risks one.
-		clean := &capacity.Service{
-			Store: dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable), Workflow: wf,
-			Now: func() time.Time { return t0.Add(time.Hour) }, Logger: quiet,
-		}
-		clean.Store.(*dynamo.Store).KeysTable = env.Store.KeysTable
-		res, err := clean.Reclaim(ctx, owner, reclaim("u1"), capacity.RequestMeta{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		clean := cleanService(env)
+		wf, res := reclaimUnderWorkflow(t, clean)
 		wf.close(res.ReclaimID, capacity.ExecFailed)
 		rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: time.Minute, StuckAfter: time.Hour, Logger: quiet,
 			Now: func() time.Time { return t0.Add(time.Hour + 2*time.Minute) }}
@@ -76,15 +69,7 @@ func TestReconcilerWritesWhoseAnswerWasLost(t *testing.T) {
 	lost := awsfault.Rule{Operation: "UpdateItem", Fault: awsfault.AmbiguousTimeout, Rate: 1}
 	env, _, inj := faultyWorld(t, 1, lost)
 	ctx := context.Background()
-	wf := &fakeWorkflow{}
-	clean := &capacity.Service{
-		Store: dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable), Workflow: wf,
-		Now: func() time.Time { return t0.Add(time.Hour) }, Logger: quiet,
-	}
-	res, err := clean.Reclaim(ctx, owner, reclaim("u1"), capacity.RequestMeta{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	wf, res := reclaimUnderWorkflow(t, cleanService(env))
 	clock := t0.Add(time.Hour)
 	rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: time.Minute, StuckAfter: time.Hour, MaxRestarts: 1, Logger: quiet,
 		Now: func() time.Time { return clock }}
@@ -105,4 +90,11 @@ func TestReconcilerWritesWhoseAnswerWasLost(t *testing.T) {
 	if inj.Count(awsfault.AmbiguousTimeout) < 2 {
 		t.Errorf("%d answers lost, want both writes'", inj.Count(awsfault.AmbiguousTimeout))
 	}
+}
+
+// cleanService is a service over env's tables through its client without faults.
+func cleanService(env *dynamotest.Env) *capacity.Service {
+	store := dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable)
+	store.KeysTable = env.Store.KeysTable
+	return &capacity.Service{Store: store, Now: func() time.Time { return t0.Add(time.Hour) }, Logger: quiet}
 }

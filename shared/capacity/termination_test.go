@@ -205,6 +205,18 @@ func TestConcurrentBranchesEndTheOperationOnce(t *testing.T) {
 	}
 }
 
+// reclaimUnderWorkflow gives svc a fakeWorkflow and reclaims u1 (evicting s1) through it.
+func reclaimUnderWorkflow(t *testing.T, svc *capacity.Service) (*fakeWorkflow, *capacity.CapacityResult) {
+	t.Helper()
+	wf := &fakeWorkflow{}
+	svc.Workflow = wf
+	res, err := svc.Reclaim(context.Background(), owner, reclaim("u1"), capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wf, res
+}
+
 // fakeWorkflow is Step Functions in memory: executions by name, failing its first starts
 // (as an outage would), each started one running until the test closes it.
 type fakeWorkflow struct {
@@ -429,12 +441,7 @@ func TestReconcilerEndsAnOperationWhoseOutcomesAreAllRecorded(t *testing.T) {
 func TestReconcilerRestartsClosedRunsThenFailsThem(t *testing.T) {
 	env, svc := world(t)
 	ctx := context.Background()
-	wf := &fakeWorkflow{}
-	svc.Workflow = wf
-	res, err := svc.Reclaim(ctx, owner, reclaim("u1"), capacity.RequestMeta{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	wf, res := reclaimUnderWorkflow(t, svc)
 	id := res.ReclaimID
 	clock := t0.Add(time.Hour)
 	rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: time.Minute, StuckAfter: time.Hour, MaxRestarts: 2, Logger: quiet,
@@ -482,12 +489,7 @@ func TestReconcilerRestartsClosedRunsThenFailsThem(t *testing.T) {
 func TestTwoReconcilersRestartOnce(t *testing.T) {
 	env, svc := world(t)
 	ctx := context.Background()
-	wf := &fakeWorkflow{}
-	svc.Workflow = wf
-	res, err := svc.Reclaim(ctx, owner, reclaim("u1"), capacity.RequestMeta{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	wf, res := reclaimUnderWorkflow(t, svc)
 	wf.close(res.ReclaimID, capacity.ExecFailed)
 	now := func() time.Time { return t0.Add(time.Hour + 2*time.Minute) }
 	var wg sync.WaitGroup
@@ -517,12 +519,7 @@ func TestTwoReconcilersRestartOnce(t *testing.T) {
 func TestReconcilerLeavesAnOperationWhenItsStatusIsUnknown(t *testing.T) {
 	env, svc := world(t)
 	ctx := context.Background()
-	wf := &fakeWorkflow{}
-	svc.Workflow = wf
-	res, err := svc.Reclaim(ctx, owner, reclaim("u1"), capacity.RequestMeta{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	wf, res := reclaimUnderWorkflow(t, svc)
 	wf.close(res.ReclaimID, capacity.ExecFailed)
 	wf.statusErr = errors.New("ThrottlingException")
 	rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: time.Minute, StuckAfter: time.Hour, Logger: quiet,
