@@ -6,6 +6,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
@@ -18,13 +19,14 @@ import (
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/config"
 	"github.com/openrelay/capacity/shared/dynamo"
+	"github.com/openrelay/capacity/shared/emf"
 	"github.com/openrelay/capacity/shared/httpapi"
 	"github.com/openrelay/capacity/shared/stepfn"
 )
 
 func main() {
 	logger := config.Logger()
-	env := config.Must(config.Required("STATE_TABLE", "AUDIT_TABLE", "KEYS_TABLE", "STATE_MACHINE_ARN"))
+	env := config.Must(config.Required("APP_ENV", "STATE_TABLE", "AUDIT_TABLE", "KEYS_TABLE", "STATE_MACHINE_ARN"))
 	keyTTL := config.Must(config.Duration("KEY_CACHE_TTL", 30*time.Second))
 	cfg := config.Must(config.AWS(context.Background()))
 
@@ -33,13 +35,14 @@ func main() {
 	store.Retention = config.Must(config.Duration("HISTORY_RETENTION", 0))
 	store.KeysTable = env["KEYS_TABLE"]
 	workflow := &stepfn.Starter{Client: sfn.NewFromConfig(cfg), StateMachineARN: env["STATE_MACHINE_ARN"]}
-	lambda.Start(newAdapter(store, workflow, keyTTL, logger).ProxyWithContext)
+	metrics := emf.New(os.Stdout, env["APP_ENV"])
+	lambda.Start(newAdapter(store, workflow, metrics, keyTTL, logger).ProxyWithContext)
 }
 
 // newAdapter wires the store, workflow, domain and HTTP API into an API Gateway proxy handler.
-func newAdapter(store *dynamo.Store, workflow capacity.Workflow, keyTTL time.Duration, logger *slog.Logger) *httpadapter.HandlerAdapter {
+func newAdapter(store *dynamo.Store, workflow capacity.Workflow, metrics capacity.Metrics, keyTTL time.Duration, logger *slog.Logger) *httpadapter.HandlerAdapter {
 	handler := &httpapi.Handler{
-		Service:   &capacity.Service{Store: store, Workflow: workflow, Logger: logger},
+		Service:   &capacity.Service{Store: store, Workflow: workflow, Logger: logger, Metrics: metrics},
 		Auth:      &auth.Authenticator{Keys: store.Keys(), TTL: keyTTL},
 		Logger:    logger,
 		RequestID: apiGatewayRequestID,

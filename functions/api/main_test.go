@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/openrelay/capacity/localstack/demo"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
+	"github.com/openrelay/capacity/shared/emf"
 )
 
 // TestSampleEvents runs each sample API Gateway event in events/ through the wired function
@@ -46,7 +48,8 @@ func TestSampleEvents(t *testing.T) {
 			if err := json.Unmarshal(raw, &ev); err != nil {
 				t.Fatal(err)
 			}
-			adapter := newAdapter(env.Store, nil, time.Minute, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+			var metrics bytes.Buffer
+			adapter := newAdapter(env.Store, nil, emf.New(&metrics, "local"), time.Minute, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 			resp, err := adapter.ProxyWithContext(context.Background(), ev)
 			if err != nil {
 				t.Fatal(err)
@@ -56,6 +59,17 @@ func TestSampleEvents(t *testing.T) {
 			}
 			if !json.Valid([]byte(resp.Body)) {
 				t.Fatalf("body is not JSON: %s", resp.Body)
+			}
+			if filepath.Base(file) == "api-reclaim.json" {
+				// The reclaim's metrics, under API Gateway's request id.
+				var line struct {
+					Reclaims, ReclaimVictims *float64
+					RequestID                string `json:"request_id"`
+				}
+				if err := json.Unmarshal(metrics.Bytes(), &line); err != nil || line.Reclaims == nil || *line.Reclaims != 1 ||
+					line.ReclaimVictims == nil || line.RequestID == "" || line.RequestID != ev.RequestContext.RequestID {
+					t.Fatalf("metrics line %s (%v), want Reclaims 1 under request id %q", metrics.String(), err, ev.RequestContext.RequestID)
+				}
 			}
 		})
 	}

@@ -8,7 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
+	"os"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
@@ -18,15 +18,17 @@ import (
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/config"
 	"github.com/openrelay/capacity/shared/dynamo"
+	"github.com/openrelay/capacity/shared/emf"
 	"github.com/openrelay/capacity/shared/stepfn"
 )
 
 func main() {
 	logger := config.Logger()
-	env := config.Must(config.Required("STATE_TABLE", "STATE_MACHINE_ARN"))
+	env := config.Must(config.Required("APP_ENV", "STATE_TABLE", "STATE_MACHINE_ARN"))
 	cfg := config.Must(config.AWS(context.Background()))
 	store := dynamo.New(dynamodb.NewFromConfig(cfg), env["STATE_TABLE"], "")
 	store.Retention = config.Must(config.Duration("HISTORY_RETENTION", 0)) // per environment; 0: the default
+	metrics := emf.New(os.Stdout, env["APP_ENV"])
 	r := &capacity.Reconciler{
 		Store:       store,
 		Workflow:    &stepfn.Starter{Client: sfn.NewFromConfig(cfg), StateMachineARN: env["STATE_MACHINE_ARN"]},
@@ -34,8 +36,9 @@ func main() {
 		StuckAfter:  config.Must(config.Duration("STUCK_AFTER", 15*time.Minute)),
 		MaxRestarts: 3,
 		Logger:      logger,
+		Metrics:     metrics,
 	}
-	lambda.Start(handler(r, logger))
+	lambda.Start(handler(r, metrics))
 }
 
 // Result is what an invocation returns (visible to `make invoke` and tests).
@@ -48,8 +51,10 @@ type Result struct {
 	Stuck       []string `json:"stuck"`
 }
 
-// handler runs one reconciliation for any event (the schedule's, or an empty one on demand).
-func handler(r *capacity.Reconciler, logger *slog.Logger) func(context.Context, json.RawMessage) (Result, error) {
+// handler runs one reconciliation for any event (the schedule's, or an empty one on demand),
+// and records its counts as metrics (alarms on StuckReclaimOperations and
+// ReclaimStartsExhausted).
+func handler(r *capacity.Reconciler, metrics *emf.Recorder) func(context.Context, json.RawMessage) (Result, error) {
 	return func(ctx context.Context, _ json.RawMessage) (Result, error) {
 		report, err := r.Run(ctx)
 		if err != nil {
@@ -65,37 +70,9 @@ func handler(r *capacity.Reconciler, logger *slog.Logger) func(context.Context, 
 		for _, op := range report.Stuck {
 			res.Stuck = append(res.Stuck, op.ID)
 		}
-		emitMetrics(logger, res)
+		metrics.Reconciled(ctx, report)
 		return res, nil
 	}
-}
-
-// emitMetrics writes CloudWatch embedded-metric-format: CloudWatch turns this log line into
-// metrics (alarm on StuckReclaimOperations > 0 and ReclaimStartsExhausted > 0), with no
-// PutMetricData call or permission.
-func emitMetrics(logger *slog.Logger, res Result) {
-	logger.Info("reconcile",
-		slog.Any("_aws", map[string]any{
-			"Timestamp": time.Now().UnixMilli(),
-			"CloudWatchMetrics": []map[string]any{{
-				"Namespace":  "Capacity/Reclaim",
-				"Dimensions": [][]string{{}},
-				"Metrics": []map[string]string{
-					{"Name": "StartedReclaimOperations", "Unit": "Count"},
-					{"Name": "RestartedReclaimOperations", "Unit": "Count"},
-					{"Name": "StartFailedReclaimOperations", "Unit": "Count"},
-					{"Name": "EndedByReconciler", "Unit": "Count"},
-					{"Name": "ReclaimStartsExhausted", "Unit": "Count"},
-					{"Name": "StuckReclaimOperations", "Unit": "Count"},
-				},
-			}},
-		}),
-		slog.Int("StartedReclaimOperations", len(res.Started)),
-		slog.Int("RestartedReclaimOperations", len(res.Restarted)),
-		slog.Int("StartFailedReclaimOperations", len(res.StartFailed)),
-		slog.Int("EndedByReconciler", len(res.Ended)),
-		slog.Int("ReclaimStartsExhausted", len(res.Exhausted)),
-		slog.Int("StuckReclaimOperations", len(res.Stuck)))
 }
 
 func nonNil(s []string) []string {

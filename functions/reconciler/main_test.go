@@ -16,6 +16,7 @@ import (
 	"github.com/openrelay/capacity/localstack/demo"
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
+	"github.com/openrelay/capacity/shared/emf"
 )
 
 // recordingWorkflow records starts; every execution it started reports closed as
@@ -66,7 +67,7 @@ func TestScheduledEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := handler(r, quiet)(ctx, json.RawMessage(event))
+	out, err := handler(r, emf.New(io.Discard, "local"))(ctx, json.RawMessage(event))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,15 +94,17 @@ func TestExhaustedRestartsAreAMetric(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock := time.Now()
+	var metrics bytes.Buffer
+	rec := emf.New(&metrics, "local")
 	r := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: 30 * time.Second, StuckAfter: 15 * time.Minute,
 		MaxRestarts: 1, Logger: logger, Now: func() time.Time { return clock }}
-	out, err := handler(r, logger)(ctx, nil)
+	out, err := handler(r, rec)(ctx, nil)
 	if err != nil || !slices.Equal(out.Restarted, []string{res.ReclaimID}) {
 		t.Fatalf("first run: %+v, %v", out, err)
 	}
 	clock = clock.Add(time.Minute)
-	logs.Reset()
-	out, err = handler(r, logger)(ctx, nil)
+	metrics.Reset()
+	out, err = handler(r, rec)(ctx, nil)
 	if err != nil || !slices.Equal(out.Exhausted, []string{res.ReclaimID}) || len(out.Started) != 0 {
 		t.Fatalf("second run: %+v, %v", out, err)
 	}
@@ -109,15 +112,16 @@ func TestExhaustedRestartsAreAMetric(t *testing.T) {
 		t.Fatalf("started %v", wf.started)
 	}
 	var metric struct {
-		Exhausted int `json:"ReclaimStartsExhausted"`
-		AWS       struct {
+		Exhausted   int `json:"ReclaimStartsExhausted"`
+		Environment string
+		AWS         struct {
 			CloudWatchMetrics []struct {
 				Namespace string
 				Metrics   []struct{ Name string }
 			}
 		} `json:"_aws"`
 	}
-	for line := range strings.Lines(logs.String()) {
+	for line := range strings.Lines(metrics.String()) {
 		if strings.Contains(line, `"_aws"`) {
 			if err := json.Unmarshal([]byte(line), &metric); err != nil {
 				t.Fatal(err)
@@ -127,10 +131,10 @@ func TestExhaustedRestartsAreAMetric(t *testing.T) {
 	declared := false
 	for _, m := range metric.AWS.CloudWatchMetrics {
 		for _, n := range m.Metrics {
-			declared = declared || m.Namespace == "Capacity/Reclaim" && n.Name == "ReclaimStartsExhausted"
+			declared = declared || m.Namespace == "Capacity" && n.Name == "ReclaimStartsExhausted"
 		}
 	}
-	if metric.Exhausted != 1 || !declared {
-		t.Fatalf("metric line = %+v in %s", metric, logs.String())
+	if metric.Exhausted != 1 || !declared || metric.Environment != "local" {
+		t.Fatalf("metric line = %+v in %s", metric, metrics.String())
 	}
 }

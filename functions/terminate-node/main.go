@@ -2,9 +2,9 @@
 // operation it terminates the evicted VMs through the node's agent, records each outcome,
 // and returns the VMs to retry in the next round.
 //
-// Environment: STATE_TABLE; AGENT_MASTER_SECRET_ID, the Secrets Manager secret (name or ARN)
-// the node keys are derived from (read at run time, cached 5 minutes, current and previous
-// versions); AGENT_TIMEOUT; AGENT_ALLOW_HTTP=true only on the local stack, whose agents are
+// Environment: APP_ENV (the metrics' Environment); STATE_TABLE; AGENT_MASTER_SECRET_ID, the
+// Secrets Manager secret (name or ARN) the node keys are derived from (read at run time,
+// cached 5 minutes, current and previous versions); AGENT_TIMEOUT; AGENT_ALLOW_HTTP=true only on the local stack, whose agents are
 // plain http on loopback.
 package main
 
@@ -23,15 +23,16 @@ import (
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/config"
 	"github.com/openrelay/capacity/shared/dynamo"
+	"github.com/openrelay/capacity/shared/emf"
 	"github.com/openrelay/capacity/shared/secrets"
 	"github.com/openrelay/capacity/shared/stepfn"
 )
 
 func main() {
 	logger := config.Logger()
-	env := config.Must(config.Required("STATE_TABLE", "AGENT_MASTER_SECRET_ID"))
+	env := config.Must(config.Required("APP_ENV", "STATE_TABLE", "AGENT_MASTER_SECRET_ID"))
 	timeout := config.Must(config.Duration("AGENT_TIMEOUT", 5*time.Second))
-	allowHTTP := config.Must(allowHTTP(os.Getenv("AGENT_ALLOW_HTTP"), os.Getenv("APP_ENV")))
+	allowHTTP := config.Must(allowHTTP(os.Getenv("AGENT_ALLOW_HTTP"), env["APP_ENV"]))
 	cfg := config.Must(config.AWS(context.Background()))
 	masters := secrets.New(secretsmanager.NewFromConfig(cfg), env["AGENT_MASTER_SECRET_ID"])
 	client := &agent.Client{Keys: agent.Derived{Masters: masters}, AllowHTTP: allowHTTP, Timeout: timeout}
@@ -41,9 +42,10 @@ func main() {
 	store := dynamo.New(dynamodb.NewFromConfig(cfg), env["STATE_TABLE"], "")
 	store.Retention = config.Must(config.Duration("HISTORY_RETENTION", 0)) // per environment; 0: the default
 	term := &capacity.Terminator{
-		Store:  store,
-		Agent:  nodeAgent{client},
-		Logger: logger,
+		Store:   store,
+		Agent:   nodeAgent{client},
+		Logger:  logger,
+		Metrics: emf.New(os.Stdout, env["APP_ENV"]),
 	}
 	lambda.Start(handler(term, logger))
 }

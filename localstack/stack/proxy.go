@@ -3,6 +3,8 @@ package stack
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -115,6 +117,12 @@ func (p *proxy) modifyResponse(resp *http.Response) error {
 		resp.Header.Set("Lambda-Runtime-Invoked-Function-Arn", fixInvokedFunctionARN(arn))
 	}
 
+	if resp.Header.Get(traceIDHeader) == "" {
+		// AWS sends one with every invocation when tracing is active; the runner fills the
+		// emulator's gap, so that logs, metrics and workflows carry a trace id here too.
+		resp.Header.Set(traceIDHeader, newTraceHeader(time.Now()))
+	}
+
 	body, err := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
 
@@ -128,6 +136,19 @@ func (p *proxy) modifyResponse(resp *http.Response) error {
 	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
 
 	return nil
+}
+
+// traceIDHeader carries an invocation's X-Ray trace header to the function's runtime.
+const traceIDHeader = "Lambda-Runtime-Trace-Id"
+
+// newTraceHeader returns a sampled X-Ray trace header of a new trace started at now:
+// Root=1-<8 hex of unix seconds>-<24 random hex>;Parent=<16 random hex>;Sampled=1.
+func newTraceHeader(now time.Time) string {
+	var b [20]byte
+
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+
+	return fmt.Sprintf("Root=1-%08x-%s;Parent=%s;Sampled=1", now.Unix(), hex.EncodeToString(b[:12]), hex.EncodeToString(b[12:]))
 }
 
 func (p *proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {

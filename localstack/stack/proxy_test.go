@@ -6,7 +6,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -306,5 +308,63 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Every invocation a function's runtime gets carries a trace header, as on AWS with tracing
+// active: kumo's is kept, and one is made up when kumo sends none.
+func TestProxyGivesEachInvocationATrace(t *testing.T) {
+	const kumos = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
+
+	header := regexp.MustCompile(`^Root=1-[0-9a-f]{8}-[0-9a-f]{24};Parent=[0-9a-f]{16};Sampled=1$`)
+
+	tests := []struct {
+		name, path, fromKumo string
+		want                 func(got string) bool
+	}{
+		{"made up when kumo sends none", "/_runtime/fn/2018-06-01/runtime/invocation/next", "", header.MatchString},
+		{"kumo's kept", "/_runtime/fn/2018-06-01/runtime/invocation/next", kumos, func(got string) bool { return got == kumos }},
+		{"only on next", "/restapis", "", func(got string) bool { return got == "" }},
+	}
+
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			front := newTestProxy(t, func(w http.ResponseWriter, _ *http.Request) {
+				if tt.fromKumo != "" {
+					w.Header().Set(traceIDHeader, tt.fromKumo)
+				}
+
+				_, _ = io.WriteString(w, `{}`)
+			})
+
+			seen := map[string]bool{}
+
+			for range 2 {
+				resp, err := http.Get(front.URL + tt.path)
+				if err != nil {
+					t.Fatal(err)
+				}
+
+				_ = resp.Body.Close()
+
+				got := resp.Header.Get(traceIDHeader)
+				if !tt.want(got) {
+					t.Fatalf("trace header %q", got)
+				}
+
+				seen[got] = true
+			}
+
+			if tt.fromKumo == "" && tt.path != "/restapis" && len(seen) != 2 {
+				t.Errorf("two invocations share a trace: %v", seen)
+			}
+		})
+	}
+}
+
+func TestNewTraceHeaderStampsTheTime(t *testing.T) {
+	at := time.Unix(0x5759e988, 0)
+	if got := newTraceHeader(at); !strings.HasPrefix(got, "Root=1-5759e988-") {
+		t.Errorf("header %q, want Root=1-5759e988-...", got)
 	}
 }

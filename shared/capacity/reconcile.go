@@ -38,6 +38,8 @@ type Reconciler struct {
 	Batch  int
 	Now    func() time.Time
 	Logger *slog.Logger
+	// Metrics is told of the operations this Reconciler ends (nil: none).
+	Metrics Metrics
 }
 
 // ReconcileReport says what a run did.
@@ -96,6 +98,9 @@ func (r *Reconciler) reconcile(ctx context.Context, op Operation, now time.Time,
 			return fmt.Errorf("end operation %s: %w", op.ID, err)
 		}
 		r.logger().WarnContext(ctx, "reclaim operation ended by the reconciler", "reclaim_id", op.ID, "node", op.NodeID, "state", op.EndState())
+		if r.Metrics != nil {
+			r.Metrics.OperationEnded(ctx, op, now)
+		}
 		report.Ended = append(report.Ended, op.ID)
 		return nil
 	}

@@ -29,6 +29,13 @@ type RedriveResult struct {
 // the old branch's tasks carry the old attempt and do nothing, its outcomes cannot replace
 // the new attempt's, and only a writer at the new attempt can end the operation.
 func (s *Service) Redrive(ctx context.Context, p Principal, nodeID, reservationID, opID string, meta RequestMeta) (*RedriveResult, error) {
+	res, err := s.redrive(ctx, p, nodeID, reservationID, opID, meta)
+	// Nothing left to retry changes nothing: not an applied re-drive.
+	s.recordCall(ctx, CallOutcome{Action: ActionRetry, RequestID: meta.RequestID, Applied: res != nil && len(res.Retried) > 0}, err)
+	return res, err
+}
+
+func (s *Service) redrive(ctx context.Context, p Principal, nodeID, reservationID, opID string, meta RequestMeta) (*RedriveResult, error) {
 	if err := AdmitCapacityCall(p, nodeID, reservationID); err != nil {
 		return nil, err
 	}

@@ -65,6 +65,8 @@ type Service struct {
 	// IdempotencyTTL is how long an Idempotency-Key is remembered (default 24h).
 	IdempotencyTTL time.Duration
 	Logger         *slog.Logger
+	// Metrics records each call's outcome (nil: none).
+	Metrics Metrics
 }
 
 // RequestMeta carries facts about the call that the domain records but does not decide on.
@@ -122,12 +124,16 @@ func (s *Service) logger() *slog.Logger {
 
 // Reclaim returns units to the reservation's exclusive use and evicts the spot VMs on them.
 func (s *Service) Reclaim(ctx context.Context, p Principal, req CapacityRequest, meta RequestMeta) (*CapacityResult, error) {
-	return s.capacityCall(ctx, p, req, meta, ActionReclaim)
+	res, err := s.capacityCall(ctx, p, req, meta, ActionReclaim)
+	s.recordCapacity(ctx, ActionReclaim, meta, res, err)
+	return res, err
 }
 
 // Release puts idle exclusive units of the reservation on the spot market.
 func (s *Service) Release(ctx context.Context, p Principal, req CapacityRequest, meta RequestMeta) (*CapacityResult, error) {
-	return s.capacityCall(ctx, p, req, meta, ActionRelease)
+	res, err := s.capacityCall(ctx, p, req, meta, ActionRelease)
+	s.recordCapacity(ctx, ActionRelease, meta, res, err)
+	return res, err
 }
 
 func (s *Service) capacityCall(ctx context.Context, p Principal, req CapacityRequest, meta RequestMeta, action string) (*CapacityResult, error) {
@@ -363,6 +369,16 @@ func (s *Service) decideCapacity(p Principal, st *NodeState, req CapacityRequest
 
 // Place records a VM placed by the marketplace scheduler, if its tier may use the units.
 func (s *Service) Place(ctx context.Context, p Principal, req PlacementRequest, meta RequestMeta) (*PlacementResult, error) {
+	res, err := s.place(ctx, p, req, meta)
+	c := CallOutcome{Action: ActionPlace, RequestID: meta.RequestID}
+	if res != nil {
+		c.Replayed, c.Applied = res.Replayed, !res.Replayed
+	}
+	s.recordCall(ctx, c, err)
+	return res, err
+}
+
+func (s *Service) place(ctx context.Context, p Principal, req PlacementRequest, meta RequestMeta) (*PlacementResult, error) {
 	if err := AdmitPlacement(p, req.NodeID); err != nil {
 		return nil, err
 	}

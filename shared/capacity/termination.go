@@ -160,6 +160,8 @@ type Terminator struct {
 	Concurrency int
 	Now         func() time.Time
 	Logger      *slog.Logger
+	// Metrics is told of the operations this Terminator ends (nil: none).
+	Metrics Metrics
 }
 
 func (t *Terminator) now() time.Time {
@@ -246,11 +248,17 @@ func (t *Terminator) Run(ctx context.Context, task TerminationTask) (*Terminatio
 		return nil, fmt.Errorf("read operation %s: %w", task.ReclaimID, err)
 	}
 	if ended.State == OpTerminating && ended.CurrentAttempt() == op.CurrentAttempt() && ended.Ended() {
-		err := t.Store.EndOperation(ctx, *ended, ended.EndState(), t.now())
+		endedAt := t.now()
+		err := t.Store.EndOperation(ctx, *ended, ended.EndState(), endedAt)
 		if err != nil && !errors.Is(err, ErrConflict) {
 			return nil, fmt.Errorf("end operation %s: %w", op.ID, err)
 		}
 		t.logger().InfoContext(ctx, "reclaim operation ended", "reclaim_id", op.ID, "state", ended.EndState())
+		// Only the writer whose end write succeeded reports it, so it is reported once (a
+		// conflict: a racing round or the reconciler ended it and reports it).
+		if err == nil && t.Metrics != nil {
+			t.Metrics.OperationEnded(ctx, *ended, endedAt)
+		}
 	}
 	return report, nil
 }

@@ -13,21 +13,54 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 
 	"github.com/openrelay/capacity/shared/awsfault"
+	"github.com/openrelay/capacity/shared/trace"
 )
 
-// Logger returns a JSON logger at LOG_LEVEL (default info), also made the default.
+// Logger returns a JSON logger at LOG_LEVEL (default info), also made the default. Every
+// line carries the invocation's X-Ray trace id as "trace_id" and, when the ctx has it, the
+// Lambda request id as "aws_request_id" (see LogHandler).
 func Logger() *slog.Logger {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(os.Getenv("LOG_LEVEL"))); err != nil {
 		level = slog.LevelInfo
 	}
-	logger := slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: level}))
+	logger := slog.New(LogHandler(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: level})))
 	slog.SetDefault(logger)
 	return logger
+}
+
+// LogHandler wraps h so that every record names its invocation: "trace_id", the Root of the
+// X-Ray trace header (the ctx's, else the environment's, which is the invocation being
+// served even for a call without ctx), to go from a trace to its logs and back; and
+// "aws_request_id", the Lambda request id, when the ctx carries the Lambda context.
+func LogHandler(h slog.Handler) slog.Handler { return invocationHandler{h} }
+
+type invocationHandler struct{ slog.Handler }
+
+func (h invocationHandler) Handle(ctx context.Context, r slog.Record) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if id := trace.ID(ctx); id != "" {
+		r.AddAttrs(slog.String("trace_id", id))
+	}
+	if lc, ok := lambdacontext.FromContext(ctx); ok && lc.AwsRequestID != "" {
+		r.AddAttrs(slog.String("aws_request_id", lc.AwsRequestID))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h invocationHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return invocationHandler{h.Handler.WithAttrs(attrs)}
+}
+
+func (h invocationHandler) WithGroup(name string) slog.Handler {
+	return invocationHandler{h.Handler.WithGroup(name)}
 }
 
 // AWS loads the SDK configuration. The SDK's standard retryer retries throttling and

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sfn/types"
 
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/trace"
 )
 
 // Input is an execution's input: the operation's victims still to terminate, grouped by
@@ -54,6 +55,7 @@ func (s *Starter) Start(ctx context.Context, op capacity.Operation) error {
 		StateMachineArn: aws.String(s.StateMachineARN),
 		Name:            aws.String(name),
 		Input:           aws.String(string(input)),
+		TraceHeader:     traceHeader(ctx),
 	})
 	var exists *types.ExecutionAlreadyExists
 	if errors.As(err, &exists) {
@@ -63,6 +65,21 @@ func (s *Starter) Start(ctx context.Context, op capacity.Operation) error {
 		return fmt.Errorf("start execution %s: %w", name, err)
 	}
 	return nil
+}
+
+// maxTraceHeader is the longest TraceHeader StartExecution accepts.
+const maxTraceHeader = 256
+
+// traceHeader is the invocation's X-Ray trace header, so the execution joins the trace of
+// the call that started it (the API's reclaim, or a reconciler run); nil when there is none
+// or it is longer than StartExecution accepts (the execution then starts a trace of its own
+// rather than fail to start).
+func traceHeader(ctx context.Context) *string {
+	h := trace.Header(ctx)
+	if h == "" || len(h) > maxTraceHeader {
+		return nil
+	}
+	return aws.String(h)
 }
 
 // Status reports what became of the execution of the operation's current attempt.
