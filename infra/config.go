@@ -56,6 +56,12 @@ type EnvConfig struct {
 		RetryWaitSeconds float64 `json:"retryWaitSeconds,omitempty"`
 	} `json:"termination,omitempty"`
 	AgentMasterSecret string `json:"agentMasterSecret,omitempty"`
+	// Optional alarm thresholds (defaults DefaultAlarm*): the API's 5xx rate (a fraction of
+	// requests) and p99 latency (ms).
+	Alarms *struct {
+		ApiErrorRate *float64 `json:"apiErrorRate,omitempty"`
+		ApiP99Millis *float64 `json:"apiP99Millis,omitempty"`
+	} `json:"alarms,omitempty"`
 }
 
 // MinHistoryRetentionDays matches the store's floor (dynamo.MinRetention): a finished
@@ -203,6 +209,22 @@ func (c EnvConfig) props(env string) (CapacityStackProps, []error) {
 
 	if t := c.Termination; t != nil {
 		p.TerminateConcurrency, p.TerminateRounds, p.TerminateRetryWait = t.Concurrency, t.Rounds, t.RetryWaitSeconds
+	}
+
+	if a := c.Alarms; a != nil {
+		if r := a.ApiErrorRate; r != nil {
+			if *r <= 0 || *r >= 1 {
+				bad("alarms.apiErrorRate %v: want a fraction of requests, above 0 and below 1 (0.05 is 5%%)", *r)
+			}
+			p.AlarmApiErrorRate = *r
+		}
+		if ms := a.ApiP99Millis; ms != nil {
+			// API Gateway ends a call at 29 s, so a higher threshold could never be crossed.
+			if *ms < 1 || *ms > 29000 || *ms != float64(int(*ms)) {
+				bad("alarms.apiP99Millis %v: want a whole number of milliseconds from 1 to 29000", *ms)
+			}
+			p.AlarmApiP99Millis = *ms
+		}
 	}
 	return p, errs
 }

@@ -69,8 +69,28 @@ func TestStackPropsFor(t *testing.T) {
 			}
 		})
 	}
+	// Alarm thresholds: optional, validated, passed on.
+	alarmsBlock := func(alarms string) any {
+		return edit("local", `{"throttle": {"rate": 1, "burst": 1}, "allowedEventSources": [], "retention": {"historyDays": 90, "logDays": 7}, "logLevel": "info", "alarms": `+alarms+`}`)
+	}
+	if p, err := StackPropsFor(alarmsBlock(`{"apiErrorRate": 0.01, "apiP99Millis": 1500}`), "local"); err != nil || p.AlarmApiErrorRate != 0.01 || p.AlarmApiP99Millis != 1500 {
+		t.Errorf("alarms override: props %+v, error %v", p, err)
+	}
+	if p, err := StackPropsFor(parse(good), "prod"); err != nil || p.AlarmApiErrorRate != 0 || p.AlarmApiP99Millis != 0 {
+		t.Errorf("no alarms block: props %+v (want zero: the stack's defaults), error %v", p, err)
+	}
+	_, err := StackPropsFor(alarmsBlock(`{"apiErrorRate": 5, "apiP99Millis": 30000}`), "local")
+	for _, want := range []string{"alarms.apiErrorRate 5", "alarms.apiP99Millis 30000"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v, want it to contain %q", err, want)
+		}
+	}
+	if _, err := StackPropsFor(alarmsBlock(`{"apiErrorRat": 0.1}`), "local"); err == nil || !strings.Contains(err.Error(), `unknown field "apiErrorRat"`) {
+		t.Errorf("misspelt alarms key: error %v", err)
+	}
+
 	// Every problem of a block is reported at once.
-	_, err := StackPropsFor(edit("local", `{"throttle": {"rate": 0, "burst": 1}, "alarmSubscription": "http://x", "allowedEventSources": ["aws.ec2"], "retention": {"historyDays": 30, "logDays": 8}, "logLevel": "loud"}`), "local")
+	_, err = StackPropsFor(edit("local", `{"throttle": {"rate": 0, "burst": 1}, "alarmSubscription": "http://x", "allowedEventSources": ["aws.ec2"], "retention": {"historyDays": 30, "logDays": 8}, "logLevel": "loud"}`), "local")
 	for _, want := range []string{"throttle rate 0", `alarmSubscription "http://x"`, `"aws.ec2" is not a custom`, "historyDays 30", "logDays 8", `logLevel "loud"`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v, want it to contain %q", err, want)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigateway"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
@@ -17,6 +18,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsstepfunctions"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsstepfunctionstasks"
 	"github.com/aws/constructs-go/constructs/v10"
@@ -104,6 +106,9 @@ type CapacityStackProps struct {
 	// Validated by StackPropsFor; kept on the stack for the alarms and the event intake.
 	AlarmSubscription   string
 	AllowedEventSources []string
+	// AlarmApiErrorRate (a fraction of requests) and AlarmApiP99Millis are the API alarms'
+	// thresholds. Zero means the default (DefaultAlarm*).
+	AlarmApiErrorRate, AlarmApiP99Millis float64
 }
 
 // CapacityStack is the service's stack for one environment.
@@ -130,7 +135,14 @@ type CapacityStack struct {
 	// AlarmSubscription and AllowedEventSources as configured (see CapacityStackProps).
 	AlarmSubscription   string
 	AllowedEventSources []string
+	// AlarmTopic (capacity-<env>-alarms) receives every alarm's ALARM and OK; Alarms are by
+	// what they watch (the part of their name after capacity-<env>-); Dashboard is capacity-<env>.
+	AlarmTopic awssns.Topic
+	Alarms     map[string]awscloudwatch.Alarm
+	Dashboard  awscloudwatch.Dashboard
 
+	alarmScope    constructs.Construct
+	alarmApi      struct{ errorRate, p99Millis float64 }
 	assetRoot     string
 	logLevel      string
 	logRetention  awslogs.RetentionDays
@@ -190,6 +202,12 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	if props.LogLevel == "" {
 		props.LogLevel = "info"
 	}
+	if props.AlarmApiErrorRate == 0 {
+		props.AlarmApiErrorRate = DefaultAlarmApiErrorRate
+	}
+	if props.AlarmApiP99Millis == 0 {
+		props.AlarmApiP99Millis = DefaultAlarmApiP99Millis
+	}
 	ephemeral := props.Env == "local" || props.Env == "dev"
 	logRetention := awslogs.RetentionDays_THREE_MONTHS
 	if ephemeral {
@@ -225,6 +243,7 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 		Env:                 env,
 		Ephemeral:           ephemeral,
 		Tables:              map[string]awsdynamodb.Table{},
+		Alarms:              map[string]awscloudwatch.Alarm{},
 		AlarmSubscription:   props.AlarmSubscription,
 		AllowedEventSources: props.AllowedEventSources,
 		assetRoot:           props.AssetRoot,
@@ -232,6 +251,7 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 		logRetention:        logRetention,
 		historyWindow:       historyWindow,
 	}
+	s.alarmApi.errorRate, s.alarmApi.p99Millis = props.AlarmApiErrorRate, props.AlarmApiP99Millis
 	awscdk.Tags_Of(s.Stack).Add(jsii.String("project"), jsii.String("capacity"), nil)
 	awscdk.Tags_Of(s.Stack).Add(jsii.String("env"), jsii.String(env), nil)
 
@@ -313,6 +333,11 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 		s.FloorFunction = s.newFloor(state, audit)
 	}
 
+	s.AlarmTopic = s.newAlarmTopic()
+	s.alarmScope = constructs.NewConstruct(s.Stack, jsii.String("Alarms"))
+	s.newAlarms()
+	s.Dashboard = s.newDashboard()
+
 	s.nagSuppressions()
 
 	output := func(id string, value *string, desc string) {
@@ -327,6 +352,7 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	output("TerminateNodeFunctionName", s.TerminateNodeFunction.FunctionName(), "Termination task Lambda function")
 	output("ReconcilerFunctionName", s.ReconcilerFunction.FunctionName(), "Reconciler Lambda function")
 	output("AgentMasterSecretId", terminateEnv["AGENT_MASTER_SECRET_ID"], "Secrets Manager secret the node agents' keys are derived from")
+	output("AlarmTopicArn", s.AlarmTopic.TopicArn(), "SNS topic every alarm of the environment notifies")
 	output("Env", jsii.String(env), "Environment name")
 	return s, nil
 }
@@ -451,6 +477,8 @@ func (s *CapacityStack) goFunction(spec goFunctionSpec) awslambda.Function {
 		Role:         role,
 		LogGroup:     logs,
 		Environment:  &env,
+		// Adds xray:PutTraceSegments and xray:PutTelemetryRecords on "*" to the role.
+		Tracing: awslambda.Tracing_ACTIVE,
 	})
 	fn.Node().DefaultChild().(awslambda.CfnFunction).AddMetadata(jsii.String("capacity:function"), spec.Name)
 	return fn
@@ -589,12 +617,13 @@ func (s *CapacityStack) newTerminationStateMachine(fn awslambda.IFunction, concu
 		DefinitionBody:   awsstepfunctions.DefinitionBody_FromChainable(nodes),
 		// Rounds x (task timeout + wait) is well under this.
 		Timeout: awscdk.Duration_Hours(jsii.Number(1)),
+		// Level ALL: a few states per node, so the full path of every execution is affordable.
 		Logs: &awsstepfunctions.LogOptions{
 			Destination:          logs,
-			Level:                awsstepfunctions.LogLevel_ERROR,
+			Level:                awsstepfunctions.LogLevel_ALL,
 			IncludeExecutionData: jsii.Bool(true),
 		},
-		TracingEnabled: jsii.Bool(false),
+		TracingEnabled: jsii.Bool(true),
 		RemovalPolicy:  s.removalPolicy(),
 	})
 }
@@ -625,14 +654,25 @@ func (s *CapacityStack) terminationItemSelector(rounds float64) *map[string]any 
 // resource proxied (method ANY) to fn. No authoriser: the function checks bearer keys.
 func (s *CapacityStack) newRestApi(fn awslambda.IFunction, rate, burst float64) awsapigateway.RestApi {
 	api := awsapigateway.NewRestApi(s.Stack, jsii.String("RestApi"), &awsapigateway.RestApiProps{
-		RestApiName:    jsii.String("capacity-" + s.Env + "-api"),
-		Description:    jsii.String("capacity-boundary API (" + s.Env + ")"),
-		EndpointTypes:  &[]awsapigateway.EndpointType{awsapigateway.EndpointType_REGIONAL},
-		CloudWatchRole: jsii.Bool(false), // no account-wide API Gateway logging role from this stack
+		RestApiName:   jsii.String("capacity-" + s.Env + "-api"),
+		Description:   jsii.String("capacity-boundary API (" + s.Env + ")"),
+		EndpointTypes: &[]awsapigateway.EndpointType{awsapigateway.EndpointType_REGIONAL},
+		// Access and execution logs need the account's API Gateway CloudWatch role. Each
+		// environment has an account of its own; the setting is the account's, and other APIs
+		// may rely on it, so the role outlives the stack.
+		CloudWatchRole:              jsii.Bool(true),
+		CloudWatchRoleRemovalPolicy: awscdk.RemovalPolicy_RETAIN,
 		DeployOptions: &awsapigateway.StageOptions{
 			StageName:            jsii.String(s.Env),
 			ThrottlingRateLimit:  jsii.Number(rate),
 			ThrottlingBurstLimit: jsii.Number(burst),
+			TracingEnabled:       jsii.Bool(true),
+			AccessLogDestination: awsapigateway.NewLogGroupLogDestination(
+				s.logGroup(constructs.NewConstruct(s.Stack, jsii.String("ApiAccessLogs")), "/aws/apigateway/capacity-"+s.Env+"-api-access")),
+			AccessLogFormat: accessLogFormat(),
+			// Execution logs (API-Gateway-Execution-Logs_<api>/<stage>) for errors only, never bodies.
+			LoggingLevel:     awsapigateway.MethodLoggingLevel_ERROR,
+			DataTraceEnabled: jsii.Bool(false),
 		},
 	})
 	// RestApi adds an output with a hashed id; the stack's ApiUrl output replaces it.

@@ -431,6 +431,8 @@ func TestRolePermissions(t *testing.T) {
 				return toJSON(getAtt(logGroupID(t, tp, "/aws/lambda/capacity-"+env+"-"+fn), "Arn"))
 			}
 			logWrite := []string{"logs:CreateLogStream", "logs:PutLogEvents"}
+			// Active tracing: X-Ray's actions support no resource-level permissions.
+			traceWrite := []string{"xray:PutTelemetryRecords", "xray:PutTraceSegments"}
 
 			type roleCase struct {
 				fn   string
@@ -444,11 +446,13 @@ func TestRolePermissions(t *testing.T) {
 					keysArn:        {"dynamodb:GetItem"},
 					smArn:          {"states:StartExecution"},
 					ownLogs("api"): logWrite,
+					`"*"`:          traceWrite,
 				}},
 				{"terminate-node", map[string][]string{
 					stateArn:                  {"dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
 					masterSecretArn:           {"secretsmanager:GetSecretValue"},
 					ownLogs("terminate-node"): logWrite,
+					`"*"`:                     traceWrite,
 				}},
 				{"reconciler", map[string][]string{
 					toJSON(map[string]any{"Fn::Join": []any{"", []any{getAtt(tableID(t, tp, table.State, env), "Arn"), "/index/byState"}}}): {"dynamodb:Query"},
@@ -456,6 +460,7 @@ func TestRolePermissions(t *testing.T) {
 					smArn:                 {"states:StartExecution"},
 					executionsArn:         {"states:DescribeExecution"},
 					ownLogs("reconciler"): logWrite,
+					`"*"`:                 traceWrite,
 				}},
 			}
 			if env == "local" { // only local has the floor (TestFloorOnlyLocally)
@@ -464,12 +469,13 @@ func TestRolePermissions(t *testing.T) {
 					auditArn:         {"dynamodb:PutItem"},
 					smArn:            {"states:StartExecution"},
 					ownLogs("floor"): logWrite,
+					`"*"`:            traceWrite,
 				}})
 			}
 			for _, tc := range cases {
 				t.Run(tc.fn, func(t *testing.T) {
 					_, fn := functionByName(t, tp, env, tc.fn)
-					got := rolePermissions(t, tp, roleOf(t, fn, "Role"), "lambda.amazonaws.com")
+					got := rolePermissions(t, tp, roleOf(t, fn, "Role"), "lambda.amazonaws.com", traceWrite...)
 					if !reflect.DeepEqual(got, tc.want) {
 						t.Errorf("role permissions\n got %v\nwant %v", got, tc.want)
 					}
@@ -481,12 +487,12 @@ func TestRolePermissions(t *testing.T) {
 				fnID, _ := functionByName(t, tp, env, "terminate-node")
 				// Log delivery to CloudWatch Logs has no resource-level permissions: AWS
 				// requires "*" for these (and CDK adds exactly them when logging is on).
-				logDelivery := logDeliveryActions
-				got := rolePermissions(t, tp, roleOf(t, sm, "RoleArn"), "states.amazonaws.com", logDelivery...)
+				starOK := slices.Concat(logDeliveryActions, stateMachineTraceActions)
+				got := rolePermissions(t, tp, roleOf(t, sm, "RoleArn"), "states.amazonaws.com", starOK...)
 				want := map[string][]string{
 					toJSON(getAtt(fnID, "Arn")): {"lambda:InvokeFunction"},
 					toJSON(map[string]any{"Fn::Join": []any{"", []any{getAtt(fnID, "Arn"), ":*"}}}): {"lambda:InvokeFunction"},
-					`"*"`: logDelivery,
+					`"*"`: starOK,
 				}
 				if !reflect.DeepEqual(got, want) {
 					t.Errorf("state machine role permissions\n got %v\nwant %v", got, want)
@@ -501,6 +507,12 @@ func TestRolePermissions(t *testing.T) {
 var logDeliveryActions = []string{
 	"logs:CreateLogDelivery", "logs:DeleteLogDelivery", "logs:DescribeLogGroups", "logs:DescribeResourcePolicies",
 	"logs:GetLogDelivery", "logs:ListLogDeliveries", "logs:PutResourcePolicy", "logs:UpdateLogDelivery",
+}
+
+// stateMachineTraceActions: what a traced state machine needs of X-Ray, which has no
+// resource-level permissions either (functions need only the two Put actions).
+var stateMachineTraceActions = []string{
+	"xray:GetSamplingRules", "xray:GetSamplingTargets", "xray:PutTelemetryRecords", "xray:PutTraceSegments",
 }
 
 // assumedBy returns the service principal in a role's trust policy.
@@ -534,13 +546,15 @@ func TestEveryRoleIsAsserted(t *testing.T) {
 			}
 			_, sm := tp.one(t, "AWS::StepFunctions::StateMachine", "StateMachineName", "capacity-"+env+"-termination")
 			asserted[roleOf(t, sm, "RoleArn")] = "state machine"
+			// TestApiGatewayCloudWatchRole asserts the account's API Gateway logging role.
+			asserted[apiGatewayCloudWatchRoleID(t, tp)] = "api gateway account"
 			for id := range tp.resources("AWS::IAM::Role") {
 				if _, ok := asserted[id]; !ok {
 					t.Errorf("role %s is not one whose permissions TestRolePermissions asserts", id)
 				}
 			}
-			if len(asserted) != len(fns)+1 {
-				t.Errorf("roles %v: want %d distinct roles (each function and the state machine its own)", asserted, len(fns)+1)
+			if len(asserted) != len(fns)+2 {
+				t.Errorf("roles %v: want %d distinct roles (each function and the state machine its own, and API Gateway's)", asserted, len(fns)+2)
 			}
 		})
 	}
@@ -557,8 +571,12 @@ func TestNoRoleCanWriteKeys(t *testing.T) {
 			_, api := apiFunction(t, tp, env)
 			apiRole := roleOf(t, api, "Role")
 			readers := 0
+			cwRole := apiGatewayCloudWatchRoleID(t, tp) // only a managed policy: TestApiGatewayCloudWatchRole
 			for id, role := range tp.resources("AWS::IAM::Role") {
-				for res, actions := range rolePermissions(t, tp, id, assumedBy(t, role), logDeliveryActions...) {
+				if id == cwRole {
+					continue
+				}
+				for res, actions := range rolePermissions(t, tp, id, assumedBy(t, role), slices.Concat(logDeliveryActions, stateMachineTraceActions)...) {
 					if res == `"*"` {
 						for _, a := range actions {
 							if strings.HasPrefix(a, "dynamodb:") {
@@ -683,6 +701,7 @@ func TestRoutes(t *testing.T) {
 			_, stage := tp.one(t, "AWS::ApiGateway::Stage", "StageName", env)
 			wantSettings := []any{map[string]any{
 				"DataTraceEnabled":     false,
+				"LoggingLevel":         "ERROR",
 				"HttpMethod":           "*",
 				"ResourcePath":         "/*",
 				"ThrottlingBurstLimit": float64(DefaultThrottleBurst),
@@ -750,7 +769,7 @@ func TestOutputs(t *testing.T) {
 	}
 	sort.Strings(keys)
 	if want := []string{
-		"AgentMasterSecretId", "ApiFunctionName", "ApiUrl", "AuditTableName", "Env", "KeysTableName", "ReconcilerFunctionName", "StateMachineArn", "StateTableName", "TerminateNodeFunctionName",
+		"AgentMasterSecretId", "AlarmTopicArn", "ApiFunctionName", "ApiUrl", "AuditTableName", "Env", "KeysTableName", "ReconcilerFunctionName", "StateMachineArn", "StateTableName", "TerminateNodeFunctionName",
 	}; !reflect.DeepEqual(keys, want) {
 		t.Errorf("outputs %v, want %v", keys, want)
 	}
@@ -767,6 +786,7 @@ func TestOutputs(t *testing.T) {
 		"TerminateNodeFunctionName": ref(terminateID),
 		"ReconcilerFunctionName":    ref(reconcilerID),
 		"AgentMasterSecretId":       ref(agentMasterSecretID(t, tp, "local")),
+		"AlarmTopicArn":             ref(alarmTopicID(t, tp, "local")), // Ref of a topic is its ARN
 		"Env":                       "local",
 	} {
 		if !reflect.DeepEqual(value(k), want) {
@@ -911,7 +931,7 @@ func TestTerminationStateMachine(t *testing.T) {
 			wantLogging := map[string]any{
 				"Destinations":         []any{map[string]any{"CloudWatchLogsLogGroup": map[string]any{"LogGroupArn": getAtt(lgID, "Arn")}}},
 				"IncludeExecutionData": true,
-				"Level":                "ERROR",
+				"Level":                "ALL",
 			}
 			if !reflect.DeepEqual(p["LoggingConfiguration"], wantLogging) {
 				t.Errorf("LoggingConfiguration %s, want %s", toJSON(p["LoggingConfiguration"]), toJSON(wantLogging))
@@ -1185,7 +1205,7 @@ func TestExistingAgentMasterSecret(t *testing.T) {
 	if got := props(fn)["Environment"].(map[string]any)["Variables"].(map[string]any)["AGENT_MASTER_SECRET_ID"]; got != "ops/agent-master" {
 		t.Errorf("AGENT_MASTER_SECRET_ID = %s", toJSON(got))
 	}
-	got := rolePermissions(t, tp, roleOf(t, fn, "Role"), "lambda.amazonaws.com")
+	got := rolePermissions(t, tp, roleOf(t, fn, "Role"), "lambda.amazonaws.com", "xray:PutTelemetryRecords", "xray:PutTraceSegments")
 	arn := toJSON(map[string]any{"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:ops/agent-master-??????"})
 	if !reflect.DeepEqual(got[arn], []string{"secretsmanager:GetSecretValue"}) {
 		t.Errorf("terminate-node permissions %v, want GetSecretValue on %s", got, arn)

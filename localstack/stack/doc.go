@@ -21,7 +21,10 @@
 //
 // Skipped, because nothing local depends on them (they still get fake physical ids and ARNs so
 // that references to them resolve): AWS::IAM::*, AWS::Lambda::Permission, AWS::Logs::LogGroup,
-// AWS::ApiGateway::Account, AWS::CDK::Metadata, and CDK's bootstrap Parameters and Rules.
+// AWS::ApiGateway::Account, AWS::CDK::Metadata, CDK's bootstrap Parameters and Rules, and
+// alarming, since nothing local notifies or graphs: AWS::SNS::Topic, Subscription and
+// TopicPolicy, AWS::KMS::Key and Alias, AWS::CloudWatch::Alarm and Dashboard. The stage's
+// tracing and access-log settings and the functions' TracingConfig are ignored likewise.
 // Any other resource type is skipped with a warning naming it.
 //
 // The proxy in front of kumo corrects what would otherwise make local runs differ from AWS:
