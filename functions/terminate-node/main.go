@@ -4,8 +4,8 @@
 //
 // Environment: APP_ENV (the metrics' Environment); STATE_TABLE; AGENT_MASTER_SECRET_ID, the
 // Secrets Manager secret (name or ARN) the node keys are derived from (read at run time,
-// cached 5 minutes, current and previous versions); AGENT_TIMEOUT; AGENT_ALLOW_HTTP=true only on the local stack, whose agents are
-// plain http on loopback.
+// cached 5 minutes, current and previous versions); AGENT_TIMEOUT; AGENT_ALLOW_HTTP=true
+// only on the local stack, whose agents are plain http on loopback.
 package main
 
 import (
