@@ -13,6 +13,7 @@ import (
 
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/routes"
+	"github.com/openrelay/capacity/shared/wire"
 )
 
 // Service is the domain the API exposes.
@@ -201,12 +202,12 @@ func (h *Handler) capacity(action string) handlerFunc {
 		}
 		markReplayed(w, res.Replayed)
 		if action == ActionRelease {
-			out := reservationJSON(res.Reservation)
+			out := wire.Reservation(res.Reservation)
 			out.Reason = res.Reason
 			writeJSON(w, http.StatusOK, out)
 			return nil
 		}
-		writeJSON(w, http.StatusOK, reclaimJSON(res))
+		writeJSON(w, http.StatusOK, wire.Reclaim(res))
 		return nil
 	}
 }
@@ -228,7 +229,7 @@ func (h *Handler) place(w http.ResponseWriter, r *http.Request, p capacity.Princ
 		return err
 	}
 	markReplayed(w, res.Replayed)
-	writeJSON(w, http.StatusCreated, vmJSON(res.VM))
+	writeJSON(w, http.StatusCreated, wire.VM(res.VM))
 	return nil
 }
 
@@ -237,7 +238,7 @@ func (h *Handler) getReservation(w http.ResponseWriter, r *http.Request, p capac
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, reservationJSON(*res))
+	writeJSON(w, http.StatusOK, wire.Reservation(*res))
 	return nil
 }
 
@@ -246,7 +247,7 @@ func (h *Handler) getOperation(w http.ResponseWriter, r *http.Request, p capacit
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, operationJSON(op))
+	writeJSON(w, http.StatusOK, wire.Operation(op))
 	return nil
 }
 
@@ -261,7 +262,7 @@ func (h *Handler) redrive(w http.ResponseWriter, r *http.Request, p capacity.Pri
 	if len(res.Retried) == 0 {
 		status = http.StatusOK
 	}
-	writeJSON(w, status, operationJSON(&capacity.OperationView{Operation: res.Operation}))
+	writeJSON(w, status, wire.Operation(&capacity.OperationView{Operation: res.Operation}))
 	return nil
 }
 

@@ -1,4 +1,6 @@
-package httpapi
+// Package wire is the JSON form of the domain's results that callers see: the HTTP API answers
+// with it and the events carry the same bodies, so the two cannot drift apart.
+package wire
 
 import (
 	"slices"
@@ -58,7 +60,8 @@ func list(s []string) []string {
 	return s
 }
 
-func reservationJSON(r capacity.Reservation) ReservationJSON {
+// Reservation is r as the API shows it.
+func Reservation(r capacity.Reservation) ReservationJSON {
 	out := ReservationJSON{
 		ID: r.ID, NodeID: r.NodeID, AllowedOrgIDs: list(r.AllowedOrgIDs), ReservedUnitIDs: list(r.ReservedUnitIDs),
 		StartsAt: timeString(r.StartsAt), Status: string(r.Status), ManagingOrgIDs: list(r.ManagingOrgIDs),
@@ -72,8 +75,9 @@ func reservationJSON(r capacity.Reservation) ReservationJSON {
 	return out
 }
 
-func reclaimJSON(res *capacity.CapacityResult) ReservationJSON {
-	out := reservationJSON(res.Reservation)
+// Reclaim is the answer to a reclaim: the reservation after it, and what it evicted or would.
+func Reclaim(res *capacity.CapacityResult) ReservationJSON {
+	out := Reservation(res.Reservation)
 	out.Reason = res.Reason // the call's reason, not the reservation's
 	out.ReclaimID = res.ReclaimID
 	terminated, skipped := list(res.Terminated), list(res.Skipped)
@@ -85,7 +89,8 @@ func reclaimJSON(res *capacity.CapacityResult) ReservationJSON {
 	return out
 }
 
-func vmJSON(v capacity.VM) VMJSON {
+// VM is v as the API shows it.
+func VM(v capacity.VM) VMJSON {
 	return VMJSON{
 		ID: v.ID, NodeID: v.NodeID, OrgID: v.OrgID, Tier: string(v.Tier), UnitIDs: list(v.UnitIDs),
 		State: string(v.State), CreatedAt: timeString(v.CreatedAt),
@@ -127,7 +132,8 @@ type VMCountsJSON struct {
 	Failed      int `json:"failed"`
 }
 
-func operationJSON(view *capacity.OperationView) OperationJSON {
+// Operation is the caller's view of a reclaim operation.
+func Operation(view *capacity.OperationView) OperationJSON {
 	op := view.Operation
 	out := OperationJSON{
 		ID: op.ID, NodeID: op.NodeID, ReservationID: op.ReservationID, State: string(op.State),
