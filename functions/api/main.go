@@ -4,13 +4,16 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	awsscheduler "github.com/aws/aws-sdk-go-v2/service/scheduler"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/awslabs/aws-lambda-go-api-proxy/core"
 	"github.com/awslabs/aws-lambda-go-api-proxy/httpadapter"
@@ -21,6 +24,7 @@ import (
 	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/emf"
 	"github.com/openrelay/capacity/shared/httpapi"
+	"github.com/openrelay/capacity/shared/scheduler"
 	"github.com/openrelay/capacity/shared/stepfn"
 )
 
@@ -36,13 +40,33 @@ func main() {
 	store.KeysTable = env["KEYS_TABLE"]
 	workflow := &stepfn.Starter{Client: sfn.NewFromConfig(cfg), StateMachineARN: env["STATE_MACHINE_ARN"]}
 	metrics := emf.New(os.Stdout, env["APP_ENV"])
-	lambda.Start(newAdapter(store, workflow, metrics, keyTTL, logger).ProxyWithContext)
+	sched := config.Must(schedulerFromEnv(cfg))
+	lambda.Start(newAdapter(store, workflow, sched, metrics, keyTTL, logger).ProxyWithContext)
+}
+
+// schedulerFromEnv returns the EventBridge Scheduler adapter when SCHEDULE_GROUP,
+// SCHEDULE_ROLE_ARN and EVENT_BUS_ARN are all set, nil when none is (scheduled reclaims then
+// answer 501 scheduling_unavailable), and an error when only some are.
+func schedulerFromEnv(cfg aws.Config) (capacity.Scheduler, error) {
+	group, role, bus := os.Getenv("SCHEDULE_GROUP"), os.Getenv("SCHEDULE_ROLE_ARN"), os.Getenv("EVENT_BUS_ARN")
+	switch {
+	case group == "" && role == "" && bus == "":
+		return nil, nil
+	case group == "" || role == "" || bus == "":
+		return nil, fmt.Errorf("SCHEDULE_GROUP, SCHEDULE_ROLE_ARN and EVENT_BUS_ARN go together: set all three or none")
+	}
+	return &scheduler.Schedules{Client: awsscheduler.NewFromConfig(cfg), Group: group, RoleARN: role, BusARN: bus}, nil
 }
 
 // newAdapter wires the store, workflow, domain and HTTP API into an API Gateway proxy handler.
-func newAdapter(store *dynamo.Store, workflow capacity.Workflow, metrics capacity.Metrics, keyTTL time.Duration, logger *slog.Logger) *httpadapter.HandlerAdapter {
+// A nil scheduler leaves scheduled reclaims unavailable.
+func newAdapter(store *dynamo.Store, workflow capacity.Workflow, sched capacity.Scheduler, metrics capacity.Metrics, keyTTL time.Duration, logger *slog.Logger) *httpadapter.HandlerAdapter {
+	svc := &capacity.Service{Store: store, Workflow: workflow, Logger: logger, Metrics: metrics}
+	if sched != nil {
+		svc.Scheduler, svc.Schedules = sched, store
+	}
 	handler := &httpapi.Handler{
-		Service:   &capacity.Service{Store: store, Workflow: workflow, Logger: logger, Metrics: metrics},
+		Service:   svc,
 		Auth:      &auth.Authenticator{Keys: store.Keys(), TTL: keyTTL},
 		Logger:    logger,
 		RequestID: apiGatewayRequestID,

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/openrelay/capacity/localstack/demo"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
@@ -49,7 +50,7 @@ func TestSampleEvents(t *testing.T) {
 				t.Fatal(err)
 			}
 			var metrics bytes.Buffer
-			adapter := newAdapter(env.Store, nil, emf.New(&metrics, "local"), time.Minute, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+			adapter := newAdapter(env.Store, nil, nil, emf.New(&metrics, "local"), time.Minute, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 			resp, err := adapter.ProxyWithContext(context.Background(), ev)
 			if err != nil {
 				t.Fatal(err)
@@ -70,6 +71,30 @@ func TestSampleEvents(t *testing.T) {
 					line.ReclaimVictims == nil || line.RequestID == "" || line.RequestID != ev.RequestContext.RequestID {
 					t.Fatalf("metrics line %s (%v), want Reclaims 1 under request id %q", metrics.String(), err, ev.RequestContext.RequestID)
 				}
+			}
+		})
+	}
+}
+
+func TestSchedulerFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		group, role, bus string
+		want             bool // a scheduler
+		wantErr          bool
+	}{
+		{"none: scheduling unavailable", "", "", "", false, false},
+		{"all three", "capacity-test", "arn:aws:iam::1:role/r", "arn:aws:events:us-east-1:1:event-bus/capacity-test", true, false},
+		{"no bus", "capacity-test", "arn:aws:iam::1:role/r", "", false, true},
+		{"only the group", "capacity-test", "", "", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("SCHEDULE_GROUP", tc.group)
+			t.Setenv("SCHEDULE_ROLE_ARN", tc.role)
+			t.Setenv("EVENT_BUS_ARN", tc.bus)
+			s, err := schedulerFromEnv(aws.Config{Region: "us-east-1"})
+			if (err != nil) != tc.wantErr || (s != nil) != tc.want {
+				t.Fatalf("scheduler %v, err %v", s, err)
 			}
 		})
 	}

@@ -12,13 +12,16 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/config"
 	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/emf"
+	"github.com/openrelay/capacity/shared/eventbus"
 	"github.com/openrelay/capacity/shared/stepfn"
 )
 
@@ -30,6 +33,7 @@ func main() {
 	store.Retention = config.Must(config.Duration("HISTORY_RETENTION", 0)) // per environment; 0: the default
 	metrics := emf.New(os.Stdout, env["APP_ENV"])
 	r := &capacity.Reconciler{
+		Publisher:   publisher(cfg, os.Getenv("EVENT_BUS_NAME")),
 		Store:       store,
 		Workflow:    &stepfn.Starter{Client: sfn.NewFromConfig(cfg), StateMachineARN: env["STATE_MACHINE_ARN"]},
 		StartAfter:  config.Must(config.Duration("START_AFTER", 30*time.Second)),
@@ -41,6 +45,15 @@ func main() {
 	lambda.Start(handler(r, metrics))
 }
 
+// publisher publishes the reports of the operations the reconciler ends on the bus
+// EVENT_BUS_NAME names; none when it is not set (a stack without the bus).
+func publisher(cfg aws.Config, bus string) capacity.Publisher {
+	if bus == "" {
+		return nil
+	}
+	return eventbus.New(eventbridge.NewFromConfig(cfg), bus)
+}
+
 // Result is what an invocation returns (visible to `make invoke` and tests).
 type Result struct {
 	Started     []string `json:"started"`
@@ -49,6 +62,8 @@ type Result struct {
 	Ended       []string `json:"ended"`
 	Exhausted   []string `json:"exhausted"`
 	Stuck       []string `json:"stuck"`
+	// PublishFailed: operations due to end whose report was not published (next run).
+	PublishFailed []string `json:"publishFailed"`
 }
 
 // handler runs one reconciliation for any event (the schedule's, or an empty one on demand),
@@ -63,6 +78,7 @@ func handler(r *capacity.Reconciler, metrics *emf.Recorder) func(context.Context
 		res := Result{
 			Started: nonNil(report.Started), Restarted: nonNil(report.Restarted), StartFailed: nonNil(report.StartFailed),
 			Ended: nonNil(report.Ended), Exhausted: []string{}, Stuck: []string{},
+			PublishFailed: nonNil(report.PublishFailed),
 		}
 		for _, op := range report.Exhausted {
 			res.Exhausted = append(res.Exhausted, op.ID)

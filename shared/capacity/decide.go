@@ -98,6 +98,7 @@ type CapacityPlan struct {
 	UnitIDs []string
 	DryRun  bool
 	Reason  string
+	Grace   time.Duration // delays the victims' termination (reclaim only)
 }
 
 // Changes reports whether the plan changes anything.
@@ -175,6 +176,7 @@ func newPlan(action string, st *NodeState, r *Reservation, req CapacityRequest) 
 	return &CapacityPlan{
 		Action: action, Node: st.Node, Reservation: *r,
 		UnitIDs: slices.Clone(req.UnitIDs), DryRun: req.DryRun, Reason: req.Reason,
+		Grace: time.Duration(req.GraceSeconds) * time.Second,
 	}
 }
 
@@ -202,8 +204,11 @@ func (p *CapacityPlan) Commit(opID string, audit AuditRecord, now time.Time) (*C
 			ID: opID, NodeID: p.Node.ID, ReservationID: p.Reservation.ID,
 			State: OpPendingStart, VMIDs: result.Terminated, UnitIDs: p.UnitIDs,
 			CreatedAt: now, UpdatedAt: now,
+			// Who is told what: the notices and reports name each victim's buyer and the
+			// owner as they were at commit.
+			TerminateAfter: now.Add(p.Grace), OwnerOrgID: p.Node.OwnerOrgID, Victims: victims(p.Victims),
 		}
-		result.ReclaimID = opID
+		result.ReclaimID, result.TerminateAfter = opID, c.Operation.TerminateAfter
 	}
 	audit.ReleasedBefore = nonNil(p.Reservation.ReleasedUnitIDs)
 	audit.ReleasedAfter = nonNil(result.Reservation.ReleasedUnitIDs)
@@ -317,6 +322,15 @@ func overlaps(a, b []string) bool {
 
 func sortVMs(vms []VM) {
 	slices.SortFunc(vms, func(a, b VM) int { return strings.Compare(a.ID, b.ID) })
+}
+
+// victims records the evicted VMs as they are at commit.
+func victims(vms []VM) []Victim {
+	out := make([]Victim, 0, len(vms))
+	for _, vm := range vms {
+		out = append(out, Victim{VMID: vm.ID, OrgID: vm.OrgID, UnitIDs: slices.Clone(vm.UnitIDs)})
+	}
+	return out
 }
 
 // VMIDs returns the ids of the VMs, in order.

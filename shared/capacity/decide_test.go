@@ -424,11 +424,13 @@ func TestPlanCommit(t *testing.T) {
 				Operation: &Operation{
 					ID: "rcl_1", NodeID: "n1", ReservationID: "r1", State: OpPendingStart,
 					VMIDs: []string{"vm-spot-a", "vm-spot-b"}, UnitIDs: []string{"u2", "u3"}, CreatedAt: now, UpdatedAt: now,
+					TerminateAfter: now, OwnerOrgID: "owner",
+					Victims: []Victim{{VMID: "vm-spot-a", OrgID: "x", UnitIDs: []string{"u2"}}, {VMID: "vm-spot-b", OrgID: "y", UnitIDs: []string{"u3", "u6"}}},
 				},
 			},
 			wantResult: CapacityResult{
 				Reservation: answered(after("u4", "u5")), ReclaimID: "rcl_1",
-				Terminated: []string{"vm-spot-a", "vm-spot-b"}, Skipped: none,
+				Terminated: []string{"vm-spot-a", "vm-spot-b"}, Skipped: none, TerminateAfter: now,
 			},
 			wantAudit: audit(ActionReclaim, []string{"u2", "u3"}, []string{"u4", "u5"}, []string{"vm-spot-a", "vm-spot-b"}, none, "rcl_1", false),
 		},

@@ -28,6 +28,11 @@ const (
 	CodeConcurrentModification Code = "concurrent_modification"
 	// CodeOperationRunning: a re-drive of a reclaim operation whose workflow still runs.
 	CodeOperationRunning Code = "operation_running"
+	// CodeScheduledReclaimCancelled: a schedule fired for a scheduled reclaim that was cancelled.
+	CodeScheduledReclaimCancelled Code = "scheduled_reclaim_cancelled"
+	// CodeScheduledReclaimFired: a cancel of a scheduled reclaim that has already fired
+	// (completed or refused).
+	CodeScheduledReclaimFired Code = "scheduled_reclaim_fired"
 
 	// Request validity (422).
 	CodeInvalidRequest       Code = "invalid_request"
@@ -38,6 +43,9 @@ const (
 	// CodeThrottled: the database refused the call for capacity, nothing was applied, and
 	// retrying after a moment is safe (503 with Retry-After).
 	CodeThrottled Code = "throttled"
+
+	// CodeSchedulingUnavailable: this deployment has no scheduler for scheduled reclaims (501).
+	CodeSchedulingUnavailable Code = "scheduling_unavailable"
 
 	// CodeInternal: a fault of ours or of a dependency; details are logged, not returned.
 	CodeInternal Code = "internal"

@@ -40,6 +40,10 @@ type Reconciler struct {
 	Logger *slog.Logger
 	// Metrics is told of the operations this Reconciler ends (nil: none).
 	Metrics Metrics
+	// Publisher, if set, publishes an operation's report (see OperationReport) before this
+	// Reconciler ends or fails it: once ended, nothing else would report it. A publish that
+	// fails leaves the operation as it is for the next run.
+	Publisher Publisher
 }
 
 // ReconcileReport says what a run did.
@@ -50,6 +54,9 @@ type ReconcileReport struct {
 	Ended       []string // terminating operations whose outcomes were all recorded, ended here
 	Exhausted   []Operation
 	Stuck       []Operation
+	// PublishFailed are operations due to be ended whose report could not be published:
+	// left as they were, for the next run.
+	PublishFailed []string
 }
 
 // Run makes one pass.
@@ -90,6 +97,11 @@ func (r *Reconciler) Run(ctx context.Context) (*ReconcileReport, error) {
 
 func (r *Reconciler) reconcile(ctx context.Context, op Operation, now time.Time, report *ReconcileReport) error {
 	if op.State == OpTerminating && op.Ended() {
+		ended := op
+		ended.State, ended.UpdatedAt = op.EndState(), now
+		if !r.reported(ctx, ended, report) {
+			return nil
+		}
 		err := r.Store.EndOperation(ctx, op, op.EndState(), now)
 		if errors.Is(err, ErrConflict) {
 			return nil // its workflow ended it meanwhile
@@ -146,6 +158,11 @@ func (r *Reconciler) restart(ctx context.Context, op Operation, status Execution
 	if op.Restarts >= maxRestarts {
 		reason := fmt.Sprintf("termination workflow closed before the operation ended %d times (last: %s %s)",
 			op.Restarts+1, ExecutionName(op), status)
+		failed := op
+		failed.State, failed.Reason, failed.UpdatedAt = OpFailed, reason, now
+		if !r.reported(ctx, failed, report) {
+			return nil
+		}
 		err := r.Store.FailOperation(ctx, op, reason, now)
 		if errors.Is(err, ErrConflict) {
 			if !r.movedTo(ctx, op, func(o *Operation) bool { return o.State == OpFailed && o.Reason == reason }) {
@@ -186,6 +203,23 @@ func (r *Reconciler) restart(ctx context.Context, op Operation, status Execution
 	}
 	report.Started = append(report.Started, op.ID)
 	return nil
+}
+
+// reported publishes the report of an operation about to be ended as ended says, and reports
+// whether the end may be written: with no Publisher, or once the report is published. The
+// report goes first because nothing reports an operation after its end is written; a report
+// whose end write then loses is the same report its winner publishes, under the same ids.
+func (r *Reconciler) reported(ctx context.Context, ended Operation, report *ReconcileReport) bool {
+	if r.Publisher == nil {
+		return true
+	}
+	if err := publish(ctx, r.Publisher, OperationReport(ended)); err != nil {
+		r.logger().ErrorContext(ctx, "operation report not published; its end is left for the next run",
+			"reclaim_id", ended.ID, "node", ended.NodeID, "state", ended.State, "err", err)
+		report.PublishFailed = append(report.PublishFailed, ended.ID)
+		return false
+	}
+	return true
 }
 
 // movedTo reports whether the operation, read again, is as want says: after a conditional

@@ -54,7 +54,7 @@ func (s *Service) redrive(ctx context.Context, p Principal, nodeID, reservationI
 		audit := AuditRecord{
 			ID: s.newID(), Time: now, RequestID: meta.RequestID, ActorKeyID: p.KeyID, CallerOrgID: p.OrgID,
 			ActingFor: st.Node.OwnerOrgID, Action: ActionRetry, NodeID: nodeID, ReservationID: reservationID,
-			ReclaimID: opID, TopologyGen: st.Node.TopologyGen,
+			ReclaimID: opID, TopologyGen: st.Node.TopologyGen, Via: meta.via(), EventID: meta.EventID,
 		}
 		if _, err := authorizeCapacityCall(p, st, reservationID); err != nil {
 			s.auditRefusal(ctx, audit, err)

@@ -48,6 +48,9 @@ type Commit struct {
 	Operation   *Operation
 	Idempotency *IdempotencyRecord
 	Audit       AuditRecord
+	// Scheduled, when a scheduled reclaim fires, is it moved to completed (Version as read,
+	// in the state scheduled): a cancel and the firing cannot both win.
+	Scheduled *ScheduledReclaim
 }
 
 // Service applies capacity calls: read, decide, write in one transaction, re-deciding when a
@@ -67,11 +70,27 @@ type Service struct {
 	Logger         *slog.Logger
 	// Metrics records each call's outcome (nil: none).
 	Metrics Metrics
+	// Scheduler and Schedules back scheduled reclaims (nil: scheduling answers
+	// CodeSchedulingUnavailable).
+	Scheduler Scheduler
+	Schedules ScheduleStore
 }
 
 // RequestMeta carries facts about the call that the domain records but does not decide on.
 type RequestMeta struct {
 	RequestID string
+	// Via is how the call came: ViaHTTP (also ""), ViaEvent or ViaSchedule.
+	Via string
+	// EventID names the event that carried the call, if one did.
+	EventID string
+}
+
+// via is how the call came, for its audit record: HTTP unless said otherwise.
+func (m RequestMeta) via() string {
+	if m.Via == "" {
+		return ViaHTTP
+	}
+	return m.Via
 }
 
 // CapacityResult is the outcome of a reclaim or release.
@@ -84,6 +103,9 @@ type CapacityResult struct {
 	Skipped    []string `json:"skipped,omitempty"`
 	// Reason echoes the call's reason.
 	Reason string `json:"reason,omitempty"`
+	// TerminateAfter is when the evicted VMs' termination may begin (commit time plus the
+	// grace); zero when nothing was evicted or for a dry run.
+	TerminateAfter time.Time `json:"terminateAfter,omitzero"`
 	// Replayed is set when the result was stored under the request's Idempotency-Key.
 	Replayed bool `json:"-"`
 }
@@ -137,11 +159,21 @@ func (s *Service) Release(ctx context.Context, p Principal, req CapacityRequest,
 }
 
 func (s *Service) capacityCall(ctx context.Context, p Principal, req CapacityRequest, meta RequestMeta, action string) (*CapacityResult, error) {
+	return s.capacityCallWith(ctx, p, req, meta, action, nil)
+}
+
+// capacityCallWith is capacityCall with a hook that adds to each round's commit (a scheduled
+// reclaim's firing) or refuses it.
+func (s *Service) capacityCallWith(ctx context.Context, p Principal, req CapacityRequest, meta RequestMeta, action string,
+	hook func(c *Commit, res *CapacityResult, now time.Time) error) (*CapacityResult, error) {
 	// A caller without the permission learns nothing, not even whether its input was valid.
 	if err := AdmitCapacityCall(p, req.NodeID, req.ReservationID); err != nil {
 		return nil, err
 	}
 	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	if err := req.validateFor(action); err != nil {
 		return nil, err
 	}
 	key := idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(action, req)}
@@ -169,6 +201,11 @@ func (s *Service) capacityCall(ctx context.Context, p Principal, req CapacityReq
 		if commit == nil { // a dry run: nothing to write but its audit record
 			dryRun = &audit
 			return nil, nil
+		}
+		if hook != nil {
+			if err := hook(commit, result, now); err != nil {
+				return nil, err
+			}
 		}
 		answers[commit.Audit.ID] = result
 		return commit, s.remember(commit, key, req.NodeID, result, now)
@@ -399,7 +436,7 @@ func (s *Service) place(ctx context.Context, p Principal, req PlacementRequest, 
 		audit := AuditRecord{
 			ID: s.newID(), Time: now, RequestID: meta.RequestID, ActorKeyID: p.KeyID, CallerOrgID: p.OrgID,
 			ActingFor: st.Node.OwnerOrgID, Action: ActionPlace, NodeID: st.Node.ID, UnitIDs: req.UnitIDs,
-			TopologyGen: st.Node.TopologyGen, VMID: req.VMID,
+			TopologyGen: st.Node.TopologyGen, VMID: req.VMID, Via: meta.via(), EventID: meta.EventID,
 		}
 		vm, err := DecidePlacement(p, st, req, now)
 		if err != nil {
@@ -517,6 +554,7 @@ func (s *Service) auditRecord(p Principal, st *NodeState, req CapacityRequest, m
 		ID: s.newID(), Time: now, RequestID: meta.RequestID, ActorKeyID: p.KeyID, CallerOrgID: p.OrgID,
 		ActingFor: st.Node.OwnerOrgID, Action: action, NodeID: req.NodeID, ReservationID: req.ReservationID,
 		UnitIDs: req.UnitIDs, DryRun: req.DryRun, Reason: req.Reason, TopologyGen: st.Node.TopologyGen,
+		Via: meta.via(), EventID: meta.EventID,
 	}
 }
 

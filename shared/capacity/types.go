@@ -194,6 +194,32 @@ type Operation struct {
 	Reason    string
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	// TerminateAfter is when the workflow may begin terminating: commit time plus the
+	// reclaim's grace. Zero on operations committed before grace existed (no grace).
+	TerminateAfter time.Time
+	// OwnerOrgID is the node's owner at commit, to whom the operation's end is reported.
+	OwnerOrgID string
+	// Victims are the evicted VMs as they were at commit (buyer org, units), so the notices
+	// and reports name them after the VMs themselves have moved to history.
+	Victims []Victim
+}
+
+// Victim is a VM a reclaim evicted, as it was at commit.
+type Victim struct {
+	VMID    string
+	OrgID   string
+	UnitIDs []string
+}
+
+// Victim returns the operation's record of the evicted VM (only its id for operations
+// committed before victims were recorded).
+func (o Operation) Victim(vmID string) Victim {
+	for _, v := range o.Victims {
+		if v.VMID == vmID {
+			return v
+		}
+	}
+	return Victim{VMID: vmID}
 }
 
 // Outcome of one VM's termination.
@@ -253,20 +279,7 @@ type OutcomeCounts struct {
 
 // redacted returns the audience's view of the operation.
 func (o Operation) redacted() *OperationView {
-	v := &OperationView{Redacted: true}
-	for _, id := range o.VMIDs {
-		out, ok := o.Final(id) // as the whole view: a re-driven VM's old failure is pending
-		switch {
-		case !ok:
-			v.Counts.Pending++
-		case out.Outcome == OutcomeTerminated:
-			v.Counts.Terminated++
-		case out.Outcome == OutcomeAlreadyGone:
-			v.Counts.AlreadyGone++
-		default:
-			v.Counts.Failed++
-		}
-	}
+	v := &OperationView{Redacted: true, Counts: o.counts()}
 	v.Operation = Operation{
 		ID: o.ID, NodeID: o.NodeID, ReservationID: o.ReservationID, State: o.State,
 		UnitIDs: o.UnitIDs, CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt,
@@ -326,7 +339,18 @@ type AuditRecord struct {
 	TopologyGen    int64
 	VMID           string
 	Outcome        string // "ok" or the error code
+	// Via is how the call came: ViaHTTP, ViaEvent or ViaSchedule.
+	Via string
+	// EventID names the event that carried the call (Via event or schedule).
+	EventID string
 }
+
+// How a call came (AuditRecord.Via, RequestMeta.Via).
+const (
+	ViaHTTP     = "http"
+	ViaEvent    = "event"
+	ViaSchedule = "schedule"
+)
 
 // Audit actions.
 const (

@@ -14,6 +14,9 @@ const (
 	MaxReasonLen = 1024
 	MaxIDLen     = 128
 	MaxKeyLen    = 255
+	// MaxGraceSeconds bounds a reclaim's grace: the units are exclusive at commit, but the
+	// evicted VMs are terminated only after it.
+	MaxGraceSeconds = 120
 )
 
 // idPattern is the one shape of every identifier: node, reservation, reclaim operation, VM,
@@ -102,6 +105,10 @@ type CapacityRequest struct {
 	DryRun         bool
 	Reason         string
 	IdempotencyKey string
+	// GraceSeconds delays the evicted VMs' termination (reclaim only, 0..MaxGraceSeconds).
+	// omitempty keeps the idempotency fingerprint of a request without grace what it was
+	// before grace existed.
+	GraceSeconds int `json:",omitempty"`
 }
 
 // Validate checks the request on its own, before anything is read.
@@ -115,7 +122,19 @@ func (r CapacityRequest) Validate() error {
 	if err := validateReason(r.Reason); err != nil {
 		return err
 	}
+	if r.GraceSeconds < 0 || r.GraceSeconds > MaxGraceSeconds {
+		return Errorf(CodeInvalidRequest, "graceSeconds must be 0 to %d", MaxGraceSeconds)
+	}
 	return ValidateIdempotencyKey(r.IdempotencyKey)
+}
+
+// validateFor checks what depends on the action: grace delays terminations, which only a
+// reclaim has.
+func (r CapacityRequest) validateFor(action string) error {
+	if action == ActionRelease && r.GraceSeconds != 0 {
+		return Errorf(CodeInvalidRequest, "graceSeconds applies to a reclaim only; a release terminates nothing")
+	}
+	return nil
 }
 
 // PlacementRequest is the marketplace scheduler placing a VM on units of a node.

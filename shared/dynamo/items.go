@@ -229,25 +229,53 @@ type operationItem struct {
 	UpdatedAt     time.Time `dynamodbav:"UpdatedAt"`
 	// ExpiresAt is set when the operation ends: GET answers for the retention after that.
 	ExpiresAt int64 `dynamodbav:"expiresAt,omitempty"`
+	// Written at commit; absent from operations committed before grace and events existed.
+	TerminateAfter *time.Time     `dynamodbav:"terminateAfter,omitempty"`
+	OwnerOrgID     string         `dynamodbav:"ownerOrgId,omitempty"`
+	Victims        []victimRecord `dynamodbav:"victims,omitempty"`
+}
+
+// victimRecord is an evicted VM as it was at commit, in the operation item.
+type victimRecord struct {
+	VMID    string   `dynamodbav:"vmId"`
+	OrgID   string   `dynamodbav:"orgId"`
+	UnitIDs []string `dynamodbav:"unitIds"`
 }
 
 // newOperationItem is the operation without its outcomes, which are items of their own.
 func newOperationItem(o capacity.Operation) operationItem {
-	return operationItem{
+	it := operationItem{
 		PK: opPK(o.NodeID, o.ID), SK: skOperation, Type: typeOperation,
 		GSI1PK: opStatePK(o.State), GSI1SK: opStateSK(o),
 		ID: o.ID, NodeID: o.NodeID, ReservationID: o.ReservationID, State: string(o.State),
 		VMIDs: o.VMIDs, UnitIDs: o.UnitIDs, ExecutionARN: o.ExecutionARN, Attempt: o.Attempt,
 		Restarts: o.Restarts, Reason: o.Reason, CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt,
+		OwnerOrgID: o.OwnerOrgID,
 	}
+	if !o.TerminateAfter.IsZero() {
+		t := o.TerminateAfter.UTC()
+		it.TerminateAfter = &t
+	}
+	for _, v := range o.Victims {
+		it.Victims = append(it.Victims, victimRecord{VMID: v.VMID, OrgID: v.OrgID, UnitIDs: v.UnitIDs})
+	}
+	return it
 }
 
 func (i operationItem) operation() capacity.Operation {
-	return capacity.Operation{
+	o := capacity.Operation{
 		ID: i.ID, NodeID: i.NodeID, ReservationID: i.ReservationID, State: capacity.OperationState(i.State),
 		VMIDs: i.VMIDs, UnitIDs: i.UnitIDs, ExecutionARN: i.ExecutionARN, Attempt: i.Attempt,
 		Restarts: i.Restarts, Reason: i.Reason, CreatedAt: i.CreatedAt, UpdatedAt: i.UpdatedAt,
+		OwnerOrgID: i.OwnerOrgID,
 	}
+	if i.TerminateAfter != nil {
+		o.TerminateAfter = *i.TerminateAfter
+	}
+	for _, v := range i.Victims {
+		o.Victims = append(o.Victims, capacity.Victim{VMID: v.VMID, OrgID: v.OrgID, UnitIDs: v.UnitIDs})
+	}
+	return o
 }
 
 // outcomeItem is one VM's final outcome in a reclaim operation, in the operation's partition.
@@ -363,6 +391,8 @@ type auditItem struct {
 	TopologyGen    int64     `dynamodbav:"TopologyGen"`
 	VMID           string    `dynamodbav:"VMID"`
 	Outcome        string    `dynamodbav:"Outcome"`
+	Via            string    `dynamodbav:"via,omitempty"`
+	EventID        string    `dynamodbav:"eventId,omitempty"`
 }
 
 func newAuditItem(a capacity.AuditRecord) auditItem {
@@ -373,6 +403,7 @@ func newAuditItem(a capacity.AuditRecord) auditItem {
 		UnitIDs: a.UnitIDs, DryRun: a.DryRun, Reason: a.Reason, ReclaimID: a.ReclaimID,
 		Terminated: a.Terminated, Skipped: a.Skipped, ReleasedBefore: a.ReleasedBefore,
 		ReleasedAfter: a.ReleasedAfter, TopologyGen: a.TopologyGen, VMID: a.VMID, Outcome: a.Outcome,
+		Via: a.Via, EventID: a.EventID,
 	}
 }
 

@@ -26,14 +26,15 @@ var (
 		State: capacity.VMTerminating, ReclaimID: "rcl_1", CreatedAt: at, UpdatedAt: at, Version: 2}
 	fullOp = capacity.Operation{ID: "rcl_1", NodeID: "n1", ReservationID: "r1", State: capacity.OpTerminating,
 		VMIDs: []string{"v1"}, UnitIDs: []string{"u0"}, ExecutionARN: "arn:x", Attempt: 2, Restarts: 1, Reason: "why",
-		CreatedAt: at, UpdatedAt: at}
+		CreatedAt: at, UpdatedAt: at, TerminateAfter: at.Add(time.Minute), OwnerOrgID: "o",
+		Victims: []capacity.Victim{{VMID: "v1", OrgID: "b", UnitIDs: []string{"u0"}}}}
 	fullOutcome = capacity.VMOutcome{Outcome: capacity.OutcomeFailed, Error: "e", At: at, Attempt: 2}
 	fullIdem    = capacity.IdempotencyRecord{Scope: "o#k", NodeID: "n1", Fingerprint: "f", Result: []byte("{}"), CreatedAt: at, ExpiresAt: end}
 	fullKey     = capacity.APIKey{KeyID: "k", Hash: "h", OrgID: "o", Permissions: []string{"p"}, Operator: true, Revoked: true, ExpiresAt: &end}
 	fullAudit   = capacity.AuditRecord{ID: "a", Time: at, RequestID: "q", ActorKeyID: "k", CallerOrgID: "o", ActingFor: "o",
 		Action: "reclaim", NodeID: "n1", ReservationID: "r1", UnitIDs: []string{"u0"}, DryRun: true, Reason: "r",
 		ReclaimID: "rcl_1", Terminated: []string{"v1"}, Skipped: []string{"v2"}, ReleasedBefore: []string{"u0"},
-		ReleasedAfter: []string{}, TopologyGen: 2, VMID: "v1", Outcome: "ok"}
+		ReleasedAfter: []string{}, TopologyGen: 2, VMID: "v1", Outcome: "ok", Via: "event", EventID: "e1"}
 )
 
 // The stored schema is the item structs' tags, not the domain's Go field names: renaming a
@@ -50,11 +51,11 @@ func TestStoredAttributeNames(t *testing.T) {
 		{"reservation", newReservationItem(fullRes), "AllowedOrgIDs ContractRef CreatedAt EndsAt ID ManagingOrgIDs NodeID Reason ReleasedUnitIDs ReservedUnitIDs StartsAt Status TopologyGen UpdatedAt Version pk sk type"},
 		{"live VM", newVMItem(fullVM), "CreatedAt ID NodeID OrgID ReclaimID State Tier UnitIDs UpdatedAt Version pk sk type"},
 		{"terminated VM", newHistoryItem(fullVM, DefaultRetention), "CreatedAt ID NodeID OrgID ReclaimID State Tier UnitIDs UpdatedAt Version expiresAt pk sk type"},
-		{"operation", newOperationItem(fullOp), "Attempt CreatedAt ExecutionARN ID NodeID Reason ReservationID Restarts State UnitIDs UpdatedAt VMIDs gsi1pk gsi1sk pk sk type"},
+		{"operation", newOperationItem(fullOp), "Attempt CreatedAt ExecutionARN ID NodeID Reason ReservationID Restarts State UnitIDs UpdatedAt VMIDs gsi1pk gsi1sk ownerOrgId pk sk terminateAfter type victims"},
 		{"outcome", newOutcomeItem(fullOp, "v1", fullOutcome, DefaultRetention), "At Attempt Error Outcome ReclaimID VMID expiresAt pk sk type"},
 		{"idempotency", newIdempotencyItem(fullIdem), "CreatedAt Fingerprint NodeID Result Scope expiresAt pk sk type"},
 		{"API key", newAPIKeyItem(fullKey), "ExpiresAt Hash KeyID Operator OrgID Permissions Revoked pk sk type"},
-		{"audit", newAuditItem(fullAudit), "ActingFor Action ActorKeyID CallerOrgID DryRun ID NodeID Outcome Reason ReclaimID ReleasedAfter ReleasedBefore RequestID ReservationID Skipped Terminated Time TopologyGen UnitIDs VMID pk sk type"},
+		{"audit", newAuditItem(fullAudit), "ActingFor Action ActorKeyID CallerOrgID DryRun ID NodeID Outcome Reason ReclaimID ReleasedAfter ReleasedBefore RequestID ReservationID Skipped Terminated Time TopologyGen UnitIDs VMID eventId pk sk type via"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -109,7 +110,8 @@ func TestFirstLayoutItemsDecode(t *testing.T) {
 		key
 		capacity.VM
 	}{key{"NODE#n1", "VM#v1", "vm"}, fullVM}), &v)
-	withoutOutcomes := fullOp
+	withoutOutcomes := fullOp // and without what the first layout did not have
+	withoutOutcomes.TerminateAfter, withoutOutcomes.OwnerOrgID, withoutOutcomes.Victims = time.Time{}, "", nil
 	var o operationItem
 	decode(old(struct {
 		key

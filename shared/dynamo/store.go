@@ -419,6 +419,12 @@ func (s *Store) transactItems(c capacity.Commit) ([]types.TransactWriteItem, err
 			return nil, fmt.Errorf("idempotency record: %w", err)
 		}
 	}
+	if c.Scheduled != nil {
+		// A fired scheduled reclaim leaves the scheduled state with the reclaim, or not at all.
+		if err := add(s.firedItem(*c.Scheduled)); err != nil {
+			return nil, fmt.Errorf("scheduled reclaim %s: %w", c.Scheduled.ID, err)
+		}
+	}
 	if err := add(s.putNew(s.AuditTable, newAuditItem(c.Audit), nil)); err != nil {
 		return nil, fmt.Errorf("audit record: %w", err)
 	}

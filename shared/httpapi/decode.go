@@ -22,6 +22,10 @@ type CapacityBody struct {
 	UnitIDs []string `json:"unitIds"`
 	DryRun  bool     `json:"dryRun"`
 	Reason  string   `json:"reason"`
+	// GraceSeconds delays the evicted VMs' termination (reclaim only).
+	GraceSeconds int `json:"graceSeconds"`
+	// At (reclaim only, RFC 3339) schedules the reclaim for that time instead of running it.
+	At *string `json:"at"`
 }
 
 // PlacementBody is the body of a VM placement.
@@ -167,6 +171,8 @@ func jsonKind(goKind string) string {
 		return "a boolean"
 	case "string":
 		return "a string"
+	case "int":
+		return "an integer"
 	}
 	return "of another type"
 }

@@ -24,6 +24,9 @@ type Service interface {
 	GetReservation(ctx context.Context, p capacity.Principal, nodeID, reservationID string) (*capacity.Reservation, error)
 	GetOperation(ctx context.Context, p capacity.Principal, nodeID, reservationID, opID string) (*capacity.OperationView, error)
 	Redrive(ctx context.Context, p capacity.Principal, nodeID, reservationID, opID string, meta capacity.RequestMeta) (*capacity.RedriveResult, error)
+	ScheduleReclaim(ctx context.Context, p capacity.Principal, req capacity.CapacityRequest, at time.Time, meta capacity.RequestMeta) (*capacity.ScheduleResult, error)
+	GetScheduledReclaim(ctx context.Context, p capacity.Principal, nodeID, reservationID, id string) (*capacity.ScheduledReclaim, error)
+	CancelScheduledReclaim(ctx context.Context, p capacity.Principal, nodeID, reservationID, id string, meta capacity.RequestMeta) (*capacity.ScheduledReclaim, error)
 }
 
 // Authenticator resolves an Authorization header to a principal.
@@ -60,13 +63,15 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, p capacity.Princip
 // handlers binds each operationId of routes.All to its handler.
 func (h *Handler) handlers() map[string]handlerFunc {
 	return map[string]handlerFunc{
-		"getOpenAPI":            serveOpenAPI,
-		"getReservation":        h.getReservation,
-		"reclaim":               h.capacity(ActionReclaim),
-		"release":               h.capacity(ActionRelease),
-		"getReclaimOperation":   h.getOperation,
-		"retryReclaimOperation": h.redrive,
-		"placeVM":               h.place,
+		"getOpenAPI":             serveOpenAPI,
+		"getReservation":         h.getReservation,
+		"reclaim":                h.capacity(ActionReclaim),
+		"release":                h.capacity(ActionRelease),
+		"getReclaimOperation":    h.getOperation,
+		"retryReclaimOperation":  h.redrive,
+		"getScheduledReclaim":    h.getScheduledReclaim,
+		"cancelScheduledReclaim": h.cancelScheduledReclaim,
+		"placeVM":                h.place,
 	}
 }
 
@@ -189,8 +194,11 @@ func (h *Handler) capacity(action string) handlerFunc {
 		}
 		req := capacity.CapacityRequest{
 			NodeID: r.PathValue("nodeId"), ReservationID: r.PathValue("id"),
-			UnitIDs: body.UnitIDs, DryRun: body.DryRun, Reason: body.Reason,
+			UnitIDs: body.UnitIDs, DryRun: body.DryRun, Reason: body.Reason, GraceSeconds: body.GraceSeconds,
 			IdempotencyKey: r.Header.Get("Idempotency-Key"),
+		}
+		if body.At != nil {
+			return h.schedule(w, r, p, reqID, action, req, *body.At)
 		}
 		call := h.Service.Reclaim
 		if action == ActionRelease {
@@ -210,6 +218,55 @@ func (h *Handler) capacity(action string) handlerFunc {
 		writeJSON(w, http.StatusOK, wire.Reclaim(res))
 		return nil
 	}
+}
+
+// schedule serves a reclaim with `at`: 202 with the scheduled reclaim and its Location. A dry
+// run with `at` answers today's plan, the usual 200, and schedules nothing.
+func (h *Handler) schedule(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID, action string, req capacity.CapacityRequest, atText string) error {
+	if action != ActionReclaim {
+		return capacity.Errorf(capacity.CodeInvalidRequest, "at is for reclaims only")
+	}
+	at, err := time.Parse(time.RFC3339, atText)
+	if err != nil {
+		return capacity.Errorf(capacity.CodeInvalidRequest, "at must be an RFC 3339 time, such as 2027-01-02T15:04:05Z")
+	}
+	if req.DryRun {
+		res, err := h.Service.Reclaim(r.Context(), p, req, capacity.RequestMeta{RequestID: reqID})
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, wire.Reclaim(res))
+		return nil
+	}
+	res, err := h.Service.ScheduleReclaim(r.Context(), p, req, at, capacity.RequestMeta{RequestID: reqID})
+	if err != nil {
+		return err
+	}
+	markReplayed(w, res.Replayed)
+	sr := res.Scheduled
+	w.Header().Set("Location", "/v1/nodes/"+sr.NodeID+"/reservations/"+sr.ReservationID+"/scheduled-reclaims/"+sr.ID)
+	writeJSON(w, http.StatusAccepted, wire.ScheduledReclaim(sr))
+	return nil
+}
+
+func (h *Handler) getScheduledReclaim(w http.ResponseWriter, r *http.Request, p capacity.Principal, _ string) error {
+	sr, err := h.Service.GetScheduledReclaim(r.Context(), p, r.PathValue("nodeId"), r.PathValue("id"), r.PathValue("scheduledReclaimId"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wire.ScheduledReclaim(*sr))
+	return nil
+}
+
+// cancelScheduledReclaim answers 200 with the cancelled scheduled reclaim (also when it was
+// cancelled before). The body is ignored.
+func (h *Handler) cancelScheduledReclaim(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID string) error {
+	sr, err := h.Service.CancelScheduledReclaim(r.Context(), p, r.PathValue("nodeId"), r.PathValue("id"), r.PathValue("scheduledReclaimId"), capacity.RequestMeta{RequestID: reqID})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wire.ScheduledReclaim(*sr))
+	return nil
 }
 
 func (h *Handler) place(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID string) error {

@@ -102,6 +102,8 @@ type call struct {
 	Placement capacity.PlacementRequest
 	NodeID    string
 	ResID     string
+	ID        string // a scheduled reclaim's
+	At        time.Time
 	Meta      capacity.RequestMeta
 }
 
@@ -113,6 +115,7 @@ type fakeService struct {
 	placement *capacity.PlacementResult
 	res       *capacity.Reservation
 	op        *capacity.OperationView
+	scheduled *capacity.ScheduleResult
 	err       error
 }
 
@@ -156,6 +159,28 @@ func (f *fakeService) GetOperation(_ context.Context, p capacity.Principal, node
 func (f *fakeService) Redrive(_ context.Context, p capacity.Principal, nodeID, reservationID, opID string, meta capacity.RequestMeta) (*capacity.RedriveResult, error) {
 	f.record(call{Method: "Redrive", Principal: p, NodeID: nodeID, ResID: reservationID, Meta: meta})
 	return orEmpty((*capacity.RedriveResult)(nil), f.err), f.err
+}
+
+func (f *fakeService) ScheduleReclaim(_ context.Context, p capacity.Principal, req capacity.CapacityRequest, at time.Time, meta capacity.RequestMeta) (*capacity.ScheduleResult, error) {
+	f.record(call{Method: "ScheduleReclaim", Principal: p, Capacity: req, Meta: meta, At: at})
+	return orEmpty(f.scheduled, f.err), f.err
+}
+
+func (f *fakeService) GetScheduledReclaim(_ context.Context, p capacity.Principal, nodeID, reservationID, id string) (*capacity.ScheduledReclaim, error) {
+	f.record(call{Method: "GetScheduledReclaim", Principal: p, NodeID: nodeID, ResID: reservationID, ID: id})
+	return orEmpty(scheduledOf(f.scheduled), f.err), f.err
+}
+
+func (f *fakeService) CancelScheduledReclaim(_ context.Context, p capacity.Principal, nodeID, reservationID, id string, meta capacity.RequestMeta) (*capacity.ScheduledReclaim, error) {
+	f.record(call{Method: "CancelScheduledReclaim", Principal: p, NodeID: nodeID, ResID: reservationID, ID: id, Meta: meta})
+	return orEmpty(scheduledOf(f.scheduled), f.err), f.err
+}
+
+func scheduledOf(r *capacity.ScheduleResult) *capacity.ScheduledReclaim {
+	if r == nil {
+		return nil
+	}
+	return &r.Scheduled
 }
 
 // orEmpty answers a zero result when no result or error was canned, as a real service
@@ -777,6 +802,9 @@ func TestEveryErrorCodeMapsToItsStatus(t *testing.T) {
 		{capacity.CodeVMExists, 409},
 		{capacity.CodeConcurrentModification, 409},
 		{capacity.CodeOperationRunning, 409},
+		{capacity.CodeScheduledReclaimCancelled, 409},
+		{capacity.CodeScheduledReclaimFired, 409},
+		{capacity.CodeSchedulingUnavailable, 501},
 		{capacity.CodeThrottled, 503},
 		{capacity.CodeInvalidRequest, 422},
 		{capacity.CodeUnitsNotReserved, 422},
@@ -1272,7 +1300,7 @@ var validBodies = []struct {
 	auth    string
 	members map[string]string
 }{
-	{reclaimPath, secretOwner, map[string]string{"unitIds": `["u1"]`, "dryRun": `true`, "reason": `"r"`}},
+	{reclaimPath, secretOwner, map[string]string{"unitIds": `["u1"]`, "dryRun": `true`, "reason": `"r"`, "graceSeconds": `5`}},
 	{releasePath, secretOwner, map[string]string{"unitIds": `["u1"]`, "dryRun": `true`, "reason": `"r"`}},
 	{vmsPath, secretOperator, map[string]string{"vmId": `"v1"`, "orgId": `"o1"`, "tier": `"spot"`, "unitIds": `["u1"]`}},
 }

@@ -31,7 +31,8 @@ func statusOf(code capacity.Code) int {
 		return http.StatusMethodNotAllowed
 	case capacity.CodeReservationNotActive, capacity.CodeOutsideTerm, capacity.CodeTopologyChanged,
 		capacity.CodeUnitsInUse, capacity.CodeUnitsUnavailable, capacity.CodeVMExists,
-		capacity.CodeConcurrentModification, capacity.CodeOperationRunning:
+		capacity.CodeConcurrentModification, capacity.CodeOperationRunning,
+		capacity.CodeScheduledReclaimCancelled, capacity.CodeScheduledReclaimFired:
 		return http.StatusConflict
 	case CodeBodyTooLarge:
 		return http.StatusRequestEntityTooLarge
@@ -42,6 +43,8 @@ func statusOf(code capacity.Code) int {
 		return http.StatusUnprocessableEntity
 	case capacity.CodeThrottled:
 		return http.StatusServiceUnavailable
+	case capacity.CodeSchedulingUnavailable:
+		return http.StatusNotImplemented
 	}
 	return http.StatusInternalServerError
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
@@ -19,11 +20,15 @@ import (
 )
 
 // Input is an execution's input: the operation's victims still to terminate, grouped by
-// node, and the operation's attempt that the execution runs.
+// node, the operation's attempt that the execution runs, its node (for the events tasks)
+// and when its terminations may begin (the grace period's Wait state reads it).
 type Input struct {
 	ReclaimID string      `json:"reclaimId"`
+	NodeID    string      `json:"nodeId"`
 	Attempt   int         `json:"attempt"`
 	Nodes     []NodeInput `json:"nodes"`
+	// TerminateAfter is RFC 3339 UTC, always set: the commit time when there is no grace.
+	TerminateAfter string `json:"terminateAfter"`
 }
 
 // NodeInput is one node's share of an operation.
@@ -125,7 +130,35 @@ func ExecutionARN(stateMachineARN, name string) (string, error) {
 // outcome final for that attempt. An operation lives on one node today; the input groups by
 // node so a multi-node reclaim needs no new workflow.
 func InputOf(op capacity.Operation) Input {
-	return Input{ReclaimID: op.ID, Attempt: op.CurrentAttempt(), Nodes: []NodeInput{{NodeID: op.NodeID, VMIDs: op.Unfinished()}}}
+	after := op.TerminateAfter
+	if after.IsZero() { // committed before grace existed: no wait
+		after = op.CreatedAt
+	}
+	return Input{
+		ReclaimID: op.ID, NodeID: op.NodeID, Attempt: op.CurrentAttempt(),
+		Nodes:          []NodeInput{{NodeID: op.NodeID, VMIDs: op.Unfinished()}},
+		TerminateAfter: after.UTC().Format(time.RFC3339),
+	}
+}
+
+// Phases of the operation-events task.
+const (
+	PhaseNotice = "notice" // before the grace period: the eviction notices
+	PhaseReport = "report" // after the terminations: the outcomes and the operation's end
+)
+
+// EventsTask is the operation-events task's input: which of a reclaim operation's events to
+// publish, for the workflow attempt that runs it.
+type EventsTask struct {
+	Phase     string `json:"phase"`
+	ReclaimID string `json:"reclaimId"`
+	NodeID    string `json:"nodeId"`
+	Attempt   int    `json:"attempt"`
+}
+
+// EventsResult is the operation-events task's output.
+type EventsResult struct {
+	Published int `json:"published"`
 }
 
 // Task is the termination task's input and, updated, its output: the state machine loops on

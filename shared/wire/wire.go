@@ -33,6 +33,9 @@ type ReservationJSON struct {
 	Skipped        *[]string `json:"skipped,omitempty"`
 	WouldTerminate *[]string `json:"wouldTerminate,omitempty"`
 	WouldSkip      *[]string `json:"wouldSkip,omitempty"`
+	// TerminateAfter is when the evicted VMs' termination begins (the grace's end); only on
+	// a reclaim that evicted something.
+	TerminateAfter string `json:"terminateAfter,omitempty"`
 }
 
 // VMJSON is a placed VM.
@@ -80,6 +83,9 @@ func Reclaim(res *capacity.CapacityResult) ReservationJSON {
 	out := Reservation(res.Reservation)
 	out.Reason = res.Reason // the call's reason, not the reservation's
 	out.ReclaimID = res.ReclaimID
+	if res.ReclaimID != "" && !res.DryRun {
+		out.TerminateAfter = timeString(res.TerminateAfter)
+	}
 	terminated, skipped := list(res.Terminated), list(res.Skipped)
 	if res.DryRun {
 		out.WouldTerminate, out.WouldSkip = &terminated, &skipped
@@ -151,6 +157,43 @@ func Operation(view *capacity.OperationView) OperationJSON {
 			v.Outcome, v.Error, v.At = string(o.Outcome), o.Error, timeString(o.At)
 		}
 		out.VMs = append(out.VMs, v)
+	}
+	return out
+}
+
+// ScheduledReclaimJSON is a scheduled reclaim: a reclaim that runs at a later time.
+type ScheduledReclaimJSON struct {
+	ID             string   `json:"id"`
+	NodeID         string   `json:"nodeId"`
+	ReservationID  string   `json:"reservationId"`
+	UnitIDs        []string `json:"unitIds"`
+	Reason         string   `json:"reason"` // "" when none was given
+	GraceSeconds   int      `json:"graceSeconds"`
+	At             string   `json:"at"`
+	State          string   `json:"state"` // scheduled | cancelled | completed | refused
+	CreatedAt      string   `json:"createdAt"`
+	CreatedByOrgID string   `json:"createdByOrgId"`
+	// ReclaimID names the reclaim operation of a completed one that evicted VMs.
+	ReclaimID string `json:"reclaimId,omitempty"`
+	// Code and Detail say why a refused one was refused (as the problem of a reclaim).
+	Code        string `json:"code,omitempty"`
+	Detail      string `json:"detail,omitempty"`
+	FiredAt     string `json:"firedAt,omitempty"`
+	CancelledAt string `json:"cancelledAt,omitempty"`
+}
+
+// ScheduledReclaim is sr as the API shows it.
+func ScheduledReclaim(sr capacity.ScheduledReclaim) ScheduledReclaimJSON {
+	out := ScheduledReclaimJSON{
+		ID: sr.ID, NodeID: sr.NodeID, ReservationID: sr.ReservationID, UnitIDs: list(sr.UnitIDs), Reason: sr.Reason,
+		GraceSeconds: sr.GraceSeconds, At: timeString(sr.At), State: string(sr.State), CreatedAt: timeString(sr.CreatedAt),
+		CreatedByOrgID: sr.CreatorOrgID, ReclaimID: sr.ReclaimID, Code: string(sr.Code), Detail: sr.Detail,
+	}
+	if sr.FiredAt != nil {
+		out.FiredAt = timeString(*sr.FiredAt)
+	}
+	if sr.CancelledAt != nil {
+		out.CancelledAt = timeString(*sr.CancelledAt)
 	}
 	return out
 }

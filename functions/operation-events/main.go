@@ -1,0 +1,61 @@
+// Command operation-events is a task of the termination workflow: it publishes a reclaim
+// operation's events on the capacity bus. Phase "notice" (before the grace period) publishes
+// the eviction notices of the VMs still to terminate; phase "report" (after the terminations)
+// publishes each VM's outcome and, once the operation has ended, its end. Both derive the
+// events from the stored operation under stable ids, so Step Functions' retries and the
+// reconciler's restarts only repeat events consumers deduplicate.
+//
+// Environment: APP_ENV, STATE_TABLE, EVENT_BUS_NAME, LOG_LEVEL.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+
+	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/config"
+	"github.com/openrelay/capacity/shared/dynamo"
+	"github.com/openrelay/capacity/shared/eventbus"
+	"github.com/openrelay/capacity/shared/stepfn"
+)
+
+func main() {
+	logger := config.Logger()
+	env := config.Must(config.Required("APP_ENV", "STATE_TABLE", "EVENT_BUS_NAME"))
+	cfg := config.Must(config.AWS(context.Background()))
+	store := dynamo.New(dynamodb.NewFromConfig(cfg), env["STATE_TABLE"], "")
+	announcer := &capacity.Announcer{
+		Store:     store,
+		Publisher: eventbus.New(eventbridge.NewFromConfig(cfg), env["EVENT_BUS_NAME"]),
+		Logger:    logger,
+	}
+	lambda.Start(handler(announcer, logger))
+}
+
+// handler publishes one phase's events. A returned error (the operation could not be read,
+// or an event was not accepted) fails the task, and Step Functions retries it.
+func handler(a *capacity.Announcer, logger *slog.Logger) func(context.Context, stepfn.EventsTask) (stepfn.EventsResult, error) {
+	return func(ctx context.Context, task stepfn.EventsTask) (stepfn.EventsResult, error) {
+		var run func(ctx context.Context, nodeID, reclaimID string, attempt int) (int, error)
+		switch task.Phase {
+		case stepfn.PhaseNotice:
+			run = a.Notify
+		case stepfn.PhaseReport:
+			run = a.Report
+		default:
+			return stepfn.EventsResult{}, fmt.Errorf("operation events of %s: unknown phase %q", task.ReclaimID, task.Phase)
+		}
+		n, err := run(ctx, task.NodeID, task.ReclaimID, task.Attempt)
+		if err != nil {
+			return stepfn.EventsResult{}, fmt.Errorf("operation events (%s) of %s on node %s: %w", task.Phase, task.ReclaimID, task.NodeID, err)
+		}
+		logger.InfoContext(ctx, "operation events", "phase", task.Phase, "reclaim_id", task.ReclaimID, "node", task.NodeID,
+			"attempt", task.Attempt, "published", n)
+		return stepfn.EventsResult{Published: n}, nil
+	}
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+
+	"github.com/openrelay/capacity/localstack/demo"
+	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
+	"github.com/openrelay/capacity/shared/emf"
+)
+
+type recorder struct{ events []capacity.Event }
+
+func (r *recorder) Publish(_ context.Context, evs []capacity.Event) error {
+	r.events = append(r.events, evs...)
+	return nil
+}
+
+// sqsBatch wraps a sample event as the queue delivers it.
+func sqsBatch(t *testing.T, file string) events.SQSEvent {
+	t.Helper()
+	raw, err := os.ReadFile("../../events/" + file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return events.SQSEvent{Records: []events.SQSMessage{{MessageId: "msg-1", Body: string(raw)}}}
+}
+
+type outcome struct {
+	EventID, Code string
+	Result        struct {
+		ReclaimID      string   `json:"reclaimId"`
+		Terminated     []string `json:"terminated"`
+		WouldTerminate []string `json:"wouldTerminate"`
+		TerminateAfter string   `json:"terminateAfter"`
+	}
+}
+
+func decode(t *testing.T, e capacity.Event) outcome {
+	t.Helper()
+	b, err := json.Marshal(e.Detail)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o outcome
+	if err := json.Unmarshal(b, &o); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// TestSampleRequests runs the sample requests of events/ through the wired function (event
+// API, domain, store on the emulator, demo data) as the queue delivers them.
+func TestSampleRequests(t *testing.T) {
+	env := dynamotest.New(t)
+	ctx := context.Background()
+	if err := env.Store.Put(ctx, demo.Seed(time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	bus := &recorder{}
+	h := newHandler(env.Store, nil, emf.New(io.Discard, "local"), bus,
+		[]string{capacity.SourcePlatformScheduler, "example.tenant-automation"}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+
+	// The platform scheduler's request, delivered twice: applied once, the same outcome twice.
+	for range 2 {
+		resp, err := h.Handle(ctx, sqsBatch(t, "bus-capacity-reclaim-requested-operator.json"))
+		if err != nil || len(resp.BatchItemFailures) != 0 {
+			t.Fatalf("Handle = %+v, %v", resp, err)
+		}
+	}
+	if len(bus.events) != 2 || bus.events[0].DetailType != capacity.DetailReclaimCompleted {
+		t.Fatalf("published %+v, want two Completed", bus.events)
+	}
+	first, second := decode(t, bus.events[0]), decode(t, bus.events[1])
+	if first.Result.ReclaimID == "" || len(first.Result.Terminated) != 2 || first.Result.TerminateAfter == "" ||
+		second.EventID != first.EventID || second.Result.ReclaimID != first.Result.ReclaimID {
+		t.Fatalf("outcomes %+v and %+v, want one reclaim evicting both spot VMs, replayed", first, second)
+	}
+
+	// Its audit record says it came by event and names the event.
+	var audited bool
+	for _, item := range env.Items(t, env.Store.AuditTable) {
+		var rec struct{ Via, EventID, Action, Outcome string }
+		if err := attributevalue.UnmarshalMap(item, &rec); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Action == capacity.ActionReclaim && rec.Via == capacity.ViaEvent && rec.EventID == "7f3c2a1e-5b6d-4c8e-9f0a-1b2c3d4e5f60" {
+			audited = true
+		}
+	}
+	if !audited {
+		t.Fatal("no audit record of the reclaim with via event and the event's id")
+	}
+
+	// The tenant's dry run answers the plan (the units are now exclusive: nothing to evict).
+	bus.events = nil
+	if resp, err := h.Handle(ctx, sqsBatch(t, "bus-capacity-reclaim-requested-tenant.json")); err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("Handle = %+v, %v", resp, err)
+	}
+	if len(bus.events) != 1 || bus.events[0].DetailType != capacity.DetailReclaimCompleted || decode(t, bus.events[0]).Result.WouldTerminate == nil {
+		t.Fatalf("published %+v, want a dry run's Completed", bus.events)
+	}
+
+	// A schedule firing for a scheduled reclaim that does not exist is refused, for good.
+	bus.events = nil
+	if resp, err := h.Handle(ctx, sqsBatch(t, "bus-capacity-reclaim-requested-schedule.json")); err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("Handle = %+v, %v", resp, err)
+	}
+	if len(bus.events) != 1 || bus.events[0].DetailType != capacity.DetailReclaimRefused || decode(t, bus.events[0]).Code != "not_found" {
+		t.Fatalf("published %+v, want a not_found refusal", bus.events)
+	}
+}
+
+func TestAllowedSources(t *testing.T) {
+	tests := []struct {
+		env  *string
+		want []string
+	}{
+		{nil, nil},
+		{ptr(""), []string{}},
+		{ptr(" openrelay.scheduler, example.a ,"), []string{"openrelay.scheduler", "example.a"}},
+	}
+	for _, tt := range tests {
+		if tt.env != nil {
+			t.Setenv("ALLOWED_EVENT_SOURCES", *tt.env)
+		} else {
+			os.Unsetenv("ALLOWED_EVENT_SOURCES")
+		}
+		got := allowedSources()
+		if (got == nil) != (tt.want == nil) || len(got) != len(tt.want) {
+			t.Errorf("allowedSources() = %#v, want %#v", got, tt.want)
+		}
+		for i := range got {
+			if got[i] != tt.want[i] {
+				t.Errorf("allowedSources() = %#v, want %#v", got, tt.want)
+			}
+		}
+	}
+}
+
+func ptr(s string) *string { return &s }

@@ -1,0 +1,338 @@
+package capacity
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+)
+
+// Event sources on the capacity bus.
+const (
+	// SourceCapacity is the source of everything the service publishes.
+	SourceCapacity = "openrelay.capacity"
+	// SourceSchedule is the service's own scheduled reclaims firing (always accepted).
+	SourceSchedule = "openrelay.capacity.schedule"
+	// SourcePlatformScheduler is the platform's scheduler: its requests act as an operator.
+	SourcePlatformScheduler = "openrelay.scheduler"
+)
+
+// Detail types on the capacity bus.
+const (
+	DetailReclaimRequested   = "Capacity Reclaim Requested" // inbound
+	DetailReclaimCompleted   = "Capacity Reclaim Completed" // outcome of an inbound request
+	DetailReclaimRefused     = "Capacity Reclaim Refused"
+	DetailEvictionNotice     = "Spot VM Eviction Notice"
+	DetailVMTerminated       = "Spot VM Terminated"
+	DetailOperationCompleted = "Reclaim Operation Completed"
+	DetailOperationFailed    = "Reclaim Operation Failed"
+)
+
+// ReasonReclaimedByOwner is the reasonCode of an eviction notice.
+const ReasonReclaimedByOwner = "reclaimed-by-capacity-owner"
+
+// Event is one event to publish. ID is the detail's eventId: stable across every retry and
+// restart that publishes the same fact, so a consumer deduplicates on it.
+type Event struct {
+	ID         string
+	DetailType string
+	Detail     any // JSON-encoded as the event's detail
+	Time       time.Time
+}
+
+// Publisher puts events on the bus. Publish returns nil only when every event was accepted;
+// a retry publishes them again (consumers deduplicate on the eventId).
+type Publisher interface {
+	Publish(ctx context.Context, events []Event) error
+}
+
+// EvictionNoticeDetail is the detail of a Spot VM Eviction Notice, for the VM's buyer.
+type EvictionNoticeDetail struct {
+	EventID        string   `json:"eventId"`
+	OrgID          string   `json:"orgId"`
+	VMID           string   `json:"vmId"`
+	NodeID         string   `json:"nodeId"`
+	UnitIDs        []string `json:"unitIds"`
+	ReservationID  string   `json:"reservationId"`
+	ReclaimID      string   `json:"reclaimId"`
+	ReasonCode     string   `json:"reasonCode"`
+	TerminateAfter string   `json:"terminateAfter"`
+}
+
+// VMTerminatedDetail is the detail of a Spot VM Terminated, for the VM's buyer. It carries no
+// agent error text: that names node endpoints.
+type VMTerminatedDetail struct {
+	EventID       string   `json:"eventId"`
+	OrgID         string   `json:"orgId"`
+	VMID          string   `json:"vmId"`
+	NodeID        string   `json:"nodeId"`
+	UnitIDs       []string `json:"unitIds"`
+	ReservationID string   `json:"reservationId"`
+	ReclaimID     string   `json:"reclaimId"`
+	Outcome       string   `json:"outcome"`
+	At            string   `json:"at"`
+}
+
+// OperationEndDetail is the detail of a Reclaim Operation Completed or Failed, for the node's
+// owner.
+type OperationEndDetail struct {
+	EventID       string            `json:"eventId"`
+	OwnerOrgID    string            `json:"ownerOrgId"`
+	NodeID        string            `json:"nodeId"`
+	ReservationID string            `json:"reservationId"`
+	ReclaimID     string            `json:"reclaimId"`
+	State         string            `json:"state"`
+	Reason        string            `json:"reason,omitempty"`
+	VMs           []OperationVM     `json:"vms"`
+	Counts        OperationEndCount `json:"counts"`
+	CreatedAt     string            `json:"createdAt"`
+	EndedAt       string            `json:"endedAt"`
+}
+
+// OperationVM is one VM of an ended operation; Outcome is empty while it has none.
+type OperationVM struct {
+	VMID    string `json:"vmId"`
+	OrgID   string `json:"orgId"`
+	Outcome string `json:"outcome,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+// OperationEndCount counts an ended operation's VMs by outcome.
+type OperationEndCount struct {
+	Terminated  int `json:"terminated"`
+	AlreadyGone int `json:"alreadyGone"`
+	Failed      int `json:"failed"`
+	Pending     int `json:"pending"`
+}
+
+// ReclaimCompletedDetail is the detail of a Capacity Reclaim Completed: the outcome of an
+// inbound reclaim request. Result is exactly the HTTP answer's body.
+type ReclaimCompletedDetail struct {
+	EventID            string `json:"eventId"`
+	RequestEventID     string `json:"requestEventId"`
+	RequestSource      string `json:"requestSource"`
+	ScheduledReclaimID string `json:"scheduledReclaimId,omitempty"`
+	NodeID             string `json:"nodeId"`
+	ReservationID      string `json:"reservationId"`
+	Result             any    `json:"result"`
+}
+
+// ReclaimRefusedDetail is the detail of a Capacity Reclaim Refused: an inbound reclaim
+// request refused with the problem code and detail the HTTP API would answer.
+type ReclaimRefusedDetail struct {
+	EventID            string `json:"eventId"`
+	RequestEventID     string `json:"requestEventId"`
+	RequestSource      string `json:"requestSource"`
+	ScheduledReclaimID string `json:"scheduledReclaimId,omitempty"`
+	NodeID             string `json:"nodeId,omitempty"`
+	ReservationID      string `json:"reservationId,omitempty"`
+	Code               string `json:"code"`
+	Detail             string `json:"detail"`
+}
+
+// eventTime is a time in an event detail: RFC 3339 UTC seconds, like the API.
+func eventTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// terminateAfter is when the operation's VMs may be terminated; operations committed before
+// grace existed had none.
+func (o Operation) terminateAfter() time.Time {
+	if o.TerminateAfter.IsZero() {
+		return o.CreatedAt
+	}
+	return o.TerminateAfter
+}
+
+// EvictionNotices are the notices of the operation's VMs that have no final outcome yet. Their
+// ids do not depend on the attempt: a restart or re-drive that notifies again repeats them.
+func EvictionNotices(op Operation) []Event {
+	var out []Event
+	for _, id := range op.Unfinished() {
+		v := op.Victim(id)
+		out = append(out, Event{
+			ID: op.ID + "/notice/" + id, DetailType: DetailEvictionNotice, Time: op.CreatedAt,
+			Detail: EvictionNoticeDetail{
+				EventID: op.ID + "/notice/" + id, OrgID: v.OrgID, VMID: id, NodeID: op.NodeID,
+				UnitIDs: nonNil(v.UnitIDs), ReservationID: op.ReservationID, ReclaimID: op.ID,
+				ReasonCode: ReasonReclaimedByOwner, TerminateAfter: eventTime(op.terminateAfter()),
+			},
+		})
+	}
+	return out
+}
+
+// OperationReport is what the operation's outcomes say so far: a Spot VM Terminated per VM
+// with a final outcome (its id names the attempt that recorded it, so a re-driven VM's new
+// outcome is a new event), and the operation's end event once it has ended — every VM has a
+// final outcome, or it failed with a reason. The end is derived from the operation, whoever
+// wrote it, so the workflow and the reconciler publish the same events under the same ids.
+func OperationReport(op Operation) []Event {
+	var out []Event
+	vms := slices.Sorted(slices.Values(op.VMIDs))
+	for _, id := range vms {
+		res, ok := op.Final(id)
+		if !ok {
+			continue
+		}
+		v := op.Victim(id)
+		eid := fmt.Sprintf("%s/vm/%s/%d", op.ID, id, max(1, res.Attempt))
+		out = append(out, Event{
+			ID: eid, DetailType: DetailVMTerminated, Time: res.At,
+			Detail: VMTerminatedDetail{
+				EventID: eid, OrgID: v.OrgID, VMID: id, NodeID: op.NodeID, UnitIDs: nonNil(v.UnitIDs),
+				ReservationID: op.ReservationID, ReclaimID: op.ID, Outcome: string(res.Outcome), At: eventTime(res.At),
+			},
+		})
+	}
+	state, ended := op.endedAs()
+	if !ended {
+		return out
+	}
+	endedAt := op.endedAt()
+	eid := fmt.Sprintf("%s/end/%d", op.ID, op.CurrentAttempt())
+	d := OperationEndDetail{
+		EventID: eid, OwnerOrgID: op.OwnerOrgID, NodeID: op.NodeID, ReservationID: op.ReservationID,
+		ReclaimID: op.ID, State: string(state), VMs: []OperationVM{},
+		CreatedAt: eventTime(op.CreatedAt), EndedAt: eventTime(endedAt),
+	}
+	if state == OpFailed {
+		d.Reason = op.Reason
+	}
+	c := op.counts()
+	d.Counts = OperationEndCount{Terminated: c.Terminated, AlreadyGone: c.AlreadyGone, Failed: c.Failed, Pending: c.Pending}
+	for _, id := range vms {
+		vm := OperationVM{VMID: id, OrgID: op.Victim(id).OrgID}
+		if res, ok := op.Final(id); ok {
+			vm.Outcome, vm.Error = string(res.Outcome), res.Error
+		}
+		d.VMs = append(d.VMs, vm)
+	}
+	dt := DetailOperationCompleted
+	if state == OpFailed {
+		dt = DetailOperationFailed
+	}
+	return append(out, Event{ID: eid, DetailType: dt, Time: endedAt, Detail: d})
+}
+
+// endedAs reports whether the operation has ended, and in which state: every VM has a final
+// outcome (the state the outcomes say, or the one written if already written), or it failed
+// with a reason (its workflow could not be run).
+func (o Operation) endedAs() (OperationState, bool) {
+	if o.Ended() {
+		if o.State == OpCompleted || o.State == OpFailed {
+			return o.State, true
+		}
+		return o.EndState(), true
+	}
+	if o.State == OpFailed && o.Reason != "" {
+		return OpFailed, true
+	}
+	return "", false
+}
+
+// endedAt is when the operation ended: when its end was written (UpdatedAt of an ended
+// operation), else when its last outcome was recorded.
+func (o Operation) endedAt() time.Time {
+	if o.State == OpCompleted || o.State == OpFailed {
+		return o.UpdatedAt
+	}
+	var last time.Time
+	for _, id := range o.VMIDs {
+		if res, ok := o.Final(id); ok && res.At.After(last) {
+			last = res.At
+		}
+	}
+	if last.IsZero() {
+		return o.UpdatedAt
+	}
+	return last
+}
+
+// counts counts the operation's VMs by their outcome final for its attempt.
+func (o Operation) counts() OutcomeCounts {
+	var c OutcomeCounts
+	for _, id := range o.VMIDs {
+		out, ok := o.Final(id) // a re-driven VM's old failure is pending
+		switch {
+		case !ok:
+			c.Pending++
+		case out.Outcome == OutcomeTerminated:
+			c.Terminated++
+		case out.Outcome == OutcomeAlreadyGone:
+			c.AlreadyGone++
+		default:
+			c.Failed++
+		}
+	}
+	return c
+}
+
+// OperationReader reads reclaim operations (shared/dynamo's Store).
+type OperationReader interface {
+	// GetOperation returns the operation, or an *Error with CodeNotFound.
+	GetOperation(ctx context.Context, nodeID, opID string) (*Operation, error)
+}
+
+// Announcer publishes a reclaim operation's events from its termination workflow: the
+// notices before the grace period, the report after the terminations. Both read the
+// operation and derive the events from it, so a retried or restarted task publishes the same
+// events under the same ids.
+type Announcer struct {
+	Store     OperationReader
+	Publisher Publisher
+	Logger    *slog.Logger
+}
+
+// Notify publishes the eviction notices of the operation's VMs without a final outcome, for
+// the workflow attempt running it, and returns how many. A task of an older attempt than the
+// operation's publishes nothing: the current attempt's execution notifies for itself (under
+// the same ids), and the older one must not announce a termination it will not carry out.
+func (a *Announcer) Notify(ctx context.Context, nodeID, reclaimID string, attempt int) (int, error) {
+	op, err := a.Store.GetOperation(ctx, nodeID, reclaimID)
+	if err != nil {
+		return 0, fmt.Errorf("read operation %s: %w", reclaimID, err)
+	}
+	if max(1, attempt) != op.CurrentAttempt() {
+		a.logger().WarnContext(ctx, "eviction notices of an older attempt skipped", "reclaim_id", reclaimID,
+			"task_attempt", max(1, attempt), "attempt", op.CurrentAttempt())
+		return 0, nil
+	}
+	events := EvictionNotices(*op)
+	if err := publish(ctx, a.Publisher, events); err != nil {
+		return 0, fmt.Errorf("publish eviction notices of %s: %w", reclaimID, err)
+	}
+	a.logger().InfoContext(ctx, "eviction notices published", "reclaim_id", reclaimID, "node", nodeID, "events", len(events))
+	return len(events), nil
+}
+
+// Report publishes what the operation's outcomes say (see OperationReport) and returns how
+// many events. Any attempt may: the events are derived from the operation as it is now and
+// their ids are stable, so a repeat only repeats events already published.
+func (a *Announcer) Report(ctx context.Context, nodeID, reclaimID string, attempt int) (int, error) {
+	op, err := a.Store.GetOperation(ctx, nodeID, reclaimID)
+	if err != nil {
+		return 0, fmt.Errorf("read operation %s: %w", reclaimID, err)
+	}
+	events := OperationReport(*op)
+	if err := publish(ctx, a.Publisher, events); err != nil {
+		return 0, fmt.Errorf("publish report of %s: %w", reclaimID, err)
+	}
+	a.logger().InfoContext(ctx, "operation report published", "reclaim_id", reclaimID, "node", nodeID,
+		"task_attempt", max(1, attempt), "attempt", op.CurrentAttempt(), "events", len(events))
+	return len(events), nil
+}
+
+func (a *Announcer) logger() *slog.Logger {
+	if a.Logger != nil {
+		return a.Logger
+	}
+	return slog.Default()
+}
+
+// publish publishes the events, if any.
+func publish(ctx context.Context, p Publisher, events []Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	return p.Publish(ctx, events)
+}

@@ -1,0 +1,417 @@
+package capacity
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// ActionScheduleReclaim and ActionCancelScheduledReclaim are the audit actions of scheduling
+// a reclaim and of cancelling one.
+const (
+	ActionScheduleReclaim        = "schedule-reclaim"
+	ActionCancelScheduledReclaim = "cancel-scheduled-reclaim"
+)
+
+// MaxScheduleAhead bounds how far ahead a reclaim may be scheduled.
+const MaxScheduleAhead = 365 * 24 * time.Hour
+
+// ScheduledState is the state of a scheduled reclaim.
+type ScheduledState string
+
+const (
+	ScheduledPending   ScheduledState = "scheduled"
+	ScheduledCancelled ScheduledState = "cancelled"
+	ScheduledCompleted ScheduledState = "completed"
+	ScheduledRefused   ScheduledState = "refused"
+)
+
+// ScheduledReclaim is a reclaim to run at a later time, as its creator, by a one-time
+// schedule that puts the request into the inbound event path: every check runs again then.
+type ScheduledReclaim struct {
+	ID            string
+	NodeID        string
+	ReservationID string
+	UnitIDs       []string
+	Reason        string
+	GraceSeconds  int
+	At            time.Time
+	State         ScheduledState
+	// The creator, as whom the reclaim runs when it fires.
+	CreatorKeyID    string
+	CreatorOrgID    string
+	CreatorOperator bool
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+	// Outcome: ReclaimID (completed; empty when the reclaim evicted nothing), Code and Detail
+	// (refused), FiredAt (completed or refused), CancelledAt (cancelled).
+	ReclaimID   string
+	Code        Code
+	Detail      string
+	FiredAt     *time.Time
+	CancelledAt *time.Time
+	Version     int64
+}
+
+// creator is the principal the scheduled reclaim runs as: it held reservation.capacity when
+// it scheduled the reclaim.
+func (sr ScheduledReclaim) creator() Principal {
+	return Principal{KeyID: sr.CreatorKeyID, OrgID: sr.CreatorOrgID, Permissions: []string{PermCapacity}, Operator: sr.CreatorOperator}
+}
+
+// request is the reclaim the scheduled reclaim runs.
+func (sr ScheduledReclaim) request() CapacityRequest {
+	return CapacityRequest{
+		NodeID: sr.NodeID, ReservationID: sr.ReservationID, UnitIDs: slices.Clone(sr.UnitIDs),
+		Reason: sr.Reason, GraceSeconds: sr.GraceSeconds, IdempotencyKey: FireIdempotencyKey(sr.ID),
+	}
+}
+
+// FireIdempotencyKey is the Idempotency-Key a scheduled reclaim's firing runs under, so that
+// a schedule delivered twice reclaims once and answers the same.
+func FireIdempotencyKey(id string) string { return "scheduled:" + id }
+
+// Scheduler creates and deletes the one-time schedules that fire scheduled reclaims.
+// Implementations: shared/scheduler (EventBridge Scheduler).
+type Scheduler interface {
+	// Create creates the schedule of sr (named by sr.ID) to fire at sr.At. Creating one that
+	// exists already (a retry after a lost answer) succeeds.
+	Create(ctx context.Context, sr ScheduledReclaim) error
+	// Delete deletes the schedule of sr; deleting one that does not exist succeeds.
+	Delete(ctx context.Context, sr ScheduledReclaim) error
+}
+
+// ScheduleStore keeps scheduled reclaims. Implementations: shared/dynamo.
+type ScheduleStore interface {
+	// CreateScheduled writes a new scheduled reclaim, its Idempotency-Key record (if any)
+	// and its audit record in one transaction, conditioned on the reservation's version as
+	// read. ErrConflict when the reservation changed or the item exists; ErrAmbiguous when
+	// the outcome is unknown (Store.Landed tells by the audit record).
+	CreateScheduled(ctx context.Context, c ScheduleCommit) error
+	// GetScheduled returns a scheduled reclaim, or an *Error with CodeNotFound.
+	GetScheduled(ctx context.Context, nodeID, id string) (*ScheduledReclaim, error)
+	// UpdateScheduled replaces a scheduled reclaim read at from.Version in from.State with
+	// to (written at from.Version+1), with its audit record if any, in one transaction;
+	// ErrConflict if the item changed since read.
+	UpdateScheduled(ctx context.Context, from, to ScheduledReclaim, audit *AuditRecord) error
+}
+
+// ScheduleCommit is the write of a new scheduled reclaim.
+type ScheduleCommit struct {
+	Scheduled   ScheduledReclaim
+	Reservation Reservation // as read: the write conditions on its version
+	Idempotency *IdempotencyRecord
+	Audit       AuditRecord
+}
+
+// ScheduleResult is the answer of ScheduleReclaim.
+type ScheduleResult struct {
+	Scheduled ScheduledReclaim `json:"scheduled"`
+	Replayed  bool             `json:"-"`
+}
+
+// scheduling checks that scheduled reclaims can be created and cancelled: that needs the
+// scheduler and the store.
+func (s *Service) scheduling() error {
+	if s.Scheduler == nil {
+		return Errorf(CodeSchedulingUnavailable, "scheduled reclaims are not available in this deployment")
+	}
+	return s.scheduledReads()
+}
+
+// scheduledReads checks that scheduled reclaims can be read and fired: that needs only the
+// store (the firing function has no scheduler).
+func (s *Service) scheduledReads() error {
+	if s.Schedules == nil {
+		return Errorf(CodeSchedulingUnavailable, "scheduled reclaims are not available in this deployment")
+	}
+	return nil
+}
+
+// ScheduleReclaim schedules a reclaim of req's units at at. It runs every check a dry run of
+// the same request runs now, and at must be in the future, at most MaxScheduleAhead ahead and
+// inside the reservation's term. The schedule is created first and the scheduled reclaim
+// written after, so a scheduled reclaim never lacks its schedule; a write that loses a race
+// deletes the schedule it created and decides again.
+func (s *Service) ScheduleReclaim(ctx context.Context, p Principal, req CapacityRequest, at time.Time, meta RequestMeta) (*ScheduleResult, error) {
+	if err := AdmitCapacityCall(p, req.NodeID, req.ReservationID); err != nil {
+		return nil, err
+	}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	if err := req.validateFor(ActionReclaim); err != nil {
+		return nil, err
+	}
+	if req.DryRun {
+		return nil, Errorf(CodeInvalidRequest, "a dry run is answered with today's plan, not scheduled")
+	}
+	if err := s.scheduling(); err != nil {
+		return nil, err
+	}
+	at = at.UTC().Truncate(time.Second) // the schedule's resolution
+	key := idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(ActionScheduleReclaim, struct {
+		Request CapacityRequest
+		At      time.Time
+	}{sortedUnits(req), at})}
+	for range s.attempts() {
+		now := s.now()
+		st, err := s.Store.LoadNode(ctx, req.NodeID, key.scope)
+		if ErrorCode(err) == CodeNotFound {
+			return nil, notFound()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("load node %s: %w", req.NodeID, err)
+		}
+		audit := s.auditRecord(p, st, req, meta, ActionScheduleReclaim, now)
+		r, err := authorizeCapacityCall(p, st, req.ReservationID)
+		if err != nil {
+			s.auditRefusal(ctx, audit, err)
+			return nil, err
+		}
+		var replayed ScheduleResult
+		if ok, err := replay(st.Idempotency, key.fingerprint, now, &replayed); ok || err != nil {
+			if ok {
+				replayed.Replayed = true
+			}
+			return &replayed, err
+		}
+		dry := req
+		dry.DryRun = true
+		if _, err := DecideReclaim(p, st, dry, now); err != nil {
+			s.auditRefusal(ctx, audit, err)
+			return nil, err
+		}
+		if err := checkAt(*r, at, now); err != nil {
+			s.auditRefusal(ctx, audit, err)
+			return nil, err
+		}
+		sr := ScheduledReclaim{
+			ID: "srcl_" + s.newID(), NodeID: req.NodeID, ReservationID: req.ReservationID,
+			UnitIDs: slices.Sorted(slices.Values(req.UnitIDs)), Reason: req.Reason, GraceSeconds: req.GraceSeconds,
+			At: at, State: ScheduledPending, CreatorKeyID: p.KeyID, CreatorOrgID: p.OrgID, CreatorOperator: p.Operator,
+			CreatedAt: now, UpdatedAt: now,
+		}
+		audit.Outcome, audit.ReclaimID = "ok", sr.ID
+		c := &Commit{Audit: audit} // only to carry the idempotency record built by remember
+		result := ScheduleResult{Scheduled: sr}
+		if err := s.remember(c, key, req.NodeID, result, now); err != nil {
+			return nil, err
+		}
+		if err := s.Scheduler.Create(ctx, sr); err != nil {
+			return nil, fmt.Errorf("create schedule of %s: %w", sr.ID, err)
+		}
+		err = s.Schedules.CreateScheduled(ctx, ScheduleCommit{Scheduled: sr, Reservation: *r, Idempotency: c.Idempotency, Audit: audit})
+		if errors.Is(err, ErrAmbiguous) {
+			landed, lerr := s.Store.Landed(ctx, Commit{Node: st.Node, Audit: audit})
+			if lerr != nil {
+				// The schedule stays: if the write landed it is needed; if not, its firing
+				// finds no scheduled reclaim and is refused.
+				return nil, fmt.Errorf("schedule reclaim %s: outcome unknown (%v): %w", sr.ID, err, lerr)
+			}
+			if landed {
+				err = nil
+			}
+		}
+		if err == nil {
+			return &result, nil
+		}
+		if derr := s.Scheduler.Delete(ctx, sr); derr != nil {
+			s.logger().WarnContext(ctx, "schedule of an unwritten scheduled reclaim not deleted; its firing will be refused",
+				"scheduled_reclaim_id", sr.ID, "node", req.NodeID, "err", derr)
+		}
+		if errors.Is(err, ErrConflict) {
+			s.logger().InfoContext(ctx, "scheduled reclaim write lost a race; deciding again", "node", req.NodeID)
+			continue
+		}
+		return nil, fmt.Errorf("write scheduled reclaim %s: %w", sr.ID, err)
+	}
+	return nil, Errorf(CodeConcurrentModification, "the reservation kept changing while this call was applied; retrying is safe")
+}
+
+// checkAt checks a scheduled reclaim's time against now and the reservation's term.
+func checkAt(r Reservation, at, now time.Time) error {
+	switch {
+	case !at.After(now):
+		return Errorf(CodeInvalidRequest, "at must be in the future")
+	case at.After(now.Add(MaxScheduleAhead)):
+		return Errorf(CodeInvalidRequest, "at must be at most 365 days ahead")
+	case !r.InTerm(at):
+		return Errorf(CodeInvalidRequest, "at must be inside the reservation's term")
+	}
+	return nil
+}
+
+func sortedUnits(req CapacityRequest) CapacityRequest {
+	req.UnitIDs = slices.Sorted(slices.Values(req.UnitIDs))
+	return req
+}
+
+// GetScheduledReclaim returns a scheduled reclaim to a caller who may reclaim on its
+// reservation, or to an operator; anyone else gets the reservation's 404.
+func (s *Service) GetScheduledReclaim(ctx context.Context, p Principal, nodeID, reservationID, id string) (*ScheduledReclaim, error) {
+	if !ValidID(nodeID) || !ValidID(reservationID) || !(p.Can(PermCapacity) || p.Operator && p.Can(PermRead)) {
+		return nil, notFound()
+	}
+	st, err := s.Store.LoadNode(ctx, nodeID, "")
+	if ErrorCode(err) == CodeNotFound {
+		return nil, notFound()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load node %s: %w", nodeID, err)
+	}
+	r := st.Reservation(reservationID)
+	if r == nil || AccessOf(p, st.Node, *r) != AccessManage {
+		return nil, notFound()
+	}
+	return s.scheduled(ctx, nodeID, reservationID, id)
+}
+
+// scheduled reads a scheduled reclaim of the reservation.
+func (s *Service) scheduled(ctx context.Context, nodeID, reservationID, id string) (*ScheduledReclaim, error) {
+	if err := s.scheduledReads(); err != nil {
+		return nil, err
+	}
+	if !ValidID(id) {
+		return nil, scheduledNotFound()
+	}
+	sr, err := s.Schedules.GetScheduled(ctx, nodeID, id)
+	if ErrorCode(err) == CodeNotFound || err == nil && sr.ReservationID != reservationID {
+		return nil, scheduledNotFound()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read scheduled reclaim %s: %w", id, err)
+	}
+	return sr, nil
+}
+
+func scheduledNotFound() *Error { return Errorf(CodeNotFound, "scheduled reclaim not found") }
+
+// CancelScheduledReclaim cancels a scheduled reclaim that has not fired, then deletes its
+// schedule. Cancelling a cancelled one answers it again; one that has fired is refused
+// (CodeScheduledReclaimFired). Callers are those who may reclaim on the reservation.
+func (s *Service) CancelScheduledReclaim(ctx context.Context, p Principal, nodeID, reservationID, id string, meta RequestMeta) (*ScheduledReclaim, error) {
+	if err := AdmitCapacityCall(p, nodeID, reservationID); err != nil {
+		return nil, err
+	}
+	if err := s.scheduling(); err != nil {
+		return nil, err
+	}
+	for range s.attempts() {
+		now := s.now()
+		st, err := s.Store.LoadNode(ctx, nodeID, "")
+		if ErrorCode(err) == CodeNotFound {
+			return nil, notFound()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("load node %s: %w", nodeID, err)
+		}
+		audit := s.auditRecord(p, st, CapacityRequest{NodeID: nodeID, ReservationID: reservationID}, meta, ActionCancelScheduledReclaim, now)
+		if _, err := authorizeCapacityCall(p, st, reservationID); err != nil {
+			s.auditRefusal(ctx, audit, err)
+			return nil, err
+		}
+		sr, err := s.scheduled(ctx, nodeID, reservationID, id)
+		if err != nil {
+			return nil, err
+		}
+		audit.ReclaimID, audit.UnitIDs = sr.ID, sr.UnitIDs
+		switch sr.State {
+		case ScheduledCancelled:
+			return sr, nil
+		case ScheduledCompleted, ScheduledRefused:
+			err := Errorf(CodeScheduledReclaimFired, "scheduled reclaim %s has fired (%s); it can no longer be cancelled", sr.ID, sr.State)
+			s.auditRefusal(ctx, audit, err)
+			return nil, err
+		}
+		next := *sr
+		next.State, next.CancelledAt, next.UpdatedAt = ScheduledCancelled, &now, now
+		audit.Outcome = "ok"
+		err = s.Schedules.UpdateScheduled(ctx, *sr, next, &audit)
+		if errors.Is(err, ErrConflict) || errors.Is(err, ErrAmbiguous) {
+			continue // fired or cancelled meanwhile, or perhaps by this write: read again
+		}
+		if err != nil {
+			return nil, fmt.Errorf("cancel scheduled reclaim %s: %w", sr.ID, err)
+		}
+		next.Version++
+		// The cancel is what counts: a schedule left behind fires into a refusal.
+		if err := s.Scheduler.Delete(ctx, next); err != nil {
+			s.logger().WarnContext(ctx, "schedule of a cancelled reclaim not deleted; its firing will be refused",
+				"scheduled_reclaim_id", sr.ID, "node", nodeID, "err", err)
+		}
+		return &next, nil
+	}
+	return nil, Errorf(CodeConcurrentModification, "the scheduled reclaim kept changing while this call was applied; retrying is safe")
+}
+
+// FireScheduledReclaim runs a scheduled reclaim whose schedule fired: the reclaim as its
+// creator, under the Idempotency-Key FireIdempotencyKey(id), moving the scheduled reclaim to
+// completed in the reclaim's own transaction, so that a cancel cannot race it. A refusal
+// moves it to refused and is returned. A cancelled one is refused with
+// CodeScheduledReclaimCancelled, an unknown one with CodeNotFound; a repeated firing answers
+// what the first did.
+func (s *Service) FireScheduledReclaim(ctx context.Context, nodeID, reservationID, scheduledID string, meta RequestMeta) (*CapacityResult, error) {
+	if !ValidID(nodeID) || !ValidID(reservationID) {
+		return nil, scheduledNotFound()
+	}
+	sr, err := s.scheduled(ctx, nodeID, reservationID, scheduledID)
+	if err != nil {
+		return nil, err
+	}
+	switch sr.State {
+	case ScheduledCancelled:
+		return nil, cancelledErr(sr)
+	case ScheduledRefused:
+		return nil, &Error{Code: sr.Code, Message: sr.Detail}
+	}
+	if meta.Via == "" {
+		meta.Via = ViaSchedule
+	}
+	// Each round re-reads the scheduled reclaim: the commit conditions on its state as read.
+	fire := func(c *Commit, res *CapacityResult, now time.Time) error {
+		cur, err := s.scheduled(ctx, nodeID, reservationID, scheduledID)
+		if err != nil {
+			return err
+		}
+		switch cur.State {
+		case ScheduledCancelled:
+			return cancelledErr(cur)
+		case ScheduledCompleted, ScheduledRefused:
+			return Errorf(CodeScheduledReclaimFired, "scheduled reclaim %s has fired (%s)", cur.ID, cur.State)
+		}
+		done := *cur
+		done.State, done.ReclaimID, done.FiredAt, done.UpdatedAt = ScheduledCompleted, res.ReclaimID, &now, now
+		c.Scheduled = &done
+		return nil
+	}
+	res, err := s.capacityCallWith(ctx, sr.creator(), sr.request(), meta, ActionReclaim, fire)
+	s.recordCapacity(ctx, ActionReclaim, meta, res, err)
+	if err != nil && sr.State == ScheduledPending {
+		s.refuse(ctx, *sr, err)
+	}
+	return res, err
+}
+
+func cancelledErr(sr *ScheduledReclaim) *Error {
+	return Errorf(CodeScheduledReclaimCancelled, "scheduled reclaim %s was cancelled", sr.ID)
+}
+
+// refuse records a firing's refusal on the scheduled reclaim. Transient failures are not
+// refusals (the firing is retried), nor are the scheduled reclaim's own states.
+func (s *Service) refuse(ctx context.Context, sr ScheduledReclaim, err error) {
+	switch code := ErrorCode(err); code {
+	case CodeInternal, CodeThrottled, CodeConcurrentModification,
+		CodeScheduledReclaimCancelled, CodeScheduledReclaimFired:
+		return
+	}
+	now := s.now()
+	next := sr
+	next.State, next.Code, next.Detail, next.FiredAt, next.UpdatedAt = ScheduledRefused, ErrorCode(err), ErrorMessage(err), &now, now
+	if uerr := s.Schedules.UpdateScheduled(ctx, sr, next, nil); uerr != nil {
+		// Conditional: a cancel or a firing that won stays; the refusal is still answered.
+		s.logger().WarnContext(ctx, "scheduled reclaim refusal not recorded", "scheduled_reclaim_id", sr.ID, "node", sr.NodeID, "err", uerr)
+	}
+}

@@ -1,0 +1,424 @@
+package capacity_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/dynamo"
+	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
+)
+
+// fakeScheduler records the schedules the service creates and deletes.
+type fakeScheduler struct {
+	mu      sync.Mutex
+	created []string
+	deleted []string
+	live    map[string]capacity.ScheduledReclaim
+}
+
+func (f *fakeScheduler) Create(_ context.Context, sr capacity.ScheduledReclaim) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.created = append(f.created, sr.ID)
+	f.live[sr.ID] = sr
+	return nil
+}
+
+func (f *fakeScheduler) Delete(_ context.Context, sr capacity.ScheduledReclaim) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deleted = append(f.deleted, sr.ID)
+	delete(f.live, sr.ID)
+	return nil
+}
+
+func (f *fakeScheduler) Live() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for id := range f.live {
+		out = append(out, id)
+	}
+	return out
+}
+
+// beforeCreate runs a function before the first CreateScheduled: a concurrent write.
+type beforeCreate struct {
+	*dynamo.Store
+	once func()
+	done atomic.Bool
+}
+
+func (b *beforeCreate) CreateScheduled(ctx context.Context, c capacity.ScheduleCommit) error {
+	if !b.done.Swap(true) && b.once != nil {
+		b.once()
+	}
+	return b.Store.CreateScheduled(ctx, c)
+}
+
+// schedWorld is world plus r2 (u3 only, term [t0, t0+48h)), a fake scheduler and a clock.
+func schedWorld(t *testing.T) (*dynamotest.Env, *capacity.Service, *fakeScheduler, *time.Time) {
+	t.Helper()
+	env, svc := world(t)
+	r2 := capacity.Reservation{
+		ID: "r2", NodeID: "n1", ReservedUnitIDs: []string{"u3"}, ReleasedUnitIDs: []string{},
+		StartsAt: t0, EndsAt: ptr(t0.Add(48 * time.Hour)), Status: capacity.StatusActive, TopologyGen: 1, Version: 1,
+	}
+	if err := env.Store.Put(context.Background(), dynamo.Seed{Reservations: []capacity.Reservation{r2}}); err != nil {
+		t.Fatal(err)
+	}
+	clock := t0.Add(time.Hour)
+	fs := &fakeScheduler{live: map[string]capacity.ScheduledReclaim{}}
+	svc.Now = func() time.Time { return clock }
+	svc.Scheduler, svc.Schedules = fs, env.Store
+	return env, svc, fs, &clock
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestScheduleReclaimChecks(t *testing.T) {
+	hour := t0.Add(time.Hour) // the clock
+	for _, tc := range []struct {
+		name string
+		p    capacity.Principal
+		req  capacity.CapacityRequest
+		at   time.Time
+		want capacity.Code // "" = scheduled
+	}{
+		{"in an hour", owner, reclaim("u1"), hour.Add(time.Hour), ""},
+		{"a year ahead", owner, reclaim("u1"), hour.Add(365 * 24 * time.Hour), ""},
+		{"now", owner, reclaim("u1"), hour, capacity.CodeInvalidRequest},
+		{"past", owner, reclaim("u1"), hour.Add(-time.Minute), capacity.CodeInvalidRequest},
+		{"over a year ahead", owner, reclaim("u1"), hour.Add(365*24*time.Hour + time.Second), capacity.CodeInvalidRequest},
+		{"after the term", owner, capacity.CapacityRequest{NodeID: "n1", ReservationID: "r2", UnitIDs: []string{"u3"}}, t0.Add(48 * time.Hour), capacity.CodeInvalidRequest},
+		{"inside the term", owner, capacity.CapacityRequest{NodeID: "n1", ReservationID: "r2", UnitIDs: []string{"u3"}}, t0.Add(47 * time.Hour), ""},
+		{"units not reserved (as a dry run now)", owner, reclaim("u3"), hour.Add(time.Hour), capacity.CodeUnitsNotReserved},
+		{"audience", audi, reclaim("u1"), hour.Add(time.Hour), capacity.CodeForbidden},
+		{"no such reservation", owner, capacity.CapacityRequest{NodeID: "n1", ReservationID: "rx", UnitIDs: []string{"u1"}}, hour.Add(time.Hour), capacity.CodeNotFound},
+		{"no permission", sched, reclaim("u1"), hour.Add(time.Hour), capacity.CodeNotFound},
+		{"dry run", owner, capacity.CapacityRequest{NodeID: "n1", ReservationID: "r1", UnitIDs: []string{"u1"}, DryRun: true}, hour.Add(time.Hour), capacity.CodeInvalidRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env, svc, fs, _ := schedWorld(t)
+			ctx := context.Background()
+			res, err := svc.ScheduleReclaim(ctx, tc.p, tc.req, tc.at, capacity.RequestMeta{})
+			if tc.want != "" {
+				if capacity.ErrorCode(err) != tc.want {
+					t.Fatalf("err = %v, want %s", err, tc.want)
+				}
+				if len(fs.created) != 0 {
+					t.Errorf("schedules created: %v", fs.created)
+				}
+				st, _ := env.Store.LoadNode(ctx, "n1", "")
+				if r := st.Reservation("r1"); r.Version != 1 || !slices.Equal(r.ReleasedUnitIDs, []string{"u1", "u2"}) {
+					t.Errorf("reservation changed: %+v", r)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			sr := res.Scheduled
+			if sr.State != capacity.ScheduledPending || !sr.At.Equal(tc.at) || sr.CreatorOrgID != "owner" || !slices.Equal(fs.created, []string{sr.ID}) {
+				t.Errorf("scheduled = %+v, created %v", sr, fs.created)
+			}
+			got, err := svc.GetScheduledReclaim(ctx, owner, "n1", tc.req.ReservationID, sr.ID)
+			if err != nil || got.ID != sr.ID || got.State != capacity.ScheduledPending {
+				t.Errorf("get = %+v, %v", got, err)
+			}
+			// The reclaim itself waits for its time.
+			st, _ := env.Store.LoadNode(ctx, "n1", "")
+			if r := st.Reservation(tc.req.ReservationID); r.Version != 1 {
+				t.Errorf("reservation changed at scheduling: %+v", r)
+			}
+		})
+	}
+}
+
+func TestScheduleReclaimIdempotencyKey(t *testing.T) {
+	_, svc, fs, clock := schedWorld(t)
+	ctx := context.Background()
+	req := reclaim("u1", "u2")
+	req.IdempotencyKey = "k1"
+	at := clock.Add(time.Hour)
+	first, err := svc.ScheduleReclaim(ctx, owner, req, at, capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.UnitIDs = []string{"u2", "u1"} // a set: the same request
+	again, err := svc.ScheduleReclaim(ctx, owner, req, at, capacity.RequestMeta{})
+	if err != nil || !again.Replayed || again.Scheduled.ID != first.Scheduled.ID {
+		t.Fatalf("replay = %+v, %v; first %s", again, err, first.Scheduled.ID)
+	}
+	if _, err := svc.ScheduleReclaim(ctx, owner, req, at.Add(time.Minute), capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeIdempotencyKeyReused {
+		t.Fatalf("another at under the key: %v", err)
+	}
+	if len(fs.created) != 1 {
+		t.Errorf("schedules created: %v", fs.created)
+	}
+}
+
+func TestScheduleReclaimConflictDeletesTheSchedule(t *testing.T) {
+	env, svc, fs, clock := schedWorld(t)
+	ctx := context.Background()
+	other := *svc
+	other.Scheduler = nil
+	svc.Schedules = &beforeCreate{Store: env.Store, once: func() {
+		// A reclaim lands between the read and the write: the reservation's version moves.
+		if _, err := other.Reclaim(ctx, owner, reclaim("u2"), capacity.RequestMeta{}); err != nil {
+			t.Errorf("concurrent reclaim: %v", err)
+		}
+	}}
+	res, err := svc.ScheduleReclaim(ctx, owner, reclaim("u1"), clock.Add(time.Hour), capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fs.created) != 2 || !slices.Equal(fs.deleted, fs.created[:1]) || !slices.Equal(fs.Live(), []string{res.Scheduled.ID}) {
+		t.Errorf("created %v, deleted %v, live %v; answer %s", fs.created, fs.deleted, fs.Live(), res.Scheduled.ID)
+	}
+	if _, err := env.Store.GetScheduled(ctx, "n1", fs.created[0]); capacity.ErrorCode(err) != capacity.CodeNotFound {
+		t.Errorf("the lost round's scheduled reclaim: %v", err)
+	}
+}
+
+func TestFireScheduledReclaim(t *testing.T) {
+	env, svc, fs, clock := schedWorld(t)
+	ctx := context.Background()
+	res, err := svc.ScheduleReclaim(ctx, owner, reclaim("u1"), clock.Add(time.Hour), capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Scheduled.ID
+	*clock = clock.Add(time.Hour)
+	fired, err := svc.FireScheduledReclaim(ctx, "n1", "r1", id, capacity.RequestMeta{EventID: "ev-1"})
+	if err != nil || !slices.Equal(fired.Terminated, []string{"s1"}) || fired.ReclaimID == "" {
+		t.Fatalf("fire = %+v, %v", fired, err)
+	}
+	sr, _ := env.Store.GetScheduled(ctx, "n1", id)
+	if sr.State != capacity.ScheduledCompleted || sr.ReclaimID != fired.ReclaimID || sr.FiredAt == nil {
+		t.Errorf("after fire: %+v", sr)
+	}
+	// The schedule puts the event again: the same answer, nothing new.
+	again, err := svc.FireScheduledReclaim(ctx, "n1", "r1", id, capacity.RequestMeta{EventID: "ev-2"})
+	if err != nil || !again.Replayed || again.ReclaimID != fired.ReclaimID {
+		t.Fatalf("replayed fire = %+v, %v", again, err)
+	}
+	// Fired: a cancel is refused and deletes nothing.
+	if _, err := svc.CancelScheduledReclaim(ctx, owner, "n1", "r1", id, capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeScheduledReclaimFired {
+		t.Fatalf("cancel after fire: %v", err)
+	}
+	if len(fs.deleted) != 0 {
+		t.Errorf("deleted %v", fs.deleted)
+	}
+	if _, err := svc.FireScheduledReclaim(ctx, "n1", "r1", "srcl_nope", capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeNotFound {
+		t.Errorf("unknown: %v", err)
+	}
+	if _, err := svc.FireScheduledReclaim(ctx, "n1", "r2", id, capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeNotFound {
+		t.Errorf("another reservation's: %v", err)
+	}
+}
+
+func TestCancelBeforeFire(t *testing.T) {
+	env, svc, fs, clock := schedWorld(t)
+	ctx := context.Background()
+	res, err := svc.ScheduleReclaim(ctx, owner, reclaim("u1"), clock.Add(time.Hour), capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Scheduled.ID
+	if _, err := svc.CancelScheduledReclaim(ctx, audi, "n1", "r1", id, capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeForbidden {
+		t.Fatalf("audience cancel: %v", err)
+	}
+	c, err := svc.CancelScheduledReclaim(ctx, owner, "n1", "r1", id, capacity.RequestMeta{})
+	if err != nil || c.State != capacity.ScheduledCancelled || c.CancelledAt == nil {
+		t.Fatalf("cancel = %+v, %v", c, err)
+	}
+	if !slices.Equal(fs.deleted, []string{id}) {
+		t.Errorf("deleted %v", fs.deleted)
+	}
+	if c2, err := svc.CancelScheduledReclaim(ctx, owner, "n1", "r1", id, capacity.RequestMeta{}); err != nil || c2.State != capacity.ScheduledCancelled {
+		t.Errorf("cancel again = %+v, %v", c2, err)
+	}
+	// A schedule that fires anyway (its delete lost) is refused and changes nothing.
+	*clock = clock.Add(time.Hour)
+	if _, err := svc.FireScheduledReclaim(ctx, "n1", "r1", id, capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeScheduledReclaimCancelled {
+		t.Fatalf("fire after cancel: %v", err)
+	}
+	st, _ := env.Store.LoadNode(ctx, "n1", "")
+	if r := st.Reservation("r1"); r.Version != 1 {
+		t.Errorf("reservation changed: %+v", r)
+	}
+	if sr, _ := env.Store.GetScheduled(ctx, "n1", id); sr.State != capacity.ScheduledCancelled {
+		t.Errorf("state = %s", sr.State)
+	}
+}
+
+func TestFireAfterTheTermIsRefused(t *testing.T) {
+	env, svc, _, clock := schedWorld(t)
+	ctx := context.Background()
+	req := capacity.CapacityRequest{NodeID: "n1", ReservationID: "r2", UnitIDs: []string{"u3"}}
+	res, err := svc.ScheduleReclaim(ctx, owner, req, t0.Add(47*time.Hour), capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	*clock = t0.Add(49 * time.Hour) // delivered late, after the term
+	for range 2 {                   // a second delivery answers the same
+		_, err = svc.FireScheduledReclaim(ctx, "n1", "r2", res.Scheduled.ID, capacity.RequestMeta{})
+		if capacity.ErrorCode(err) != capacity.CodeOutsideTerm {
+			t.Fatalf("fire: %v", err)
+		}
+	}
+	sr, _ := env.Store.GetScheduled(ctx, "n1", res.Scheduled.ID)
+	if sr.State != capacity.ScheduledRefused || sr.Code != capacity.CodeOutsideTerm || sr.Detail == "" || sr.FiredAt == nil {
+		t.Errorf("after refusal: %+v", sr)
+	}
+	if _, err := svc.CancelScheduledReclaim(ctx, owner, "n1", "r2", sr.ID, capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeScheduledReclaimFired {
+		t.Errorf("cancel after refusal: %v", err)
+	}
+}
+
+func TestScheduledReclaimVisibility(t *testing.T) {
+	_, svc, _, clock := schedWorld(t)
+	ctx := context.Background()
+	res, err := svc.ScheduleReclaim(ctx, owner, reclaim("u1"), clock.Add(time.Hour), capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	operator := capacity.Principal{KeyID: "k-op", OrgID: "platform", Operator: true, Permissions: []string{capacity.PermRead}}
+	reader := capacity.Principal{KeyID: "k-r", OrgID: "owner", Permissions: []string{capacity.PermRead}}
+	for _, tc := range []struct {
+		name string
+		p    capacity.Principal
+		ok   bool
+	}{
+		{"owner", owner, true}, {"operator", operator, true},
+		{"audience", audi, false}, {"owner without capacity", reader, false}, {"scheduler", sched, false},
+	} {
+		_, err := svc.GetScheduledReclaim(ctx, tc.p, "n1", "r1", res.Scheduled.ID)
+		if tc.ok != (err == nil) || !tc.ok && capacity.ErrorMessage(err) != "reservation not found" {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+}
+
+func TestSchedulingUnavailable(t *testing.T) {
+	_, svc := world(t)
+	ctx := context.Background()
+	_, err := svc.ScheduleReclaim(ctx, owner, reclaim("u1"), t0.Add(5*time.Hour), capacity.RequestMeta{})
+	if capacity.ErrorCode(err) != capacity.CodeSchedulingUnavailable {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := svc.FireScheduledReclaim(ctx, "n1", "r1", "srcl_1", capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeSchedulingUnavailable {
+		t.Fatalf("fire without a store: %v", err)
+	}
+}
+
+// The firing function has the store but no scheduler: it can fire, but not schedule or cancel.
+func TestFiringNeedsNoScheduler(t *testing.T) {
+	env, svc, _, clock := schedWorld(t)
+	ctx := context.Background()
+	res, err := svc.ScheduleReclaim(ctx, owner, reclaim("u1"), clock.Add(time.Hour), capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	*clock = clock.Add(time.Hour)
+	firer := &capacity.Service{Store: env.Store, Schedules: env.Store, Now: svc.Now, Logger: quiet}
+	if _, err := firer.CancelScheduledReclaim(ctx, owner, "n1", "r1", res.Scheduled.ID, capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeSchedulingUnavailable {
+		t.Errorf("cancel without a scheduler: %v", err)
+	}
+	if fired, err := firer.FireScheduledReclaim(ctx, "n1", "r1", res.Scheduled.ID, capacity.RequestMeta{}); err != nil || len(fired.Terminated) != 1 {
+		t.Fatalf("fire = %+v, %v", fired, err)
+	}
+}
+
+// cancelFirst runs a cancel before the first commit: it lands between the firing's read of
+// the scheduled reclaim and the firing's commit.
+type cancelFirst struct {
+	capacity.Store
+	once func()
+	done atomic.Bool
+}
+
+func (c *cancelFirst) Commit(ctx context.Context, cm capacity.Commit) error {
+	if !c.done.Swap(true) {
+		c.once()
+	}
+	return c.Store.Commit(ctx, cm)
+}
+
+func TestCancelRacingAFiringWins(t *testing.T) {
+	env, svc, _, clock := schedWorld(t)
+	ctx := context.Background()
+	res, err := svc.ScheduleReclaim(ctx, owner, reclaim("u1"), clock.Add(time.Hour), capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	*clock = clock.Add(time.Hour)
+	svc.Store = &cancelFirst{Store: env.Store, once: func() {
+		if _, err := svc.CancelScheduledReclaim(ctx, owner, "n1", "r1", res.Scheduled.ID, capacity.RequestMeta{}); err != nil {
+			t.Errorf("cancel: %v", err)
+		}
+	}}
+	if _, err := svc.FireScheduledReclaim(ctx, "n1", "r1", res.Scheduled.ID, capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeScheduledReclaimCancelled {
+		t.Fatalf("fire: %v", err)
+	}
+	st, _ := env.Store.LoadNode(ctx, "n1", "")
+	if r := st.Reservation("r1"); r.Version != 1 {
+		t.Errorf("the firing's reclaim landed: %+v", r)
+	}
+	if sr, _ := env.Store.GetScheduled(ctx, "n1", res.Scheduled.ID); sr.State != capacity.ScheduledCancelled {
+		t.Errorf("state = %s", sr.State)
+	}
+}
+
+// failingScheduler refuses every Create as AWS does when it keeps throttling.
+type failingScheduler struct{ fakeScheduler }
+
+func (f *failingScheduler) Create(context.Context, capacity.ScheduledReclaim) error {
+	return capacity.ErrThrottled
+}
+
+// lostAnswer writes the scheduled reclaim, then reports the outcome unknown (a timeout after
+// the write landed).
+type lostAnswer struct{ *dynamo.Store }
+
+func (l lostAnswer) CreateScheduled(ctx context.Context, c capacity.ScheduleCommit) error {
+	if err := l.Store.CreateScheduled(ctx, c); err != nil {
+		return err
+	}
+	return capacity.ErrAmbiguous
+}
+
+func TestScheduleReclaimFaults(t *testing.T) {
+	t.Run("scheduler throttled: nothing written", func(t *testing.T) {
+		env, svc, _, clock := schedWorld(t)
+		svc.Scheduler = &failingScheduler{}
+		_, err := svc.ScheduleReclaim(context.Background(), owner, reclaim("u1"), clock.Add(time.Hour), capacity.RequestMeta{})
+		if capacity.ErrorCode(err) != capacity.CodeThrottled {
+			t.Fatalf("err = %v", err)
+		}
+		for _, it := range env.Items(t, env.Store.Table) {
+			if sk, ok := it["sk"].(*types.AttributeValueMemberS); ok && sk.Value == "SCHED" {
+				t.Errorf("scheduled reclaim written: %v", it)
+			}
+		}
+	})
+	t.Run("answer lost after the write: the write counts", func(t *testing.T) {
+		env, svc, fs, clock := schedWorld(t)
+		svc.Schedules = lostAnswer{env.Store}
+		res, err := svc.ScheduleReclaim(context.Background(), owner, reclaim("u1"), clock.Add(time.Hour), capacity.RequestMeta{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fs.deleted) != 0 || !slices.Equal(fs.Live(), []string{res.Scheduled.ID}) {
+			t.Errorf("deleted %v, live %v", fs.deleted, fs.Live())
+		}
+	})
+}

@@ -1,0 +1,199 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/openrelay/capacity/shared/capacity"
+)
+
+// Scheduled reclaims live in a partition of their own per scheduled reclaim, like reclaim
+// operations, so the node's decision partition (LoadNode) never reads them:
+//
+//	NODE#<nodeId>#SCHED#<id>   SCHED   a scheduled reclaim (TTL once fired or cancelled:
+//	                                   then + retention)
+const (
+	typeScheduled = "scheduled-reclaim"
+	skScheduled   = "SCHED"
+)
+
+var _ capacity.ScheduleStore = (*Store)(nil)
+
+// schedPK is the partition of one scheduled reclaim.
+func schedPK(nodeID, id string) string { return nodePK(nodeID) + "#SCHED#" + id }
+
+type scheduledItem struct {
+	PK              string     `dynamodbav:"pk"`
+	SK              string     `dynamodbav:"sk"`
+	Type            string     `dynamodbav:"type"`
+	ID              string     `dynamodbav:"ID"`
+	NodeID          string     `dynamodbav:"NodeID"`
+	ReservationID   string     `dynamodbav:"ReservationID"`
+	UnitIDs         []string   `dynamodbav:"UnitIDs"`
+	Reason          string     `dynamodbav:"Reason"`
+	GraceSeconds    int        `dynamodbav:"GraceSeconds"`
+	At              time.Time  `dynamodbav:"At"`
+	State           string     `dynamodbav:"State"`
+	CreatorKeyID    string     `dynamodbav:"CreatorKeyID"`
+	CreatorOrgID    string     `dynamodbav:"CreatorOrgID"`
+	CreatorOperator bool       `dynamodbav:"CreatorOperator"`
+	CreatedAt       time.Time  `dynamodbav:"CreatedAt"`
+	UpdatedAt       time.Time  `dynamodbav:"UpdatedAt"`
+	ReclaimID       string     `dynamodbav:"ReclaimID"`
+	Code            string     `dynamodbav:"Code"`
+	Detail          string     `dynamodbav:"Detail"`
+	FiredAt         *time.Time `dynamodbav:"FiredAt"`
+	CancelledAt     *time.Time `dynamodbav:"CancelledAt"`
+	Version         int64      `dynamodbav:"Version"`
+	// ExpiresAt is set once the scheduled reclaim has fired or was cancelled.
+	ExpiresAt int64 `dynamodbav:"expiresAt,omitempty"`
+}
+
+func newScheduledItem(sr capacity.ScheduledReclaim, retention time.Duration) scheduledItem {
+	it := scheduledItem{
+		PK: schedPK(sr.NodeID, sr.ID), SK: skScheduled, Type: typeScheduled,
+		ID: sr.ID, NodeID: sr.NodeID, ReservationID: sr.ReservationID, UnitIDs: sr.UnitIDs, Reason: sr.Reason,
+		GraceSeconds: sr.GraceSeconds, At: sr.At, State: string(sr.State), CreatorKeyID: sr.CreatorKeyID,
+		CreatorOrgID: sr.CreatorOrgID, CreatorOperator: sr.CreatorOperator, CreatedAt: sr.CreatedAt,
+		UpdatedAt: sr.UpdatedAt, ReclaimID: sr.ReclaimID, Code: string(sr.Code), Detail: sr.Detail,
+		FiredAt: sr.FiredAt, CancelledAt: sr.CancelledAt, Version: sr.Version,
+	}
+	if sr.State != capacity.ScheduledPending {
+		it.ExpiresAt = expiry(sr.UpdatedAt.Add(retention))
+	}
+	return it
+}
+
+func (i scheduledItem) scheduled() capacity.ScheduledReclaim {
+	return capacity.ScheduledReclaim{
+		ID: i.ID, NodeID: i.NodeID, ReservationID: i.ReservationID, UnitIDs: i.UnitIDs, Reason: i.Reason,
+		GraceSeconds: i.GraceSeconds, At: i.At, State: capacity.ScheduledState(i.State), CreatorKeyID: i.CreatorKeyID,
+		CreatorOrgID: i.CreatorOrgID, CreatorOperator: i.CreatorOperator, CreatedAt: i.CreatedAt,
+		UpdatedAt: i.UpdatedAt, ReclaimID: i.ReclaimID, Code: capacity.Code(i.Code), Detail: i.Detail,
+		FiredAt: i.FiredAt, CancelledAt: i.CancelledAt, Version: i.Version,
+	}
+}
+
+// CreateScheduled writes a new scheduled reclaim with its idempotency and audit records, in
+// one transaction conditioned on the reservation's version as read.
+func (s *Store) CreateScheduled(ctx context.Context, c capacity.ScheduleCommit) error {
+	sr := c.Scheduled
+	var items []types.TransactWriteItem
+	add := func(it types.TransactWriteItem, err error) error {
+		if err != nil {
+			return err
+		}
+		items = append(items, it)
+		return nil
+	}
+	r := c.Reservation
+	if err := add(s.check(itemKey(nodePK(r.NodeID), prefixReserv+r.ID), versionIs(r.Version))); err != nil {
+		return fmt.Errorf("reservation %s: %w", r.ID, err)
+	}
+	if err := add(s.putNew(s.Table, newScheduledItem(sr, s.retention()), nil)); err != nil {
+		return fmt.Errorf("scheduled reclaim %s: %w", sr.ID, err)
+	}
+	if c.Idempotency != nil {
+		expired := expression.Name(attrExpiresAt).LessThanEqual(expression.Value(c.Idempotency.CreatedAt.Unix()))
+		if err := add(s.putNew(s.Table, newIdempotencyItem(*c.Idempotency), &expired)); err != nil {
+			return fmt.Errorf("idempotency record: %w", err)
+		}
+	}
+	if err := add(s.putNew(s.AuditTable, newAuditItem(c.Audit), nil)); err != nil {
+		return fmt.Errorf("audit record: %w", err)
+	}
+	return s.transact(ctx, "create scheduled reclaim "+sr.ID, items)
+}
+
+// GetScheduled reads a scheduled reclaim (strongly consistent).
+func (s *Store) GetScheduled(ctx context.Context, nodeID, id string) (*capacity.ScheduledReclaim, error) {
+	out, err := s.Client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.Table), Key: itemKey(schedPK(nodeID, id), skScheduled), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read scheduled reclaim %s of node %s: %w", id, nodeID, classify(err))
+	}
+	if out.Item == nil {
+		return nil, capacity.Errorf(capacity.CodeNotFound, "scheduled reclaim %s not found", id)
+	}
+	var it scheduledItem
+	if err := attributevalue.UnmarshalMap(out.Item, &it); err != nil {
+		return nil, fmt.Errorf("decode scheduled reclaim %s of node %s: %w", id, nodeID, err)
+	}
+	sr := it.scheduled()
+	return &sr, nil
+}
+
+// UpdateScheduled replaces the scheduled reclaim read as from with to, conditioned on its
+// version and state as read, with the audit record if any, in one transaction.
+func (s *Store) UpdateScheduled(ctx context.Context, from, to capacity.ScheduledReclaim, audit *capacity.AuditRecord) error {
+	to.Version = from.Version
+	put, err := s.scheduledTransition(from, to)
+	if err != nil {
+		return err
+	}
+	items := []types.TransactWriteItem{put}
+	if audit != nil {
+		it, err := s.putNew(s.AuditTable, newAuditItem(*audit), nil)
+		if err != nil {
+			return fmt.Errorf("audit record: %w", err)
+		}
+		items = append(items, it)
+	}
+	return s.transact(ctx, "update scheduled reclaim "+from.ID, items)
+}
+
+// scheduledTransition puts to (at to.Version+1) over the scheduled reclaim, conditioned on
+// its version and state being from's. A whole put rather than an update: no SET/REMOVE mix.
+func (s *Store) scheduledTransition(from, to capacity.ScheduledReclaim) (types.TransactWriteItem, error) {
+	to.Version = from.Version + 1
+	item, err := attributevalue.MarshalMap(newScheduledItem(to, s.retention()))
+	if err != nil {
+		return types.TransactWriteItem{}, fmt.Errorf("encode scheduled reclaim %s: %w", to.ID, err)
+	}
+	cond := versionIs(from.Version).And(expression.Name(attrState).Equal(expression.Value(string(from.State))))
+	expr, err := expression.NewBuilder().WithCondition(cond).Build()
+	if err != nil {
+		return types.TransactWriteItem{}, fmt.Errorf("build scheduled reclaim condition: %w", err)
+	}
+	return types.TransactWriteItem{Put: &types.Put{
+		TableName: aws.String(s.Table), Item: item, ConditionExpression: expr.Condition(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+	}}, nil
+}
+
+// firedItem is the item of a commit that fires a scheduled reclaim: it moves from scheduled
+// (at the version read) to c.Scheduled's state.
+func (s *Store) firedItem(sr capacity.ScheduledReclaim) (types.TransactWriteItem, error) {
+	from := sr
+	from.State = capacity.ScheduledPending
+	return s.scheduledTransition(from, sr)
+}
+
+// transact runs one TransactWriteItems and classifies its failure as Commit does.
+func (s *Store) transact(ctx context.Context, what string, items []types.TransactWriteItem) error {
+	var attempts attemptLog
+	_, err := s.Client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items}, attempts.option)
+	if err == nil {
+		return nil
+	}
+	if attempts.ambiguous() {
+		return fmt.Errorf("%s: %w: %w", what, capacity.ErrAmbiguous, err)
+	}
+	if throttled(err) {
+		return fmt.Errorf("%s: %w", what, classify(err))
+	}
+	var canceled *types.TransactionCanceledException
+	if errors.As(err, &canceled) && retryable(canceled) {
+		return fmt.Errorf("%s: %w (%s)", what, capacity.ErrConflict, reasons(canceled))
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}

@@ -1,0 +1,223 @@
+// Package eventapi is the event API, as shared/httpapi is the HTTP one: it applies the
+// Capacity Reclaim Requested events an SQS queue delivers (from the bus) through the same
+// domain calls, checks and error codes as HTTP, and publishes each request's outcome.
+package eventapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/wire"
+)
+
+// Service is the domain the event API drives.
+type Service interface {
+	Reclaim(ctx context.Context, p capacity.Principal, req capacity.CapacityRequest, meta capacity.RequestMeta) (*capacity.CapacityResult, error)
+	FireScheduledReclaim(ctx context.Context, nodeID, reservationID, scheduledID string, meta capacity.RequestMeta) (*capacity.CapacityResult, error)
+}
+
+// Handler applies a batch of queued reclaim requests.
+type Handler struct {
+	Service   Service
+	Publisher capacity.Publisher
+	// AllowedSources, when not nil, are the sources whose requests are applied (besides
+	// capacity.SourceSchedule, always accepted); another source's request is refused
+	// (forbidden). The bus rule already filters on them: this keeps a misrouted event from
+	// acting.
+	AllowedSources []string
+	Logger         *slog.Logger
+	// Now is replaceable for tests.
+	Now func() time.Time
+}
+
+// Handle applies each record and reports the ones to deliver again: a transient failure
+// (the queue retries, then moves the message to the dead-letter queue) or an outcome that
+// could not be published (the retry replays the request under its idempotency key and
+// publishes the same outcome, with the same eventId). A refusal is final: published and
+// acknowledged.
+func (h *Handler) Handle(ctx context.Context, batch events.SQSEvent) (events.SQSEventResponse, error) {
+	var resp events.SQSEventResponse
+	for _, rec := range batch.Records {
+		if ctx.Err() != nil { // out of time: leave the rest to the queue
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
+			continue
+		}
+		if err := h.record(ctx, rec); err != nil {
+			h.logger().ErrorContext(ctx, "reclaim request will be retried", "message_id", rec.MessageId, "err", err)
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
+		}
+	}
+	return resp, nil
+}
+
+// request is one decoded record.
+type request struct {
+	envelope    events.CloudWatchEvent
+	key         string // the request key the outcome's eventId derives from
+	scheduledID string
+	nodeID      string
+	reservation string
+}
+
+// record applies one record; an error means it must be delivered again.
+func (h *Handler) record(ctx context.Context, rec events.SQSMessage) error {
+	var env events.CloudWatchEvent
+	if err := json.Unmarshal([]byte(rec.Body), &env); err != nil || env.ID == "" || env.Source == "" {
+		// Not an EventBridge event: nothing to answer to. The dead-letter queue keeps it
+		// for a look, and its alarm says something is misrouted.
+		return fmt.Errorf("message %s is not an EventBridge event", rec.MessageId)
+	}
+	req := request{envelope: env, key: env.ID}
+	meta := capacity.RequestMeta{RequestID: rec.MessageId, Via: capacity.ViaEvent, EventID: env.ID}
+	start := time.Now()
+	res, err := h.apply(ctx, &req, &meta)
+	attrs := []any{"event_id", env.ID, "source", env.Source, "via", meta.Via, "node_id", req.nodeID,
+		"reservation_id", req.reservation, "scheduled_reclaim_id", req.scheduledID,
+		"duration_ms", time.Since(start).Milliseconds()}
+	if err != nil {
+		attrs = append(attrs, "code", capacity.ErrorCode(err))
+		if transient(err) {
+			return fmt.Errorf("reclaim request %s from %s: %w", env.ID, env.Source, err)
+		}
+	}
+	if perr := h.publish(ctx, req, res, err); perr != nil {
+		return fmt.Errorf("publish the outcome of reclaim request %s: %w", env.ID, perr)
+	}
+	if err != nil {
+		h.logger().InfoContext(ctx, "reclaim request refused", attrs...)
+	} else {
+		attrs = append(attrs, "reclaim_id", res.ReclaimID, "dry_run", res.DryRun, "replayed", res.Replayed)
+		h.logger().InfoContext(ctx, "reclaim request applied", attrs...)
+	}
+	return nil
+}
+
+// apply checks the event and runs it through the domain.
+func (h *Handler) apply(ctx context.Context, req *request, meta *capacity.RequestMeta) (*capacity.CapacityResult, error) {
+	env := req.envelope
+	// The ids the outcome names, read loosely so that a refused event names them too.
+	ids := looseIDs(env.Detail)
+	req.nodeID, req.reservation = ids["nodeId"], ids["reservationId"]
+	if env.Source == capacity.SourceSchedule {
+		meta.Via = capacity.ViaSchedule
+		if sid := ids["scheduledReclaimId"]; sid != "" {
+			// Scheduler may put one firing twice under different event ids: one outcome.
+			req.key, req.scheduledID = "scheduled/"+sid, sid
+		}
+		var d ScheduleDetail
+		if err := decodeDetail(env.Detail, &d, scheduleRequired); err != nil {
+			return nil, err
+		}
+		if err := checkType(env); err != nil {
+			return nil, err
+		}
+		return h.Service.FireScheduledReclaim(ctx, d.NodeID, d.ReservationID, d.ScheduledReclaimID, *meta)
+	}
+	if h.AllowedSources != nil && !slices.Contains(h.AllowedSources, env.Source) {
+		return nil, capacity.Errorf(capacity.CodeForbidden, "source %q may not request reclaims", env.Source)
+	}
+	var d RequestDetail
+	if err := decodeDetail(env.Detail, &d, requestRequired); err != nil {
+		return nil, err
+	}
+	if err := checkType(env); err != nil {
+		return nil, err
+	}
+	if !capacity.ValidID(d.ActingOrgID) {
+		return nil, capacity.Errorf(capacity.CodeInvalidRequest, "actingOrgId must be an org id: letters, digits, '.', '_', ':' or '-', at most %d", capacity.MaxIDLen)
+	}
+	key := d.IdempotencyKey
+	if key == "" {
+		key = "event:" + env.ID // a redelivered event replays, never evicts twice
+	}
+	p := capacity.Principal{
+		KeyID: "event:" + env.Source, OrgID: d.ActingOrgID, Permissions: []string{capacity.PermCapacity},
+		Operator: env.Source == capacity.SourcePlatformScheduler,
+	}
+	return h.Service.Reclaim(ctx, p, capacity.CapacityRequest{
+		NodeID: d.NodeID, ReservationID: d.ReservationID, UnitIDs: d.UnitIDs, DryRun: d.DryRun,
+		Reason: d.Reason, IdempotencyKey: key, GraceSeconds: d.GraceSeconds,
+	}, *meta)
+}
+
+// looseIDs returns the well-formed string ids among the detail's nodeId, reservationId and
+// scheduledReclaimId, whatever else the detail holds.
+func looseIDs(detail []byte) map[string]string {
+	var members map[string]json.RawMessage
+	_ = json.Unmarshal(detail, &members) // a detail that is no object names nothing
+	out := map[string]string{}
+	for _, name := range []string{"nodeId", "reservationId", "scheduledReclaimId"} {
+		var id string
+		if json.Unmarshal(members[name], &id) == nil && capacity.ValidID(id) {
+			out[name] = id
+		}
+	}
+	return out
+}
+
+func checkType(env events.CloudWatchEvent) error {
+	if env.DetailType != capacity.DetailReclaimRequested {
+		return capacity.Errorf(capacity.CodeInvalidRequest, "detail-type must be %q", capacity.DetailReclaimRequested)
+	}
+	return nil
+}
+
+// publish puts the request's outcome on the bus: Completed with the HTTP answer's body, or
+// Refused with the problem's code and detail.
+func (h *Handler) publish(ctx context.Context, req request, res *capacity.CapacityResult, err error) error {
+	now := h.now()
+	if err != nil {
+		d := capacity.ReclaimRefusedDetail{
+			EventID: req.key + "/refused", RequestEventID: req.envelope.ID, RequestSource: req.envelope.Source,
+			ScheduledReclaimID: req.scheduledID, NodeID: req.nodeID, ReservationID: req.reservation,
+			Code: string(capacity.ErrorCode(err)), Detail: capacity.ErrorMessage(err),
+		}
+		return h.Publisher.Publish(ctx, []capacity.Event{{ID: d.EventID, DetailType: capacity.DetailReclaimRefused, Detail: d, Time: now}})
+	}
+	d := capacity.ReclaimCompletedDetail{
+		EventID: req.key + "/completed", RequestEventID: req.envelope.ID, RequestSource: req.envelope.Source,
+		ScheduledReclaimID: req.scheduledID, NodeID: req.nodeID, ReservationID: req.reservation,
+		Result: wire.Reclaim(res),
+	}
+	return h.Publisher.Publish(ctx, []capacity.Event{{ID: d.EventID, DetailType: capacity.DetailReclaimCompleted, Detail: d, Time: now}})
+}
+
+// transient reports whether err may pass on a retry: the domain's internal, throttled and
+// concurrent_modification, or anything that is not an application error. Every other code
+// is a refusal the same request would meet again. scheduling_unavailable is a deployment
+// missing its schedule store, not a refusal of the request: the firing waits in the queue,
+// then in the dead-letter queue (alarmed), rather than being lost.
+func transient(err error) bool {
+	var e *capacity.Error
+	if !errors.As(err, &e) {
+		return true
+	}
+	switch e.Code {
+	case capacity.CodeInternal, capacity.CodeThrottled, capacity.CodeConcurrentModification,
+		capacity.CodeSchedulingUnavailable:
+		return true
+	}
+	return false
+}
+
+func (h *Handler) now() time.Time {
+	if h.Now != nil {
+		return h.Now().UTC()
+	}
+	return time.Now().UTC()
+}
+
+func (h *Handler) logger() *slog.Logger {
+	if h.Logger != nil {
+		return h.Logger
+	}
+	return slog.Default()
+}

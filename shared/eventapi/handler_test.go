@@ -1,0 +1,356 @@
+package eventapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/eventapi"
+)
+
+// call is one call the fake service received.
+type call struct {
+	method      string // "Reclaim" or "FireScheduledReclaim"
+	principal   capacity.Principal
+	req         capacity.CapacityRequest
+	scheduledID string
+	meta        capacity.RequestMeta
+}
+
+// fakeService answers every call with res or err, and records it.
+type fakeService struct {
+	res   *capacity.CapacityResult
+	err   error
+	calls []call
+}
+
+func (f *fakeService) Reclaim(_ context.Context, p capacity.Principal, req capacity.CapacityRequest, meta capacity.RequestMeta) (*capacity.CapacityResult, error) {
+	f.calls = append(f.calls, call{method: "Reclaim", principal: p, req: req, meta: meta})
+	return f.res, f.err
+}
+
+func (f *fakeService) FireScheduledReclaim(_ context.Context, nodeID, reservationID, scheduledID string, meta capacity.RequestMeta) (*capacity.CapacityResult, error) {
+	f.calls = append(f.calls, call{method: "FireScheduledReclaim", req: capacity.CapacityRequest{NodeID: nodeID, ReservationID: reservationID}, scheduledID: scheduledID, meta: meta})
+	return f.res, f.err
+}
+
+// fakePublisher records what it published; its first failures calls fail.
+type fakePublisher struct {
+	failures  int
+	published []capacity.Event
+}
+
+func (f *fakePublisher) Publish(_ context.Context, evs []capacity.Event) error {
+	if f.failures > 0 {
+		f.failures--
+		return errors.New("put events: InternalFailure")
+	}
+	f.published = append(f.published, evs...)
+	return nil
+}
+
+var now = time.Date(2026, 12, 2, 15, 0, 1, 0, time.UTC)
+
+func result() *capacity.CapacityResult {
+	return &capacity.CapacityResult{
+		Reservation: capacity.Reservation{
+			ID: "res-1", NodeID: "node-a", AllowedOrgIDs: []string{"org-audience"}, ManagingOrgIDs: []string{"org-manager"},
+			ReservedUnitIDs: []string{"gpu-0", "gpu-1", "gpu-2"}, StartsAt: now.Add(-time.Hour), Status: capacity.StatusActive,
+			CreatedAt: now.Add(-time.Hour), UpdatedAt: now, TopologyGen: 1,
+		},
+		ReclaimID: "r-1", Terminated: []string{"vm-1"}, Reason: "training", TerminateAfter: now.Add(time.Minute),
+	}
+}
+
+// envelope is an EventBridge event as the rule puts it on the queue.
+func envelope(id, source string, detail string) string {
+	return fmt.Sprintf(`{"version":"0","id":%q,"detail-type":"Capacity Reclaim Requested","source":%q,`+
+		`"account":"111111111111","time":"2026-12-02T15:00:00Z","region":"us-east-1","resources":[],"detail":%s}`, id, source, detail)
+}
+
+func batch(bodies ...string) events.SQSEvent {
+	var ev events.SQSEvent
+	for i, b := range bodies {
+		ev.Records = append(ev.Records, events.SQSMessage{MessageId: fmt.Sprintf("msg-%d", i+1), Body: b})
+	}
+	return ev
+}
+
+const (
+	tenant   = "example.tenant-automation"
+	valid    = `{"nodeId":"node-a","reservationId":"res-1","unitIds":["gpu-2"],"actingOrgId":"org-owner"}`
+	schedule = `{"nodeId":"node-a","reservationId":"res-1","scheduledReclaimId":"sr-1"}`
+)
+
+func newHandler(svc *fakeService, pub *fakePublisher) *eventapi.Handler {
+	return &eventapi.Handler{
+		Service: svc, Publisher: pub, Now: func() time.Time { return now },
+		AllowedSources: []string{tenant, capacity.SourcePlatformScheduler},
+		Logger:         slog.New(slog.NewJSONHandler(io.Discard, nil)),
+	}
+}
+
+func TestHandle(t *testing.T) {
+	conflict := capacity.Errorf(capacity.CodeConcurrentModification, "concurrent writes kept winning")
+	tests := []struct {
+		name    string
+		body    string
+		svcErr  error
+		pubFail int
+		// want
+		failed   bool   // a batch item failure
+		calls    string // the service method called, "" for none
+		outcome  string // the detail type published, "" for none
+		code     string // of a refusal
+		eventID  string
+		check    func(t *testing.T, c call)
+		inDetail string // a substring of the published detail
+	}{
+		{
+			name: "valid tenant request", body: envelope("ev-1", tenant, valid),
+			calls: "Reclaim", outcome: capacity.DetailReclaimCompleted, eventID: "ev-1/completed",
+			inDetail: `"terminateAfter":"2026-12-02T15:01:01Z"`,
+			check: func(t *testing.T, c call) {
+				want := capacity.Principal{KeyID: "event:" + tenant, OrgID: "org-owner", Permissions: []string{capacity.PermCapacity}}
+				if fmt.Sprint(c.principal) != fmt.Sprint(want) {
+					t.Errorf("principal %+v, want %+v", c.principal, want)
+				}
+				if c.req.IdempotencyKey != "event:ev-1" || c.meta.Via != capacity.ViaEvent || c.meta.EventID != "ev-1" || c.meta.RequestID != "msg-1" {
+					t.Errorf("key %q, meta %+v", c.req.IdempotencyKey, c.meta)
+				}
+			},
+		},
+		{
+			name: "every member", calls: "Reclaim", outcome: capacity.DetailReclaimCompleted, eventID: "ev-2/completed",
+			body: envelope("ev-2", tenant, `{"nodeId":"node-a","reservationId":"res-1","unitIds":["gpu-2","gpu-3"],"actingOrgId":"org-owner",`+
+				`"reason":"nightly","dryRun":true,"idempotencyKey":"nightly-1","graceSeconds":30}`),
+			check: func(t *testing.T, c call) {
+				r := c.req
+				if r.Reason != "nightly" || !r.DryRun || r.IdempotencyKey != "nightly-1" || r.GraceSeconds != 30 || len(r.UnitIDs) != 2 {
+					t.Errorf("request %+v", r)
+				}
+			},
+		},
+		{
+			name: "platform scheduler acts as operator", body: envelope("ev-3", capacity.SourcePlatformScheduler, valid),
+			calls: "Reclaim", outcome: capacity.DetailReclaimCompleted, eventID: "ev-3/completed",
+			check: func(t *testing.T, c call) {
+				if !c.principal.Operator || c.principal.KeyID != "event:openrelay.scheduler" {
+					t.Errorf("principal %+v, want an operator", c.principal)
+				}
+			},
+		},
+		{
+			name: "schedule firing", body: envelope("ev-4", capacity.SourceSchedule, schedule),
+			calls: "FireScheduledReclaim", outcome: capacity.DetailReclaimCompleted, eventID: "scheduled/sr-1/completed",
+			inDetail: `"scheduledReclaimId":"sr-1"`,
+			check: func(t *testing.T, c call) {
+				if c.scheduledID != "sr-1" || c.req.NodeID != "node-a" || c.req.ReservationID != "res-1" ||
+					c.meta.Via != capacity.ViaSchedule || c.meta.EventID != "ev-4" {
+					t.Errorf("call %+v", c)
+				}
+			},
+		},
+		{
+			name: "unknown member", body: envelope("ev-5", tenant, `{"nodeId":"node-a","reservationId":"res-1","unitIds":["gpu-2"],"actingOrgId":"org-owner","dryrun":true}`),
+			outcome: capacity.DetailReclaimRefused, code: "invalid_request", eventID: "ev-5/refused", inDetail: `"nodeId":"node-a"`,
+		},
+		{
+			name: "member spelt in another case", body: envelope("ev-6", tenant, `{"nodeId":"node-a","reservationId":"res-1","unitIds":["gpu-2"],"actingOrgId":"org-owner","DryRun":true}`),
+			outcome: capacity.DetailReclaimRefused, code: "invalid_request", eventID: "ev-6/refused",
+		},
+		{
+			name: "null", body: envelope("ev-7", tenant, `{"nodeId":"node-a","reservationId":"res-1","unitIds":["gpu-2"],"actingOrgId":"org-owner","dryRun":null}`),
+			outcome: capacity.DetailReclaimRefused, code: "invalid_request", eventID: "ev-7/refused",
+		},
+		{
+			name: "null inside a value", body: envelope("ev-8", tenant, `{"nodeId":"node-a","reservationId":"res-1","unitIds":["gpu-2",null],"actingOrgId":"org-owner"}`),
+			outcome: capacity.DetailReclaimRefused, code: "invalid_request", eventID: "ev-8/refused",
+		},
+		{
+			name: "wrong type", body: envelope("ev-9", tenant, `{"nodeId":"node-a","reservationId":"res-1","unitIds":["gpu-2"],"actingOrgId":"org-owner","graceSeconds":"30"}`),
+			outcome: capacity.DetailReclaimRefused, code: "invalid_request", eventID: "ev-9/refused", inDetail: `graceSeconds`,
+		},
+		{
+			name: "missing actingOrgId", body: envelope("ev-10", tenant, `{"nodeId":"node-a","reservationId":"res-1","unitIds":["gpu-2"]}`),
+			outcome: capacity.DetailReclaimRefused, code: "invalid_request", eventID: "ev-10/refused", inDetail: `actingOrgId`,
+		},
+		{
+			name: "malformed actingOrgId", body: envelope("ev-11", tenant, `{"nodeId":"node-a","reservationId":"res-1","unitIds":["gpu-2"],"actingOrgId":"../x"}`),
+			outcome: capacity.DetailReclaimRefused, code: "invalid_request", eventID: "ev-11/refused",
+		},
+		{
+			name: "detail not an object", body: envelope("ev-12", tenant, `["node-a"]`),
+			outcome: capacity.DetailReclaimRefused, code: "invalid_request", eventID: "ev-12/refused",
+		},
+		{
+			name: "schedule event with extra members", body: envelope("ev-13", capacity.SourceSchedule, `{"nodeId":"node-a","reservationId":"res-1","scheduledReclaimId":"sr-1","unitIds":["gpu-2"]}`),
+			outcome: capacity.DetailReclaimRefused, code: "invalid_request", eventID: "scheduled/sr-1/refused",
+		},
+		{
+			name: "schedule event without its id", body: envelope("ev-14", capacity.SourceSchedule, `{"nodeId":"node-a","reservationId":"res-1"}`),
+			outcome: capacity.DetailReclaimRefused, code: "invalid_request", eventID: "ev-14/refused",
+		},
+		{
+			name: "source not allowed", body: envelope("ev-15", "someone.else", valid),
+			outcome: capacity.DetailReclaimRefused, code: "forbidden", eventID: "ev-15/refused",
+		},
+		{
+			name: "wrong detail type", body: strings.Replace(envelope("ev-16", tenant, valid), "Capacity Reclaim Requested", "Capacity Reclaim Completed", 1),
+			outcome: capacity.DetailReclaimRefused, code: "invalid_request", eventID: "ev-16/refused",
+		},
+		{
+			name: "a refusal is final", body: envelope("ev-17", tenant, valid),
+			svcErr: capacity.Errorf(capacity.CodeUnitsInUse, "units gpu-2 are in use"),
+			calls:  "Reclaim", outcome: capacity.DetailReclaimRefused, code: "units_in_use", eventID: "ev-17/refused",
+			inDetail: `"detail":"units gpu-2 are in use"`,
+		},
+		{
+			name: "a refused schedule firing", body: envelope("ev-18", capacity.SourceSchedule, schedule),
+			svcErr: capacity.Errorf(capacity.CodeReservationNotActive, "the reservation is cancelled"),
+			calls:  "FireScheduledReclaim", outcome: capacity.DetailReclaimRefused, code: "reservation_not_active", eventID: "scheduled/sr-1/refused",
+		},
+		{name: "conflict rounds used up are retried", body: envelope("ev-19", tenant, valid), svcErr: conflict, calls: "Reclaim", failed: true},
+		{name: "throttling is retried", body: envelope("ev-20", tenant, valid), svcErr: fmt.Errorf("commit: %w", capacity.ErrThrottled), calls: "Reclaim", failed: true},
+		{name: "internal is retried", body: envelope("ev-21", tenant, valid), svcErr: capacity.Errorf(capacity.CodeInternal, "x"), calls: "Reclaim", failed: true},
+		{
+			name: "a deployment without scheduling is retried", body: envelope("ev-25", capacity.SourceSchedule, schedule),
+			svcErr: capacity.Errorf(capacity.CodeSchedulingUnavailable, "scheduled reclaims are not available"), calls: "FireScheduledReclaim", failed: true,
+		},
+		{name: "any other error is retried", body: envelope("ev-22", tenant, valid), svcErr: errors.New("connection reset"), calls: "Reclaim", failed: true},
+		{name: "publish failure is retried", body: envelope("ev-23", tenant, valid), pubFail: 1, calls: "Reclaim", failed: true},
+		{name: "publish failure of a refusal is retried", body: envelope("ev-24", tenant, `{}`), pubFail: 1, failed: true},
+		{name: "not an EventBridge event", body: `{"hello":"world"}`, failed: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			svc := &fakeService{res: result(), err: tt.svcErr}
+			pub := &fakePublisher{failures: tt.pubFail}
+			resp, err := newHandler(svc, pub).Handle(context.Background(), batch(tt.body))
+			if err != nil {
+				t.Fatalf("Handle: %v", err)
+			}
+			if failed := len(resp.BatchItemFailures) == 1 && resp.BatchItemFailures[0].ItemIdentifier == "msg-1"; failed != tt.failed || len(resp.BatchItemFailures) > 1 {
+				t.Fatalf("batch item failures %+v, want failed=%v", resp.BatchItemFailures, tt.failed)
+			}
+			switch {
+			case tt.calls == "" && len(svc.calls) != 0:
+				t.Fatalf("the service was called: %+v", svc.calls)
+			case tt.calls != "" && (len(svc.calls) != 1 || svc.calls[0].method != tt.calls):
+				t.Fatalf("calls %+v, want one %s", svc.calls, tt.calls)
+			case tt.check != nil:
+				tt.check(t, svc.calls[0])
+			}
+			if tt.outcome == "" {
+				if len(pub.published) != 0 {
+					t.Fatalf("published %+v, want nothing", pub.published)
+				}
+				return
+			}
+			if len(pub.published) != 1 {
+				t.Fatalf("published %d events, want one %s", len(pub.published), tt.outcome)
+			}
+			e := pub.published[0]
+			mustMatchSchema(t, e)
+			b, _ := json.Marshal(e.Detail)
+			var d struct {
+				EventID, RequestEventID, RequestSource, Code string
+			}
+			_ = json.Unmarshal(b, &d)
+			if e.DetailType != tt.outcome || e.ID != tt.eventID || d.EventID != tt.eventID || d.Code != tt.code || !e.Time.Equal(now) {
+				t.Errorf("published %s %s (code %q) at %s, want %s %s (code %q): %s", e.DetailType, e.ID, d.Code, e.Time, tt.outcome, tt.eventID, tt.code, b)
+			}
+			if !strings.Contains(string(b), tt.inDetail) {
+				t.Errorf("detail %s does not hold %s", b, tt.inDetail)
+			}
+		})
+	}
+}
+
+// TestDuplicateDelivery: the queue delivers the same event twice (a retry after a lost
+// acknowledgement); both calls carry the same idempotency key, so the domain replays the
+// first answer, and both outcomes carry the same eventId.
+func TestDuplicateDelivery(t *testing.T) {
+	svc := &fakeService{res: result()}
+	pub := &fakePublisher{}
+	h := newHandler(svc, pub)
+	for range 2 {
+		if resp, err := h.Handle(context.Background(), batch(envelope("ev-1", tenant, valid))); err != nil || len(resp.BatchItemFailures) != 0 {
+			t.Fatalf("Handle = %+v, %v", resp, err)
+		}
+	}
+	if len(svc.calls) != 2 || svc.calls[0].req.IdempotencyKey != svc.calls[1].req.IdempotencyKey {
+		t.Fatalf("calls %+v, want two under one key", svc.calls)
+	}
+	if len(pub.published) != 2 || pub.published[0].ID != pub.published[1].ID {
+		t.Fatalf("published %+v, want the same outcome twice", pub.published)
+	}
+}
+
+// TestBatch: each record is answered on its own; only the transient one is delivered again.
+func TestBatch(t *testing.T) {
+	svc := &fakeService{res: result()}
+	pub := &fakePublisher{}
+	h := newHandler(svc, pub)
+	bodies := []string{envelope("ev-1", tenant, valid), envelope("ev-2", tenant, `{}`), "not json", envelope("ev-4", capacity.SourceSchedule, schedule)}
+	resp, err := h.Handle(context.Background(), batch(bodies...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.BatchItemFailures) != 1 || resp.BatchItemFailures[0].ItemIdentifier != "msg-3" {
+		t.Fatalf("failures %+v, want msg-3 only", resp.BatchItemFailures)
+	}
+	var ids []string
+	for _, e := range pub.published {
+		ids = append(ids, e.ID)
+	}
+	if got := strings.Join(ids, ","); got != "ev-1/completed,ev-2/refused,scheduled/sr-1/completed" {
+		t.Fatalf("published %s", got)
+	}
+
+	// Out of time: the rest of the batch is left to the queue, not applied.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	svc.calls = nil
+	resp, _ = h.Handle(ctx, batch(bodies[0], bodies[3]))
+	if len(resp.BatchItemFailures) != 2 || len(svc.calls) != 0 {
+		t.Fatalf("failures %+v after %d calls, want both records back and no call", resp.BatchItemFailures, len(svc.calls))
+	}
+}
+
+// TestInboundSamples: each sample request of events/ is applied through the handler.
+func TestInboundSamples(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join(sampleDir, "bus-capacity-reclaim-requested-*.json"))
+	if len(files) != 3 {
+		t.Fatalf("%d inbound samples, want 3 (operator, tenant, schedule)", len(files))
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			raw, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			svc := &fakeService{res: result()}
+			pub := &fakePublisher{}
+			h := newHandler(svc, pub)
+			h.AllowedSources = append(h.AllowedSources, "example.tenant-automation")
+			resp, err := h.Handle(context.Background(), batch(string(raw)))
+			if err != nil || len(resp.BatchItemFailures) != 0 || len(svc.calls) != 1 || len(pub.published) != 1 ||
+				pub.published[0].DetailType != capacity.DetailReclaimCompleted {
+				t.Fatalf("Handle = %+v, %v; calls %+v; published %+v", resp, err, svc.calls, pub.published)
+			}
+			mustMatchSchema(t, pub.published[0])
+		})
+	}
+}
