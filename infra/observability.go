@@ -74,7 +74,8 @@ type namedFunction struct {
 
 // functions are the stack's Lambda functions by name (the floor only in env local).
 func (s *CapacityStack) functions() []namedFunction {
-	fns := []namedFunction{{"api", s.ApiFunction}, {"terminate-node", s.TerminateNodeFunction}, {"reconciler", s.ReconcilerFunction}}
+	fns := []namedFunction{{"api", s.ApiFunction}, {"terminate-node", s.TerminateNodeFunction}, {"reconciler", s.ReconcilerFunction},
+		{"reclaim-events", s.ReclaimEventsFunction}, {"operation-events", s.OperationEventsFunction}}
 	if s.FloorFunction != nil {
 		fns = append(fns, namedFunction{"floor", s.FloorFunction})
 	}
@@ -209,7 +210,19 @@ func (s *CapacityStack) newAlarms() {
 		"The reconciler gave up starting the workflow of reclaim operations (attempts exhausted): their VMs are not being terminated. "+
 			"Look at the reconciler's logs (StartExecution errors) and fail or re-drive the operations.",
 		s.serviceMetric("ReclaimStartsExhausted", "Sum", 5))
+	s.alarmOnDeadLetters(s.ReclaimRequestsDeadLetters, "reclaim-requests")
+	// A stalled consumer (event source mapping disabled, function unable to start) fills no
+	// dead-letter queue: its requests just wait. With 5 tries 6 minutes apart, a request
+	// being retried is at most about half an hour old.
+	s.alarm("reclaim-requests-age",
+		fmt.Sprintf("A reclaim request has waited more than %d minutes in capacity-%s-reclaim-requests: reclaim-events is not "+
+			"consuming it. Check the function's SQS trigger (enabled?), its errors and throttles, and its logs.", reclaimRequestMaxAgeSeconds/60, s.Env),
+		s.ReclaimRequests.MetricApproximateAgeOfOldestMessage(every(alarmEvaluateEvery, "Maximum")),
+		awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD, reclaimRequestMaxAgeSeconds, 1, 1)
 }
+
+// reclaimRequestMaxAgeSeconds is the age of the oldest queued reclaim request that alarms.
+const reclaimRequestMaxAgeSeconds = 45 * 60
 
 // alarmOnDeadLetters alarms as soon as a dead-letter queue holds a message.
 func (s *CapacityStack) alarmOnDeadLetters(q awssqs.IQueue, what string) awscloudwatch.Alarm {
@@ -220,7 +233,7 @@ func (s *CapacityStack) alarmOnDeadLetters(q awssqs.IQueue, what string) awsclou
 }
 
 // newDashboard creates the dashboard "capacity-<env>": the API, the service's metrics, the
-// functions, the workflow, the reconciler, and every alarm's state.
+// functions, the workflow, the reconciler, the reclaim request queues, and every alarm's state.
 func (s *CapacityStack) newDashboard() awscloudwatch.Dashboard {
 	stage := s.Api.DeploymentStage()
 	m := func(metrics ...awscloudwatch.IMetric) *[]awscloudwatch.IMetric { return &metrics }
@@ -274,6 +287,15 @@ func (s *CapacityStack) newDashboard() awscloudwatch.Dashboard {
 					label(s.Termination.MetricFailed(every(5, "Sum")), "failed"), label(s.Termination.MetricTimedOut(every(5, "Sum")), "timed out")),
 				graph("Reconciler", 12, sum("StartedReclaimOperations"), sum("RestartedReclaimOperations"), sum("StartFailedReclaimOperations"),
 					sum("EndedByReconciler"), sum("ReclaimStartsExhausted"), label(s.serviceMetric("StuckReclaimOperations", "Maximum", 5), "StuckReclaimOperations")),
+			},
+			{
+				graph("Reclaim requests (queue)", 12,
+					label(s.ReclaimRequests.MetricApproximateNumberOfMessagesVisible(every(1, "Maximum")), "visible"),
+					label(s.ReclaimRequests.MetricApproximateNumberOfMessagesNotVisible(every(1, "Maximum")), "in flight"),
+					label(s.ReclaimRequestsDeadLetters.MetricApproximateNumberOfMessagesVisible(every(1, "Maximum")), "dead letters")),
+				graph("Oldest reclaim request (s)", 12,
+					label(s.ReclaimRequests.MetricApproximateAgeOfOldestMessage(every(1, "Maximum")), "queue"),
+					label(s.ReclaimRequestsDeadLetters.MetricApproximateAgeOfOldestMessage(every(1, "Maximum")), "dead letters")),
 			},
 			{
 				awscloudwatch.NewAlarmStatusWidget(&awscloudwatch.AlarmStatusWidgetProps{

@@ -241,8 +241,11 @@ func wantAlarms(env string) map[string]wantAlarm {
 		"stuck-reclaims":           {"Capacity", "StuckReclaimOperations", "Maximum", 300, 1, 1, ge, 1},
 		"reclaim-restarts":         {"Capacity", "RestartedReclaimOperations", "Sum", 900, 1, 1, ge, 1},
 		"reclaim-starts-exhausted": {"Capacity", "ReclaimStartsExhausted", "Sum", 300, 1, 1, ge, 1},
+		// The intake's dead-letter queue on its first message; its queue when a request waits 45 minutes.
+		"reclaim-requests-dead-letters": {"AWS/SQS", "ApproximateNumberOfMessagesVisible", "Maximum", 300, 1, 1, ge, 1},
+		"reclaim-requests-age":          {"AWS/SQS", "ApproximateAgeOfOldestMessage", "Maximum", 300, 1, 1, ge, 2700},
 	}
-	fns := []string{"api", "terminate-node", "reconciler"}
+	fns := []string{"api", "terminate-node", "reconciler", "reclaim-events", "operation-events"}
 	if env == "local" {
 		fns = append(fns, "floor")
 	}
@@ -320,6 +323,14 @@ func TestAlarms(t *testing.T) {
 					if !reflect.DeepEqual(dims, map[string]any{"FunctionName": ref(fnID)}) {
 						t.Errorf("%s dimensions %v, want the function %s", name, dims, fnID)
 					}
+				case "AWS/SQS":
+					queue := "capacity-" + env + "-reclaim-requests"
+					if what == "reclaim-requests-dead-letters" {
+						queue += "-dlq"
+					}
+					if want := map[string]any{"QueueName": getAtt(queueID(t, tp, queue), "QueueName")}; !reflect.DeepEqual(dims, want) {
+						t.Errorf("%s dimensions %v, want the queue %s", name, dims, queue)
+					}
 				case "AWS/States":
 					if !reflect.DeepEqual(dims, map[string]any{"StateMachineArn": ref(stateMachineID(t, tp, env))}) {
 						t.Errorf("%s dimensions %v, want the state machine", name, dims)
@@ -383,7 +394,8 @@ func TestDashboard(t *testing.T) {
 			}
 			sort.Strings(titles)
 			wantTitles := []string{"API 4xx / 5xx", "API latency", "API requests", "Alarms", "Function duration", "Function errors",
-				"Function throttles", "Reclaim to last termination", "Reclaims", "Reconciler", "Refusals by action and code", "Termination executions"}
+				"Function throttles", "Oldest reclaim request (s)", "Reclaim requests (queue)", "Reclaim to last termination", "Reclaims", "Reconciler",
+				"Refusals by action and code", "Termination executions"}
 			if !reflect.DeepEqual(titles, wantTitles) {
 				t.Errorf("widgets %q, want %q", titles, wantTitles)
 			}
@@ -401,6 +413,9 @@ func TestDashboard(t *testing.T) {
 				`"AWS/States","ExecutionsStarted"`, `"AWS/States","ExecutionsSucceeded"`,
 				`"AWS/Lambda","Duration"`, `"AWS/ApiGateway","Count"`, `"AWS/ApiGateway","4XXError"`,
 				`"stat":"p99"`, `"stat":"p50"`,
+				`"AWS/SQS","ApproximateNumberOfMessagesVisible","QueueName","${` + queueID(t, tp, "capacity-"+env+"-reclaim-requests") + `.QueueName}"`,
+				`"AWS/SQS","ApproximateNumberOfMessagesVisible","QueueName","${` + queueID(t, tp, "capacity-"+env+"-reclaim-requests-dlq") + `.QueueName}"`,
+				`"AWS/SQS","ApproximateAgeOfOldestMessage","QueueName","${` + queueID(t, tp, "capacity-"+env+"-reclaim-requests") + `.QueueName}"`,
 			} {
 				if !strings.Contains(body, s) {
 					t.Errorf("dashboard lacks %s", s)

@@ -17,8 +17,10 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsscheduler"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsstepfunctions"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsstepfunctionstasks"
 	"github.com/aws/constructs-go/constructs/v10"
@@ -128,6 +130,18 @@ type CapacityStack struct {
 	ReconcilerFunction awslambda.Function
 	// FloorFunction is the benchmark's floor of a reclaim (env local only; nil elsewhere).
 	FloorFunction awslambda.Function
+	// Bus (capacity-<env>) carries the service's events and the reclaim requests it accepts.
+	Bus awsevents.EventBus
+	// ReclaimRequests (capacity-<env>-reclaim-requests) queues the accepted reclaim requests
+	// for ReclaimEventsFunction; ReclaimRequestsDeadLetters holds those that failed every try.
+	ReclaimRequests, ReclaimRequestsDeadLetters awssqs.Queue
+	ReclaimEventsFunction                       awslambda.Function
+	// OperationEventsFunction publishes a reclaim operation's notices and report (a workflow task).
+	OperationEventsFunction awslambda.Function
+	// ScheduleGroup (capacity-<env>) holds the scheduled reclaims' schedules; SchedulerRole is
+	// what EventBridge Scheduler assumes to fire them.
+	ScheduleGroup awsscheduler.ScheduleGroup
+	SchedulerRole awsiam.Role
 	// Termination is the STANDARD state machine that terminates a reclaim's VMs, node by node.
 	Termination awsstepfunctions.StateMachine
 	// AgentMasterSecret is the secret every node agent's key is derived from (agent contract v2).
@@ -281,13 +295,19 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	// put of its own). No audit access.
 	allow(s.TerminateNodeFunction, "StateTable", state, "dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:DeleteItem")
 
-	s.Termination = s.newTerminationStateMachine(s.TerminateNodeFunction,
+	s.Bus = s.newEventBus()
+	s.OperationEventsFunction = s.newOperationEventsFunction(state)
+	s.Termination = s.newTerminationStateMachine(s.TerminateNodeFunction, s.OperationEventsFunction,
 		props.TerminateConcurrency, props.TerminateRounds, props.TerminateRetryWait)
+	s.newScheduler()
 
 	s.ApiFunction = s.goFunction(goFunctionSpec{Name: "api", Environment: map[string]*string{
 		"STATE_TABLE": state.TableName(), "AUDIT_TABLE": audit.TableName(),
 		"KEYS_TABLE": keys.TableName(), "KEY_CACHE_TTL": jsii.String("30s"),
 		"STATE_MACHINE_ARN": s.Termination.StateMachineArn(),
+		// Scheduled reclaims: one-time schedules in this group put a request on the bus as this role.
+		"SCHEDULE_GROUP": s.ScheduleGroup.ScheduleGroupName(), "SCHEDULE_ROLE_ARN": s.SchedulerRole.RoleArn(),
+		"EVENT_BUS_ARN": s.Bus.EventBusArn(),
 	}})
 	// TransactWriteItems is authorised per item action (Put/Update/ConditionCheck).
 	allow(s.ApiFunction, "StateTable", state,
@@ -299,12 +319,14 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	// keys are provisioned by an operator, so a compromised function cannot mint one.
 	allow(s.ApiFunction, "KeysTableRead", keys, "dynamodb:GetItem")
 	allowStateMachine(s.ApiFunction, "StartTermination", s.Termination, "states:StartExecution")
+	s.allowScheduling(s.ApiFunction)
 
 	s.ReconcilerFunction = s.goFunction(goFunctionSpec{Name: "reconciler",
 		Timeout: awscdk.Duration_Seconds(jsii.Number(60)),
 		Environment: map[string]*string{
 			"STATE_TABLE": state.TableName(), "STATE_MACHINE_ARN": s.Termination.StateMachineArn(),
 			"START_AFTER": jsii.String("30s"), "STUCK_AFTER": jsii.String("15m"),
+			"EVENT_BUS_NAME": s.Bus.EventBusName(),
 		}})
 	// Finds operations by state (byState index), reads each one's outcomes (Query on the
 	// table), asks what became of its execution, starts or restarts it, and ends, restarts or
@@ -314,6 +336,10 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	allow(s.ReconcilerFunction, "StateTable", state, "dynamodb:Query", "dynamodb:UpdateItem")
 	allowStateMachine(s.ReconcilerFunction, "StartTermination", s.Termination, "states:StartExecution")
 	allowOn(s.ReconcilerFunction, "DescribeTermination", executionsOf(s.Termination), "states:DescribeExecution")
+	// Publishes an operation's report before it ends or fails the operation itself.
+	s.allowPutEvents(s.ReconcilerFunction)
+
+	s.newReclaimIntake(state, audit)
 
 	// Every minute. The local stack runner creates schedule rules disabled (kumo never fires
 	// them); invoke the reconciler yourself there.
@@ -353,6 +379,13 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	output("ReconcilerFunctionName", s.ReconcilerFunction.FunctionName(), "Reconciler Lambda function")
 	output("AgentMasterSecretId", terminateEnv["AGENT_MASTER_SECRET_ID"], "Secrets Manager secret the node agents' keys are derived from")
 	output("AlarmTopicArn", s.AlarmTopic.TopicArn(), "SNS topic every alarm of the environment notifies")
+	output("EventBusName", s.Bus.EventBusName(), "Event bus of the service's events and of reclaim requests")
+	output("EventBusArn", s.Bus.EventBusArn(), "Event bus ARN")
+	output("ReclaimRequestsQueueUrl", s.ReclaimRequests.QueueUrl(), "Queue of accepted reclaim requests (read by reclaim-events)")
+	output("ReclaimRequestsDeadLetterQueueUrl", s.ReclaimRequestsDeadLetters.QueueUrl(), "Reclaim requests that failed every try")
+	output("ScheduleGroupName", s.ScheduleGroup.ScheduleGroupName(), "EventBridge Scheduler group of the scheduled reclaims")
+	output("ReclaimEventsFunctionName", s.ReclaimEventsFunction.FunctionName(), "Reclaim request Lambda function (SQS)")
+	output("OperationEventsFunctionName", s.OperationEventsFunction.FunctionName(), "Workflow task Lambda function that publishes notices and reports")
 	output("Env", jsii.String(env), "Environment name")
 	return s, nil
 }
@@ -544,20 +577,28 @@ func (s *CapacityStack) agentMasterSecret(existing string) (id, arn *string) {
 }
 
 // newTerminationStateMachine builds "capacity-<env>-termination". Its input, written by the
-// API and the reconciler, is {"reclaimId": "rcl_..", "attempt": 1, "nodes": [{"nodeId": "n1", "vmIds": [..]}]}.
+// API and the reconciler, is {"reclaimId": "rcl_..", "attempt": 1, "nodeId": "n1",
+// "terminateAfter": "<RFC 3339 UTC>", "nodes": [{"nodeId": "n1", "vmIds": [..]}]}.
 //
+//	Notify (operation-events, phase notice: the victims' eviction notices; result discarded)
+//	GracePeriod (Wait until $.terminateAfter; a time already past goes straight on)
 //	TerminateNodes (Map over $.nodes, at most `concurrency` nodes at once, result discarded)
 //	  TerminateNode (terminate-node, one round)  -> AllTerminated?
 //	  AllTerminated?  $.done == true -> NodeDone (Succeed), else BeforeNextRound
 //	  BeforeNextRound (Wait retryWait s)          -> TerminateNode
+//	Report (operation-events, phase report: the VMs' outcomes and the operation's end; result discarded)
 //
-// The function gets the whole state and returns the same shape with vmIds = the VMs still to
+// terminate-node gets the whole state and returns the same shape with vmIds = the VMs still to
 // retry, round = the next round, and done, terminated, alreadyGone, failed. Business failures
 // are data, not errors: the task retries only platform errors (which is also all a Retry can
 // catch on the local emulator, where a function error comes back as normal output). The
 // execution succeeds whatever the VMs' fate: the operation record in DynamoDB says completed
 // or failed.
-func (s *CapacityStack) newTerminationStateMachine(fn awslambda.IFunction, concurrency, rounds, retryWait float64) awsstepfunctions.StateMachine {
+//
+// The notices come from the workflow, which the API starts right after its commit and the
+// reconciler starts if the API died, so none is lost; their stable event ids absorb the
+// duplicates of a restart.
+func (s *CapacityStack) newTerminationStateMachine(fn, eventsFn awslambda.IFunction, concurrency, rounds, retryWait float64) awsstepfunctions.StateMachine {
 	smName := "capacity-" + s.Env + "-termination"
 	sec := func(n float64) awscdk.Duration { return awscdk.Duration_Seconds(jsii.Number(n)) }
 	// The states' construct ids are their state names, under a scope of their own.
@@ -574,21 +615,7 @@ func (s *CapacityStack) newTerminationStateMachine(fn awslambda.IFunction, concu
 		// Above the function's 60 s timeout, so that a slow but finished invocation is not cut off.
 		TaskTimeout: awsstepfunctions.Timeout_Duration(sec(90)),
 	})
-	task.AddRetry(&awsstepfunctions.RetryProps{
-		Errors:      jsii.Strings(terminateRetryErrors...),
-		Interval:    sec(1),
-		BackoffRate: jsii.Number(2),
-		MaxAttempts: jsii.Number(4),
-	})
-	// An error the function returns is a fault of its own dependencies (e.g. DynamoDB), never a
-	// business failure; every run is safe to repeat. (The emulator passes function errors on
-	// as output, so this fires only on AWS.)
-	task.AddRetry(&awsstepfunctions.RetryProps{
-		Errors:      jsii.Strings("States.TaskFailed"),
-		Interval:    sec(2),
-		BackoffRate: jsii.Number(2),
-		MaxAttempts: jsii.Number(3),
-	})
+	addTaskRetries(task)
 	wait := awsstepfunctions.NewWait(c, jsii.String("BeforeNextRound"), &awsstepfunctions.WaitProps{
 		StateName: jsii.String("BeforeNextRound"),
 		Time:      awsstepfunctions.WaitTime_Duration(sec(retryWait)),
@@ -609,13 +636,40 @@ func (s *CapacityStack) newTerminationStateMachine(fn awslambda.IFunction, concu
 	})
 	nodes.ItemProcessor(task, nil)
 
+	// operation-events reads the operation by the execution input's ids; both phases are
+	// safe to repeat (stable event ids), so they retry like TerminateNode.
+	publish := func(state, phase string) awsstepfunctionstasks.LambdaInvoke {
+		t := awsstepfunctionstasks.NewLambdaInvoke(c, jsii.String(state), &awsstepfunctionstasks.LambdaInvokeProps{
+			StateName:      jsii.String(state),
+			LambdaFunction: eventsFn,
+			Payload: awsstepfunctions.TaskInput_FromObject(&map[string]any{
+				"phase":     phase,
+				"reclaimId": awsstepfunctions.JsonPath_StringAt(jsii.String("$.reclaimId")),
+				"nodeId":    awsstepfunctions.JsonPath_StringAt(jsii.String("$.nodeId")),
+				"attempt":   awsstepfunctions.JsonPath_NumberAt(jsii.String("$.attempt")),
+			}),
+			// The next state needs the execution input, not the function's answer.
+			ResultPath:               awsstepfunctions.JsonPath_DISCARD(),
+			RetryOnServiceExceptions: jsii.Bool(false),
+			// Above the function's 30 s timeout.
+			TaskTimeout: awsstepfunctions.Timeout_Duration(sec(45)),
+		})
+		addTaskRetries(t)
+		return t
+	}
+	grace := awsstepfunctions.NewWait(c, jsii.String("GracePeriod"), &awsstepfunctions.WaitProps{
+		StateName: jsii.String("GracePeriod"),
+		Time:      awsstepfunctions.WaitTime_TimestampPath(jsii.String("$.terminateAfter")),
+	})
+	definition := publish("Notify", "notice").Next(grace).Next(nodes).Next(publish("Report", "report"))
+
 	logs := s.logGroup(c, "/aws/vendedlogs/states/"+smName)
 	return awsstepfunctions.NewStateMachine(c, jsii.String("StateMachine"), &awsstepfunctions.StateMachineProps{
 		StateMachineName: jsii.String(smName),
 		StateMachineType: awsstepfunctions.StateMachineType_STANDARD,
 		Comment:          jsii.String("Terminates the spot VMs of a reclaim operation, node by node"),
-		DefinitionBody:   awsstepfunctions.DefinitionBody_FromChainable(nodes),
-		// Rounds x (task timeout + wait) is well under this.
+		DefinitionBody:   awsstepfunctions.DefinitionBody_FromChainable(definition),
+		// Rounds x (task timeout + wait), plus at most 120 s of grace, is well under this.
 		Timeout: awscdk.Duration_Hours(jsii.Number(1)),
 		// Level ALL: a few states per node, so the full path of every execution is affordable.
 		Logs: &awsstepfunctions.LogOptions{
@@ -625,6 +679,27 @@ func (s *CapacityStack) newTerminationStateMachine(fn awslambda.IFunction, concu
 		},
 		TracingEnabled: jsii.Bool(true),
 		RemovalPolicy:  s.removalPolicy(),
+	})
+}
+
+// addTaskRetries gives a workflow task its retries: the platform errors of a Lambda invoke,
+// then the function's own errors.
+func addTaskRetries(task awsstepfunctionstasks.LambdaInvoke) {
+	sec := func(n float64) awscdk.Duration { return awscdk.Duration_Seconds(jsii.Number(n)) }
+	task.AddRetry(&awsstepfunctions.RetryProps{
+		Errors:      jsii.Strings(terminateRetryErrors...),
+		Interval:    sec(1),
+		BackoffRate: jsii.Number(2),
+		MaxAttempts: jsii.Number(4),
+	})
+	// An error the function returns is a fault of its own dependencies (e.g. DynamoDB), never a
+	// business failure; every run is safe to repeat. (The emulator passes function errors on
+	// as output, so this fires only on AWS.)
+	task.AddRetry(&awsstepfunctions.RetryProps{
+		Errors:      jsii.Strings("States.TaskFailed"),
+		Interval:    sec(2),
+		BackoffRate: jsii.Number(2),
+		MaxAttempts: jsii.Number(3),
 	})
 }
 

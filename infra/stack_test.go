@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		for _, fn := range []string{"api", "terminate-node", "reconciler", "floor"} {
+		for _, fn := range []string{"api", "terminate-node", "reconciler", "floor", "reclaim-events", "operation-events"} {
 			if err := os.MkdirAll(filepath.Join(dir, fn), 0o755); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
@@ -296,6 +296,9 @@ func TestApiFunction(t *testing.T) {
 				"LOG_LEVEL":         "info",
 				"KEY_CACHE_TTL":     "30s",
 				"STATE_MACHINE_ARN": ref(stateMachineID(t, tp, tc.env)),
+				"SCHEDULE_GROUP":    "capacity-" + tc.env,
+				"SCHEDULE_ROLE_ARN": getAtt(schedulerRoleID(t, tp, tc.env), "Arn"),
+				"EVENT_BUS_ARN":     getAtt(eventBusID(t, tp, tc.env), "Arn"),
 			}
 			gotEnv := p["Environment"].(map[string]any)["Variables"]
 			if !reflect.DeepEqual(gotEnv, wantEnv) {
@@ -328,8 +331,9 @@ func roleOf(t *testing.T, r map[string]any, prop string) string {
 
 // rolePermissions returns what a role of the stack may do: resource (as JSON) -> sorted
 // actions, over its inline policies and every AWS::IAM::Policy attached to it. It fails on
-// managed policies, on statements other than plain Allow, on wildcard actions, and on wildcard
-// resources except for the actions in starOK.
+// managed policies, on statements other than Allow, on wildcard actions, and on wildcard
+// resources except for the actions in starOK. A statement's condition is part of its key:
+// resource + " if " + condition (as JSON).
 func rolePermissions(t *testing.T, tp tmpl, roleID, service string, starOK ...string) map[string][]string {
 	t.Helper()
 	role := tp.resources("AWS::IAM::Role")[roleID]
@@ -372,7 +376,7 @@ func rolePermissions(t *testing.T, tp tmpl, roleID, service string, starOK ...st
 
 	got := map[string][]string{}
 	for _, s := range stmts {
-		if s["Effect"] != "Allow" || s["Condition"] != nil || s["NotAction"] != nil || s["NotResource"] != nil {
+		if s["Effect"] != "Allow" || s["NotAction"] != nil || s["NotResource"] != nil {
 			t.Errorf("unexpected statement shape %s", toJSON(s))
 		}
 		for _, res := range asList(s["Resource"]) {
@@ -385,7 +389,11 @@ func rolePermissions(t *testing.T, tp tmpl, roleID, service string, starOK ...st
 				if r := toJSON(res); strings.Contains(strings.TrimSuffix(r, `":*"]]}`), `*`) && !slices.Contains(starOK, a) {
 					t.Errorf("wildcard resource %s for %s", r, a)
 				}
-				got[toJSON(res)] = append(got[toJSON(res)], a)
+				key := toJSON(res)
+				if c := s["Condition"]; c != nil {
+					key += " if " + toJSON(c)
+				}
+				got[key] = append(got[key], a)
 			}
 		}
 	}
@@ -433,6 +441,16 @@ func TestRolePermissions(t *testing.T) {
 			logWrite := []string{"logs:CreateLogStream", "logs:PutLogEvents"}
 			// Active tracing: X-Ray's actions support no resource-level permissions.
 			traceWrite := []string{"xray:PutTelemetryRecords", "xray:PutTraceSegments"}
+			busArn := toJSON(getAtt(eventBusID(t, tp, env), "Arn"))
+			publish := []string{"events:PutEvents"}
+			queueArn := toJSON(getAtt(queueID(t, tp, "capacity-"+env+"-reclaim-requests"), "Arn"))
+			// The schedules of the environment's group, and no other group's.
+			schedulesArn := toJSON(map[string]any{"Fn::Join": []any{"", []any{
+				"arn:", ref("AWS::Partition"), ":scheduler:", ref("AWS::Region"), ":", ref("AWS::AccountId"),
+				":schedule/capacity-" + env + "/*"}}})
+			// The scheduler role, handed to EventBridge Scheduler only.
+			passSchedulerRole := toJSON(getAtt(schedulerRoleID(t, tp, env), "Arn")) + " if " +
+				toJSON(map[string]any{"StringEquals": map[string]any{"iam:PassedToService": "scheduler.amazonaws.com"}})
 
 			type roleCase struct {
 				fn   string
@@ -442,11 +460,13 @@ func TestRolePermissions(t *testing.T) {
 				{"api", map[string][]string{
 					stateArn: {"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
 					// Append, and read back a commit's own record after a lost answer (Store.Landed).
-					auditArn:       {"dynamodb:GetItem", "dynamodb:PutItem"},
-					keysArn:        {"dynamodb:GetItem"},
-					smArn:          {"states:StartExecution"},
-					ownLogs("api"): logWrite,
-					`"*"`:          traceWrite,
+					auditArn:          {"dynamodb:GetItem", "dynamodb:PutItem"},
+					keysArn:           {"dynamodb:GetItem"},
+					smArn:             {"states:StartExecution"},
+					schedulesArn:      {"scheduler:CreateSchedule", "scheduler:DeleteSchedule", "scheduler:GetSchedule"},
+					passSchedulerRole: {"iam:PassRole"},
+					ownLogs("api"):    logWrite,
+					`"*"`:             traceWrite,
 				}},
 				{"terminate-node", map[string][]string{
 					stateArn:                  {"dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
@@ -459,8 +479,26 @@ func TestRolePermissions(t *testing.T) {
 					stateArn:              {"dynamodb:Query", "dynamodb:UpdateItem"},
 					smArn:                 {"states:StartExecution"},
 					executionsArn:         {"states:DescribeExecution"},
+					busArn:                publish,
 					ownLogs("reconciler"): logWrite,
 					`"*"`:                 traceWrite,
+				}},
+				{"reclaim-events", map[string][]string{
+					// The api function's reclaim grants, nothing of its keys or schedules.
+					stateArn: {"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
+					auditArn: {"dynamodb:GetItem", "dynamodb:PutItem"},
+					smArn:    {"states:StartExecution"},
+					busArn:   publish,
+					// The SQS event source's poller, on its own queue only.
+					queueArn:                  {"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage"},
+					ownLogs("reclaim-events"): logWrite,
+					`"*"`:                     traceWrite,
+				}},
+				{"operation-events", map[string][]string{
+					stateArn:                    {"dynamodb:GetItem", "dynamodb:Query"},
+					busArn:                      publish,
+					ownLogs("operation-events"): logWrite,
+					`"*"`:                       traceWrite,
 				}},
 			}
 			if env == "local" { // only local has the floor (TestFloorOnlyLocally)
@@ -475,7 +513,7 @@ func TestRolePermissions(t *testing.T) {
 			for _, tc := range cases {
 				t.Run(tc.fn, func(t *testing.T) {
 					_, fn := functionByName(t, tp, env, tc.fn)
-					got := rolePermissions(t, tp, roleOf(t, fn, "Role"), "lambda.amazonaws.com", traceWrite...)
+					got := rolePermissions(t, tp, roleOf(t, fn, "Role"), "lambda.amazonaws.com", slices.Concat(traceWrite, schedulingActions)...)
 					if !reflect.DeepEqual(got, tc.want) {
 						t.Errorf("role permissions\n got %v\nwant %v", got, tc.want)
 					}
@@ -485,13 +523,16 @@ func TestRolePermissions(t *testing.T) {
 			t.Run("state-machine", func(t *testing.T) {
 				_, sm := tp.one(t, "AWS::StepFunctions::StateMachine", "StateMachineName", "capacity-"+env+"-termination")
 				fnID, _ := functionByName(t, tp, env, "terminate-node")
+				eventsFnID, _ := functionByName(t, tp, env, "operation-events")
 				// Log delivery to CloudWatch Logs has no resource-level permissions: AWS
 				// requires "*" for these (and CDK adds exactly them when logging is on).
 				starOK := slices.Concat(logDeliveryActions, stateMachineTraceActions)
 				got := rolePermissions(t, tp, roleOf(t, sm, "RoleArn"), "states.amazonaws.com", starOK...)
 				want := map[string][]string{
 					toJSON(getAtt(fnID, "Arn")): {"lambda:InvokeFunction"},
-					toJSON(map[string]any{"Fn::Join": []any{"", []any{getAtt(fnID, "Arn"), ":*"}}}): {"lambda:InvokeFunction"},
+					toJSON(map[string]any{"Fn::Join": []any{"", []any{getAtt(fnID, "Arn"), ":*"}}}):       {"lambda:InvokeFunction"},
+					toJSON(getAtt(eventsFnID, "Arn")):                                                     {"lambda:InvokeFunction"},
+					toJSON(map[string]any{"Fn::Join": []any{"", []any{getAtt(eventsFnID, "Arn"), ":*"}}}): {"lambda:InvokeFunction"},
 					`"*"`: starOK,
 				}
 				if !reflect.DeepEqual(got, want) {
@@ -501,6 +542,10 @@ func TestRolePermissions(t *testing.T) {
 		})
 	}
 }
+
+// schedulingActions act on the schedules of one group (schedule/capacity-<env>/*): their names
+// are scheduled reclaim ids, not known in advance.
+var schedulingActions = []string{"scheduler:CreateSchedule", "scheduler:DeleteSchedule", "scheduler:GetSchedule"}
 
 // logDeliveryActions: log delivery to CloudWatch Logs has no resource-level permissions, so
 // AWS requires "*" for these (and CDK adds exactly them when a state machine logs).
@@ -536,7 +581,7 @@ func TestEveryRoleIsAsserted(t *testing.T) {
 		t.Run(env, func(t *testing.T) {
 			tp := synth(t, env)
 			asserted := map[string]string{}
-			fns := []string{"api", "terminate-node", "reconciler"}
+			fns := []string{"api", "terminate-node", "reconciler", "reclaim-events", "operation-events"}
 			if env == "local" {
 				fns = append(fns, "floor")
 			}
@@ -548,13 +593,15 @@ func TestEveryRoleIsAsserted(t *testing.T) {
 			asserted[roleOf(t, sm, "RoleArn")] = "state machine"
 			// TestApiGatewayCloudWatchRole asserts the account's API Gateway logging role.
 			asserted[apiGatewayCloudWatchRoleID(t, tp)] = "api gateway account"
+			// TestSchedulerRole asserts the role EventBridge Scheduler assumes.
+			asserted[schedulerRoleID(t, tp, env)] = "scheduler"
 			for id := range tp.resources("AWS::IAM::Role") {
 				if _, ok := asserted[id]; !ok {
 					t.Errorf("role %s is not one whose permissions TestRolePermissions asserts", id)
 				}
 			}
-			if len(asserted) != len(fns)+2 {
-				t.Errorf("roles %v: want %d distinct roles (each function and the state machine its own, and API Gateway's)", asserted, len(fns)+2)
+			if len(asserted) != len(fns)+3 {
+				t.Errorf("roles %v: want %d distinct roles (each function and the state machine its own, API Gateway's, the scheduler's)", asserted, len(fns)+3)
 			}
 		})
 	}
@@ -576,7 +623,7 @@ func TestNoRoleCanWriteKeys(t *testing.T) {
 				if id == cwRole {
 					continue
 				}
-				for res, actions := range rolePermissions(t, tp, id, assumedBy(t, role), slices.Concat(logDeliveryActions, stateMachineTraceActions)...) {
+				for res, actions := range rolePermissions(t, tp, id, assumedBy(t, role), slices.Concat(logDeliveryActions, stateMachineTraceActions, schedulingActions)...) {
 					if res == `"*"` {
 						for _, a := range actions {
 							if strings.HasPrefix(a, "dynamodb:") {
@@ -769,7 +816,9 @@ func TestOutputs(t *testing.T) {
 	}
 	sort.Strings(keys)
 	if want := []string{
-		"AgentMasterSecretId", "AlarmTopicArn", "ApiFunctionName", "ApiUrl", "AuditTableName", "Env", "KeysTableName", "ReconcilerFunctionName", "StateMachineArn", "StateTableName", "TerminateNodeFunctionName",
+		"AgentMasterSecretId", "AlarmTopicArn", "ApiFunctionName", "ApiUrl", "AuditTableName", "Env", "EventBusArn", "EventBusName",
+		"KeysTableName", "OperationEventsFunctionName", "ReclaimEventsFunctionName", "ReclaimRequestsDeadLetterQueueUrl",
+		"ReclaimRequestsQueueUrl", "ReconcilerFunctionName", "ScheduleGroupName", "StateMachineArn", "StateTableName", "TerminateNodeFunctionName",
 	}; !reflect.DeepEqual(keys, want) {
 		t.Errorf("outputs %v, want %v", keys, want)
 	}
@@ -777,17 +826,27 @@ func TestOutputs(t *testing.T) {
 	fnID, _ := apiFunction(t, tp, "local")
 	terminateID, _ := functionByName(t, tp, "local", "terminate-node")
 	reconcilerID, _ := functionByName(t, tp, "local", "reconciler")
+	reclaimEventsID, _ := functionByName(t, tp, "local", "reclaim-events")
+	operationEventsID, _ := functionByName(t, tp, "local", "operation-events")
+	busID := eventBusID(t, tp, "local")
 	for k, want := range map[string]any{
-		"StateTableName":            ref(tableID(t, tp, table.State, "local")),
-		"AuditTableName":            ref(tableID(t, tp, table.Audit, "local")),
-		"KeysTableName":             ref(tableID(t, tp, table.Keys, "local")),
-		"ApiFunctionName":           ref(fnID),
-		"StateMachineArn":           ref(stateMachineID(t, tp, "local")),
-		"TerminateNodeFunctionName": ref(terminateID),
-		"ReconcilerFunctionName":    ref(reconcilerID),
-		"AgentMasterSecretId":       ref(agentMasterSecretID(t, tp, "local")),
-		"AlarmTopicArn":             ref(alarmTopicID(t, tp, "local")), // Ref of a topic is its ARN
-		"Env":                       "local",
+		"EventBusName":                      ref(busID), // Ref of a bus is its name
+		"EventBusArn":                       getAtt(busID, "Arn"),
+		"ReclaimRequestsQueueUrl":           ref(queueID(t, tp, "capacity-local-reclaim-requests")), // Ref of a queue is its URL
+		"ReclaimRequestsDeadLetterQueueUrl": ref(queueID(t, tp, "capacity-local-reclaim-requests-dlq")),
+		"ScheduleGroupName":                 "capacity-local",
+		"ReclaimEventsFunctionName":         ref(reclaimEventsID),
+		"OperationEventsFunctionName":       ref(operationEventsID),
+		"StateTableName":                    ref(tableID(t, tp, table.State, "local")),
+		"AuditTableName":                    ref(tableID(t, tp, table.Audit, "local")),
+		"KeysTableName":                     ref(tableID(t, tp, table.Keys, "local")),
+		"ApiFunctionName":                   ref(fnID),
+		"StateMachineArn":                   ref(stateMachineID(t, tp, "local")),
+		"TerminateNodeFunctionName":         ref(terminateID),
+		"ReconcilerFunctionName":            ref(reconcilerID),
+		"AgentMasterSecretId":               ref(agentMasterSecretID(t, tp, "local")),
+		"AlarmTopicArn":                     ref(alarmTopicID(t, tp, "local")), // Ref of a topic is its ARN
+		"Env":                               "local",
 	} {
 		if !reflect.DeepEqual(value(k), want) {
 			t.Errorf("output %s = %s, want %s", k, toJSON(value(k)), toJSON(want))
@@ -942,16 +1001,55 @@ func TestTerminationStateMachine(t *testing.T) {
 			}
 
 			def := definition(t, tp, tc.env)
-			if def["StartAt"] != "TerminateNodes" || def["TimeoutSeconds"] != float64(3600) {
-				t.Errorf("StartAt %v TimeoutSeconds %v, want TerminateNodes 3600", def["StartAt"], def["TimeoutSeconds"])
+			if def["StartAt"] != "Notify" || def["TimeoutSeconds"] != float64(3600) {
+				t.Errorf("StartAt %v TimeoutSeconds %v, want Notify 3600", def["StartAt"], def["TimeoutSeconds"])
 			}
 			states := def["States"].(map[string]any)
-			if got := keysOf(states); !reflect.DeepEqual(got, []string{"TerminateNodes"}) {
+			if got := keysOf(states); !reflect.DeepEqual(got, []string{"GracePeriod", "Notify", "Report", "TerminateNodes"}) {
 				t.Fatalf("top-level states %v", got)
+			}
+			// Notify -> GracePeriod -> TerminateNodes -> Report (End).
+			if got := stateOrder(t, def); !reflect.DeepEqual(got, []string{"Notify", "GracePeriod", "TerminateNodes", "Report"}) {
+				t.Errorf("state order %v", got)
+			}
+
+			// operation-events, told the phase and the operation from the execution input; its
+			// answer discarded so that the next state sees the input; retried like TerminateNode.
+			eventsFnID, _ := functionByName(t, tp, tc.env, "operation-events")
+			publishTask := func(phase, next string) map[string]any {
+				task := map[string]any{
+					"Type":     "Task",
+					"Resource": "arn:${AWS::Partition}:states:::lambda:invoke",
+					"Parameters": map[string]any{
+						"FunctionName": "${" + eventsFnID + ".Arn}",
+						"Payload": map[string]any{
+							"phase": phase, "reclaimId.$": "$.reclaimId", "nodeId.$": "$.nodeId", "attempt.$": "$.attempt",
+						},
+					},
+					"ResultPath":     nil,
+					"TimeoutSeconds": float64(45),
+					"Retry":          wantTaskRetry(),
+				}
+				if next == "" {
+					task["End"] = true
+				} else {
+					task["Next"] = next
+				}
+				return task
+			}
+			for name, want := range map[string]map[string]any{
+				"Notify": publishTask("notice", "GracePeriod"),
+				"Report": publishTask("report", ""),
+				// Until the operation's terminateAfter (commit time plus grace; a past time waits not at all).
+				"GracePeriod": {"Type": "Wait", "TimestampPath": "$.terminateAfter", "Next": "TerminateNodes"},
+			} {
+				if !reflect.DeepEqual(states[name], want) {
+					t.Errorf("%s\n got %s\nwant %s", name, toJSON(states[name]), toJSON(want))
+				}
 			}
 
 			m := states["TerminateNodes"].(map[string]any)
-			if m["Type"] != "Map" || m["ItemsPath"] != "$.nodes" || m["MaxConcurrency"] != float64(DefaultTerminateConcurrency) || m["End"] != true {
+			if m["Type"] != "Map" || m["ItemsPath"] != "$.nodes" || m["MaxConcurrency"] != float64(DefaultTerminateConcurrency) || m["Next"] != "Report" || m["End"] != nil {
 				t.Errorf("map %s", toJSON(m))
 			}
 			// The per-node results are discarded: ResultPath present and null.
@@ -993,21 +1091,8 @@ func TestTerminationStateMachine(t *testing.T) {
 				},
 				"OutputPath":     "$.Payload", // the function's own result
 				"TimeoutSeconds": float64(90),
-				"Retry": []any{map[string]any{
-					"ErrorEquals": []any{
-						"Lambda.ServiceException", "Lambda.AWSLambdaException", "Lambda.SdkClientException",
-						"Lambda.TooManyRequestsException", "States.Timeout",
-					},
-					"IntervalSeconds": float64(1),
-					"BackoffRate":     float64(2),
-					"MaxAttempts":     float64(4),
-				}, map[string]any{
-					"ErrorEquals":     []any{"States.TaskFailed"},
-					"IntervalSeconds": float64(2),
-					"BackoffRate":     float64(2),
-					"MaxAttempts":     float64(3),
-				}},
-				"Next": "AllTerminated?",
+				"Retry":          wantTaskRetry(),
+				"Next":           "AllTerminated?",
 			}
 			// Exactly this: no Catch, no ResultPath/ResultSelector, no other retrier.
 			if !reflect.DeepEqual(inner["TerminateNode"], wantTask) {
@@ -1030,6 +1115,48 @@ func TestTerminationStateMachine(t *testing.T) {
 			}
 		})
 	}
+}
+
+// wantTaskRetry is every workflow task's Retry: the platform errors of a Lambda invoke, then
+// the function's own errors.
+func wantTaskRetry() []any {
+	return []any{map[string]any{
+		"ErrorEquals": []any{
+			"Lambda.ServiceException", "Lambda.AWSLambdaException", "Lambda.SdkClientException",
+			"Lambda.TooManyRequestsException", "States.Timeout",
+		},
+		"IntervalSeconds": float64(1),
+		"BackoffRate":     float64(2),
+		"MaxAttempts":     float64(4),
+	}, map[string]any{
+		"ErrorEquals":     []any{"States.TaskFailed"},
+		"IntervalSeconds": float64(2),
+		"BackoffRate":     float64(2),
+		"MaxAttempts":     float64(3),
+	}}
+}
+
+// stateOrder follows a definition's top-level states from StartAt along Next to the End.
+func stateOrder(t *testing.T, def map[string]any) []string {
+	t.Helper()
+	states := def["States"].(map[string]any)
+	var order []string
+	for name, _ := def["StartAt"].(string); name != ""; {
+		if slices.Contains(order, name) || len(order) > len(states) {
+			t.Fatalf("states loop: %v then %s", order, name)
+		}
+		order = append(order, name)
+		st, ok := states[name].(map[string]any)
+		if !ok {
+			t.Fatalf("state %s not defined", name)
+		}
+		next, _ := st["Next"].(string)
+		if next == "" && st["End"] != true {
+			t.Fatalf("state %s has neither Next nor End", name)
+		}
+		name = next
+	}
+	return order
 }
 
 func TestTerminationIsConfigurable(t *testing.T) {
@@ -1069,7 +1196,7 @@ func TestWorkerFunctions(t *testing.T) {
 	for _, env := range []string{"local", "dev", "prod"} {
 		t.Run(env, func(t *testing.T) {
 			tp := synth(t, env)
-			want := 3
+			want := 5
 			if env == "local" {
 				want++ // the floor (TestFloorOnlyLocally)
 			}
@@ -1091,8 +1218,13 @@ func TestWorkerFunctions(t *testing.T) {
 				{"terminate-node", 60, terminateEnv},
 				{"reconciler", 60, map[string]any{
 					"STATE_TABLE": state, "STATE_MACHINE_ARN": ref(stateMachineID(t, tp, env)),
-					"START_AFTER": "30s", "STUCK_AFTER": "15m",
+					"START_AFTER": "30s", "STUCK_AFTER": "15m", "EVENT_BUS_NAME": ref(eventBusID(t, tp, env)),
 				}},
+				{"reclaim-events", 60, map[string]any{
+					"STATE_TABLE": state, "AUDIT_TABLE": ref(tableID(t, tp, table.Audit, env)),
+					"STATE_MACHINE_ARN": ref(stateMachineID(t, tp, env)), "EVENT_BUS_NAME": ref(eventBusID(t, tp, env)),
+				}},
+				{"operation-events", 30, map[string]any{"STATE_TABLE": state, "EVENT_BUS_NAME": ref(eventBusID(t, tp, env))}},
 			} {
 				t.Run(tc.fn, func(t *testing.T) {
 					_, r := functionByName(t, tp, env, tc.fn)
@@ -1217,9 +1349,15 @@ func TestReconcileSchedule(t *testing.T) {
 		t.Run(env, func(t *testing.T) {
 			tp := synth(t, env)
 			fnID, _ := functionByName(t, tp, env, "reconciler")
-			rules := tp.resources("AWS::Events::Rule")
-			if len(rules) != 1 {
-				t.Fatalf("%d rules, want 1", len(rules))
+			// One rule on the default bus; the others are on the service's bus (TestReclaimRequestRule).
+			var onDefault []string
+			for id, r := range tp.resources("AWS::Events::Rule") {
+				if props(r)["EventBusName"] == nil {
+					onDefault = append(onDefault, id)
+				}
+			}
+			if len(onDefault) != 1 {
+				t.Fatalf("rules on the default bus %v, want 1", onDefault)
 			}
 			ruleID, rule := tp.one(t, "AWS::Events::Rule", "Name", "capacity-"+env+"-reconcile")
 			p := props(rule)

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"slices"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdaeventsources"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsscheduler"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+)
+
+// Event names shared with the service (shared/capacity/events.go); the stack only routes them.
+const (
+	// ScheduleEventSource is the source of our own scheduled reclaims firing (EventBridge
+	// Scheduler puts them on the bus); the intake always accepts it.
+	ScheduleEventSource = "openrelay.capacity.schedule"
+	// ReclaimRequestedDetailType is the detail type of an inbound reclaim request.
+	ReclaimRequestedDetailType = "Capacity Reclaim Requested"
+)
+
+// Reclaim request intake: how long reclaim-events may run, how often a request is tried
+// before it goes to the dead-letter queue, and how long either queue keeps a message.
+const (
+	reclaimEventsTimeoutSeconds = 60
+	reclaimRequestMaxReceives   = 5
+	reclaimRequestRetentionDays = 14
+	// An SQS event source's batch: at most 10 requests per invocation.
+	reclaimRequestBatchSize = 10
+)
+
+// newEventBus creates the environment's bus "capacity-<env>": the service publishes its events
+// there, and reclaim requests arrive there.
+func (s *CapacityStack) newEventBus() awsevents.EventBus {
+	return awsevents.NewEventBus(s.Stack, jsii.String("EventBus"), &awsevents.EventBusProps{
+		EventBusName: jsii.String("capacity-" + s.Env),
+		Description:  jsii.String("capacity-boundary service events and reclaim requests (" + s.Env + ")"),
+	})
+}
+
+// allowPutEvents lets fn publish to the environment's bus, and to no other.
+func (s *CapacityStack) allowPutEvents(fn awslambda.Function) {
+	allowOn(fn, "PublishEvents", s.Bus.EventBusArn(), "events:PutEvents")
+}
+
+// reclaimEventSources are the sources whose reclaim requests the intake accepts: the
+// environment's (cdk.json allowedEventSources) and our own schedules'.
+func (s *CapacityStack) reclaimEventSources() []string {
+	sources := slices.Clone(s.AllowedEventSources)
+	if !slices.Contains(sources, ScheduleEventSource) {
+		sources = append(sources, ScheduleEventSource)
+	}
+	return sources
+}
+
+// newOperationEventsFunction creates operation-events, the workflow task that publishes a
+// reclaim operation's eviction notices (phase notice) and its outcome events (phase report).
+// It derives both from the operation's items, which it only reads.
+func (s *CapacityStack) newOperationEventsFunction(state awsdynamodb.ITable) awslambda.Function {
+	fn := s.goFunction(goFunctionSpec{Name: "operation-events",
+		Timeout: awscdk.Duration_Seconds(jsii.Number(30)),
+		Environment: map[string]*string{
+			"STATE_TABLE": state.TableName(), "EVENT_BUS_NAME": s.Bus.EventBusName(),
+		}})
+	// The operation item and its outcome items; no write.
+	allow(fn, "StateTableRead", state, "dynamodb:GetItem", "dynamodb:Query")
+	s.allowPutEvents(fn)
+	return fn
+}
+
+// newReclaimIntake builds the inbound path of reclaim requests:
+//
+//	bus --rule capacity-<env>-reclaim-requests--> queue capacity-<env>-reclaim-requests
+//	  --SQS event source (batches of 10, partial batch responses)--> reclaim-events
+//	  after 5 receives --> capacity-<env>-reclaim-requests-dlq (alarmed)
+//
+// The function refuses a bad request for good (it publishes the refusal and acknowledges
+// it); only transient failures go back to the queue for another try.
+func (s *CapacityStack) newReclaimIntake(state, audit awsdynamodb.ITable) {
+	name := "capacity-" + s.Env + "-reclaim-requests"
+	c := constructs.NewConstruct(s.Stack, jsii.String("ReclaimRequests"))
+	retention := awscdk.Duration_Days(jsii.Number(reclaimRequestRetentionDays))
+
+	s.ReclaimRequestsDeadLetters = awssqs.NewQueue(c, jsii.String("DeadLetterQueue"), &awssqs.QueueProps{
+		QueueName:       jsii.String(name + "-dlq"),
+		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
+		EnforceSSL:      jsii.Bool(true),
+		RetentionPeriod: retention,
+	})
+	s.ReclaimRequests = awssqs.NewQueue(c, jsii.String("Queue"), &awssqs.QueueProps{
+		QueueName:  jsii.String(name),
+		Encryption: awssqs.QueueEncryption_SQS_MANAGED,
+		EnforceSSL: jsii.Bool(true),
+		// A message's age counts from its first enqueue, in the dead-letter queue too: the
+		// same retention there leaves days to look at it after its last try.
+		RetentionPeriod: retention,
+		// Six times the function's timeout (AWS's advice for an SQS event source), so that a
+		// batch still in flight, and its retries of throttled polls, is not delivered twice.
+		VisibilityTimeout: awscdk.Duration_Seconds(jsii.Number(6 * reclaimEventsTimeoutSeconds)),
+		DeadLetterQueue: &awssqs.DeadLetterQueue{
+			Queue: s.ReclaimRequestsDeadLetters, MaxReceiveCount: jsii.Number(reclaimRequestMaxReceives),
+		},
+	})
+
+	// Only accepted sources reach the queue; anything else put on the bus with this detail
+	// type matches no rule and is dropped by EventBridge.
+	awsevents.NewRule(c, jsii.String("Rule"), &awsevents.RuleProps{
+		RuleName:    jsii.String(name),
+		Description: jsii.String("Reclaim requests from the accepted sources to the intake queue (" + s.Env + ")"),
+		EventBus:    s.Bus,
+		EventPattern: &awsevents.EventPattern{
+			Source:     jsii.Strings(s.reclaimEventSources()...),
+			DetailType: jsii.Strings(ReclaimRequestedDetailType),
+		},
+		// The queue policy lets this rule, and only it, send (aws:SourceArn).
+		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewSqsQueue(s.ReclaimRequests, nil)},
+	})
+
+	fn := s.goFunction(goFunctionSpec{Name: "reclaim-events",
+		Timeout: awscdk.Duration_Seconds(jsii.Number(reclaimEventsTimeoutSeconds)),
+		Environment: map[string]*string{
+			"STATE_TABLE": state.TableName(), "AUDIT_TABLE": audit.TableName(),
+			"STATE_MACHINE_ARN": s.Termination.StateMachineArn(), "EVENT_BUS_NAME": s.Bus.EventBusName(),
+		}})
+	// Adds sqs:ReceiveMessage, ChangeMessageVisibility, GetQueueUrl, DeleteMessage and
+	// GetQueueAttributes on this queue to the role.
+	fn.AddEventSource(awslambdaeventsources.NewSqsEventSource(s.ReclaimRequests, &awslambdaeventsources.SqsEventSourceProps{
+		BatchSize:               jsii.Number(reclaimRequestBatchSize),
+		ReportBatchItemFailures: jsii.Bool(true),
+	}))
+	// The same reclaim as the api function's (the query, the transaction's item actions, the
+	// read-back of a commit's own audit record after a lost answer, the workflow start), and
+	// a scheduled reclaim's move to completed or refused, which is an item of the same table.
+	allow(fn, "StateTable", state,
+		"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem")
+	allow(fn, "AuditTableAppendAndCheck", audit, "dynamodb:PutItem", "dynamodb:GetItem")
+	allowStateMachine(fn, "StartTermination", s.Termination, "states:StartExecution")
+	s.allowPutEvents(fn)
+	s.ReclaimEventsFunction = fn
+}
+
+// newScheduler creates the schedule group "capacity-<env>" that holds the scheduled reclaims'
+// one-time schedules, and the role EventBridge Scheduler assumes to fire them: it may only
+// put events on the bus, and only this account's schedules may assume it.
+func (s *CapacityStack) newScheduler() {
+	c := constructs.NewConstruct(s.Stack, jsii.String("Scheduling"))
+	s.ScheduleGroup = awsscheduler.NewScheduleGroup(c, jsii.String("Group"), &awsscheduler.ScheduleGroupProps{
+		ScheduleGroupName: jsii.String("capacity-" + s.Env),
+		// Deleting the group deletes its schedules: keep them with the stack's data.
+		RemovalPolicy: s.removalPolicy(),
+	})
+	s.SchedulerRole = awsiam.NewRole(c, jsii.String("Role"), &awsiam.RoleProps{
+		AssumedBy: awsiam.NewServicePrincipal(jsii.String("scheduler.amazonaws.com"), &awsiam.ServicePrincipalOpts{
+			// The confused deputy: another account's schedule cannot name this role.
+			Conditions: &map[string]any{"StringEquals": map[string]any{"aws:SourceAccount": awscdk.Aws_ACCOUNT_ID()}},
+		}),
+		Description: jsii.String("Assumed by EventBridge Scheduler to put scheduled reclaim requests on capacity-" + s.Env),
+		InlinePolicies: &map[string]awsiam.PolicyDocument{
+			"events": awsiam.NewPolicyDocument(&awsiam.PolicyDocumentProps{
+				Statements: &[]awsiam.PolicyStatement{awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+					Sid:       jsii.String("PutReclaimRequests"),
+					Actions:   jsii.Strings("events:PutEvents"),
+					Resources: &[]*string{s.Bus.EventBusArn()},
+				})},
+			}),
+		},
+	})
+}
+
+// schedulesArn is the ARN pattern of the schedules in the environment's group.
+func (s *CapacityStack) schedulesArn() *string {
+	// Pseudo parameters rather than the stack's pinned account and region, as executionsOf.
+	return awscdk.Fn_Join(jsii.String(""), &[]*string{
+		jsii.String("arn:"), awscdk.Aws_PARTITION(), jsii.String(":scheduler:"), awscdk.Aws_REGION(), jsii.String(":"),
+		awscdk.Aws_ACCOUNT_ID(), jsii.String(":schedule/capacity-" + s.Env + "/*"),
+	})
+}
+
+// allowScheduling lets fn create, read and delete the schedules of the environment's group
+// (and no other group's), and hand the scheduler role to EventBridge Scheduler (to nobody
+// else).
+func (s *CapacityStack) allowScheduling(fn awslambda.Function) {
+	allowOn(fn, "ManageReclaimSchedules", s.schedulesArn(),
+		"scheduler:CreateSchedule", "scheduler:DeleteSchedule", "scheduler:GetSchedule")
+	fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String("PassSchedulerRole"),
+		Effect:     awsiam.Effect_ALLOW,
+		Actions:    jsii.Strings("iam:PassRole"),
+		Resources:  &[]*string{s.SchedulerRole.RoleArn()},
+		Conditions: &map[string]any{"StringEquals": map[string]any{"iam:PassedToService": "scheduler.amazonaws.com"}},
+	}))
+}
