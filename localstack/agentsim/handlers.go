@@ -96,6 +96,7 @@ func (s *Sim) terminate(w http.ResponseWriter, r *http.Request) {
 	if prev == agent.StateRunning || prev == agent.StateTerminating {
 		v.state = agent.StateTerminated
 		v.terminations++
+		v.terminatedAt = time.Now()
 	}
 	s.mu.Unlock()
 

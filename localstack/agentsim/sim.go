@@ -108,6 +108,7 @@ type vm struct {
 	state        string // "" while the node does not have the VM (only counted)
 	calls        int
 	terminations int
+	terminatedAt time.Time // when a call last moved it to terminated
 	faults       faults
 	inARow       int // random faults since the last call that had none
 }
@@ -259,6 +260,16 @@ func (s *Sim) Terminations(nodeID, vmID string) int {
 		return v.terminations
 	}
 	return 0
+}
+
+// TerminatedAt is when a call last moved the VM to terminated; zero if none has.
+func (s *Sim) TerminatedAt(nodeID, vmID string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v := s.lookup(nodeID, vmID); v != nil {
+		return v.terminatedAt
+	}
+	return time.Time{}
 }
 
 // Refused counts requests to node paths that the signature check refused.

@@ -109,6 +109,7 @@ func TestTerminateWithFaults(t *testing.T) {
 			mustAdd(t, s, "node-b", "vm-1", agent.StateRunning)
 			tc.setup(s)
 			ctx := context.Background()
+			before := time.Now()
 			for i, want := range tc.calls {
 				res, err := c.Terminate(ctx, s.Endpoint("node-a"), "node-a", "vm-1")
 				if got := outcomeOf(res, err); got != want {
@@ -123,6 +124,9 @@ func TestTerminateWithFaults(t *testing.T) {
 			}
 			if got := s.Terminations("node-a", "vm-1"); got != tc.wantTerms {
 				t.Errorf("Terminations = %d, want %d", got, tc.wantTerms)
+			}
+			if at := s.TerminatedAt("node-a", "vm-1"); at.IsZero() != (tc.wantTerms == 0) || (!at.IsZero() && (at.Before(before) || at.After(time.Now()))) {
+				t.Errorf("TerminatedAt = %v with %d terminations", at, tc.wantTerms)
 			}
 			if got := outcomeOf(c.Terminate(ctx, s.Endpoint("node-a"), "node-a", "vm-2")); got != tc.wantOtherVM {
 				t.Errorf("other vm on the node: outcome %d, want %d", got, tc.wantOtherVM)

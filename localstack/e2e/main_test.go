@@ -1,7 +1,8 @@
 // Package e2e tests the deployed stack through API Gateway with real HTTP, asserting on the
 // answers and on the tables afterwards. By default it starts the offline local stack from the
-// template that `make synth ENV=local` wrote; with CAPACITY_OUTPUTS=<outputs file> it runs
-// against a stack that is already up (`make run`, or real LocalStack via cdklocal).
+// template that `make synth ENV=local` wrote (or the one E2E_TEMPLATE names); with
+// CAPACITY_OUTPUTS=<outputs file> it runs against a stack that is already up (`make run`, or
+// real LocalStack via cdklocal).
 //
 // With E2E_FAULTS=<rules> (shared/awsfault's syntax, e.g.
 // "TransactionConflict=0.1,Throttling=0.1") the local stack's functions run under the fault
@@ -104,6 +105,9 @@ func stackOutputs() (map[string]string, func(), error) {
 		return nil, nil, err
 	}
 	template := filepath.Join(root, "cdk.out/local/capacity-local.template.json")
+	if t := os.Getenv("E2E_TEMPLATE"); t != "" { // another synth's output, e.g. cdk synth -o DIR
+		template = t
+	}
 	if _, err := os.Stat(template); err != nil {
 		return nil, nil, fmt.Errorf("no template at %s: run `make synth ENV=local` (make test does)", template)
 	}

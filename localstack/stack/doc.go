@@ -13,7 +13,27 @@
 //     the product code.
 //   - AWS::ApiGateway::RestApi, Resource, Method (+ integration), Deployment, Stage.
 //   - AWS::StepFunctions::StateMachine (DefinitionString or Definition, with substitutions).
-//   - AWS::Events::EventBus, AWS::Events::Rule (+ targets).
+//   - AWS::Events::EventBus, AWS::Events::Rule (+ targets; kumo delivers to Lambda and SQS
+//     targets).
+//   - AWS::SQS::Queue: visibility timeout, retention, delay, size, wait, FIFO and RedrivePolicy
+//     (kumo moves a message received more than maxReceiveCount times to the dead-letter queue);
+//     Ref is the queue URL. KmsMasterKeyId and SqsManagedSseEnabled are accepted and dropped
+//     (kumo keeps messages in memory). AWS::SQS::QueuePolicy is applied, but kumo evaluates no
+//     policy, so its deny of non-TLS access does not stop the local plain HTTP.
+//   - AWS::Lambda::EventSourceMapping: registered in kumo, which never polls it, so the runner
+//     polls each SQS mapping itself, as Lambda does: Options.Processes pollers receive up to
+//     BatchSize messages, invoke the function synchronously (SDK Invoke, the same path as
+//     `make invoke`) with an events.SQSEvent, and delete what succeeded: the whole batch on
+//     success, nothing on a function error or a failed invoke, and with
+//     ReportBatchItemFailures all but the batchItemFailures (an answer naming an unknown id
+//     fails the whole batch). What is not deleted comes back after the visibility timeout, so
+//     the redrive policy applies.
+//   - AWS::Scheduler::ScheduleGroup. kumo stores schedules but never fires them, so the runner
+//     does, twice a second: an enabled one-time at(...) schedule (in its time zone) that is due,
+//     whose target is an event bus, has the target's Input put on that bus as the detail of an
+//     event with the target's EventBridgeParameters source and detail type, as Scheduler does;
+//     with ActionAfterCompletion DELETE it is then deleted. A failed put is retried the next
+//     round. rate() and cron() schedules and other targets are not fired (with a warning).
 //   - AWS::SecretsManager::Secret: SecretString, or a value generated as GenerateSecretString
 //     asks; Ref is its ARN, and ReadSecret reads it back. kumo's Secrets Manager keeps every
 //     earlier AWSCURRENT as AWSPREVIOUS on PutSecretValue (AWS moves AWSPREVIOUS to the one
@@ -41,6 +61,10 @@
 //
 // Limits that come from kumo: its services are process-wide singletons, so Start works once
 // per process; its Step Functions call Lambda at a hard-coded http://localhost:4566, so a stack
-// that runs workflows must listen on port 4566; EventBridge schedules never fire; rules with
-// Step Functions targets are not delivered. The package is for Unix hosts (process groups).
+// that runs workflows must listen on port 4566 (its EventBridge delivers to SQS and Lambda
+// there too); EventBridge rule schedules never fire; rules with Step Functions targets are not
+// delivered; PutEvents matches rules only when EventBusName is the bus name (AWS also takes
+// its ARN), and it gives every event a new id and the current time; Scheduler's ListSchedules
+// ignores its group filter (the firer lists every group anyway). The package is for Unix hosts
+// (process groups).
 package stack

@@ -18,8 +18,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/scheduler"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 )
 
 // provisioner creates the template's resources in kumo, in dependency order.
@@ -35,11 +37,16 @@ type provisioner struct {
 	sfn            *sfn.Client
 	eventbridge    *eventbridge.Client
 	secretsmanager *secretsmanager.Client
+	sqs            *sqs.Client
+	scheduler      *scheduler.Client
 
-	functions []functionSpec  // Lambda functions whose code is in the repo
-	restAPIs  map[string]bool // RestApi ids, to recognise their URLs in Outputs
-	skipped   map[string]int  // resource type -> count, skipped on purpose
-	unknown   map[string]int  // resource type -> count, not supported
+	functions []functionSpec    // Lambda functions whose code is in the repo
+	mappings  []mappingSpec     // SQS event source mappings the runner polls
+	queueURLs map[string]string // queue ARN -> URL
+	schedules bool              // the template has a schedule group: the runner fires its schedules
+	restAPIs  map[string]bool   // RestApi ids, to recognise their URLs in Outputs
+	skipped   map[string]int    // resource type -> count, skipped on purpose
+	unknown   map[string]int    // resource type -> count, not supported
 }
 
 // functionSpec is a Lambda function that the runner backs with a host bootstrap.
@@ -69,6 +76,10 @@ var provisioners = map[string]provisionFunc{
 	"AWS::Events::EventBus":            provisionEventBus,
 	"AWS::Events::Rule":                provisionRule,
 	"AWS::SecretsManager::Secret":      provisionSecret,
+	"AWS::SQS::Queue":                  provisionQueue,
+	"AWS::SQS::QueuePolicy":            provisionQueuePolicy,
+	"AWS::Lambda::EventSourceMapping":  provisionEventSourceMapping,
+	"AWS::Scheduler::ScheduleGroup":    provisionScheduleGroup,
 }
 
 // skippedType reports resource types that nothing local needs: permissions (kumo does not
@@ -100,6 +111,9 @@ func newProvisioner(t *template, stackName, endpoint string, log *slog.Logger) *
 		sfn:            sfn.NewFromConfig(cfg),
 		eventbridge:    eventbridge.NewFromConfig(cfg),
 		secretsmanager: secretsmanager.NewFromConfig(cfg),
+		sqs:            sqs.NewFromConfig(cfg),
+		scheduler:      scheduler.NewFromConfig(cfg),
+		queueURLs:      map[string]string{},
 		restAPIs:       map[string]bool{},
 		skipped:        map[string]int{},
 		unknown:        map[string]int{},

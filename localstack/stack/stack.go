@@ -54,6 +54,7 @@ type Stack struct {
 	proxy     *proxy
 	kumo      *kumo.Server
 	procs     *supervisor
+	bridges   *bridges // SQS pollers and the schedule firer
 
 	closeOnce sync.Once
 	closeErr  error
@@ -152,6 +153,9 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		return nil, err
 	}
 
+	// What kumo does not do itself: poll the queues of event source mappings, fire schedules.
+	s.bridges = startBridges(s.endpoint, prov.mappings, o.Processes, prov.schedules, o.Logger)
+
 	o.Logger.Info("local stack ready", "stack", s.name, "endpoint", s.endpoint, "functions", len(prov.functions), "outputs", s.outputs)
 
 	return s, nil
@@ -170,7 +174,12 @@ func (s *Stack) Endpoint() string { return s.endpoint }
 // more than once.
 func (s *Stack) Close() error {
 	s.closeOnce.Do(func() {
-		// Bootstraps first: their long polls would otherwise keep kumo's server busy.
+		// The pollers and the schedule firer first: they invoke the functions.
+		if s.bridges != nil {
+			s.bridges.stop()
+		}
+
+		// Bootstraps next: their long polls would otherwise keep kumo's server busy.
 		if s.procs != nil {
 			s.procs.stop()
 		}

@@ -23,8 +23,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/scheduler"
+	schedtypes "github.com/aws/aws-sdk-go-v2/service/scheduler/types"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	sfntypes "github.com/aws/aws-sdk-go-v2/service/sfn/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 )
 
 const fixtureTemplate = "testdata/capacity-local.template.json"
@@ -260,6 +264,72 @@ func TestStack(t *testing.T) {
 		if sched.State != ebtypes.RuleStateDisabled || aws.ToString(sched.ScheduleExpression) != "rate(5 minutes)" ||
 			len(targets.Targets) != 1 || aws.ToString(targets.Targets[0].Input) != `{"reconcile":true}` {
 			t.Errorf("schedule rule %+v, targets %+v", sched, targets.Targets)
+		}
+	})
+
+	// kumo neither fires schedules nor polls event source mappings; the runner does both, so a
+	// one-time schedule reaches the function through the bus, the rule, the queue and the mapping.
+	t.Run("schedule fires through the bus and the queue to the function", func(t *testing.T) {
+		sched := scheduler.NewFromConfig(cfg, func(o *scheduler.Options) { o.BaseEndpoint = endpoint })
+		q := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.BaseEndpoint = endpoint })
+		marker := "scheduled-" + time.Now().Format("150405.000000")
+
+		name := "s-" + strings.ReplaceAll(marker, ".", "-")
+
+		_, err := sched.CreateSchedule(ctx, &scheduler.CreateScheduleInput{
+			Name: aws.String(name), GroupName: aws.String("capacity-local"),
+			ScheduleExpression:    aws.String("at(" + time.Now().UTC().Add(time.Second).Format("2006-01-02T15:04:05") + ")"),
+			ActionAfterCompletion: schedtypes.ActionAfterCompletionDelete,
+			FlexibleTimeWindow:    &schedtypes.FlexibleTimeWindow{Mode: schedtypes.FlexibleTimeWindowModeOff},
+			Target: &schedtypes.Target{
+				Arn: aws.String(outputs["BusArn"]), RoleArn: aws.String("arn:aws:iam::000000000000:role/scheduler"),
+				Input:                 aws.String(`{"marker":"` + marker + `"}`),
+				EventBridgeParameters: &schedtypes.EventBridgeParameters{Source: aws.String("capacity.test.queue"), DetailType: aws.String("Queued Ping")},
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		logPath := filepath.Join(buildDir, "logs", "capacity-local-echo.log")
+
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			data, _ := os.ReadFile(logPath)
+			if line := lineWith(string(data), marker); line != "" {
+				if !strings.Contains(line, `"eventSource":"aws:sqs"`) || !strings.Contains(line, `detail-type\":\"Queued Ping`) {
+					t.Errorf("the function got %s, want an SQS batch holding the event", line)
+				}
+
+				break
+			}
+
+			if time.Now().After(deadline) {
+				t.Fatal("the scheduled event did not reach the function within 20s")
+			}
+
+			time.Sleep(50 * time.Millisecond)
+		}
+
+		// Fired once and deleted (ActionAfterCompletion DELETE); the batch succeeded, so the
+		// message is deleted too.
+		waitFor(t, func() bool {
+			_, err := sched.GetSchedule(ctx, &scheduler.GetScheduleInput{Name: aws.String(name), GroupName: aws.String("capacity-local")})
+
+			var notFound *schedtypes.ResourceNotFoundException
+			if !errors.As(err, &notFound) {
+				return false
+			}
+
+			attrs, err := q.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+				QueueUrl: aws.String(outputs["RequestsQueueUrl"]), AttributeNames: []sqstypes.QueueAttributeName{"All"},
+			})
+
+			return err == nil && attrs.Attributes["ApproximateNumberOfMessages"] == "0" && attrs.Attributes["ApproximateNumberOfMessagesNotVisible"] == "0"
+		})
+
+		if data, _ := os.ReadFile(logPath); strings.Count(string(data), marker) != 1 {
+			t.Errorf("scheduled event delivered %d times, want once", strings.Count(string(data), marker))
 		}
 	})
 
@@ -499,6 +569,17 @@ func requireAddrFree(t *testing.T, addr string) {
 }
 
 // stackGoroutines returns the stacks of goroutines running this package's code, other than tests.
+// lineWith returns the first line of text that contains s, or "".
+func lineWith(text, s string) string {
+	for line := range strings.Lines(text) {
+		if strings.Contains(line, s) {
+			return line
+		}
+	}
+
+	return ""
+}
+
 func stackGoroutines() []string {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]

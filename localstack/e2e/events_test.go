@@ -1,0 +1,444 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/openrelay/capacity/localstack/demo"
+	"github.com/openrelay/capacity/localstack/stack"
+	"github.com/openrelay/capacity/shared/capacity"
+)
+
+// The event path end to end: requests put on the environment's bus reach reclaim-events
+// through the rule, the queue and the event source mapping (which the local runner polls), and
+// the tests watch the bus through rules of their own, to queues they read, as a tenant would.
+
+func ebClient() *eventbridge.Client { return eventbridge.NewFromConfig(stack.AWSConfig(endpoint)) }
+func sqsClient() *sqs.Client        { return sqs.NewFromConfig(stack.AWSConfig(endpoint)) }
+
+// busEvent is an event a watch received, and when.
+type busEvent struct {
+	events.CloudWatchEvent
+	detail   map[string]any
+	received time.Time
+	body     string // the SQS message body: the event as EventBridge delivered it
+}
+
+// busWatch is a rule on the service's bus that sends the events matching its pattern to a
+// queue of the test's own.
+type busWatch struct {
+	t        testing.TB
+	queueURL string
+	seen     []busEvent
+}
+
+var watchSeq int
+
+// watchBus makes the rule and its queue, removed when the test ends.
+func watchBus(t testing.TB, pattern map[string]any) *busWatch {
+	t.Helper()
+	ctx := context.Background()
+	watchSeq++
+	name := fmt.Sprintf("e2e-watch-%d-%d", time.Now().UnixNano()%1e9, watchSeq)
+	q := sqsClient()
+	created, err := q.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)})
+	if err != nil {
+		t.Fatalf("create watch queue: %v", err)
+	}
+	attrs, err := q.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: created.QueueUrl, AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameQueueArn}})
+	if err != nil {
+		t.Fatalf("watch queue ARN: %v", err)
+	}
+	raw, err := json.Marshal(pattern)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eb := ebClient()
+	bus := aws.String(outputs["EventBusName"])
+	if _, err := eb.PutRule(ctx, &eventbridge.PutRuleInput{Name: aws.String(name), EventBusName: bus, EventPattern: aws.String(string(raw))}); err != nil {
+		t.Fatalf("put watch rule: %v", err)
+	}
+	out, err := eb.PutTargets(ctx, &eventbridge.PutTargetsInput{Rule: aws.String(name), EventBusName: bus, Targets: []ebtypes.Target{{
+		Id: aws.String("watch"), Arn: aws.String(attrs.Attributes[string(sqstypes.QueueAttributeNameQueueArn)]),
+	}}})
+	if err != nil || out.FailedEntryCount > 0 {
+		t.Fatalf("put watch target: %v %+v", err, out)
+	}
+	t.Cleanup(func() {
+		_, _ = eb.RemoveTargets(ctx, &eventbridge.RemoveTargetsInput{Rule: aws.String(name), EventBusName: bus, Ids: []string{"watch"}})
+		_, _ = eb.DeleteRule(ctx, &eventbridge.DeleteRuleInput{Name: aws.String(name), EventBusName: bus})
+		_, _ = q.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: created.QueueUrl})
+	})
+	return &busWatch{t: t, queueURL: aws.ToString(created.QueueUrl)}
+}
+
+// receive reads what has arrived (waiting up to a second) into w.seen.
+func (w *busWatch) receive() {
+	w.t.Helper()
+	ctx := context.Background()
+	q := sqsClient()
+	out, err := q.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(w.queueURL), MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
+	if err != nil {
+		w.t.Fatalf("read watch queue: %v", err)
+	}
+	now := time.Now()
+	for _, m := range out.Messages {
+		ev := busEvent{received: now, body: aws.ToString(m.Body)}
+		if err := json.Unmarshal([]byte(ev.body), &ev.CloudWatchEvent); err != nil {
+			w.t.Fatalf("watch queue message is not an event: %v: %s", err, ev.body)
+		}
+		if err := json.Unmarshal(ev.Detail, &ev.detail); err != nil {
+			w.t.Fatalf("event detail is not an object: %v: %s", err, ev.Detail)
+		}
+		w.seen = append(w.seen, ev)
+		if _, err := q.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(w.queueURL), ReceiptHandle: m.ReceiptHandle}); err != nil {
+			w.t.Fatalf("delete from watch queue: %v", err)
+		}
+	}
+}
+
+// await returns the events matching match once there are n of them, failing at the deadline.
+func (w *busWatch) await(what string, n int, within time.Duration, match func(busEvent) bool) []busEvent {
+	w.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		var got []busEvent
+		for _, ev := range w.seen {
+			if match(ev) {
+				got = append(got, ev)
+			}
+		}
+		if len(got) >= n {
+			return got
+		}
+		if time.Now().After(deadline) {
+			var seen []string
+			for _, ev := range w.seen {
+				seen = append(seen, ev.DetailType+" "+string(ev.Detail))
+			}
+			w.t.Fatalf("%s: %d of %d within %s; the watch saw %v", what, len(got), n, within, seen)
+		}
+		w.receive()
+	}
+}
+
+// putRequest puts a Capacity Reclaim Requested on the bus and returns its event id.
+func putRequest(t testing.TB, source string, detail any) string {
+	t.Helper()
+	raw, ok := detail.(string)
+	if !ok {
+		b, err := json.Marshal(detail)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw = string(b)
+	}
+	out, err := ebClient().PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{{
+		EventBusName: aws.String(outputs["EventBusName"]), Source: aws.String(source),
+		DetailType: aws.String(capacity.DetailReclaimRequested), Detail: aws.String(raw),
+	}}})
+	if err != nil || out.FailedEntryCount > 0 || len(out.Entries) != 1 {
+		t.Fatalf("put reclaim request: %v %+v", err, out)
+	}
+	return aws.ToString(out.Entries[0].EventId)
+}
+
+// outcomeWatch watches the outcomes of the requests about node.
+func outcomeWatch(t testing.TB, node string) *busWatch {
+	return watchBus(t, map[string]any{
+		"source":      []string{capacity.SourceCapacity},
+		"detail-type": []string{capacity.DetailReclaimCompleted, capacity.DetailReclaimRefused},
+		"detail":      map[string]any{"nodeId": []string{node}},
+	})
+}
+
+func requestDetail(node string) map[string]any {
+	return map[string]any{
+		"nodeId": node, "reservationId": demo.ReservationID, "unitIds": []string{"gpu-2", "gpu-3", "gpu-0"},
+		"actingOrgId": demo.OrgOwner, "reason": "platform rebalancing",
+	}
+}
+
+func byRequest(id string) func(busEvent) bool {
+	return func(ev busEvent) bool { return ev.detail["requestEventId"] == id }
+}
+
+// auditByEvent returns the node's audit records that name eventID, decoded.
+func auditByEvent(t testing.TB, node, eventID string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, item := range auditOf(t, node) {
+		var rec map[string]any
+		if err := attributevalue.UnmarshalMap(item, &rec); err != nil {
+			t.Fatal(err)
+		}
+		if rec["eventId"] == eventID {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+func TestEventReclaimIsAppliedAndItsOutcomePublished(t *testing.T) {
+	node := newNode(t, nil)
+	w := outcomeWatch(t, node)
+
+	id := putRequest(t, capacity.SourcePlatformScheduler, requestDetail(node))
+	ev := w.await("the request's outcome", 1, 30*time.Second, byRequest(id))[0]
+
+	if ev.DetailType != capacity.DetailReclaimCompleted || ev.Source != capacity.SourceCapacity {
+		t.Fatalf("outcome %s from %s: %s", ev.DetailType, ev.Source, ev.Detail)
+	}
+	d := ev.detail
+	result, _ := d["result"].(map[string]any)
+	if d["eventId"] != id+"/completed" || d["requestSource"] != capacity.SourcePlatformScheduler || d["reservationId"] != demo.ReservationID ||
+		result == nil || !slices.Equal(strs(result["terminated"]), []string{"vm-spot-1", "vm-spot-2"}) ||
+		!slices.Equal(strs(result["skipped"]), []string{"vm-res-1"}) || result["reclaimId"] == "" || result["id"] != demo.ReservationID {
+		t.Fatalf("Completed detail: %s", ev.Detail)
+	}
+
+	st := loadNode(t, node)
+	for _, vm := range st.VMs {
+		if (vm.ID == "vm-spot-1" || vm.ID == "vm-spot-2") && vm.ReclaimID != result["reclaimId"] {
+			t.Errorf("VM %s reclaimed by %q, want %v", vm.ID, vm.ReclaimID, result["reclaimId"])
+		}
+	}
+
+	// The audit record says it came by event and names the event.
+	recs := auditByEvent(t, node, id)
+	if len(recs) != 1 || recs[0]["via"] != capacity.ViaEvent {
+		t.Errorf("audit records naming event %s: %v", id, recs)
+	}
+}
+
+func TestDuplicateEventDeliveryEvictsOnce(t *testing.T) {
+	tests := []struct {
+		name string
+		// deliver sends the request twice, in its way, and returns the two request event ids.
+		deliver func(t *testing.T, node string) (string, string)
+	}{
+		{
+			// PutEvents gives each put a new event id: an explicit key makes them one request.
+			name: "put twice with one idempotency key",
+			deliver: func(t *testing.T, node string) (string, string) {
+				d := requestDetail(node)
+				d["idempotencyKey"] = "dup-" + node
+				return putRequest(t, capacity.SourcePlatformScheduler, d), putRequest(t, capacity.SourcePlatformScheduler, d)
+			},
+		},
+		{
+			// The queue delivers the same message again (at least once): the event id is the key.
+			name: "the same event delivered twice",
+			deliver: func(t *testing.T, node string) (string, string) {
+				requests := watchBus(t, map[string]any{
+					"source": []string{capacity.SourcePlatformScheduler}, "detail-type": []string{capacity.DetailReclaimRequested},
+					"detail": map[string]any{"nodeId": []string{node}},
+				})
+				id := putRequest(t, capacity.SourcePlatformScheduler, requestDetail(node))
+				ev := requests.await("the request as delivered", 1, 30*time.Second, func(ev busEvent) bool { return ev.ID == id })[0]
+				if _, err := sqsClient().SendMessage(context.Background(), &sqs.SendMessageInput{
+					QueueUrl: aws.String(outputs["ReclaimRequestsQueueUrl"]), MessageBody: aws.String(ev.body),
+				}); err != nil {
+					t.Fatalf("deliver again: %v", err)
+				}
+				return id, id
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			node := newNode(t, nil)
+			w := outcomeWatch(t, node)
+
+			id1, id2 := tt.deliver(t, node)
+			var outcomes []busEvent
+			if id1 == id2 {
+				outcomes = w.await("both outcomes", 2, 30*time.Second, byRequest(id1))
+			} else {
+				outcomes = append(w.await("the first outcome", 1, 30*time.Second, byRequest(id1)),
+					w.await("the second outcome", 1, 30*time.Second, byRequest(id2))...)
+			}
+
+			var reclaimIDs []string
+			for _, ev := range outcomes {
+				result, _ := ev.detail["result"].(map[string]any)
+				if ev.DetailType != capacity.DetailReclaimCompleted || result == nil ||
+					!slices.Equal(strs(result["terminated"]), []string{"vm-spot-1", "vm-spot-2"}) {
+					t.Fatalf("outcome %s: %s", ev.DetailType, ev.Detail)
+				}
+				reclaimIDs = append(reclaimIDs, result["reclaimId"].(string))
+			}
+			if reclaimIDs[0] != reclaimIDs[1] {
+				t.Fatalf("two reclaims %v: the duplicate evicted again", reclaimIDs)
+			}
+			if id1 == id2 && outcomes[0].detail["eventId"] != outcomes[1].detail["eventId"] {
+				t.Errorf("the replayed outcome has another eventId: %v, %v", outcomes[0].detail["eventId"], outcomes[1].detail["eventId"])
+			}
+
+			// One operation: each VM is terminated once.
+			if op := awaitOperation(t, node, reclaimIDs[0], 60*time.Second); op["state"] != "completed" {
+				t.Fatalf("operation: %v", op)
+			}
+			for _, vm := range []string{"vm-spot-1", "vm-spot-2"} {
+				if n := agents.Terminations(node, vm); n != 1 {
+					t.Errorf("%s terminated %d times, want 1", vm, n)
+				}
+			}
+		})
+	}
+}
+
+func TestScheduledReclaimFires(t *testing.T) {
+	node := newNode(t, nil)
+	w := outcomeWatch(t, node)
+
+	// A few seconds ahead: the local runner fires due schedules twice a second.
+	at := time.Now().UTC().Add(3 * time.Second).Truncate(time.Second)
+	r := call(t, http.MethodPost, reclaimPath(node), keyOwner, map[string]any{
+		"unitIds": []string{"gpu-2", "gpu-3", "gpu-0"}, "reason": "nightly training", "at": at.Format(time.RFC3339),
+	})
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("schedule: %d %s", r.Status, r.Body)
+	}
+	sr := r.json(t)
+	sid, _ := sr["id"].(string)
+	location := r.Header.Get("Location")
+	if sid == "" || sr["state"] != "scheduled" || location != "/v1/nodes/"+node+"/reservations/"+demo.ReservationID+"/scheduled-reclaims/"+sid {
+		t.Fatalf("scheduled reclaim %s, Location %q", r.Body, location)
+	}
+
+	ev := w.await("the scheduled reclaim's outcome", 1, 30*time.Second, func(ev busEvent) bool { return ev.detail["scheduledReclaimId"] == sid })[0]
+	result, _ := ev.detail["result"].(map[string]any)
+	if ev.DetailType != capacity.DetailReclaimCompleted || ev.detail["eventId"] != "scheduled/"+sid+"/completed" ||
+		ev.detail["requestSource"] != capacity.SourceSchedule || result == nil ||
+		!slices.Equal(strs(result["terminated"]), []string{"vm-spot-1", "vm-spot-2"}) {
+		t.Fatalf("outcome %s: %s", ev.DetailType, ev.Detail)
+	}
+	if ev.received.Before(at) {
+		t.Errorf("fired before its time: outcome at %s, at %s", ev.received, at)
+	}
+
+	got := call(t, http.MethodGet, location, keyOwner, nil)
+	g := got.json(t)
+	if got.Status != http.StatusOK || g["state"] != "completed" || g["reclaimId"] != result["reclaimId"] || g["firedAt"] == nil {
+		t.Fatalf("GET after firing: %d %s", got.Status, got.Body)
+	}
+}
+
+func TestGraceNoticeReachesTheTenantBeforeTermination(t *testing.T) {
+	node := newNode(t, nil)
+	// The rule a tenant would write for its own notices.
+	tenant := watchBus(t, map[string]any{
+		"source": []string{capacity.SourceCapacity}, "detail-type": []string{capacity.DetailEvictionNotice},
+		"detail": map[string]any{"orgId": []string{demo.OrgBuyer}},
+	})
+
+	const grace = 4
+	r := call(t, http.MethodPost, reclaimPath(node), keyOwner, map[string]any{"unitIds": []string{"gpu-2", "gpu-3", "gpu-0"}, "graceSeconds": grace})
+	if r.Status != http.StatusOK {
+		t.Fatalf("reclaim: %d %s", r.Status, r.Body)
+	}
+	answer := r.json(t)
+	reclaimID, _ := answer["reclaimId"].(string)
+	terminateAfter, err := time.Parse(time.RFC3339, fmt.Sprint(answer["terminateAfter"]))
+	if err != nil || reclaimID == "" {
+		t.Fatalf("reclaim answer without reclaimId or terminateAfter: %s", r.Body)
+	}
+
+	notices := tenant.await("both eviction notices", 2, 30*time.Second, func(ev busEvent) bool { return ev.detail["nodeId"] == node })
+	noticed := map[string]time.Time{}
+	for _, ev := range notices {
+		d := ev.detail
+		vm, _ := d["vmId"].(string)
+		if d["reclaimId"] != reclaimID || d["orgId"] != demo.OrgBuyer || d["reasonCode"] != capacity.ReasonReclaimedByOwner ||
+			d["terminateAfter"] != answer["terminateAfter"] || d["eventId"] != reclaimID+"/notice/"+vm {
+			t.Errorf("notice: %s", ev.Detail)
+		}
+		noticed[vm] = ev.received
+	}
+
+	if op := awaitOperation(t, node, reclaimID, 60*time.Second); op["state"] != "completed" {
+		t.Fatalf("operation: %v", op)
+	}
+	for _, vm := range []string{"vm-spot-1", "vm-spot-2"} {
+		at := agents.TerminatedAt(node, vm)
+		switch {
+		case noticed[vm].IsZero():
+			t.Errorf("%s: no notice", vm)
+		case at.IsZero():
+			t.Errorf("%s: never terminated", vm)
+		case !noticed[vm].Before(at):
+			t.Errorf("%s: notice received %s, not before its termination %s", vm, noticed[vm], at)
+		case at.Before(terminateAfter):
+			t.Errorf("%s: terminated %s, before terminateAfter %s", vm, at, terminateAfter)
+		}
+	}
+}
+
+func TestInvalidEventIsRefusedAndChangesNothing(t *testing.T) {
+	tests := []struct {
+		name   string
+		detail func(node string) any
+		code   string
+	}{
+		{name: "unknown member", code: "invalid_request", detail: func(node string) any {
+			d := requestDetail(node)
+			d["force"] = true
+			return d
+		}},
+		{name: "no acting org", code: "invalid_request", detail: func(node string) any {
+			d := requestDetail(node)
+			delete(d, "actingOrgId")
+			return d
+		}},
+		{name: "null member", code: "invalid_request", detail: func(node string) any {
+			d := requestDetail(node)
+			d["reason"] = nil
+			return d
+		}},
+		{name: "grace beyond 120 s", code: "invalid_request", detail: func(node string) any {
+			d := requestDetail(node)
+			d["graceSeconds"] = 121
+			return d
+		}},
+		{name: "units not a list", code: "invalid_request", detail: func(node string) any {
+			d := requestDetail(node)
+			d["unitIds"] = "gpu-2"
+			return d
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			node := newNode(t, nil)
+			w := outcomeWatch(t, node)
+			before, auditBefore := partition(t, node), len(auditOf(t, node))
+
+			id := putRequest(t, capacity.SourcePlatformScheduler, tt.detail(node))
+			ev := w.await("the refusal", 1, 30*time.Second, byRequest(id))[0]
+			if ev.DetailType != capacity.DetailReclaimRefused || ev.detail["code"] != tt.code || ev.detail["eventId"] != id+"/refused" ||
+				ev.detail["detail"] == "" || ev.detail["nodeId"] != node {
+				t.Fatalf("outcome %s: %s", ev.DetailType, ev.Detail)
+			}
+			assertUnchanged(t, node, before)
+			if n := len(auditOf(t, node)); n != auditBefore {
+				t.Errorf("audit records %d, want %d", n, auditBefore)
+			}
+			if n := agents.TerminateCalls(node, "vm-spot-1"); n != 0 {
+				t.Errorf("vm-spot-1 got %d terminate calls", n)
+			}
+		})
+	}
+}
