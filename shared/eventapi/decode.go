@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"io"
 	"reflect"
-	"strings"
 
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/wire"
 )
 
 // RequestDetail is the detail of a Capacity Reclaim Requested event from a tenant or the
@@ -50,7 +50,7 @@ func decodeDetail(data []byte, v any, required []string) error {
 	if len(data) > MaxDetailBytes {
 		return capacity.Errorf(capacity.CodeInvalidRequest, "the detail is larger than %d bytes", MaxDetailBytes)
 	}
-	members, err := checkMembers(data, jsonNames(v))
+	members, err := checkMembers(data, wire.MemberNames(v))
 	if err != nil {
 		return err
 	}
@@ -99,36 +99,11 @@ func checkMembers(data []byte, known map[string]bool) (map[string]bool, error) {
 		if err := dec.Decode(&value); err != nil {
 			return nil, capacity.Errorf(capacity.CodeInvalidRequest, "the detail is not valid JSON")
 		}
-		if hasNull(value) {
+		if wire.HasNull(value) {
 			return nil, capacity.Errorf(capacity.CodeInvalidRequest, "detail member %q must not be null or hold null; leave it out instead", name)
 		}
 	}
 	return seen, nil
-}
-
-// hasNull reports whether a valid JSON value is or contains null.
-func hasNull(value json.RawMessage) bool {
-	dec := json.NewDecoder(bytes.NewReader(value))
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return false // io.EOF: the value is known to be valid JSON
-		}
-		if tok == nil {
-			return true
-		}
-	}
-}
-
-// jsonNames returns the JSON member names of the struct v points to.
-func jsonNames(v any) map[string]bool {
-	t := reflect.TypeOf(v).Elem()
-	names := make(map[string]bool, t.NumField())
-	for f := range t.Fields() {
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		names[name] = true
-	}
-	return names
 }
 
 func describe(err error) string {

@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"io"
 	"mime"
-	"reflect"
 	"strings"
 
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/wire"
 )
 
 // MaxBodyBytes bounds a request body. The largest valid body (64 unit ids and a reason) is
@@ -69,7 +69,7 @@ func DecodeJSON(contentType string, body io.Reader, v any) error {
 // set dryRun; of duplicate names it silently keeps the last; and it decodes null as the zero
 // value. data is known to be valid JSON here.
 func checkMemberNames(data []byte, v any) error {
-	known := jsonNames(v)
+	known := wire.MemberNames(v)
 	if known == nil {
 		return nil // not a struct: nothing to match names against
 	}
@@ -97,51 +97,11 @@ func checkMemberNames(data []byte, v any) error {
 		}
 		// encoding/json leaves a field at its zero value for null: "dryRun":null would run a
 		// real reclaim. A null is never a default, here or inside a value.
-		if hasNull(value) {
+		if wire.HasNull(value) {
 			return capacity.Errorf(CodeMalformedRequest, "field %q must not be null or hold null; leave it out instead", name)
 		}
 	}
 	return nil
-}
-
-// hasNull reports whether a valid JSON value is or contains null.
-func hasNull(value json.RawMessage) bool {
-	dec := json.NewDecoder(bytes.NewReader(value))
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return false // io.EOF: the value is known to be valid JSON
-		}
-		if tok == nil {
-			return true
-		}
-	}
-}
-
-// jsonNames returns the JSON member names of the struct v points to, or nil.
-func jsonNames(v any) map[string]bool {
-	t := reflect.TypeOf(v)
-	for t != nil && t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t == nil || t.Kind() != reflect.Struct {
-		return nil
-	}
-	names := make(map[string]bool, t.NumField())
-	for f := range t.Fields() {
-		if !f.IsExported() {
-			continue
-		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		switch name {
-		case "-":
-			continue
-		case "":
-			name = f.Name
-		}
-		names[name] = true
-	}
-	return names
 }
 
 func describeJSONError(err error) string {
