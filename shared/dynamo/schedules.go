@@ -2,7 +2,6 @@ package dynamo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -110,7 +109,7 @@ func (s *Store) CreateScheduled(ctx context.Context, c capacity.ScheduleCommit) 
 	if err := add(s.putNew(s.AuditTable, newAuditItem(c.Audit), nil)); err != nil {
 		return fmt.Errorf("audit record: %w", err)
 	}
-	return s.transact(ctx, "create scheduled reclaim "+sr.ID, items)
+	return s.transact(ctx, "create scheduled reclaim "+sr.ID, items, nil)
 }
 
 // GetScheduled reads a scheduled reclaim (strongly consistent).
@@ -148,7 +147,7 @@ func (s *Store) UpdateScheduled(ctx context.Context, from, to capacity.Scheduled
 		}
 		items = append(items, it)
 	}
-	return s.transact(ctx, "update scheduled reclaim "+from.ID, items)
+	return s.transact(ctx, "update scheduled reclaim "+from.ID, items, nil)
 }
 
 // scheduledTransition puts to (at to.Version+1) over the scheduled reclaim, conditioned on
@@ -176,24 +175,4 @@ func (s *Store) firedItem(sr capacity.ScheduledReclaim) (types.TransactWriteItem
 	from := sr
 	from.State = capacity.ScheduledPending
 	return s.scheduledTransition(from, sr)
-}
-
-// transact runs one TransactWriteItems and classifies its failure as Commit does.
-func (s *Store) transact(ctx context.Context, what string, items []types.TransactWriteItem) error {
-	var attempts attemptLog
-	_, err := s.Client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items}, attempts.option)
-	if err == nil {
-		return nil
-	}
-	if attempts.ambiguous() {
-		return fmt.Errorf("%s: %w: %w", what, capacity.ErrAmbiguous, err)
-	}
-	if throttled(err) {
-		return fmt.Errorf("%s: %w", what, classify(err))
-	}
-	var canceled *types.TransactionCanceledException
-	if errors.As(err, &canceled) && retryable(canceled) {
-		return fmt.Errorf("%s: %w (%s)", what, capacity.ErrConflict, reasons(canceled))
-	}
-	return fmt.Errorf("%s: %w", what, err)
 }

@@ -186,30 +186,49 @@ func (s *Store) Commit(ctx context.Context, c capacity.Commit) error {
 	if len(items) > MaxTransactItems {
 		return fmt.Errorf("commit on node %s needs %d transaction actions; DynamoDB allows %d", c.Node.ID, len(items), MaxTransactItems)
 	}
-	var attempts attemptLog
-	_, err = s.Client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items}, attempts.option)
-	if err != nil {
-		if attempts.ambiguous() {
-			// An earlier attempt may have landed, and a later one then failed on the state it
-			// left (the ClientRequestToken that makes AWS answer such a retry with success
-			// lasts 10 minutes and is not honoured everywhere): only a read can tell.
-			return fmt.Errorf("commit on node %s: %w: %w", c.Node.ID, capacity.ErrAmbiguous, err)
+	// A VM id that is taken is not a race a new round could win: the VM holding it is one the
+	// decision could not see (terminated ones, in the node's history).
+	var vmTaken func(*types.TransactionCanceledException) error
+	if c.NewVM != nil {
+		vmTaken = func(e *types.TransactionCanceledException) error {
+			if vmIDTaken(items, e, c.NewVM.ID) {
+				return fmt.Errorf("VM %s: %w", c.NewVM.ID, capacity.ErrVMExists)
+			}
+			return nil
 		}
-		if throttled(err) {
-			return fmt.Errorf("commit on node %s: %w", c.Node.ID, classify(err))
-		}
-		var canceled *types.TransactionCanceledException
-		if errors.As(err, &canceled) && c.NewVM != nil && vmIDTaken(items, canceled, c.NewVM.ID) {
-			// The id is taken, by a VM the decision could not see (terminated ones, in the
-			// node's history): not a race that a new round could win.
-			return fmt.Errorf("commit on node %s: VM %s: %w", c.Node.ID, c.NewVM.ID, capacity.ErrVMExists)
-		}
-		if errors.As(err, &canceled) && retryable(canceled) {
-			return fmt.Errorf("commit on node %s: %w (%s)", c.Node.ID, capacity.ErrConflict, reasons(canceled))
-		}
-		return fmt.Errorf("commit on node %s: %w", c.Node.ID, err)
 	}
-	return nil
+	return s.transact(ctx, "commit on node "+c.Node.ID, items, vmTaken)
+}
+
+// transact runs one TransactWriteItems and classifies its failure for the domain: ErrAmbiguous,
+// throttled, refused (what refuse makes of the cancellation, if anything) or ErrConflict.
+func (s *Store) transact(ctx context.Context, what string, items []types.TransactWriteItem, refuse func(*types.TransactionCanceledException) error) error {
+	var attempts attemptLog
+	_, err := s.Client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items}, attempts.option)
+	if err == nil {
+		return nil
+	}
+	if attempts.ambiguous() {
+		// An earlier attempt may have landed, and a later one then failed on the state it
+		// left (the ClientRequestToken that makes AWS answer such a retry with success
+		// lasts 10 minutes and is not honoured everywhere): only a read can tell.
+		return fmt.Errorf("%s: %w: %w", what, capacity.ErrAmbiguous, err)
+	}
+	if throttled(err) {
+		return fmt.Errorf("%s: %w", what, classify(err))
+	}
+	var canceled *types.TransactionCanceledException
+	if errors.As(err, &canceled) {
+		if refuse != nil {
+			if refused := refuse(canceled); refused != nil {
+				return fmt.Errorf("%s: %w", what, refused)
+			}
+		}
+		if retryable(canceled) {
+			return fmt.Errorf("%s: %w (%s)", what, capacity.ErrConflict, reasons(canceled))
+		}
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // vmIDTaken reports whether the cancelled transaction failed on the VM id: its put (a live VM
