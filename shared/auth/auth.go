@@ -3,11 +3,8 @@ package auth
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -21,18 +18,22 @@ type KeyStore interface {
 	LookupKey(ctx context.Context, hash string) (*capacity.APIKey, error)
 }
 
-// Hash returns the stored form of a key secret: hex SHA-256. Secrets are 256-bit random
-// values, so an unsalted fast hash is enough and lets a lookup be one GetItem.
-func Hash(secret string) string {
-	sum := sha256.Sum256([]byte(secret))
-	return hex.EncodeToString(sum[:])
+// Toucher records that a key was used (dynamo.Keys: an UpdateItem of its LastUsedAt that
+// moves it at most once a minute whichever instance asks).
+type Toucher interface {
+	TouchKey(ctx context.Context, keyHash string, at time.Time) error
 }
 
-// NewSecret returns a new random key secret with a recognisable prefix.
+// Hash returns the stored form of a key secret: hex SHA-256 (capacity.HashKeySecret).
+func Hash(secret string) string { return capacity.HashKeySecret(secret) }
+
+// NewSecret returns a new random key secret in the checksummed ocap_ format.
 func NewSecret() string {
-	var b [32]byte
-	_, _ = rand.Read(b[:])
-	return "ork_" + base64.RawURLEncoding.EncodeToString(b[:])
+	s, err := capacity.NewKeySecret()
+	if err != nil {
+		panic(err) // crypto/rand.Read never fails (Go 1.24+)
+	}
+	return s
 }
 
 // Authenticator resolves bearer keys, caching lookups (hits and misses) for TTL. A revoked
@@ -41,9 +42,18 @@ type Authenticator struct {
 	Keys KeyStore
 	TTL  time.Duration
 	Now  func() time.Time
+	// Touch, if set, records a key's use after it authenticated: at most once per TouchEvery
+	// per key from this instance, in a goroutine the answer never waits for.
+	Touch Toucher
+	// TouchEvery is how often this instance records one key's use (default a minute).
+	TouchEvery time.Duration
+	// TouchTimeout bounds one recording (default 2s).
+	TouchTimeout time.Duration
+	Logger       *slog.Logger
 
-	mu    sync.Mutex
-	cache map[string]cached
+	mu      sync.Mutex
+	cache   map[string]cached
+	touched map[string]time.Time // by hash: when this instance last recorded the key's use
 }
 
 type cached struct {
@@ -68,7 +78,14 @@ func (a *Authenticator) Authenticate(ctx context.Context, header string) (capaci
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
 		return capacity.Principal{}, capacity.Errorf(capacity.CodeUnauthenticated, "an API key is required: Authorization: Bearer <key>")
 	}
-	key, err := a.lookup(ctx, Hash(strings.TrimSpace(secret)))
+	secret = strings.TrimSpace(secret)
+	// A mistyped or truncated key of the current format is refused without a table read.
+	// Other secrets (the legacy ork_ keys) are looked up as they are.
+	if strings.HasPrefix(secret, capacity.KeyPrefix) && capacity.CheckKeySecret(secret) != nil {
+		return capacity.Principal{}, capacity.Errorf(capacity.CodeUnauthenticated, "the API key is malformed (mistyped or truncated?)")
+	}
+	hash := Hash(secret)
+	key, err := a.lookup(ctx, hash)
 	if err != nil {
 		return capacity.Principal{}, fmt.Errorf("authenticate: %w", err)
 	}
@@ -76,7 +93,49 @@ func (a *Authenticator) Authenticate(ctx context.Context, header string) (capaci
 	if key == nil || key.Revoked || (key.ExpiresAt != nil && !now.Before(*key.ExpiresAt)) {
 		return capacity.Principal{}, capacity.Errorf(capacity.CodeUnauthenticated, "the API key is unknown, revoked or expired")
 	}
+	a.touch(ctx, hash, key.KeyID, now)
 	return capacity.Principal{KeyID: key.KeyID, OrgID: key.OrgID, Permissions: key.Permissions, Operator: key.Operator}, nil
+}
+
+// touch records the key's use, unless this instance did within TouchEvery, in a goroutine
+// with a context detached from the request's: the answer never waits for it, and a failure
+// is only logged. (In Lambda the goroutine may be frozen with the instance and finish at its
+// next invocation; a use it misses is recorded by the next one.)
+func (a *Authenticator) touch(ctx context.Context, hash, keyID string, now time.Time) {
+	if a.Touch == nil {
+		return
+	}
+	every := a.TouchEvery
+	if every <= 0 {
+		every = time.Minute
+	}
+	a.mu.Lock()
+	last, ok := a.touched[hash]
+	if ok && now.Sub(last) < every && !now.Before(last) {
+		a.mu.Unlock()
+		return
+	}
+	if a.touched == nil || len(a.touched) >= maxCached {
+		a.touched = make(map[string]time.Time)
+	}
+	a.touched[hash] = now
+	a.mu.Unlock()
+
+	timeout := a.TouchTimeout
+	if timeout <= 0 {
+		timeout = 2 * time.Second
+	}
+	logger := a.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	go func() {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		defer cancel()
+		if err := a.Touch.TouchKey(tctx, hash, now); err != nil {
+			logger.WarnContext(tctx, "recording the API key's last use failed", "key_id", keyID, "err", err)
+		}
+	}()
 }
 
 func (a *Authenticator) lookup(ctx context.Context, hash string) (*capacity.APIKey, error) {

@@ -3,7 +3,6 @@ package auth_test
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -360,13 +359,11 @@ func TestNewSecret(t *testing.T) {
 	seen := make(map[string]bool, n)
 	for range n {
 		s := auth.NewSecret()
-		rest, ok := strings.CutPrefix(s, "ork_")
-		if !ok {
-			t.Fatalf("secret %q lacks the ork_ prefix", s)
+		if !strings.HasPrefix(s, capacity.KeyPrefix) || len(s) != 54 {
+			t.Fatalf("secret %q: want %s and 49 base62 characters", s, capacity.KeyPrefix)
 		}
-		raw, err := base64.RawURLEncoding.DecodeString(rest)
-		if err != nil || len(raw) != 32 {
-			t.Fatalf("secret %q: want 32 random bytes, URL-safe base64 (err %v, %d bytes)", s, err, len(raw))
+		if err := capacity.CheckKeySecret(s); err != nil {
+			t.Fatalf("secret %q does not check: %v", s, err)
 		}
 		if seen[s] {
 			t.Fatalf("secret %q generated twice", s)
@@ -380,5 +377,158 @@ func TestNewSecret(t *testing.T) {
 	a := &auth.Authenticator{Keys: keys, Now: func() time.Time { return t0 }}
 	if p, err := a.Authenticate(context.Background(), "Bearer "+s); err != nil || p.KeyID != "k" {
 		t.Fatalf("Authenticate(new secret) = %+v, %v", p, err)
+	}
+}
+
+// failingKeys fails the test if it is asked anything.
+type failingKeys struct{ t *testing.T }
+
+func (f failingKeys) LookupKey(context.Context, string) (*capacity.APIKey, error) {
+	f.t.Error("the key store was asked about a malformed key")
+	return nil, errors.New("unexpected lookup")
+}
+
+// A mistyped, truncated or otherwise malformed ocap_ key is refused without a table read.
+func TestMalformedKeyIsRefusedWithoutLookup(t *testing.T) {
+	good := auth.NewSecret()
+	swapped := []byte(good)
+	i := len(capacity.KeyPrefix) + 3
+	for swapped[i] == swapped[i+1] {
+		i++
+	}
+	swapped[i], swapped[i+1] = swapped[i+1], swapped[i]
+	changed := []byte(good)
+	changed[20] = map[bool]byte{true: 'x', false: 'y'}[changed[20] != 'x']
+	for _, tt := range []struct{ name, secret string }{
+		{"one char changed", string(changed)},
+		{"two chars swapped", string(swapped)},
+		{"truncated", good[:len(good)-1]},
+		{"extended", good + "0"},
+		{"prefix only", capacity.KeyPrefix},
+		{"bad character", good[:30] + "_" + good[31:]},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a := &auth.Authenticator{Keys: failingKeys{t}, TTL: time.Minute, Now: func() time.Time { return t0 }}
+			p, err := a.Authenticate(context.Background(), "Bearer "+tt.secret)
+			assertUnauthenticated(t, p, err)
+		})
+	}
+	// The well-formed key is looked up (and unknown here).
+	keys := standardKeys()
+	a := &auth.Authenticator{Keys: keys, Now: func() time.Time { return t0 }}
+	p, err := a.Authenticate(context.Background(), "Bearer "+good)
+	assertUnauthenticated(t, p, err)
+	if keys.hits(good) != 1 {
+		t.Errorf("a well-formed unknown key was looked up %d times, want 1", keys.hits(good))
+	}
+}
+
+// touch is one recorded use.
+type touch struct {
+	hash string
+	at   time.Time
+}
+
+// chanToucher sends each touch on a channel; if block is set, it then waits for it.
+type chanToucher struct {
+	touches chan touch
+	block   chan struct{}
+	ctxErr  chan error // after block: the touch's context's error
+	err     error
+}
+
+func (c *chanToucher) TouchKey(ctx context.Context, hash string, at time.Time) error {
+	c.touches <- touch{hash, at}
+	if c.block != nil {
+		<-c.block
+		c.ctxErr <- ctx.Err()
+	}
+	return c.err
+}
+
+func expectTouch(t *testing.T, c *chanToucher, want touch) {
+	t.Helper()
+	select {
+	case got := <-c.touches:
+		if got != want {
+			t.Errorf("touch = %+v, want %+v", got, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no touch recorded, want %+v", want)
+	}
+}
+
+func expectNoTouch(t *testing.T, c *chanToucher) {
+	t.Helper()
+	select {
+	case got := <-c.touches:
+		t.Errorf("unexpected touch %+v", got)
+	default:
+	}
+}
+
+// The last use is recorded at most once a minute per key from one instance.
+func TestLastUsedIsRecordedOncePerMinute(t *testing.T) {
+	keys := standardKeys()
+	clk := &clock{t: t0.Add(-time.Hour)}
+	c := &chanToucher{touches: make(chan touch, 10)}
+	a := &auth.Authenticator{Keys: keys, TTL: time.Hour, Now: clk.Now, Touch: c}
+	ctx := context.Background()
+	mustAuth := func() {
+		t.Helper()
+		if _, err := a.Authenticate(ctx, "Bearer "+secretValid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := clk.Now()
+	mustAuth()
+	expectTouch(t, c, touch{auth.Hash(secretValid), start})
+	clk.Advance(time.Minute - time.Nanosecond)
+	mustAuth()
+	// A second key is recorded on its own.
+	if _, err := a.Authenticate(ctx, "Bearer "+secretOperator); err != nil {
+		t.Fatal(err)
+	}
+	expectTouch(t, c, touch{auth.Hash(secretOperator), clk.Now()})
+	clk.Advance(time.Nanosecond)
+	mustAuth()
+	expectTouch(t, c, touch{auth.Hash(secretValid), start.Add(time.Minute)})
+	// Refused calls record nothing.
+	if _, err := a.Authenticate(ctx, "Bearer "+secretRevoked); err == nil {
+		t.Fatal("revoked key authenticated")
+	}
+	expectNoTouch(t, c)
+}
+
+// A recording that blocks (or fails) delays and changes nothing in the answer.
+func TestLastUsedNeverDelaysTheAnswer(t *testing.T) {
+	keys := standardKeys()
+	c := &chanToucher{touches: make(chan touch, 1), block: make(chan struct{}), ctxErr: make(chan error, 1),
+		err: errors.New("throttled")}
+	a := &auth.Authenticator{Keys: keys, Now: func() time.Time { return t0 }, Touch: c, TouchTimeout: time.Hour}
+	ctx, cancel := context.WithCancel(context.Background())
+	type answer struct {
+		p   capacity.Principal
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		p, err := a.Authenticate(ctx, "Bearer "+secretValid)
+		done <- answer{p, err}
+	}()
+	expectTouch(t, c, touch{auth.Hash(secretValid), t0})
+	select {
+	case got := <-done: // the touch is still blocked
+		if got.err != nil || got.p.KeyID != "key-1" {
+			t.Fatalf("Authenticate = %+v, %v", got.p, got.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Authenticate waited for the blocked touch")
+	}
+	// The request's end does not cancel the touch.
+	cancel()
+	close(c.block)
+	if err := <-c.ctxErr; err != nil {
+		t.Errorf("the touch's context ended with the request: %v", err)
 	}
 }

@@ -213,8 +213,14 @@ func (p *CapacityPlan) Commit(opID string, audit AuditRecord, now time.Time) (*C
 	audit.ReleasedBefore = nonNil(p.Reservation.ReleasedUnitIDs)
 	audit.ReleasedAfter = nonNil(result.Reservation.ReleasedUnitIDs)
 	audit.Terminated, audit.Skipped, audit.ReclaimID = result.Terminated, result.Skipped, result.ReclaimID
+	if len(p.Victims) > 0 {
+		audit.Victims = victims(p.Victims)
+	}
 	audit.Outcome = "ok"
 	if p.DryRun {
+		if p.Action == ActionReclaim {
+			result.PlanETag = p.ETag()
+		}
 		return nil, result, audit
 	}
 	c.Audit = audit

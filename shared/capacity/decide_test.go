@@ -432,7 +432,8 @@ func TestPlanCommit(t *testing.T) {
 				Reservation: answered(after("u4", "u5")), ReclaimID: "rcl_1",
 				Terminated: []string{"vm-spot-a", "vm-spot-b"}, Skipped: none, TerminateAfter: now,
 			},
-			wantAudit: audit(ActionReclaim, []string{"u2", "u3"}, []string{"u4", "u5"}, []string{"vm-spot-a", "vm-spot-b"}, none, "rcl_1", false),
+			wantAudit: withVictims(audit(ActionReclaim, []string{"u2", "u3"}, []string{"u4", "u5"}, []string{"vm-spot-a", "vm-spot-b"}, none, "rcl_1", false),
+				Victim{VMID: "vm-spot-a", OrgID: "x", UnitIDs: []string{"u2"}}, Victim{VMID: "vm-spot-b", OrgID: "y", UnitIDs: []string{"u3", "u6"}}),
 		},
 		{
 			name: "reclaim that changes nothing only checks the node", action: ActionReclaim, units: []string{"u0", "u1"},
@@ -448,8 +449,11 @@ func TestPlanCommit(t *testing.T) {
 		},
 		{
 			name: "dry run: no commit, the same answer without the change", action: ActionReclaim, units: []string{"u2", "u0"}, dryRun: true,
-			wantResult: CapacityResult{Reservation: read, DryRun: true, Terminated: []string{"vm-spot-a"}, Skipped: []string{"vm-res"}},
-			wantAudit:  audit(ActionReclaim, []string{"u2", "u0"}, read.ReleasedUnitIDs, []string{"vm-spot-a"}, []string{"vm-res"}, "", true),
+			// The plan's ETag over v1, the reservation's version 4, topologyGen 3, T and S.
+			wantResult: CapacityResult{Reservation: read, DryRun: true, Terminated: []string{"vm-spot-a"}, Skipped: []string{"vm-res"},
+				PlanETag: `"45019871df1bd7ebcb73ddeea4a3bef7"`},
+			wantAudit: withVictims(audit(ActionReclaim, []string{"u2", "u0"}, read.ReleasedUnitIDs, []string{"vm-spot-a"}, []string{"vm-res"}, "", true),
+				Victim{VMID: "vm-spot-a", OrgID: "x", UnitIDs: []string{"u2"}}),
 		},
 	}
 	for _, tt := range tests {
@@ -486,4 +490,9 @@ func TestDecideCapacityUnknownAction(t *testing.T) {
 	if _, err := DecideCapacity(ActionPlace, principal("owner", false, PermCapacity), fixture(), CapacityRequest{ReservationID: "r1", UnitIDs: []string{"u1"}}, now); err == nil {
 		t.Fatal("DecideCapacity(place) succeeded, want an error")
 	}
+}
+
+func withVictims(a AuditRecord, v ...Victim) AuditRecord {
+	a.Victims = v
+	return a
 }

@@ -33,6 +33,15 @@ const (
 	// CodeScheduledReclaimFired: a cancel of a scheduled reclaim that has already fired
 	// (completed or refused).
 	CodeScheduledReclaimFired Code = "scheduled_reclaim_fired"
+	// CodeReservationExists: a reservation with the requested id exists on the node.
+	CodeReservationExists Code = "reservation_exists"
+	// CodeReservationOverlap: units are held by another reservation whose term overlaps.
+	CodeReservationOverlap Code = "reservation_overlap"
+	// CodeInvalidTransition: the node or reservation is not in a state the call applies to.
+	CodeInvalidTransition Code = "invalid_transition"
+	// CodePlanChanged: a reclaim sent with If-Match whose plan is no longer the one named (412);
+	// Error.Plan holds the plan as it is now.
+	CodePlanChanged Code = "plan_changed"
 
 	// Request validity (422).
 	CodeInvalidRequest       Code = "invalid_request"
@@ -57,6 +66,8 @@ type Error struct {
 	Code    Code
 	Message string
 	UnitIDs []string
+	// Plan is the current plan (a dry-run result with its PlanETag) for CodePlanChanged.
+	Plan *CapacityResult
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }

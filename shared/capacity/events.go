@@ -16,6 +16,9 @@ const (
 	SourceSchedule = "openrelay.capacity.schedule"
 	// SourcePlatformScheduler is the platform's scheduler: its requests act as an operator.
 	SourcePlatformScheduler = "openrelay.scheduler"
+	// SourceFleet is the platform's fleet management: the default source of topology
+	// changes, which act as an operator.
+	SourceFleet = "openrelay.fleet"
 )
 
 // Detail types on the capacity bus.
@@ -27,6 +30,9 @@ const (
 	DetailVMTerminated       = "Spot VM Terminated"
 	DetailOperationCompleted = "Reclaim Operation Completed"
 	DetailOperationFailed    = "Reclaim Operation Failed"
+	DetailTopologyChanged    = "Node Topology Changed" // inbound
+	DetailTopologyApplied    = "Node Topology Applied" // outcome of an inbound topology change
+	DetailTopologyRefused    = "Node Topology Refused"
 )
 
 // ReasonReclaimedByOwner is the reasonCode of an eviction notice.
@@ -129,6 +135,27 @@ type ReclaimRefusedDetail struct {
 	ReservationID      string `json:"reservationId,omitempty"`
 	Code               string `json:"code"`
 	Detail             string `json:"detail"`
+}
+
+// TopologyAppliedDetail is the detail of a Node Topology Applied: the outcome of an inbound
+// topology change. Result is exactly the HTTP answer's body to the same change.
+type TopologyAppliedDetail struct {
+	EventID        string `json:"eventId"`
+	RequestEventID string `json:"requestEventId"`
+	RequestSource  string `json:"requestSource"`
+	NodeID         string `json:"nodeId"`
+	Result         any    `json:"result"`
+}
+
+// TopologyRefusedDetail is the detail of a Node Topology Refused: an inbound topology change
+// refused with the problem code and detail the HTTP API would answer.
+type TopologyRefusedDetail struct {
+	EventID        string `json:"eventId"`
+	RequestEventID string `json:"requestEventId"`
+	RequestSource  string `json:"requestSource"`
+	NodeID         string `json:"nodeId,omitempty"`
+	Code           string `json:"code"`
+	Detail         string `json:"detail"`
 }
 
 // eventTime is a time in an event detail: RFC 3339 UTC seconds, like the API.

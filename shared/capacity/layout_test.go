@@ -203,7 +203,13 @@ func TestDecisionReadIgnoresHistory(t *testing.T) {
 		}
 		return stats.Snapshot()
 	}
-	// The fresh node, in the shape it has at the start of every cycle: s1 running on u1.
+	// The fresh node, in the shape it has at the start of every cycle: s1 running on u1. A dry
+	// run first puts the audit chain's head on the node item, as every cycle leaves it.
+	dry := reclaim("u1")
+	dry.DryRun = true
+	if _, err := svc.Reclaim(ctx, owner, dry, capacity.RequestMeta{}); err != nil {
+		t.Fatal(err)
+	}
 	fresh := read()
 	if fresh.ItemsRead != 4 || fresh.BytesRead == 0 {
 		t.Fatalf("fresh node read %d items, %d bytes: want node, reservation, 2 VMs", fresh.ItemsRead, fresh.BytesRead)

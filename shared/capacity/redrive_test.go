@@ -115,14 +115,14 @@ func TestLateBranchOfAnOldAttemptDoesNothing(t *testing.T) {
 		t.Fatalf("round = %+v, %v", r, err)
 	}
 	// The old execution's last round for s2 now arrives, with the agent still refusing.
-	before := env.Items(t, env.Store.Table)
+	before := env.StateItems(t)
 	oldAgent := &fakeAgent{permanent: map[string]bool{"s2": true}}
 	old := &capacity.Terminator{Store: env.Store, Agent: oldAgent, Logger: quiet}
 	r, err = old.Run(ctx, capacity.TerminationTask{ReclaimID: op.ID, NodeID: "n1", VMIDs: []string{"s2"}, ExecutionARN: "arn:1", Attempt: 1, Round: 2, MaxRounds: 3})
 	if err != nil || !r.Done || oldAgent.total() != 0 {
 		t.Fatalf("old round = %+v, %v, agent calls %v", r, err, oldAgent.calls)
 	}
-	if after := env.Items(t, env.Store.Table); !reflect.DeepEqual(after, before) {
+	if after := env.StateItems(t); !reflect.DeepEqual(after, before) {
 		t.Fatal("a task of an older attempt wrote")
 	}
 	// Its store writes, had it made them, change nothing that counts either.
@@ -189,12 +189,12 @@ func TestRedriveRefusals(t *testing.T) {
 			if tt.op != "" {
 				opID = tt.op
 			}
-			before := env.Items(t, env.Store.Table)
+			before := env.StateItems(t)
 			_, err := svc.Redrive(ctx, tt.p, "n1", res, opID, capacity.RequestMeta{})
 			if capacity.ErrorCode(err) != tt.want {
 				t.Fatalf("err = %v, want %s", err, tt.want)
 			}
-			if !reflect.DeepEqual(env.Items(t, env.Store.Table), before) || len(wf.startedNames()) != 0 {
+			if !reflect.DeepEqual(env.StateItems(t), before) || len(wf.startedNames()) != 0 {
 				t.Fatal("a refused re-drive changed something")
 			}
 			if n := len(auditActions(t, env, capacity.ActionRetry)); (n == 1) != tt.wantAudit || n > 1 {

@@ -74,6 +74,12 @@ type Service struct {
 	// CodeSchedulingUnavailable).
 	Scheduler Scheduler
 	Schedules ScheduleStore
+	// Keys backs key management (nil: its calls fail as internal errors).
+	Keys KeyStore
+	// AgentKeys hands out a new node's agent key in the answer that registers it (nil: none
+	// is handed out). AllowHTTPAgents admits http agent endpoints (the local environment).
+	AgentKeys       NodeKeySource
+	AllowHTTPAgents bool
 }
 
 // RequestMeta carries facts about the call that the domain records but does not decide on.
@@ -106,6 +112,9 @@ type CapacityResult struct {
 	// TerminateAfter is when the evicted VMs' termination may begin (commit time plus the
 	// grace); zero when nothing was evicted or for a dry run.
 	TerminateAfter time.Time `json:"terminateAfter,omitzero"`
+	// PlanETag names a dry-run reclaim's plan (see PlanETag): a real reclaim sent with it in
+	// If-Match runs only while the plan is the same.
+	PlanETag string `json:"planEtag,omitempty"`
 	// Replayed is set when the result was stored under the request's Idempotency-Key.
 	Replayed bool `json:"-"`
 }
@@ -398,6 +407,9 @@ func (s *Service) remember(c *Commit, key idempotency, nodeID string, result any
 func (s *Service) decideCapacity(p Principal, st *NodeState, req CapacityRequest, action string, now time.Time, audit AuditRecord) (*Commit, *CapacityResult, AuditRecord, error) {
 	plan, err := DecideCapacity(action, p, st, req, now)
 	if err != nil {
+		return nil, nil, audit, err
+	}
+	if err := plan.checkIfMatch(req.IfMatch, audit, now); err != nil {
 		return nil, nil, audit, err
 	}
 	c, result, audit := plan.Commit("rcl_"+s.newID(), audit, now)

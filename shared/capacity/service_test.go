@@ -83,7 +83,7 @@ func TestReclaimEvictsAndCommits(t *testing.T) {
 
 func TestDryRunChangesNothingButAudit(t *testing.T) {
 	env, svc := world(t)
-	before := env.Items(t, env.Store.Table)
+	before := env.StateItems(t)
 	req := reclaim("u1", "u0")
 	req.DryRun = true
 	res, err := svc.Reclaim(context.Background(), owner, req, capacity.RequestMeta{})
@@ -93,7 +93,7 @@ func TestDryRunChangesNothingButAudit(t *testing.T) {
 	if !res.DryRun || !slices.Equal(res.Terminated, []string{"s1"}) || !slices.Equal(res.Skipped, []string{"v0"}) {
 		t.Fatalf("dry run = %+v", res)
 	}
-	if !reflect.DeepEqual(env.Items(t, env.Store.Table), before) {
+	if !reflect.DeepEqual(env.StateItems(t), before) {
 		t.Fatal("dry run changed the state table")
 	}
 	audit := env.Items(t, env.Store.AuditTable)
@@ -121,7 +121,7 @@ func TestIdempotencyKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	state := env.Items(t, env.Store.Table)
+	state := env.StateItems(t)
 	second, err := svc.Reclaim(ctx, owner, req, capacity.RequestMeta{})
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +129,7 @@ func TestIdempotencyKey(t *testing.T) {
 	if !second.Replayed || second.ReclaimID != first.ReclaimID || !slices.Equal(second.Terminated, first.Terminated) {
 		t.Fatalf("replay = %+v, want the first result %+v", second, first)
 	}
-	if !reflect.DeepEqual(env.Items(t, env.Store.Table), state) {
+	if !reflect.DeepEqual(env.StateItems(t), state) {
 		t.Fatal("a replay wrote to the state table")
 	}
 	other := reclaim("u2")
@@ -187,7 +187,7 @@ func TestReclaimGivesUpAfterBoundedAttempts(t *testing.T) {
 	env, svc := world(t)
 	calls := 0
 	svc.Store = &alwaysConflict{Store: env.Store, calls: &calls}
-	before := env.Items(t, env.Store.Table)
+	before := env.StateItems(t)
 	_, err := svc.Reclaim(context.Background(), owner, reclaim("u1"), capacity.RequestMeta{})
 	if capacity.ErrorCode(err) != capacity.CodeConcurrentModification {
 		t.Fatalf("got %v, want concurrent_modification", err)
@@ -195,7 +195,7 @@ func TestReclaimGivesUpAfterBoundedAttempts(t *testing.T) {
 	if calls != 3 {
 		t.Errorf("commit attempts = %d, want 3", calls)
 	}
-	if !reflect.DeepEqual(env.Items(t, env.Store.Table), before) {
+	if !reflect.DeepEqual(env.StateItems(t), before) {
 		t.Fatal("state changed")
 	}
 }
@@ -228,7 +228,7 @@ func TestRefusalsChangeNothingAndAreAudited(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			env, svc := world(t)
-			before := env.Items(t, env.Store.Table)
+			before := env.StateItems(t)
 			call := svc.Reclaim
 			if !tt.reclaimFn {
 				call = svc.Release
@@ -237,7 +237,7 @@ func TestRefusalsChangeNothingAndAreAudited(t *testing.T) {
 			if capacity.ErrorCode(err) != tt.want {
 				t.Fatalf("got %v, want %s", err, tt.want)
 			}
-			if !reflect.DeepEqual(env.Items(t, env.Store.Table), before) {
+			if !reflect.DeepEqual(env.StateItems(t), before) {
 				t.Fatal("a refused call changed the state table")
 			}
 			if n := len(env.Items(t, env.Store.AuditTable)); (n == 1) != tt.audited {
@@ -315,7 +315,7 @@ func TestIdempotencyFingerprintTreatsUnitsAsASet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	state := env.Items(t, env.Store.Table)
+	state := env.StateItems(t)
 	req.UnitIDs = []string{"u2", "u1"}
 	again, err := svc.Reclaim(ctx, owner, req, capacity.RequestMeta{})
 	if err != nil {
@@ -324,7 +324,7 @@ func TestIdempotencyFingerprintTreatsUnitsAsASet(t *testing.T) {
 	if !again.Replayed || again.ReclaimID != first.ReclaimID {
 		t.Fatalf("retry = %+v, want the first answer (%s) replayed", again, first.ReclaimID)
 	}
-	if !reflect.DeepEqual(env.Items(t, env.Store.Table), state) {
+	if !reflect.DeepEqual(env.StateItems(t), state) {
 		t.Fatal("the retry wrote to the state table")
 	}
 	// A different set under the same key is still a reuse.
@@ -356,7 +356,7 @@ func TestReplayComesAfterTheAccessCheck(t *testing.T) {
 			if _, err := svc.Reclaim(ctx, op, req, capacity.RequestMeta{}); err != nil {
 				t.Fatal(err)
 			}
-			state := env.Items(t, env.Store.Table)
+			state := env.StateItems(t)
 			res, err := svc.Reclaim(ctx, tt.now, req, capacity.RequestMeta{})
 			if tt.want == "" {
 				if err != nil || !res.Replayed {
@@ -367,7 +367,7 @@ func TestReplayComesAfterTheAccessCheck(t *testing.T) {
 			if capacity.ErrorCode(err) != tt.want {
 				t.Fatalf("got %+v, %v; want %s", res, err, tt.want)
 			}
-			if !reflect.DeepEqual(env.Items(t, env.Store.Table), state) {
+			if !reflect.DeepEqual(env.StateItems(t), state) {
 				t.Fatal("the refused retry changed the state table")
 			}
 		})
@@ -391,7 +391,7 @@ func TestPlacementUnderAnExistingVMID(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			calls := 0
 			svc.Store = &countCommits{Store: env.Store, calls: &calls}
-			before := env.Items(t, env.Store.Table)
+			before := env.StateItems(t)
 			_, err := svc.Place(ctx, sched, capacity.PlacementRequest{NodeID: "n1", VMID: tt.vmID, OrgID: "buyer", Tier: capacity.TierSpot, UnitIDs: []string{"u3"}}, capacity.RequestMeta{})
 			if capacity.ErrorCode(err) != capacity.CodeVMExists {
 				t.Fatalf("got %v, want vm_exists", err)
@@ -399,7 +399,7 @@ func TestPlacementUnderAnExistingVMID(t *testing.T) {
 			if calls > 1 {
 				t.Errorf("%d commits: a taken id is not a race to retry", calls)
 			}
-			if !reflect.DeepEqual(env.Items(t, env.Store.Table), before) {
+			if !reflect.DeepEqual(env.StateItems(t), before) {
 				t.Fatal("the refused placement changed the state table")
 			}
 		})

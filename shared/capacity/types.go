@@ -38,6 +38,13 @@ type APIKey struct {
 	Operator    bool
 	Revoked     bool
 	ExpiresAt   *time.Time
+	Description string
+	// CreatedAt and CreatedByKeyID are zero on keys provisioned outside the API.
+	CreatedAt      time.Time
+	CreatedByKeyID string
+	RevokedAt      *time.Time
+	// LastUsedAt is when the key last authenticated a call, recorded at most once a minute.
+	LastUsedAt *time.Time
 }
 
 // Node is a GPU machine and, as the ledger of its units, the item that every write to the
@@ -49,6 +56,15 @@ type Node struct {
 	AgentEndpoint string
 	UnitIDs       []string
 	Version       int64
+	// AuditHead is the head of the node's audit hash chain, advanced in the same transaction
+	// as each audit record of the node is put.
+	AuditHead AuditHead
+}
+
+// AuditHead is the last record of an audit hash chain: its Seq and Hash (zero: no record yet).
+type AuditHead struct {
+	Seq  int64
+	Hash string
 }
 
 // Status of a reservation.
@@ -343,6 +359,14 @@ type AuditRecord struct {
 	Via string
 	// EventID names the event that carried the call (Via event or schedule).
 	EventID string
+	// Victims are the VMs a reclaim evicted, with their buyer org and units.
+	Victims []Victim
+	// Seq numbers the record in its chain (1, 2, 3...); 0 for a record outside any chain.
+	Seq int64
+	// PrevHash is the Hash of record Seq-1 ("" for Seq 1); Hash covers the record's content
+	// with PrevHash and Seq (see HashAuditRecord).
+	PrevHash string
+	Hash     string
 }
 
 // How a call came (AuditRecord.Via, RequestMeta.Via).
@@ -357,4 +381,11 @@ const (
 	ActionReclaim = "reclaim"
 	ActionRelease = "release"
 	ActionPlace   = "place"
+
+	// Operator lifecycle (operator.go).
+	ActionNodePut             = "node.put"
+	ActionReservationCreate   = "reservation.create"
+	ActionReservationCancel   = "reservation.cancel"
+	ActionReservationReaffirm = "reservation.reaffirm"
+	ActionTopologySet         = "topology.set"
 )

@@ -109,6 +109,10 @@ type CapacityRequest struct {
 	// omitempty keeps the idempotency fingerprint of a request without grace what it was
 	// before grace existed.
 	GraceSeconds int `json:",omitempty"`
+	// IfMatch is the raw If-Match header of a reclaim: it runs only if its plan's ETag is
+	// among these ("" = no condition). Not part of the idempotency fingerprint: a replay
+	// answers the stored result whatever it says.
+	IfMatch string `json:"-"`
 }
 
 // Validate checks the request on its own, before anything is read.
@@ -133,6 +137,9 @@ func (r CapacityRequest) Validate() error {
 func (r CapacityRequest) validateFor(action string) error {
 	if action == ActionRelease && r.GraceSeconds != 0 {
 		return Errorf(CodeInvalidRequest, "graceSeconds applies to a reclaim only; a release terminates nothing")
+	}
+	if action == ActionRelease && r.IfMatch != "" {
+		return Errorf(CodeInvalidRequest, "If-Match applies to a reclaim only; a release has no plan")
 	}
 	return nil
 }

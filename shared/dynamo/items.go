@@ -1,6 +1,7 @@
 package dynamo
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -27,9 +28,15 @@ import (
 //
 // Every key starts with its node's NODE#<nodeId>, so no write ever names two nodes' items.
 //
-// The audit table: pk NODE#<nodeId>, sk <time>#<auditId>; append-only.
+// The audit table: pk NODE#<nodeId> (APIKEYS for key management), sk SEQ#<seq, 20 digits>
+// for a record of the node's hash chain, <time>#<auditId> for one outside it (written before
+// chains existed, or for a node that does not exist); resKey NODE#<nodeId>#RES#<id> on records
+// about a reservation (the byReservation index); append-only. The chain's head is the node
+// item's AuditSeq and AuditHead (for keys: the keys table's item APIKEYS/AUDITHEAD).
 //
-// The keys table: pk APIKEY#<sha256>, sk APIKEY: an API key, by the hash of its secret.
+// The keys table: pk APIKEY#<sha256>, sk APIKEY: an API key, by the hash of its secret;
+// pk KEYID#<keyId>, sk KEYID: the hash of the key with that id (revoke by id); pk
+// KEYIDEM#<scope>, sk IDEM: the Idempotency-Key record of a key creation (never the secret).
 //
 // Item structs name every stored attribute explicitly (tags), apart from the domain's Go
 // field names, and expressions use the attr* constants: renaming a domain field changes no
@@ -51,6 +58,7 @@ const (
 	prefixReserv     = "RES#"
 	prefixVM         = "VM#"
 	prefixIdempotent = "IDEM#"
+	prefixSeq        = "SEQ#" // a chained audit record
 
 	// legacyPrefixOperation: the first layout kept operations (OP#<id>) and outcomes
 	// (OP#<id>#VM#<vm>) in the decision partition; only the migration still reads them.
@@ -109,20 +117,23 @@ type nodeItem struct {
 	AgentEndpoint string   `dynamodbav:"AgentEndpoint"`
 	UnitIDs       []string `dynamodbav:"UnitIDs"`
 	Version       int64    `dynamodbav:"Version"`
+	// The head of the node's audit chain (absent until its first chained record).
+	AuditSeq  int64  `dynamodbav:"AuditSeq,omitempty"`
+	AuditHead string `dynamodbav:"AuditHead,omitempty"`
 }
 
 func newNodeItem(n capacity.Node) nodeItem {
 	return nodeItem{
 		PK: nodePK(n.ID), SK: skNode, Type: typeNode,
 		ID: n.ID, OwnerOrgID: n.OwnerOrgID, TopologyGen: n.TopologyGen, AgentEndpoint: n.AgentEndpoint,
-		UnitIDs: n.UnitIDs, Version: n.Version,
+		UnitIDs: n.UnitIDs, Version: n.Version, AuditSeq: n.AuditHead.Seq, AuditHead: n.AuditHead.Hash,
 	}
 }
 
 func (i nodeItem) node() capacity.Node {
 	return capacity.Node{
 		ID: i.ID, OwnerOrgID: i.OwnerOrgID, TopologyGen: i.TopologyGen, AgentEndpoint: i.AgentEndpoint,
-		UnitIDs: i.UnitIDs, Version: i.Version,
+		UnitIDs: i.UnitIDs, Version: i.Version, AuditHead: capacity.AuditHead{Seq: i.AuditSeq, Hash: i.AuditHead},
 	}
 }
 
@@ -350,21 +361,46 @@ type apiKeyItem struct {
 	Operator    bool       `dynamodbav:"Operator"`
 	Revoked     bool       `dynamodbav:"Revoked"`
 	ExpiresAt   *time.Time `dynamodbav:"ExpiresAt"`
+	// Added with key management; absent on keys provisioned before.
+	Description    string     `dynamodbav:"Description,omitempty"`
+	CreatedAt      *time.Time `dynamodbav:"CreatedAt,omitempty"`
+	CreatedByKeyID string     `dynamodbav:"CreatedByKeyID,omitempty"`
+	RevokedAt      *time.Time `dynamodbav:"RevokedAt,omitempty"`
+	// LastUsedAt is epoch seconds, a number so that TouchKey's condition compares it.
+	LastUsedAt int64 `dynamodbav:"LastUsedAt,omitempty"`
 }
 
 func newAPIKeyItem(k capacity.APIKey) apiKeyItem {
-	return apiKeyItem{
+	it := apiKeyItem{
 		PK: apiKeyPK(k.Hash), SK: skAPIKey, Type: typeAPIKey,
 		KeyID: k.KeyID, Hash: k.Hash, OrgID: k.OrgID, Permissions: k.Permissions,
 		Operator: k.Operator, Revoked: k.Revoked, ExpiresAt: k.ExpiresAt,
+		Description: k.Description, CreatedByKeyID: k.CreatedByKeyID, RevokedAt: k.RevokedAt,
 	}
+	if !k.CreatedAt.IsZero() {
+		at := k.CreatedAt
+		it.CreatedAt = &at
+	}
+	if k.LastUsedAt != nil {
+		it.LastUsedAt = k.LastUsedAt.Unix()
+	}
+	return it
 }
 
 func (i apiKeyItem) apiKey() capacity.APIKey {
-	return capacity.APIKey{
+	k := capacity.APIKey{
 		KeyID: i.KeyID, Hash: i.Hash, OrgID: i.OrgID, Permissions: i.Permissions,
 		Operator: i.Operator, Revoked: i.Revoked, ExpiresAt: i.ExpiresAt,
+		Description: i.Description, CreatedByKeyID: i.CreatedByKeyID, RevokedAt: i.RevokedAt,
 	}
+	if i.CreatedAt != nil {
+		k.CreatedAt = *i.CreatedAt
+	}
+	if i.LastUsedAt != 0 {
+		at := time.Unix(i.LastUsedAt, 0).UTC()
+		k.LastUsedAt = &at
+	}
+	return k
 }
 
 type auditItem struct {
@@ -393,18 +429,68 @@ type auditItem struct {
 	Outcome        string    `dynamodbav:"Outcome"`
 	Via            string    `dynamodbav:"via,omitempty"`
 	EventID        string    `dynamodbav:"eventId,omitempty"`
+	// The hash chain (absent on unchained and earlier records) and the evicted VMs.
+	Seq      int64          `dynamodbav:"seq,omitempty"`
+	PrevHash string         `dynamodbav:"prevHash,omitempty"`
+	Hash     string         `dynamodbav:"hash,omitempty"`
+	Victims  []victimRecord `dynamodbav:"victims,omitempty"`
+	// ResKey keys the byReservation index (table.AuditByReservationKey), on records about a
+	// reservation only.
+	ResKey string `dynamodbav:"resKey,omitempty"`
 }
 
+// newAuditItem is the record in its node's audit partition: a chained record (Seq > 0) under
+// SEQ#<seq>, an unchained one under <time>#<id> (which sorts before SEQ#).
 func newAuditItem(a capacity.AuditRecord) auditItem {
-	return auditItem{
-		PK: nodePK(a.NodeID), SK: a.Time.UTC().Format(time.RFC3339Nano) + "#" + a.ID, Type: typeAudit,
+	return newAuditItemIn(nodePK(a.NodeID), a)
+}
+
+func auditSK(a capacity.AuditRecord) string {
+	if a.Seq > 0 {
+		return seqSK(a.Seq)
+	}
+	return a.Time.UTC().Format(time.RFC3339Nano) + "#" + a.ID
+}
+
+// seqSK is the sort key of the chained record with the seq.
+func seqSK(seq int64) string { return fmt.Sprintf("%s%020d", prefixSeq, seq) }
+
+func auditResKey(a capacity.AuditRecord) string {
+	if a.ReservationID == "" {
+		return ""
+	}
+	return nodePK(a.NodeID) + "#RES#" + a.ReservationID
+}
+
+func newAuditItemIn(pk string, a capacity.AuditRecord) auditItem {
+	it := auditItem{
+		PK: pk, SK: auditSK(a), Type: typeAudit,
 		ID: a.ID, Time: a.Time, RequestID: a.RequestID, ActorKeyID: a.ActorKeyID, CallerOrgID: a.CallerOrgID,
 		ActingFor: a.ActingFor, Action: a.Action, NodeID: a.NodeID, ReservationID: a.ReservationID,
 		UnitIDs: a.UnitIDs, DryRun: a.DryRun, Reason: a.Reason, ReclaimID: a.ReclaimID,
 		Terminated: a.Terminated, Skipped: a.Skipped, ReleasedBefore: a.ReleasedBefore,
 		ReleasedAfter: a.ReleasedAfter, TopologyGen: a.TopologyGen, VMID: a.VMID, Outcome: a.Outcome,
-		Via: a.Via, EventID: a.EventID,
+		Via: a.Via, EventID: a.EventID, Seq: a.Seq, PrevHash: a.PrevHash, Hash: a.Hash, ResKey: auditResKey(a),
 	}
+	for _, v := range a.Victims {
+		it.Victims = append(it.Victims, victimRecord{VMID: v.VMID, OrgID: v.OrgID, UnitIDs: v.UnitIDs})
+	}
+	return it
+}
+
+func (i auditItem) record() capacity.AuditRecord {
+	a := capacity.AuditRecord{
+		ID: i.ID, Time: i.Time, RequestID: i.RequestID, ActorKeyID: i.ActorKeyID, CallerOrgID: i.CallerOrgID,
+		ActingFor: i.ActingFor, Action: i.Action, NodeID: i.NodeID, ReservationID: i.ReservationID,
+		UnitIDs: i.UnitIDs, DryRun: i.DryRun, Reason: i.Reason, ReclaimID: i.ReclaimID,
+		Terminated: i.Terminated, Skipped: i.Skipped, ReleasedBefore: i.ReleasedBefore,
+		ReleasedAfter: i.ReleasedAfter, TopologyGen: i.TopologyGen, VMID: i.VMID, Outcome: i.Outcome,
+		Via: i.Via, EventID: i.EventID, Seq: i.Seq, PrevHash: i.PrevHash, Hash: i.Hash,
+	}
+	for _, v := range i.Victims {
+		a.Victims = append(a.Victims, capacity.Victim{VMID: v.VMID, OrgID: v.OrgID, UnitIDs: v.UnitIDs})
+	}
+	return a
 }
 
 // The byState index keys operations by state, ordered by creation.

@@ -18,8 +18,9 @@ var (
 	at  = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 	end = at.Add(24 * time.Hour)
 
-	fullNode = capacity.Node{ID: "n1", OwnerOrgID: "o", TopologyGen: 2, AgentEndpoint: "https://a", UnitIDs: []string{"u0"}, Version: 3}
-	fullRes  = capacity.Reservation{ID: "r1", NodeID: "n1", AllowedOrgIDs: []string{"a"}, ReservedUnitIDs: []string{"u0"},
+	fullNode = capacity.Node{ID: "n1", OwnerOrgID: "o", TopologyGen: 2, AgentEndpoint: "https://a", UnitIDs: []string{"u0"}, Version: 3,
+		AuditHead: capacity.AuditHead{Seq: 7, Hash: "h7"}}
+	fullRes = capacity.Reservation{ID: "r1", NodeID: "n1", AllowedOrgIDs: []string{"a"}, ReservedUnitIDs: []string{"u0"},
 		ReleasedUnitIDs: []string{"u0"}, ManagingOrgIDs: []string{"m"}, StartsAt: at, EndsAt: &end, Status: capacity.StatusActive,
 		ContractRef: "c", CreatedAt: at, UpdatedAt: at, Reason: "r", TopologyGen: 2, Version: 4}
 	fullVM = capacity.VM{ID: "v1", NodeID: "n1", OrgID: "b", Tier: capacity.TierSpot, UnitIDs: []string{"u0"},
@@ -34,7 +35,8 @@ var (
 	fullAudit   = capacity.AuditRecord{ID: "a", Time: at, RequestID: "q", ActorKeyID: "k", CallerOrgID: "o", ActingFor: "o",
 		Action: "reclaim", NodeID: "n1", ReservationID: "r1", UnitIDs: []string{"u0"}, DryRun: true, Reason: "r",
 		ReclaimID: "rcl_1", Terminated: []string{"v1"}, Skipped: []string{"v2"}, ReleasedBefore: []string{"u0"},
-		ReleasedAfter: []string{}, TopologyGen: 2, VMID: "v1", Outcome: "ok", Via: "event", EventID: "e1"}
+		ReleasedAfter: []string{}, TopologyGen: 2, VMID: "v1", Outcome: "ok", Via: "event", EventID: "e1",
+		Victims: []capacity.Victim{{VMID: "v1", OrgID: "b", UnitIDs: []string{"u0"}}}, Seq: 8, PrevHash: "h7", Hash: "h8"}
 )
 
 // The stored schema is the item structs' tags, not the domain's Go field names: renaming a
@@ -47,7 +49,7 @@ func TestStoredAttributeNames(t *testing.T) {
 		item any
 		want string
 	}{
-		{"node", newNodeItem(fullNode), "AgentEndpoint ID OwnerOrgID TopologyGen UnitIDs Version pk sk type"},
+		{"node", newNodeItem(fullNode), "AgentEndpoint AuditHead AuditSeq ID OwnerOrgID TopologyGen UnitIDs Version pk sk type"},
 		{"reservation", newReservationItem(fullRes), "AllowedOrgIDs ContractRef CreatedAt EndsAt ID ManagingOrgIDs NodeID Reason ReleasedUnitIDs ReservedUnitIDs StartsAt Status TopologyGen UpdatedAt Version pk sk type"},
 		{"live VM", newVMItem(fullVM), "CreatedAt ID NodeID OrgID ReclaimID State Tier UnitIDs UpdatedAt Version pk sk type"},
 		{"terminated VM", newHistoryItem(fullVM, DefaultRetention), "CreatedAt ID NodeID OrgID ReclaimID State Tier UnitIDs UpdatedAt Version expiresAt pk sk type"},
@@ -55,7 +57,7 @@ func TestStoredAttributeNames(t *testing.T) {
 		{"outcome", newOutcomeItem(fullOp, "v1", fullOutcome, DefaultRetention), "At Attempt Error Outcome ReclaimID VMID expiresAt pk sk type"},
 		{"idempotency", newIdempotencyItem(fullIdem), "CreatedAt Fingerprint NodeID Result Scope expiresAt pk sk type"},
 		{"API key", newAPIKeyItem(fullKey), "ExpiresAt Hash KeyID Operator OrgID Permissions Revoked pk sk type"},
-		{"audit", newAuditItem(fullAudit), "ActingFor Action ActorKeyID CallerOrgID DryRun ID NodeID Outcome Reason ReclaimID ReleasedAfter ReleasedBefore RequestID ReservationID Skipped Terminated Time TopologyGen UnitIDs VMID eventId pk sk type via"},
+		{"audit", newAuditItem(fullAudit), "ActingFor Action ActorKeyID CallerOrgID DryRun ID NodeID Outcome Reason ReclaimID ReleasedAfter ReleasedBefore RequestID ReservationID Skipped Terminated Time TopologyGen UnitIDs VMID eventId hash pk prevHash resKey seq sk type via victims"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -96,10 +98,14 @@ func TestFirstLayoutItemsDecode(t *testing.T) {
 		}
 	}
 	var n nodeItem
-	decode(old(struct {
+	firstNode := fullNode
+	firstNode.AuditHead = capacity.AuditHead{} // no audit chain then
+	nodeOld := old(struct {
 		key
 		capacity.Node
-	}{key{"NODE#n1", "NODE", "node"}, fullNode}), &n)
+	}{key{"NODE#n1", "NODE", "node"}, firstNode})
+	delete(nodeOld, "AuditHead") // a field the first layout's Node did not have
+	decode(nodeOld, &n)
 	var r reservationItem
 	decode(old(struct {
 		key
@@ -130,7 +136,7 @@ func TestFirstLayoutItemsDecode(t *testing.T) {
 		capacity.APIKey
 	}{key{"APIKEY#h", "APIKEY", "apikey"}, fullKey}), &k)
 	for _, c := range []struct{ got, want any }{
-		{n.node(), fullNode}, {r.reservation(), fullRes}, {v.vm(), fullVM}, {o.operation(), withoutOutcomes},
+		{n.node(), firstNode}, {r.reservation(), fullRes}, {v.vm(), fullVM}, {o.operation(), withoutOutcomes},
 		{out.outcome(), fullOutcome}, {k.apiKey(), fullKey},
 	} {
 		if !reflect.DeepEqual(c.got, c.want) {

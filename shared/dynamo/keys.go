@@ -5,17 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/openrelay/capacity/shared/capacity"
 )
 
 // Keys reads API keys from their own table (shared/table.Keys), apart from the state table
-// that the functions write: the api function's role may only GetItem there, so no function
-// can mint or change a key. It is auth's KeyStore.
+// that the functions write: of the functions only the api function may reach it (to look
+// keys up, record their last use, and for key management by operators). It is auth's
+// KeyStore and Toucher.
 type Keys struct {
 	Client *dynamodb.Client
 	Table  string
@@ -56,9 +60,10 @@ func (k *Keys) Put(ctx context.Context, keys ...capacity.APIKey) error {
 	if err := k.check(keys); err != nil {
 		return err
 	}
-	items := make([]any, 0, len(keys))
+	items := make([]any, 0, 2*len(keys))
 	for _, key := range keys {
-		items = append(items, newAPIKeyItem(key))
+		// The key first: an existing one is refused before its id pointer is touched.
+		items = append(items, newAPIKeyItem(key), newKeyIDItem(key))
 	}
 	return putNew(ctx, k.Client, k.Table, items)
 }
@@ -74,4 +79,276 @@ func (k *Keys) check(keys []capacity.APIKey) error {
 		}
 	}
 	return nil
+}
+
+const (
+	typeKeyID    = "apikeyid"
+	skKeyID      = "KEYID"
+	skKeyIdem    = "IDEM"
+	attrRevoked  = "Revoked"
+	attrRevAt    = "RevokedAt"
+	attrLastUsed = "LastUsedAt"
+
+	// touchEvery: LastUsedAt moves at most this often, whichever instance asks.
+	touchEvery = time.Minute
+)
+
+func keyIDPK(keyID string) string { return "KEYID#" + keyID }
+
+func keyIdemPK(scope string) string { return "KEYIDEM#" + scope }
+
+// keyIDItem points from a key's id to the hash its item is stored under.
+type keyIDItem struct {
+	PK    string `dynamodbav:"pk"`
+	SK    string `dynamodbav:"sk"`
+	Type  string `dynamodbav:"type"`
+	KeyID string `dynamodbav:"KeyID"`
+	Hash  string `dynamodbav:"Hash"`
+}
+
+func newKeyIDItem(k capacity.APIKey) keyIDItem {
+	return keyIDItem{PK: keyIDPK(k.KeyID), SK: skKeyID, Type: typeKeyID, KeyID: k.KeyID, Hash: k.Hash}
+}
+
+// TouchKey records that the key was used at `at`: one UpdateItem, conditioned so that
+// LastUsedAt moves at most once a minute across every instance. A failed condition means
+// someone recorded it within the minute (or the key is gone): success.
+func (k *Keys) TouchKey(ctx context.Context, hash string, at time.Time) error {
+	if k.Table == "" {
+		return fmt.Errorf("touch API key: %w", errNoKeysTable)
+	}
+	now := at.Unix()
+	cond := expression.Name(attrPK).AttributeExists().And(expression.Or(
+		expression.Name(attrLastUsed).AttributeNotExists(),
+		expression.Name(attrLastUsed).LessThanEqual(expression.Value(now-int64(touchEvery/time.Second)))))
+	expr, err := expression.NewBuilder().WithCondition(cond).
+		WithUpdate(expression.Set(expression.Name(attrLastUsed), expression.Value(now))).Build()
+	if err != nil {
+		return fmt.Errorf("touch API key: build update: %w", err)
+	}
+	_, err = k.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(k.Table), Key: itemKey(apiKeyPK(hash), skAPIKey),
+		ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+	})
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("touch API key: %w", classify(err))
+	}
+	return nil
+}
+
+var _ capacity.KeyStore = (*Store)(nil)
+
+func (s *Store) keysTable() error {
+	if s.KeysTable == "" {
+		return errNoKeysTable
+	}
+	return nil
+}
+
+// KeyIdempotency returns the record of a key creation made under the scope, or nil (one
+// consistent GetItem).
+func (s *Store) KeyIdempotency(ctx context.Context, scope string) (*capacity.IdempotencyRecord, error) {
+	if err := s.keysTable(); err != nil {
+		return nil, fmt.Errorf("read key idempotency record: %w", err)
+	}
+	out, err := s.Client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.KeysTable), Key: itemKey(keyIdemPK(scope), skKeyIdem), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read key idempotency record: %w", classify(err))
+	}
+	if out.Item == nil {
+		return nil, nil
+	}
+	var it idempotencyItem
+	if err := attributevalue.UnmarshalMap(out.Item, &it); err != nil {
+		return nil, fmt.Errorf("decode key idempotency record: %w", err)
+	}
+	rec := it.record()
+	return &rec, nil
+}
+
+// CreateKey puts the key, its id pointer, its idempotency record (if any) and its audit
+// record on the keys chain in one transaction, each new item conditioned on its absence (the
+// idempotency record may replace an expired one). ErrConflict when one exists.
+func (s *Store) CreateKey(ctx context.Context, key capacity.APIKey, idem *capacity.IdempotencyRecord, audit capacity.AuditRecord) error {
+	if err := s.keysTable(); err != nil {
+		return fmt.Errorf("create API key: %w", err)
+	}
+	if err := (&Keys{Table: s.KeysTable}).check([]capacity.APIKey{key}); err != nil {
+		return err
+	}
+	var others []types.TransactWriteItem
+	for _, v := range []any{newAPIKeyItem(key), newKeyIDItem(key)} {
+		it, err := s.putNew(s.KeysTable, v, nil)
+		if err != nil {
+			return fmt.Errorf("create API key %s: %w", key.KeyID, err)
+		}
+		others = append(others, it)
+	}
+	if idem != nil {
+		it := newIdempotencyItem(*idem)
+		it.PK, it.SK = keyIdemPK(idem.Scope), skKeyIdem
+		// A record past its expiry may still be there; it no longer binds the key.
+		expired := expression.Name(attrExpiresAt).LessThanEqual(expression.Value(idem.CreatedAt.Unix()))
+		put, err := s.putNew(s.KeysTable, it, &expired)
+		if err != nil {
+			return fmt.Errorf("create API key %s: idempotency record: %w", key.KeyID, err)
+		}
+		others = append(others, put)
+	}
+	return s.appendChained(ctx, "create API key "+key.KeyID, audit, s.keysHead(), others, refuseOwn(len(others)))
+}
+
+// refuseOwn turns a cancellation that failed on one of the first n items (the call's own,
+// ahead of the audit items) into ErrConflict; a failure on the audit items is left to
+// appendChained (the head moved).
+func refuseOwn(n int) func(*types.TransactionCanceledException) error {
+	return func(e *types.TransactionCanceledException) error {
+		for i, r := range e.CancellationReasons {
+			if i < n && aws.ToString(r.Code) == "ConditionalCheckFailed" {
+				return fmt.Errorf("item %d: %w", i, capacity.ErrConflict)
+			}
+		}
+		return nil
+	}
+}
+
+// GetKey returns the key with the id (consistent reads of its id pointer and the key), or
+// an *Error CodeNotFound. Keys provisioned before id pointers existed are found by a Scan.
+func (s *Store) GetKey(ctx context.Context, keyID string) (*capacity.APIKey, error) {
+	if err := s.keysTable(); err != nil {
+		return nil, fmt.Errorf("get API key %s: %w", keyID, err)
+	}
+	out, err := s.Client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.KeysTable), Key: itemKey(keyIDPK(keyID), skKeyID), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("get API key %s: %w", keyID, classify(err))
+	}
+	var hash string
+	if out.Item != nil {
+		hash = attr(out.Item, "Hash")
+	} else if hash, err = s.legacyKeyHash(ctx, keyID); err != nil {
+		return nil, err
+	}
+	if hash == "" {
+		return nil, capacity.Errorf(capacity.CodeNotFound, "API key not found")
+	}
+	out, err = s.Client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.KeysTable), Key: itemKey(apiKeyPK(hash), skAPIKey), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("get API key %s: %w", keyID, classify(err))
+	}
+	if out.Item == nil {
+		return nil, capacity.Errorf(capacity.CodeNotFound, "API key not found")
+	}
+	var it apiKeyItem
+	if err := attributevalue.UnmarshalMap(out.Item, &it); err != nil {
+		return nil, fmt.Errorf("decode API key %s: %w", keyID, err)
+	}
+	key := it.apiKey()
+	return &key, nil
+}
+
+// legacyKeyHash finds the hash of a key without an id pointer ("" if none).
+func (s *Store) legacyKeyHash(ctx context.Context, keyID string) (string, error) {
+	expr, err := expression.NewBuilder().WithFilter(expression.Name(attrType).Equal(expression.Value(typeAPIKey)).
+		And(expression.Name("KeyID").Equal(expression.Value(keyID)))).
+		WithProjection(expression.NamesList(expression.Name("Hash"))).Build()
+	if err != nil {
+		return "", fmt.Errorf("find API key %s: build scan: %w", keyID, err)
+	}
+	p := dynamodb.NewScanPaginator(s.Client, &dynamodb.ScanInput{
+		TableName: aws.String(s.KeysTable), ConsistentRead: aws.Bool(true), FilterExpression: expr.Filter(),
+		ProjectionExpression: expr.Projection(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+	})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return "", fmt.Errorf("find API key %s: %w", keyID, classify(err))
+		}
+		if len(page.Items) > 0 {
+			return attr(page.Items[0], "Hash"), nil
+		}
+	}
+	return "", nil
+}
+
+// maxKeyScanPages bounds the Scan pages one ListKeys reads to fill its page: past it the
+// page is answered short, with a cursor.
+const maxKeyScanPages = 10
+
+// ListKeys returns up to limit keys in the table's (hash) order: a consistent Scan filtered
+// on the key items, read on until the page is full or the table ends.
+func (s *Store) ListKeys(ctx context.Context, limit int, cursor string) ([]capacity.APIKey, string, error) {
+	if err := s.keysTable(); err != nil {
+		return nil, "", fmt.Errorf("list API keys: %w", err)
+	}
+	start, err := decodeCursor(cursor, "")
+	if err != nil {
+		return nil, "", err
+	}
+	if start != nil && (len(start) != 2 || attr(start, attrPK) == "" || attr(start, attrSK) == "") {
+		return nil, "", capacity.Errorf(capacity.CodeInvalidRequest, "invalid cursor")
+	}
+	expr, err := expression.NewBuilder().WithFilter(expression.Name(attrType).Equal(expression.Value(typeAPIKey))).Build()
+	if err != nil {
+		return nil, "", fmt.Errorf("list API keys: build scan: %w", err)
+	}
+	keys := []capacity.APIKey{}
+	for range maxKeyScanPages {
+		out, err := s.Client.Scan(ctx, &dynamodb.ScanInput{
+			TableName: aws.String(s.KeysTable), ConsistentRead: aws.Bool(true), Limit: aws.Int32(int32(limit - len(keys))),
+			ExclusiveStartKey: start, FilterExpression: expr.Filter(),
+			ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+		})
+		if err != nil {
+			return nil, "", fmt.Errorf("list API keys: %w", classify(err))
+		}
+		for _, item := range out.Items {
+			var it apiKeyItem
+			if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+				return nil, "", fmt.Errorf("decode API key %s: %w", attr(item, attrPK), err)
+			}
+			keys = append(keys, it.apiKey())
+		}
+		start = out.LastEvaluatedKey
+		if len(start) == 0 || len(keys) >= limit {
+			break
+		}
+	}
+	next, err := encodeCursor(start)
+	if err != nil {
+		return nil, "", fmt.Errorf("list API keys: %w", err)
+	}
+	return keys, next, nil
+}
+
+// RevokeKey marks the key revoked, conditioned on it existing unrevoked, and appends the
+// audit record on the keys chain, in one transaction. ErrConflict when it was revoked since.
+func (s *Store) RevokeKey(ctx context.Context, key capacity.APIKey, at time.Time, audit capacity.AuditRecord) error {
+	if err := s.keysTable(); err != nil {
+		return fmt.Errorf("revoke API key %s: %w", key.KeyID, err)
+	}
+	cond := expression.Name(attrPK).AttributeExists().And(expression.Or(
+		expression.Name(attrRevoked).AttributeNotExists(), expression.Name(attrRevoked).Equal(expression.Value(false))))
+	upd := expression.Set(expression.Name(attrRevoked), expression.Value(true)).
+		Set(expression.Name(attrRevAt), expression.Value(at.UTC()))
+	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
+	if err != nil {
+		return fmt.Errorf("revoke API key %s: build update: %w", key.KeyID, err)
+	}
+	it := types.TransactWriteItem{Update: &types.Update{
+		TableName: aws.String(s.KeysTable), Key: itemKey(apiKeyPK(key.Hash), skAPIKey),
+		ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+	}}
+	return s.appendChained(ctx, "revoke API key "+key.KeyID, audit, s.keysHead(), []types.TransactWriteItem{it}, refuseOwn(1))
 }

@@ -55,8 +55,19 @@ func TestKeysLiveInTheirOwnTable(t *testing.T) {
 			t.Errorf("state table holds an item outside a node partition: %s", pk)
 		}
 	}
-	if got := pks(t, env, env.Store.KeysTable); len(got) != 2 {
-		t.Errorf("keys table partitions %v, want the 2 seeded keys", got)
+	var keyItems, pointers int
+	for _, pk := range pks(t, env, env.Store.KeysTable) {
+		switch {
+		case strings.HasPrefix(pk, "APIKEY#"):
+			keyItems++
+		case strings.HasPrefix(pk, "KEYID#"):
+			pointers++
+		default:
+			t.Errorf("keys table holds %s", pk)
+		}
+	}
+	if keyItems != 2 || pointers != 2 {
+		t.Errorf("keys table holds %d keys and %d id pointers, want the 2 seeded keys and theirs", keyItems, pointers)
 	}
 
 	keys := env.Store.Keys()

@@ -282,19 +282,8 @@ func (s *Store) RedriveOperation(ctx context.Context, op capacity.Operation, aud
 	if err != nil {
 		return fmt.Errorf("re-drive operation %s: %w", op.ID, err)
 	}
-	put, err := s.putNew(s.AuditTable, newAuditItem(audit), nil)
-	if err != nil {
-		return fmt.Errorf("audit record: %w", err)
-	}
-	_, err = s.Client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{opUpd, put}})
-	var canceled *types.TransactionCanceledException
-	if errors.As(err, &canceled) && retryable(canceled) {
-		return fmt.Errorf("re-drive operation %s: %w (%s)", op.ID, capacity.ErrConflict, reasons(canceled))
-	}
-	if err != nil {
-		return fmt.Errorf("re-drive operation %s: %w", op.ID, classify(err))
-	}
-	return nil
+	// The record goes on the node's audit chain in the same transaction.
+	return s.appendChained(ctx, "re-drive operation "+op.ID, audit, s.nodeHead(audit.NodeID), []types.TransactWriteItem{opUpd}, nil)
 }
 
 // OperationsInState lists operations in a state that entered it before the time, oldest

@@ -106,10 +106,8 @@ func (s *Store) CreateScheduled(ctx context.Context, c capacity.ScheduleCommit) 
 			return fmt.Errorf("idempotency record: %w", err)
 		}
 	}
-	if err := add(s.putNew(s.AuditTable, newAuditItem(c.Audit), nil)); err != nil {
-		return fmt.Errorf("audit record: %w", err)
-	}
-	return s.transact(ctx, "create scheduled reclaim "+sr.ID, items, nil)
+	// The record goes on the node's audit chain in the same transaction.
+	return s.appendChained(ctx, "create scheduled reclaim "+sr.ID, c.Audit, s.nodeHead(c.Audit.NodeID), items, nil)
 }
 
 // GetScheduled reads a scheduled reclaim (strongly consistent).
@@ -141,11 +139,8 @@ func (s *Store) UpdateScheduled(ctx context.Context, from, to capacity.Scheduled
 	}
 	items := []types.TransactWriteItem{put}
 	if audit != nil {
-		it, err := s.putNew(s.AuditTable, newAuditItem(*audit), nil)
-		if err != nil {
-			return fmt.Errorf("audit record: %w", err)
-		}
-		items = append(items, it)
+		// The record goes on the node's audit chain in the same transaction.
+		return s.appendChained(ctx, "update scheduled reclaim "+from.ID, *audit, s.nodeHead(audit.NodeID), items, nil)
 	}
 	return s.transact(ctx, "update scheduled reclaim "+from.ID, items, nil)
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -178,57 +179,98 @@ func addItem(st *capacity.NodeState, item map[string]types.AttributeValue) (bool
 
 // Commit writes a decision in one TransactWriteItems, every item conditioned on what the
 // decision read.
+//
+// The node's Update also appends the audit record to the node's chain at the head the
+// decision read. A transaction that fails only because the head moved (a dry run or refusal
+// of another call appended a record; the node's Version is as read) goes again on the new
+// head without a new decision, up to headTries: what the decision read has not changed.
 func (s *Store) Commit(ctx context.Context, c capacity.Commit) error {
-	items, err := s.transactItems(c)
-	if err != nil {
-		return err
-	}
-	if len(items) > MaxTransactItems {
-		return fmt.Errorf("commit on node %s needs %d transaction actions; DynamoDB allows %d", c.Node.ID, len(items), MaxTransactItems)
-	}
-	// A VM id that is taken is not a race a new round could win: the VM holding it is one the
-	// decision could not see (terminated ones, in the node's history).
-	var vmTaken func(*types.TransactionCanceledException) error
-	if c.NewVM != nil {
-		vmTaken = func(e *types.TransactionCanceledException) error {
-			if vmIDTaken(items, e, c.NewVM.ID) {
-				return fmt.Errorf("VM %s: %w", c.NewVM.ID, capacity.ErrVMExists)
+	for try := 1; ; try++ {
+		items, err := s.transactItems(c)
+		if err != nil {
+			return err
+		}
+		if len(items) > MaxTransactItems {
+			return fmt.Errorf("commit on node %s needs %d transaction actions; DynamoDB allows %d", c.Node.ID, len(items), MaxTransactItems)
+		}
+		// A VM id that is taken is not a race a new round could win: the VM holding it is one the
+		// decision could not see (terminated ones, in the node's history).
+		var vmTaken func(*types.TransactionCanceledException) error
+		if c.NewVM != nil {
+			vmTaken = func(e *types.TransactionCanceledException) error {
+				if vmIDTaken(items, e, c.NewVM.ID) {
+					return fmt.Errorf("VM %s: %w", c.NewVM.ID, capacity.ErrVMExists)
+				}
+				return nil
 			}
-			return nil
+		}
+		canceled, err := s.transactCanceled(ctx, "commit on node "+c.Node.ID, items, vmTaken)
+		if err == nil || try >= headTries || canceled == nil || errors.Is(err, capacity.ErrVMExists) {
+			return err
+		}
+		head, item, moved, herr := s.headMoved(ctx, s.nodeHead(c.Node.ID), canceled, 0, c.Node.AuditHead)
+		if herr != nil {
+			return fmt.Errorf("%w (and reading the audit head: %w)", err, herr)
+		}
+		if !moved || attr(item, attrType) != typeNode || versionOf(item) != c.Node.Version {
+			return err
+		}
+		c.Node.AuditHead = head
+		if err := headBackoff(ctx, try); err != nil {
+			return err
 		}
 	}
-	return s.transact(ctx, "commit on node "+c.Node.ID, items, vmTaken)
+}
+
+// versionOf returns an item's Version (-1 when it has none).
+func versionOf(item map[string]types.AttributeValue) int64 {
+	n, ok := item[attrVersion].(*types.AttributeValueMemberN)
+	if !ok {
+		return -1
+	}
+	v, err := strconv.ParseInt(n.Value, 10, 64)
+	if err != nil {
+		return -1
+	}
+	return v
 }
 
 // transact runs one TransactWriteItems and classifies its failure for the domain: ErrAmbiguous,
 // throttled, refused (what refuse makes of the cancellation, if anything) or ErrConflict.
 func (s *Store) transact(ctx context.Context, what string, items []types.TransactWriteItem, refuse func(*types.TransactionCanceledException) error) error {
+	_, err := s.transactCanceled(ctx, what, items, refuse)
+	return err
+}
+
+// transactCanceled is transact that also returns the cancellation, when the transaction was
+// cancelled (and not ambiguously): the audit chain's writers look at the head's reason.
+func (s *Store) transactCanceled(ctx context.Context, what string, items []types.TransactWriteItem, refuse func(*types.TransactionCanceledException) error) (*types.TransactionCanceledException, error) {
 	var attempts attemptLog
 	_, err := s.Client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items}, attempts.option)
 	if err == nil {
-		return nil
+		return nil, nil
 	}
 	if attempts.ambiguous() {
 		// An earlier attempt may have landed, and a later one then failed on the state it
 		// left (the ClientRequestToken that makes AWS answer such a retry with success
 		// lasts 10 minutes and is not honoured everywhere): only a read can tell.
-		return fmt.Errorf("%s: %w: %w", what, capacity.ErrAmbiguous, err)
+		return nil, fmt.Errorf("%s: %w: %w", what, capacity.ErrAmbiguous, err)
 	}
 	if throttled(err) {
-		return fmt.Errorf("%s: %w", what, classify(err))
+		return nil, fmt.Errorf("%s: %w", what, classify(err))
 	}
 	var canceled *types.TransactionCanceledException
 	if errors.As(err, &canceled) {
 		if refuse != nil {
 			if refused := refuse(canceled); refused != nil {
-				return fmt.Errorf("%s: %w", what, refused)
+				return canceled, fmt.Errorf("%s: %w", what, refused)
 			}
 		}
 		if retryable(canceled) {
-			return fmt.Errorf("%s: %w (%s)", what, capacity.ErrConflict, reasons(canceled))
+			return canceled, fmt.Errorf("%s: %w (%s)", what, capacity.ErrConflict, reasons(canceled))
 		}
 	}
-	return fmt.Errorf("%s: %w", what, err)
+	return canceled, fmt.Errorf("%s: %w", what, err)
 }
 
 // vmIDTaken reports whether the cancelled transaction failed on the VM id: its put (a live VM
@@ -253,17 +295,47 @@ func vmIDTaken(items []types.TransactWriteItem, e *types.TransactionCanceledExce
 }
 
 // Landed reports whether a commit that failed ambiguously was applied after all, by a
-// strongly consistent read of its audit record (written only by that commit's transaction).
+// strongly consistent read of its audit record (written only by that commit's transaction):
+// chained after the head its decision read, under some SEQ# key past it (Commit may have
+// gone again on a moved head), with the commit's record id.
 func (s *Store) Landed(ctx context.Context, c capacity.Commit) (bool, error) {
-	a := newAuditItem(c.Audit)
+	// Most often nothing else was appended: the record is the one right after the head read,
+	// or no record is there and nothing (this commit included) landed.
+	next := seqSK(c.Node.AuditHead.Seq + 1)
 	out, err := s.Client.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: aws.String(s.AuditTable), Key: itemKey(a.PK, a.SK), ConsistentRead: aws.Bool(true),
-		ProjectionExpression: aws.String(attrPK),
+		TableName: aws.String(s.AuditTable), Key: itemKey(nodePK(c.Node.ID), next), ConsistentRead: aws.Bool(true),
+		ProjectionExpression: aws.String("#id"), ExpressionAttributeNames: map[string]string{"#id": "ID"},
 	})
 	if err != nil {
-		return false, fmt.Errorf("read audit record %s of an ambiguous commit: %w", c.Audit.ID, err)
+		return false, fmt.Errorf("read audit record %s of an ambiguous commit: %w", c.Audit.ID, classify(err))
 	}
-	return out.Item != nil, nil
+	if out.Item == nil || attr(out.Item, "ID") == c.Audit.ID {
+		return out.Item != nil, nil
+	}
+	// Another record took that seq: the commit may have gone again on a later head.
+	keyCond := expression.Key(attrPK).Equal(expression.Value(nodePK(c.Node.ID))).
+		And(expression.Key(attrSK).Between(expression.Value(seqSK(c.Node.AuditHead.Seq+2)), expression.Value(prefixSeq+"~")))
+	expr, err := expression.NewBuilder().WithKeyCondition(keyCond).
+		WithFilter(expression.Name("ID").Equal(expression.Value(c.Audit.ID))).
+		WithProjection(expression.NamesList(expression.Name(attrPK))).Build()
+	if err != nil {
+		return false, fmt.Errorf("build audit query: %w", err)
+	}
+	in := &dynamodb.QueryInput{
+		TableName: aws.String(s.AuditTable), KeyConditionExpression: expr.KeyCondition(),
+		FilterExpression: expr.Filter(), ProjectionExpression: expr.Projection(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(), ConsistentRead: aws.Bool(true),
+	}
+	for page := dynamodb.NewQueryPaginator(s.Client, in); page.HasMorePages(); {
+		out, err := page.NextPage(ctx)
+		if err != nil {
+			return false, fmt.Errorf("find audit record %s of an ambiguous commit: %w", c.Audit.ID, classify(err))
+		}
+		if len(out.Items) > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // classify marks an error of a call that DynamoDB refused for capacity with
@@ -390,15 +462,19 @@ func (s *Store) transactItems(c capacity.Commit) ([]types.TransactWriteItem, err
 		items = append(items, it)
 		return nil
 	}
-	nodeKey := itemKey(nodePK(c.Node.ID), skNode)
+	// One Update of the node: its version as read (bumped when the commit moves capacity)
+	// and the audit chain's head, advanced by the record put last.
+	var upd *expression.UpdateBuilder
 	if c.BumpNode {
-		err := add(s.update(nodeKey, versionIs(c.Node.Version), bump(expression.UpdateBuilder{}, c.Node.Version)))
-		if err != nil {
-			return nil, fmt.Errorf("node %s: %w", c.Node.ID, err)
-		}
-	} else if err := add(s.check(nodeKey, versionIs(c.Node.Version))); err != nil {
+		u := bump(expression.UpdateBuilder{}, c.Node.Version)
+		upd = &u
+	}
+	cond := versionIs(c.Node.Version)
+	audit, _, err := s.auditWrites(c.Audit, c.Node.AuditHead, s.nodeHead(c.Node.ID), upd, &cond)
+	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", c.Node.ID, err)
 	}
+	items = append(items, audit[0])
 	if r := c.Reservation; r != nil {
 		upd := expression.Set(expression.Name(attrReleasedUnitIDs), expression.Value(r.ReleasedUnitIDs)).
 			Set(expression.Name(attrUpdatedAt), expression.Value(r.UpdatedAt))
@@ -444,10 +520,7 @@ func (s *Store) transactItems(c capacity.Commit) ([]types.TransactWriteItem, err
 			return nil, fmt.Errorf("scheduled reclaim %s: %w", c.Scheduled.ID, err)
 		}
 	}
-	if err := add(s.putNew(s.AuditTable, newAuditItem(c.Audit), nil)); err != nil {
-		return nil, fmt.Errorf("audit record: %w", err)
-	}
-	return items, nil
+	return append(items, audit[1:]...), nil
 }
 
 func itemKey(pk, sk string) map[string]types.AttributeValue {
@@ -522,21 +595,4 @@ func (s *Store) putNew(tableName string, v any, orElse *expression.ConditionBuil
 		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
 	}
 	return types.TransactWriteItem{Put: put}, nil
-}
-
-// AppendAudit appends one record to the audit table; it never overwrites.
-func (s *Store) AppendAudit(ctx context.Context, rec capacity.AuditRecord) error {
-	it, err := s.putNew(s.AuditTable, newAuditItem(rec), nil)
-	if err != nil {
-		return fmt.Errorf("audit record %s: %w", rec.ID, err)
-	}
-	p := it.Put
-	_, err = s.Client.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName: p.TableName, Item: p.Item, ConditionExpression: p.ConditionExpression,
-		ExpressionAttributeNames: p.ExpressionAttributeNames, ExpressionAttributeValues: p.ExpressionAttributeValues,
-	})
-	if err != nil {
-		return fmt.Errorf("append audit record %s: %w", rec.ID, err)
-	}
-	return nil
 }

@@ -43,6 +43,9 @@ type Action struct {
 	ConditionExpression *string           `json:"conditionExpression,omitempty"`
 	Names               map[string]string `json:"names,omitempty"`
 	Values              map[string]Value  `json:"values,omitempty"`
+	// ReturnOnFailure is an update's ReturnValuesOnConditionCheckFailure (the node's update
+	// returns the node when its version or audit head moved).
+	ReturnOnFailure string `json:"returnOnFailure,omitempty"`
 }
 
 // Start is a StartExecution's name and input; the state machine is the function's own.
@@ -110,7 +113,8 @@ func TransactOf(in *dynamodb.TransactWriteItemsInput) ([]Action, error) {
 		case it.Update != nil:
 			u := it.Update
 			a = Action{Kind: "update", TableName: aws.ToString(u.TableName), UpdateExpression: u.UpdateExpression,
-				ConditionExpression: u.ConditionExpression, Names: u.ExpressionAttributeNames}
+				ConditionExpression: u.ConditionExpression, Names: u.ExpressionAttributeNames,
+				ReturnOnFailure: string(u.ReturnValuesOnConditionCheckFailure)}
 			key, v = u.Key, u.ExpressionAttributeValues
 		case it.ConditionCheck != nil:
 			c := it.ConditionCheck
@@ -161,7 +165,8 @@ func TransactInput(actions []Action) (*dynamodb.TransactWriteItemsInput, error) 
 				ExpressionAttributeNames: a.Names, ExpressionAttributeValues: vals}
 		case "update":
 			it.Update = &types.Update{TableName: tbl, Key: key, UpdateExpression: a.UpdateExpression,
-				ConditionExpression: a.ConditionExpression, ExpressionAttributeNames: a.Names, ExpressionAttributeValues: vals}
+				ConditionExpression: a.ConditionExpression, ExpressionAttributeNames: a.Names, ExpressionAttributeValues: vals,
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailure(a.ReturnOnFailure)}
 		case "check":
 			it.ConditionCheck = &types.ConditionCheck{TableName: tbl, Key: key, ConditionExpression: a.ConditionExpression,
 				ExpressionAttributeNames: a.Names, ExpressionAttributeValues: vals}

@@ -21,6 +21,14 @@ const (
 	ByStateSortKey      = "gsi1sk"
 )
 
+// Secondary index on the audit table: one reservation's records, newest first (sk orders
+// them: chained records by seq, after the unchained ones keyed by time).
+const (
+	AuditByReservationIndex = "byReservation"
+	// AuditByReservationKey holds NODE#<nodeId>#RES#<reservationId> on records about a reservation.
+	AuditByReservationKey = "resKey"
+)
+
 // Table describes one table.
 type Table struct {
 	// LogicalID is the CloudFormation logical id prefix of the table in the stack.
@@ -53,6 +61,7 @@ var State = Table{
 var Audit = Table{
 	LogicalID: "AuditTable",
 	Suffix:    "audit",
+	Indexes:   []Index{{Name: AuditByReservationIndex, PartitionKey: AuditByReservationKey, SortKey: SortKey}},
 }
 
 // Keys holds API keys, by the hash of their secret. It is a table of its own so that IAM can

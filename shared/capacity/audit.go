@@ -1,0 +1,324 @@
+package capacity
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// The audit trail of each node is a hash chain, after CloudTrail's log file integrity
+// validation: every record carries its Seq in the node's chain, the Hash of the record before
+// it (PrevHash) and its own Hash over its content with both. The chain's head (the last Seq and
+// Hash) is kept on the node item and advanced in the same transaction as the record is put, so
+// removing, altering or inserting a record breaks either the links or the head.
+
+// canonicalAudit is the fixed form a record's hash is computed over: every member present, in
+// this order, lists never null, times RFC3339Nano in UTC. Changing it changes every hash.
+type canonicalAudit struct {
+	ID             string            `json:"id"`
+	Seq            int64             `json:"seq"`
+	PrevHash       string            `json:"prevHash"`
+	Time           string            `json:"time"`
+	RequestID      string            `json:"requestId"`
+	ActorKeyID     string            `json:"actorKeyId"`
+	CallerOrgID    string            `json:"callerOrgId"`
+	ActingFor      string            `json:"actingFor"`
+	Action         string            `json:"action"`
+	NodeID         string            `json:"nodeId"`
+	ReservationID  string            `json:"reservationId"`
+	UnitIDs        []string          `json:"unitIds"`
+	DryRun         bool              `json:"dryRun"`
+	Reason         string            `json:"reason"`
+	ReclaimID      string            `json:"reclaimId"`
+	Terminated     []string          `json:"terminated"`
+	Skipped        []string          `json:"skipped"`
+	ReleasedBefore []string          `json:"releasedBefore"`
+	ReleasedAfter  []string          `json:"releasedAfter"`
+	TopologyGen    int64             `json:"topologyGen"`
+	VMID           string            `json:"vmId"`
+	Outcome        string            `json:"outcome"`
+	Via            string            `json:"via"`
+	EventID        string            `json:"eventId"`
+	Victims        []canonicalVictim `json:"victims"`
+}
+
+type canonicalVictim struct {
+	VMID    string   `json:"vmId"`
+	OrgID   string   `json:"orgId"`
+	UnitIDs []string `json:"unitIds"`
+}
+
+func list(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// HashAuditRecord returns the hex SHA-256 of the record's canonical JSON, which includes Seq
+// and PrevHash and excludes Hash.
+func HashAuditRecord(r AuditRecord) string {
+	c := canonicalAudit{
+		ID: r.ID, Seq: r.Seq, PrevHash: r.PrevHash, Time: r.Time.UTC().Format(time.RFC3339Nano),
+		RequestID: r.RequestID, ActorKeyID: r.ActorKeyID, CallerOrgID: r.CallerOrgID, ActingFor: r.ActingFor,
+		Action: r.Action, NodeID: r.NodeID, ReservationID: r.ReservationID, UnitIDs: list(r.UnitIDs),
+		DryRun: r.DryRun, Reason: r.Reason, ReclaimID: r.ReclaimID, Terminated: list(r.Terminated),
+		Skipped: list(r.Skipped), ReleasedBefore: list(r.ReleasedBefore), ReleasedAfter: list(r.ReleasedAfter),
+		TopologyGen: r.TopologyGen, VMID: r.VMID, Outcome: r.Outcome, Via: r.Via, EventID: r.EventID,
+		Victims: []canonicalVictim{},
+	}
+	for _, v := range r.Victims {
+		c.Victims = append(c.Victims, canonicalVictim{VMID: v.VMID, OrgID: v.OrgID, UnitIDs: list(v.UnitIDs)})
+	}
+	b, err := json.Marshal(c)
+	if err != nil { // strings, numbers and bools only: cannot fail
+		panic(fmt.Sprintf("encode audit record %s: %v", r.ID, err))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// ChainAuditRecord returns the record appended to the chain whose head is given, and the new
+// head: Seq head.Seq+1, PrevHash head.Hash, Hash over both.
+func ChainAuditRecord(r AuditRecord, head AuditHead) (AuditRecord, AuditHead) {
+	r.Seq, r.PrevHash = head.Seq+1, head.Hash
+	r.Hash = HashAuditRecord(r)
+	return r, AuditHead{Seq: r.Seq, Hash: r.Hash}
+}
+
+// Problems VerifyAuditChain reports.
+const (
+	ChainAltered  = "altered"  // a record's hash does not match its content
+	ChainInserted = "inserted" // a record that is not in the chain where it stands
+	ChainRemoved  = "removed"  // records missing: a seq gap, a broken link, or a short chain
+)
+
+// ChainReport is the outcome of verifying a chain: OK, or the first problem found, naming the
+// record (Seq, RecordID) and, for removed, the seqs missing (MissingFrom..MissingTo).
+type ChainReport struct {
+	OK bool
+	// Checked counts the chained records verified (those up to the head's seq).
+	Checked int
+	// Unchained counts the records before the chain began (written before chains existed,
+	// or before the node did); they carry no hash.
+	Unchained   int
+	Problem     string
+	Seq         int64
+	RecordID    string
+	MissingFrom int64
+	MissingTo   int64
+	Detail      string
+}
+
+// VerifyAuditChain checks records (in chain order: unchained ones first, then by seq) against
+// the head read before them. Records past head.Seq were appended after the head was read and
+// are ignored. It reports the first problem: a record whose hash does not match its content
+// (altered); a record that is not where the chain places it, such as a second record with a
+// seq, an unchained record timed after the chain began, or one out of order (inserted); a gap
+// in the seqs, a record whose PrevHash is not the hash of the one before, or a chain that ends
+// before the head (removed).
+func VerifyAuditChain(head AuditHead, records []AuditRecord) ChainReport {
+	rep := ChainReport{}
+	fail := func(problem string, r AuditRecord, detail string) ChainReport {
+		rep.Problem, rep.Seq, rep.RecordID, rep.Detail = problem, r.Seq, r.ID, detail
+		return rep
+	}
+	// Where the chain began, and which seqs are present (to tell a gap from disorder).
+	var start *time.Time
+	bySeq := map[int64][]AuditRecord{}
+	for _, r := range records {
+		if r.Seq <= 0 || r.Seq > head.Seq {
+			continue
+		}
+		if start == nil || r.Time.Before(*start) {
+			t := r.Time
+			start = &t
+		}
+		bySeq[r.Seq] = append(bySeq[r.Seq], r)
+	}
+	forged := forgedDuplicates(head, records)
+	var last AuditRecord // the last chained record accepted (Seq 0: none yet)
+	for i, r := range records {
+		if r.Seq <= 0 {
+			if start != nil && r.Time.After(*start) {
+				return fail(ChainInserted, r, fmt.Sprintf("unchained record timed %s, after the chain began at %s",
+					r.Time.UTC().Format(time.RFC3339Nano), start.UTC().Format(time.RFC3339Nano)))
+			}
+			rep.Unchained++
+			continue
+		}
+		if r.Seq > head.Seq {
+			continue // appended after the head was read
+		}
+		if forged[i] || r.Seq <= last.Seq {
+			return fail(ChainInserted, r, fmt.Sprintf("a second record with seq %d", r.Seq))
+		}
+		if HashAuditRecord(r) != r.Hash {
+			return fail(ChainAltered, r, "hash does not match the record's content")
+		}
+		if want := last.Seq + 1; r.Seq > want {
+			if _, later := bySeq[want]; later {
+				return fail(ChainInserted, r, fmt.Sprintf("seq %d stands before seq %d", r.Seq, want))
+			}
+			rep.MissingFrom, rep.MissingTo = want, r.Seq-1
+			return fail(ChainRemoved, r, fmt.Sprintf("records %d to %d are missing", want, r.Seq-1))
+		}
+		if r.PrevHash != last.Hash {
+			rep.MissingFrom, rep.MissingTo = r.Seq-1, r.Seq-1
+			return fail(ChainRemoved, r, fmt.Sprintf("prevHash is not the hash of record %d", r.Seq-1))
+		}
+		last = r
+		rep.Checked++
+	}
+	if last.Seq < head.Seq {
+		rep.MissingFrom, rep.MissingTo = last.Seq+1, head.Seq
+		return fail(ChainRemoved, last, fmt.Sprintf("the head is at seq %d; records %d to %d are missing", head.Seq, last.Seq+1, head.Seq))
+	}
+	if last.Hash != head.Hash {
+		rep.MissingFrom, rep.MissingTo = head.Seq, head.Seq
+		return fail(ChainRemoved, last, fmt.Sprintf("the head's hash is not the hash of record %d", head.Seq))
+	}
+	rep.OK = true
+	return rep
+}
+
+// forgedDuplicates marks, among the chained records (up to the head) that share a seq, those
+// the chain does not link to, by index: the genuine one is named by the PrevHash of a record
+// with the next seq, or by the head.
+func forgedDuplicates(head AuditHead, records []AuditRecord) map[int]bool {
+	link := func(seq int64, hash string) string { return fmt.Sprintf("%d#%s", seq, hash) }
+	linked := map[string]bool{link(head.Seq, head.Hash): true}
+	count := map[int64]int{}
+	for _, r := range records {
+		if r.Seq > 0 && r.Seq <= head.Seq {
+			count[r.Seq]++
+			linked[link(r.Seq-1, r.PrevHash)] = true
+		}
+	}
+	forged := map[int]bool{}
+	for i, r := range records {
+		if r.Seq > 0 && r.Seq <= head.Seq && count[r.Seq] > 1 && !linked[link(r.Seq, r.Hash)] {
+			forged[i] = true
+		}
+	}
+	return forged
+}
+
+// AuditStore reads the audit trail. Implementations: shared/dynamo.Store.
+type AuditStore interface {
+	// ReservationAudit returns a page of the records about a reservation, newest first.
+	ReservationAudit(ctx context.Context, nodeID, reservationID string, limit int, cursor string) ([]AuditRecord, string, error)
+	// NodeAudit reads the node's chain head (not_found if the node does not exist), then a
+	// page of its records in chain order: unchained ones by time, then by seq.
+	NodeAudit(ctx context.Context, nodeID string, limit int, cursor string) (AuditHead, []AuditRecord, string, error)
+	// KeyAudit is NodeAudit for the key-management chain.
+	KeyAudit(ctx context.Context, limit int, cursor string) (AuditHead, []AuditRecord, string, error)
+}
+
+// AuditPage is one page of a reservation's audit records, newest first.
+type AuditPage struct {
+	Records    []AuditRecord
+	NextCursor string
+}
+
+// AuditChainPage is one page of a chain's records in chain order, with the chain's head as
+// read before the records: a page may hold records appended since, past Head.Seq, which
+// VerifyAuditChain ignores.
+type AuditChainPage struct {
+	Head       AuditHead
+	Records    []AuditRecord
+	NextCursor string
+}
+
+func (s *Service) auditStore() (AuditStore, error) {
+	as, ok := s.Store.(AuditStore)
+	if !ok {
+		return nil, fmt.Errorf("store %T does not read the audit trail", s.Store)
+	}
+	return as, nil
+}
+
+// ListReservationAudit returns a page of the records about a reservation, newest first, to
+// those who may move its capacity: an operator, the node's owner or a managing org. Anyone
+// else gets the reservation's single 404.
+func (s *Service) ListReservationAudit(ctx context.Context, p Principal, nodeID, reservationID string, page PageRequest) (*AuditPage, error) {
+	r, access, err := s.visibleReservation(ctx, p, nodeID, reservationID)
+	if err != nil {
+		return nil, err
+	}
+	if access != AccessManage {
+		return nil, notFound()
+	}
+	limit, err := page.limit()
+	if err != nil {
+		return nil, err
+	}
+	as, err := s.auditStore()
+	if err != nil {
+		return nil, err
+	}
+	recs, next, err := as.ReservationAudit(ctx, nodeID, r.ID, limit, page.Cursor)
+	if err != nil {
+		if e := (*Error)(nil); errors.As(err, &e) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("list audit of reservation %s: %w", r.ID, err)
+	}
+	return &AuditPage{Records: nonNilRecords(recs), NextCursor: next}, nil
+}
+
+// ListNodeAudit returns the node's chain head and a page of its records in chain order, to an
+// operator only (anyone else: the single 404).
+func (s *Service) ListNodeAudit(ctx context.Context, p Principal, nodeID string, page PageRequest) (*AuditChainPage, error) {
+	if !p.Operator || !ValidID(nodeID) {
+		return nil, nodeNotFound()
+	}
+	return s.chainPage(page, "node "+nodeID, func(as AuditStore, limit int) (AuditHead, []AuditRecord, string, error) {
+		head, recs, next, err := as.NodeAudit(ctx, nodeID, limit, page.Cursor)
+		if ErrorCode(err) == CodeNotFound {
+			err = nodeNotFound()
+		}
+		return head, recs, next, err
+	})
+}
+
+// ListKeyAudit returns the key-management chain's head and a page of its records in chain
+// order, to an operator only (anyone else: 404).
+func (s *Service) ListKeyAudit(ctx context.Context, p Principal, page PageRequest) (*AuditChainPage, error) {
+	if !p.Operator {
+		return nil, Errorf(CodeNotFound, "not found")
+	}
+	return s.chainPage(page, "API keys", func(as AuditStore, limit int) (AuditHead, []AuditRecord, string, error) {
+		return as.KeyAudit(ctx, limit, page.Cursor)
+	})
+}
+
+func (s *Service) chainPage(page PageRequest, what string, read func(AuditStore, int) (AuditHead, []AuditRecord, string, error)) (*AuditChainPage, error) {
+	limit, err := page.limit()
+	if err != nil {
+		return nil, err
+	}
+	as, err := s.auditStore()
+	if err != nil {
+		return nil, err
+	}
+	head, recs, next, err := read(as, limit)
+	if err != nil {
+		if e := (*Error)(nil); errors.As(err, &e) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("list audit of %s: %w", what, err)
+	}
+	return &AuditChainPage{Head: head, Records: nonNilRecords(recs), NextCursor: next}, nil
+}
+
+func nonNilRecords(rs []AuditRecord) []AuditRecord {
+	if rs == nil {
+		return []AuditRecord{}
+	}
+	return rs
+}

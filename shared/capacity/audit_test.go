@@ -1,0 +1,146 @@
+package capacity
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// chain builds n chained records of one node, one second apart, and the head after them.
+func testChain(n int) ([]AuditRecord, AuditHead) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	var head AuditHead
+	var recs []AuditRecord
+	for i := 1; i <= n; i++ {
+		r := AuditRecord{ID: fmt.Sprintf("a%d", i), Time: t0.Add(time.Duration(i) * time.Second), NodeID: "n1",
+			Action: ActionReclaim, DryRun: i%2 == 0, Outcome: "ok", UnitIDs: []string{"u0"}}
+		r, head = ChainAuditRecord(r, head)
+		recs = append(recs, r)
+	}
+	return recs, head
+}
+
+func TestHashAuditRecordCanonical(t *testing.T) {
+	base := AuditRecord{ID: "a", Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("x", 3600)), Seq: 1}
+	nilLists := HashAuditRecord(base)
+	empty := base
+	empty.UnitIDs, empty.Terminated, empty.Victims = []string{}, []string{}, []Victim{}
+	if HashAuditRecord(empty) != nilLists {
+		t.Error("nil and empty lists hash differently")
+	}
+	utc := base
+	utc.Time = base.Time.UTC()
+	if HashAuditRecord(utc) != nilLists {
+		t.Error("the same instant in another zone hashes differently")
+	}
+	withHash := base
+	withHash.Hash = "anything"
+	if HashAuditRecord(withHash) != nilLists {
+		t.Error("Hash is part of the hashed content")
+	}
+	for name, change := range map[string]func(*AuditRecord){
+		"seq":      func(r *AuditRecord) { r.Seq = 2 },
+		"prevHash": func(r *AuditRecord) { r.PrevHash = "p" },
+		"victims":  func(r *AuditRecord) { r.Victims = []Victim{{VMID: "v", OrgID: "b"}} },
+		"dryRun":   func(r *AuditRecord) { r.DryRun = true },
+		"via":      func(r *AuditRecord) { r.Via = ViaEvent },
+	} {
+		r := base
+		change(&r)
+		if HashAuditRecord(r) == nilLists {
+			t.Errorf("%s is not covered by the hash", name)
+		}
+	}
+}
+
+func TestVerifyAuditChain(t *testing.T) {
+	forge := func(r AuditRecord, rehash bool) AuditRecord {
+		r.ID, r.Reason = "forged", "nothing to see"
+		if rehash {
+			r.Hash = HashAuditRecord(r)
+		}
+		return r
+	}
+	legacy := AuditRecord{ID: "old", Time: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), NodeID: "n1", Action: ActionRelease}
+	tests := []struct {
+		name string
+		edit func(recs []AuditRecord, head AuditHead) ([]AuditRecord, AuditHead)
+		want ChainReport
+	}{
+		{"clean chain", func(r []AuditRecord, h AuditHead) ([]AuditRecord, AuditHead) { return r, h },
+			ChainReport{OK: true, Checked: 5}},
+		{"empty chain", func(r []AuditRecord, h AuditHead) ([]AuditRecord, AuditHead) { return nil, AuditHead{} },
+			ChainReport{OK: true}},
+		{"unchained records before the chain are counted", func(r []AuditRecord, h AuditHead) ([]AuditRecord, AuditHead) {
+			return append([]AuditRecord{legacy}, r...), h
+		}, ChainReport{OK: true, Checked: 5, Unchained: 1}},
+		{"records past the head are ignored", func(r []AuditRecord, _ AuditHead) ([]AuditRecord, AuditHead) {
+			return r, AuditHead{Seq: r[2].Seq, Hash: r[2].Hash}
+		}, ChainReport{OK: true, Checked: 3}},
+		{"one field altered", func(r []AuditRecord, h AuditHead) ([]AuditRecord, AuditHead) {
+			r[2].DryRun = !r[2].DryRun
+			return r, h
+		}, ChainReport{Problem: ChainAltered, Seq: 3, RecordID: "a3", Checked: 2}},
+		{"forged record, hash not recomputed", func(r []AuditRecord, h AuditHead) ([]AuditRecord, AuditHead) {
+			return insert(r, 3, forge(r[2], false)), h
+		}, ChainReport{Problem: ChainInserted, Seq: 3, RecordID: "forged", Checked: 3}},
+		{"forged record, hash recomputed", func(r []AuditRecord, h AuditHead) ([]AuditRecord, AuditHead) {
+			return insert(r, 2, forge(r[2], true)), h
+		}, ChainReport{Problem: ChainInserted, Seq: 3, RecordID: "forged", Checked: 2}},
+		{"forged record after the genuine one", func(r []AuditRecord, h AuditHead) ([]AuditRecord, AuditHead) {
+			return insert(r, 3, forge(r[2], true)), h
+		}, ChainReport{Problem: ChainInserted, Seq: 3, RecordID: "forged", Checked: 3}},
+		{"unchained record after the chain began", func(r []AuditRecord, h AuditHead) ([]AuditRecord, AuditHead) {
+			late := legacy
+			late.ID, late.Time = "late", r[3].Time
+			return append([]AuditRecord{late}, r...), h
+		}, ChainReport{Problem: ChainInserted, RecordID: "late"}},
+		{"middle record removed", func(r []AuditRecord, h AuditHead) ([]AuditRecord, AuditHead) {
+			return append(r[:2:2], r[3:]...), h
+		}, ChainReport{Problem: ChainRemoved, Seq: 4, RecordID: "a4", MissingFrom: 3, MissingTo: 3, Checked: 2}},
+		{"last record removed", func(r []AuditRecord, h AuditHead) ([]AuditRecord, AuditHead) {
+			return r[:4], h
+		}, ChainReport{Problem: ChainRemoved, Seq: 4, RecordID: "a4", MissingFrom: 5, MissingTo: 5, Checked: 4}},
+		{"last records removed", func(r []AuditRecord, h AuditHead) ([]AuditRecord, AuditHead) {
+			return r[:2], h
+		}, ChainReport{Problem: ChainRemoved, Seq: 2, RecordID: "a2", MissingFrom: 3, MissingTo: 5, Checked: 2}},
+		{"every record removed", func(r []AuditRecord, h AuditHead) ([]AuditRecord, AuditHead) {
+			return nil, h
+		}, ChainReport{Problem: ChainRemoved, MissingFrom: 1, MissingTo: 5}},
+		{"record replaced by one rehashed on the same link", func(r []AuditRecord, h AuditHead) ([]AuditRecord, AuditHead) {
+			r[2] = forge(r[2], true)
+			return r, h
+		}, ChainReport{Problem: ChainRemoved, Seq: 4, RecordID: "a4", MissingFrom: 3, MissingTo: 3, Checked: 3}},
+		{"last record replaced by one rehashed", func(r []AuditRecord, h AuditHead) ([]AuditRecord, AuditHead) {
+			r[4] = forge(r[4], true)
+			return r, h
+		}, ChainReport{Problem: ChainRemoved, Seq: 5, RecordID: "forged", MissingFrom: 5, MissingTo: 5, Checked: 5}},
+		{"two records swapped in place", func(r []AuditRecord, h AuditHead) ([]AuditRecord, AuditHead) {
+			r[1], r[2] = r[2], r[1]
+			return r, h
+		}, ChainReport{Problem: ChainInserted, Seq: 3, RecordID: "a3", Checked: 1}},
+		{"two records' contents swapped under their seqs", func(r []AuditRecord, h AuditHead) ([]AuditRecord, AuditHead) {
+			a, b := r[1], r[2]
+			a.Seq, a.PrevHash, a.Hash, b.Seq, b.PrevHash, b.Hash = b.Seq, b.PrevHash, b.Hash, a.Seq, a.PrevHash, a.Hash
+			r[1], r[2] = b, a
+			return r, h
+		}, ChainReport{Problem: ChainAltered, Seq: 2, RecordID: "a3", Checked: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			recs, head := testChain(5)
+			recs, head = tt.edit(recs, head)
+			got := VerifyAuditChain(head, recs)
+			got.Detail = ""
+			if got != tt.want {
+				t.Errorf("VerifyAuditChain\n got %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func insert(rs []AuditRecord, at int, r AuditRecord) []AuditRecord {
+	out := append([]AuditRecord{}, rs[:at]...)
+	out = append(out, r)
+	return append(out, rs[at:]...)
+}

@@ -1,0 +1,327 @@
+package capacity
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Audit actions of key management. Their records have no node: they form the keys chain.
+const (
+	ActionKeyCreate = "key.create"
+	ActionKeyRevoke = "key.revoke"
+)
+
+// MaxKeyDescription bounds a key's description (characters); expiresAt is at most two
+// years ahead.
+const MaxKeyDescription = 200
+
+// KeyStore keeps API keys for key management (the api function's lookups go through
+// auth.KeyStore). Implementations: shared/dynamo.Store.
+type KeyStore interface {
+	// KeyIdempotency returns the record of a key creation made under the Idempotency-Key
+	// scope, or nil.
+	KeyIdempotency(ctx context.Context, scope string) (*IdempotencyRecord, error)
+	// CreateKey puts the new key, its idempotency record (nil: none) and its audit record in
+	// one transaction. ErrConflict: the key's id or hash, or the idempotency record, exists.
+	// ErrAmbiguous: the outcome is unknown (GetKey tells).
+	CreateKey(ctx context.Context, key APIKey, idem *IdempotencyRecord, audit AuditRecord) error
+	// GetKey returns the key with the id (strongly consistent), or an *Error CodeNotFound.
+	GetKey(ctx context.Context, keyID string) (*APIKey, error)
+	// ListKeys returns a page of keys in the store's order and the cursor of the next
+	// ("" when none); a bad cursor is an *Error CodeInvalidRequest.
+	ListKeys(ctx context.Context, limit int, cursor string) ([]APIKey, string, error)
+	// RevokeKey marks the key (as read, not revoked) revoked at `at` and appends the audit
+	// record, in one transaction. ErrConflict: the key changed (was revoked) since read.
+	RevokeKey(ctx context.Context, key APIKey, at time.Time, audit AuditRecord) error
+}
+
+// KeyRequest asks for a new API key.
+type KeyRequest struct {
+	OrgID          string
+	Permissions    []string
+	Operator       bool
+	ExpiresAt      *time.Time
+	Description    string
+	IdempotencyKey string
+}
+
+// KeyResult is a created key. Secret is set only in the answer that created it; a replay of
+// the same Idempotency-Key answers without it and with SecretShown.
+type KeyResult struct {
+	Key         APIKey
+	Secret      string `json:"-"`
+	SecretShown bool
+	Replayed    bool `json:"-"`
+}
+
+// KeyPage is a page of keys.
+type KeyPage struct {
+	Keys       []APIKey
+	NextCursor string
+}
+
+var keyPermissions = []string{PermCapacity, PermRead, PermPlace}
+
+// keysNotFound is the answer of key management to a caller who is not an operator: the
+// routes do not exist for it.
+func keysNotFound() *Error { return Errorf(CodeNotFound, "not found") }
+
+func keyNotFound() *Error { return Errorf(CodeNotFound, "API key not found") }
+
+func (s *Service) keyStore() (KeyStore, error) {
+	if s.Keys == nil {
+		return nil, errors.New("key management is not configured (Service.Keys)")
+	}
+	return s.Keys, nil
+}
+
+// validate checks a key request as of now and returns it normalised (permissions sorted).
+func (r KeyRequest) validate(now time.Time) (KeyRequest, error) {
+	if !ValidID(r.OrgID) {
+		return r, Errorf(CodeInvalidRequest, "orgId must be 1 to %d characters of letters, digits, '.', '_' or '-'", MaxIDLen)
+	}
+	perms := slices.Sorted(slices.Values(r.Permissions))
+	for i, p := range perms {
+		if !slices.Contains(keyPermissions, p) {
+			return r, Errorf(CodeInvalidRequest, "permissions: %q is not one of %s", p, strings.Join(keyPermissions, ", "))
+		}
+		if i > 0 && perms[i-1] == p {
+			return r, Errorf(CodeInvalidRequest, "permissions: %q is listed twice", p)
+		}
+	}
+	if len(perms) == 0 && !r.Operator {
+		return r, Errorf(CodeInvalidRequest, "permissions: a key needs at least one permission, or operator")
+	}
+	r.Permissions = perms
+	if r.ExpiresAt != nil {
+		at := r.ExpiresAt.UTC()
+		if !at.After(now) {
+			return r, Errorf(CodeInvalidRequest, "expiresAt must be in the future")
+		}
+		if at.After(now.AddDate(2, 0, 0)) {
+			return r, Errorf(CodeInvalidRequest, "expiresAt must be at most 2 years ahead")
+		}
+		r.ExpiresAt = &at
+	}
+	if !utf8.ValidString(r.Description) || utf8.RuneCountInString(r.Description) > MaxKeyDescription {
+		return r, Errorf(CodeInvalidRequest, "description must be at most %d characters of UTF-8", MaxKeyDescription)
+	}
+	if strings.ContainsFunc(r.Description, unicode.IsControl) {
+		return r, Errorf(CodeInvalidRequest, "description must not hold control characters")
+	}
+	return r, nil
+}
+
+// CreateKey creates an API key for an org. Operators only (anyone else: 404). The secret is
+// in the answer and nowhere else: the store keeps its hash, and the Idempotency-Key record
+// keeps the answer without it.
+func (s *Service) CreateKey(ctx context.Context, p Principal, req KeyRequest, meta RequestMeta) (*KeyResult, error) {
+	if !p.Operator {
+		return nil, keysNotFound()
+	}
+	store, err := s.keyStore()
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	req, err = req.validate(now)
+	if err != nil {
+		return nil, err
+	}
+	key := idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(ActionKeyCreate, req)}
+	var last error
+	for range s.attempts() {
+		if key.scope != "" {
+			rec, err := store.KeyIdempotency(ctx, key.scope)
+			if err != nil {
+				return nil, fmt.Errorf("read idempotency record: %w", err)
+			}
+			var res KeyResult
+			if replayed, err := replay(rec, key.fingerprint, now, &res); replayed || err != nil {
+				if err != nil {
+					return nil, err
+				}
+				res.SecretShown, res.Replayed = true, true
+				return &res, nil
+			}
+		}
+		res, err := s.newKey(p, req, meta, key, now)
+		if err != nil {
+			return nil, err
+		}
+		var idem *IdempotencyRecord
+		if key.scope != "" {
+			stored := *res
+			stored.Key.Hash = "" // the answer as replayed: neither secret nor hash
+			stored.SecretShown = true
+			body, err := json.Marshal(stored)
+			if err != nil {
+				return nil, fmt.Errorf("encode result for idempotency record: %w", err)
+			}
+			idem = &IdempotencyRecord{Scope: key.scope, Fingerprint: key.fingerprint, Result: body,
+				CreatedAt: now, ExpiresAt: now.Add(s.idempotencyTTL())}
+		}
+		audit := s.keyAudit(p, meta, ActionKeyCreate, res.Key, now)
+		err = store.CreateKey(ctx, res.Key, idem, audit)
+		if errors.Is(err, ErrAmbiguous) {
+			// A timeout after the write may have landed: the key's id tells.
+			landed, lerr := s.keyLanded(ctx, store, res.Key.KeyID)
+			if lerr != nil {
+				return nil, fmt.Errorf("create key %s: %w (and checking it: %v)", res.Key.KeyID, err, lerr)
+			}
+			if landed {
+				err = nil
+			}
+		}
+		last = err
+		switch {
+		case err == nil:
+			return res, nil
+		case errors.Is(err, ErrThrottled):
+			return nil, errThrottled()
+		case errors.Is(err, ErrConflict), errors.Is(err, ErrAmbiguous):
+			// Another request under the same key won (the next round replays it), or a
+			// write that did not land: go again with a new secret.
+			s.logger().InfoContext(ctx, "key creation did not land; trying again", "key_id", res.Key.KeyID, "err", err)
+			continue
+		default:
+			return nil, fmt.Errorf("create key: %w", err)
+		}
+	}
+	if errors.Is(last, ErrAmbiguous) {
+		return nil, fmt.Errorf("create key: outcome still unknown after %d rounds: %w", s.attempts(), last)
+	}
+	s.logger().WarnContext(ctx, "key creation kept losing races", "err", last)
+	return nil, Errorf(CodeConcurrentModification, "key management kept changing while the key was created; retrying is safe")
+}
+
+func (s *Service) newKey(p Principal, req KeyRequest, meta RequestMeta, key idempotency, now time.Time) (*KeyResult, error) {
+	secret, err := NewKeySecret()
+	if err != nil {
+		return nil, err
+	}
+	k := APIKey{
+		KeyID: "key-" + s.newID(), Hash: HashKeySecret(secret), OrgID: req.OrgID, Permissions: req.Permissions,
+		Operator: req.Operator, ExpiresAt: req.ExpiresAt, Description: req.Description,
+		CreatedAt: now, CreatedByKeyID: p.KeyID,
+	}
+	return &KeyResult{Key: k, Secret: secret}, nil
+}
+
+// keyLanded reads whether a key exists, retrying a failed read a few times: the answer of a
+// create hangs on it.
+func (s *Service) keyLanded(ctx context.Context, store KeyStore, keyID string) (bool, error) {
+	var err error
+	for try := range 4 {
+		if try > 0 {
+			if serr := sleep(ctx, time.Duration(50<<try)*time.Millisecond); serr != nil {
+				return false, serr
+			}
+		}
+		_, err = store.GetKey(ctx, keyID)
+		if err == nil {
+			return true, nil
+		}
+		if ErrorCode(err) == CodeNotFound {
+			return false, nil
+		}
+	}
+	return false, err
+}
+
+// keyAudit is the record of a key change: no node (the keys chain), the key's org as the
+// one acted for, and the key named in Reason (records have no field of their own for it).
+func (s *Service) keyAudit(p Principal, meta RequestMeta, action string, k APIKey, now time.Time) AuditRecord {
+	reason := "key " + k.KeyID
+	if action == ActionKeyCreate {
+		grant := k.Permissions
+		if k.Operator {
+			grant = append([]string{"operator"}, grant...)
+		}
+		reason += " [" + strings.Join(grant, ",") + "]"
+		if k.ExpiresAt != nil {
+			reason += " until " + k.ExpiresAt.UTC().Format(time.RFC3339)
+		}
+		if k.Description != "" {
+			reason += ": " + k.Description
+		}
+	}
+	return AuditRecord{
+		ID: s.newID(), Time: now, RequestID: meta.RequestID, ActorKeyID: p.KeyID, CallerOrgID: p.OrgID,
+		ActingFor: k.OrgID, Action: action, Reason: reason, Outcome: "ok", Via: meta.via(), EventID: meta.EventID,
+	}
+}
+
+// ListKeys lists API keys in the store's order, operators only (anyone else: 404).
+func (s *Service) ListKeys(ctx context.Context, p Principal, page PageRequest) (*KeyPage, error) {
+	if !p.Operator {
+		return nil, keysNotFound()
+	}
+	store, err := s.keyStore()
+	if err != nil {
+		return nil, err
+	}
+	limit, err := page.limit()
+	if err != nil {
+		return nil, err
+	}
+	keys, next, err := store.ListKeys(ctx, limit, page.Cursor)
+	if err != nil {
+		return nil, fmt.Errorf("list keys: %w", err)
+	}
+	if keys == nil {
+		keys = []APIKey{}
+	}
+	return &KeyPage{Keys: keys, NextCursor: next}, nil
+}
+
+// RevokeKey revokes an API key, operators only (anyone else: 404). Revoking a revoked key
+// answers it as it is and writes nothing; an operator may revoke the key it calls with.
+func (s *Service) RevokeKey(ctx context.Context, p Principal, keyID string, meta RequestMeta) (*APIKey, error) {
+	if !p.Operator {
+		return nil, keysNotFound()
+	}
+	if !ValidID(keyID) {
+		return nil, keyNotFound()
+	}
+	store, err := s.keyStore()
+	if err != nil {
+		return nil, err
+	}
+	var last error
+	for range s.attempts() + 1 {
+		k, err := store.GetKey(ctx, keyID)
+		if ErrorCode(err) == CodeNotFound {
+			return nil, keyNotFound()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read key %s: %w", keyID, err)
+		}
+		if k.Revoked {
+			return k, nil // repeat-safe: a second revoke, or ours that landed after a timeout
+		}
+		now := s.now()
+		err = store.RevokeKey(ctx, *k, now, s.keyAudit(p, meta, ActionKeyRevoke, *k, now))
+		last = err
+		switch {
+		case err == nil:
+			k.Revoked, k.RevokedAt = true, &now
+			return k, nil
+		case errors.Is(err, ErrThrottled):
+			return nil, errThrottled()
+		case errors.Is(err, ErrConflict), errors.Is(err, ErrAmbiguous):
+			continue // read again: revoked by someone else, or by us after all
+		default:
+			return nil, fmt.Errorf("revoke key %s: %w", keyID, err)
+		}
+	}
+	s.logger().WarnContext(ctx, "key revoke kept losing races", "key_id", keyID, "err", last)
+	return nil, Errorf(CodeConcurrentModification, "the key kept changing while it was revoked; retrying is safe")
+}

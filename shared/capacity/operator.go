@@ -1,0 +1,939 @@
+package capacity
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// The operator lifecycle: registering nodes, creating, cancelling and re-affirming
+// reservations, and changing a node's topology. Only an operator may call these (everyone else
+// gets the one 404, which says nothing about what exists); reads of a node and its
+// reservations are also open to the node's owner and, scoped, to the reservations' orgs.
+// Every write is one transaction conditioned on what the decision read, re-decided when a
+// concurrent write won, audited, and repeat-safe under an Idempotency-Key.
+
+// OperatorStore is what the operator lifecycle needs from the store besides Store. The
+// service finds it on its Store (shared/dynamo implements both).
+type OperatorStore interface {
+	// LoadNodeOrNew is LoadNode for a call that may create the node: a missing node answers
+	// a NodeState with a zero Node (ID "") and nothing else but the caller's idempotency
+	// record, which lives in the node's partition whether or not the node exists.
+	LoadNodeOrNew(ctx context.Context, nodeID, idempotencyScope string) (*NodeState, error)
+	// GetNode reads the node item alone, strongly consistent; CodeNotFound when missing.
+	GetNode(ctx context.Context, nodeID string) (*Node, error)
+	// CommitOperator writes an operator decision in one transaction, every write conditioned
+	// on what the decision read, and returns the node's audit head after it. Failures wrap
+	// ErrConflict, ErrAmbiguous or ErrThrottled as Commit's do.
+	CommitOperator(ctx context.Context, c OperatorCommit) (AuditHead, error)
+	// ListReservations returns up to limit reservations of the node in id order, starting
+	// after cursor, and the cursor of the next page ("" when there is none). A cursor that is
+	// malformed or names another node is an *Error invalid_request.
+	ListReservations(ctx context.Context, nodeID string, limit int, cursor string) ([]Reservation, string, error)
+}
+
+// OperatorCommit is one operator decision's writes.
+type OperatorCommit struct {
+	// Node is the node as read: the store conditions on its Version (on its absence when
+	// Create) and chains Audit after its AuditHead. Its ID is always set.
+	Node Node
+	// Create: the node did not exist; NewNode is created.
+	Create bool
+	// NewNode, when set, is the node after the write (owner, endpoint, units, topologyGen);
+	// the store writes it with Version+1. Nil with BumpNode: only the version moves; nil
+	// without: the node only has its version checked (and its audit head advanced).
+	NewNode  *Node
+	BumpNode bool
+	// NewReservation is put; its id must be free.
+	NewReservation *Reservation
+	// Reservations are changed ones (Status, Reason, TopologyGen, ReleasedUnitIDs,
+	// UpdatedAt written), each conditioned on its Version as read and bumped.
+	Reservations []Reservation
+	Idempotency  *IdempotencyRecord
+	Audit        AuditRecord
+}
+
+// NodeKeySource hands out a node's agent key (agent.Derived satisfies it).
+type NodeKeySource interface {
+	NodeKeys(ctx context.Context, nodeID string) (current []byte, previous [][]byte, err error)
+}
+
+// NodeRequest registers a node or updates its owner and agent endpoint.
+type NodeRequest struct {
+	NodeID, OwnerOrgID, AgentEndpoint, Reason, IdempotencyKey string
+	UnitIDs                                                   []string
+}
+
+// NodeResult is the answer to PutNode. AgentKey, the node agent's key, is set only in the
+// answer that created the node: it is never stored, so a replay carries SecretShown instead.
+type NodeResult struct {
+	Node        Node
+	Created     bool
+	AgentKey    []byte `json:"-"`
+	SecretShown bool
+	Replayed    bool `json:"-"`
+}
+
+// ReservationRequest creates a reservation. ID is optional (generated when empty), Status
+// active (default) or pending.
+type ReservationRequest struct {
+	NodeID, ID                                     string
+	Status                                         Status
+	StartsAt                                       time.Time
+	EndsAt                                         *time.Time
+	AllowedOrgIDs, ManagingOrgIDs, ReservedUnitIDs []string
+	ContractRef, Reason, IdempotencyKey            string
+}
+
+// ReservationChange cancels or re-affirms a reservation.
+type ReservationChange struct {
+	NodeID, ReservationID, Reason, IdempotencyKey string
+}
+
+// ReservationResult is the answer to a reservation write. VMsOnUnits (cancel only) are the
+// live VMs on the reservation's units, which a cancel leaves running.
+type ReservationResult struct {
+	Reservation Reservation
+	VMsOnUnits  []VM
+	Replayed    bool `json:"-"`
+}
+
+// TopologyRequest replaces a node's unit list.
+type TopologyRequest struct {
+	NodeID         string
+	UnitIDs        []string
+	Reason         string
+	IdempotencyKey string
+}
+
+// TopologyResult is the answer to SetTopology.
+type TopologyResult struct {
+	Node                         Node
+	Changed                      bool
+	AddedUnitIDs, RemovedUnitIDs []string
+	// NeedsReview are the reservations moved to needs-review.
+	NeedsReview       []string
+	VMsOnRemovedUnits []VM
+	Replayed          bool `json:"-"`
+}
+
+// PageRequest asks for one page of a list: Limit 0 means DefaultPageLimit.
+type PageRequest struct {
+	Limit  int
+	Cursor string
+}
+
+// ReservationPage is one page of a node's reservations.
+type ReservationPage struct {
+	Reservations []Reservation
+	NextCursor   string
+}
+
+// Limits of the operator calls.
+const (
+	DefaultPageLimit = 50
+	MaxPageLimit     = 100
+	// MaxTopologyReviews bounds the reservations one topology change moves to needs-review:
+	// they are written in the node's transaction (at most 100 actions).
+	MaxTopologyReviews = 90
+	MaxOrgIDs          = 100
+	MaxContractRefLen  = 256
+	MaxEndpointLen     = 2048
+)
+
+// Limit returns the page size asked for, or an invalid_request.
+func (p PageRequest) limit() (int, error) {
+	switch {
+	case p.Limit == 0:
+		return DefaultPageLimit, nil
+	case p.Limit < 1 || p.Limit > MaxPageLimit:
+		return 0, Errorf(CodeInvalidRequest, "limit must be 1 to %d", MaxPageLimit)
+	}
+	return p.Limit, nil
+}
+
+func invalidID(member string) *Error {
+	return Errorf(CodeInvalidRequest, "%s is required: letters, digits, '.', '_', ':' or '-', at most %d", member, MaxIDLen)
+}
+
+// Validate checks the request on its own. allowHTTP admits http agent endpoints (the local
+// environment only).
+func (r NodeRequest) Validate(allowHTTP bool) error {
+	if !ValidID(r.NodeID) {
+		return invalidID("nodeId")
+	}
+	if !ValidID(r.OwnerOrgID) {
+		return invalidID("ownerOrgId")
+	}
+	if err := validateUnitIDs(r.UnitIDs); err != nil {
+		return err
+	}
+	if err := validateEndpoint(r.AgentEndpoint, allowHTTP); err != nil {
+		return err
+	}
+	if err := validateReason(r.Reason); err != nil {
+		return err
+	}
+	return ValidateIdempotencyKey(r.IdempotencyKey)
+}
+
+func validateEndpoint(s string, allowHTTP bool) error {
+	want := "an absolute https URL"
+	if allowHTTP {
+		want = "an absolute http or https URL"
+	}
+	bad := Errorf(CodeInvalidRequest, "agentEndpoint must be %s with a host, at most %d characters", want, MaxEndpointLen)
+	if s == "" || len(s) > MaxEndpointLen {
+		return bad
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" || u.User != nil || u.Fragment != "" {
+		return bad
+	}
+	switch u.Scheme {
+	case "https":
+	case "http":
+		if !allowHTTP {
+			return bad
+		}
+	default:
+		return bad
+	}
+	return nil
+}
+
+// validateOrgIDs checks an org list: well-formed, unique ids (it may be empty).
+func validateOrgIDs(member string, ids []string) error {
+	if len(ids) > MaxOrgIDs {
+		return Errorf(CodeInvalidRequest, "%s names %d orgs; at most %d", member, len(ids), MaxOrgIDs)
+	}
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if !ValidID(id) {
+			return Errorf(CodeInvalidRequest, "%s holds a malformed org id", member)
+		}
+		if seen[id] {
+			return Errorf(CodeInvalidRequest, "%s names org %s more than once", member, id)
+		}
+		seen[id] = true
+	}
+	return nil
+}
+
+// Validate checks the request on its own, before anything is read (path ids excepted).
+func (r ReservationRequest) Validate(now time.Time) error {
+	if r.ID != "" && !ValidID(r.ID) {
+		return invalidID("id")
+	}
+	switch r.Status {
+	case "", StatusActive, StatusPending:
+	default:
+		return Errorf(CodeInvalidRequest, "status must be active or pending")
+	}
+	if r.StartsAt.IsZero() {
+		return Errorf(CodeInvalidRequest, "startsAt is required")
+	}
+	if r.EndsAt != nil {
+		if !r.EndsAt.After(r.StartsAt) {
+			return Errorf(CodeInvalidRequest, "endsAt must be after startsAt")
+		}
+		if !r.EndsAt.After(now) {
+			return Errorf(CodeInvalidRequest, "endsAt is in the past")
+		}
+	}
+	if err := validateOrgIDs("allowedOrgIds", r.AllowedOrgIDs); err != nil {
+		return err
+	}
+	if err := validateOrgIDs("managingOrgIds", r.ManagingOrgIDs); err != nil {
+		return err
+	}
+	if err := validateUnitIDs(r.ReservedUnitIDs); err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			e.Message = strings.Replace(e.Message, "unitIds", "reservedUnitIds", 1)
+		}
+		return err
+	}
+	if !utf8.ValidString(r.ContractRef) || len(r.ContractRef) > MaxContractRefLen {
+		return Errorf(CodeInvalidRequest, "contractRef must be valid UTF-8 of at most %d bytes", MaxContractRefLen)
+	}
+	if err := validateReason(r.Reason); err != nil {
+		return err
+	}
+	return ValidateIdempotencyKey(r.IdempotencyKey)
+}
+
+// Validate checks the request on its own (path ids are checked by the gate).
+func (r ReservationChange) Validate() error {
+	if err := validateReason(r.Reason); err != nil {
+		return err
+	}
+	return ValidateIdempotencyKey(r.IdempotencyKey)
+}
+
+// Validate checks the request on its own (the node id is checked by the gate).
+func (r TopologyRequest) Validate() error {
+	if err := validateUnitIDs(r.UnitIDs); err != nil {
+		return err
+	}
+	if err := validateReason(r.Reason); err != nil {
+		return err
+	}
+	return ValidateIdempotencyKey(r.IdempotencyKey)
+}
+
+// operatorStore is the store's operator part.
+func (s *Service) operatorStore() (OperatorStore, error) {
+	ops, ok := s.Store.(OperatorStore)
+	if !ok {
+		return nil, fmt.Errorf("store %T does not implement the operator lifecycle", s.Store)
+	}
+	return ops, nil
+}
+
+// opAudit is the audit record of an operator call, completed by each round.
+func (s *Service) opAudit(p Principal, meta RequestMeta, action, nodeID, reservationID string, units []string, reason string) AuditRecord {
+	return AuditRecord{
+		ID: s.newID(), Time: s.now(), RequestID: meta.RequestID, ActorKeyID: p.KeyID, CallerOrgID: p.OrgID,
+		Action: action, NodeID: nodeID, ReservationID: reservationID, UnitIDs: slices.Clone(units), Reason: reason,
+		Via: meta.via(), EventID: meta.EventID,
+	}
+}
+
+// refuseInput audits a request refused on its own (before anything was read), and returns err.
+func (s *Service) refuseInput(ctx context.Context, rec AuditRecord, err error) error {
+	if ValidID(rec.NodeID) {
+		s.auditRefusal(ctx, rec, err)
+	}
+	return err
+}
+
+// applyOperator runs read-decide-commit rounds like apply, for operator commits. create
+// reads a missing node as a zero node (PUT node); otherwise a missing node is errNodeNotFound.
+// It returns the commit that landed and the node's audit head after it.
+func (s *Service) applyOperator(ctx context.Context, nodeID string, key idempotency, create bool,
+	decide func(st *NodeState, now time.Time) (*OperatorCommit, error)) (*OperatorCommit, error) {
+	ops, err := s.operatorStore()
+	if err != nil {
+		return nil, err
+	}
+	var pending []*OperatorCommit
+	var last error
+	for round := range s.attempts() {
+		now := s.now()
+		var st *NodeState
+		if create {
+			st, err = ops.LoadNodeOrNew(ctx, nodeID, key.scope)
+		} else {
+			st, err = s.Store.LoadNode(ctx, nodeID, key.scope)
+		}
+		if ErrorCode(err) == CodeNotFound && !create {
+			return nil, errNodeNotFound
+		}
+		if err != nil && len(pending) > 0 {
+			if c, lerr := s.landedOp(ctx, pending); c != nil || lerr != nil {
+				return c, lerr
+			}
+			last = fmt.Errorf("load node %s after a write of unknown outcome: %v: %w", nodeID, err, ErrAmbiguous)
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("load node %s: %w", nodeID, err)
+		}
+		if c, err := s.landedOp(ctx, pending); c != nil || err != nil {
+			return c, err
+		}
+		commit, err := decide(st, now)
+		if err != nil || commit == nil {
+			return nil, err
+		}
+		head, err := ops.CommitOperator(ctx, *commit)
+		last = err
+		switch {
+		case err == nil:
+			commit.Node.AuditHead = head
+			return commit, nil
+		case errors.Is(err, ErrAmbiguous):
+			s.logger().WarnContext(ctx, "operator write outcome unknown; checking before deciding again",
+				"node", nodeID, "action", commit.Audit.Action, "audit_id", commit.Audit.ID, "err", err)
+			pending = append(pending, commit)
+		case errors.Is(err, ErrConflict):
+			s.logger().InfoContext(ctx, "operator write lost a race; deciding again", "node", nodeID, "action", commit.Audit.Action)
+		case errors.Is(err, ErrThrottled):
+			s.logger().WarnContext(ctx, "operator write throttled; deciding again", "node", nodeID, "action", commit.Audit.Action, "err", err)
+			if err := sleep(ctx, time.Duration(25<<round)*time.Millisecond); err != nil {
+				return nil, err
+			}
+		default:
+			if c, lerr := s.landedOp(ctx, pending); c != nil || lerr != nil {
+				return c, lerr
+			}
+			return nil, fmt.Errorf("commit %s on node %s: %w", commit.Audit.Action, nodeID, err)
+		}
+	}
+	if c, err := s.landedOp(ctx, pending); c != nil || err != nil {
+		return c, err
+	}
+	switch {
+	case errors.Is(last, ErrThrottled) && len(pending) == 0:
+		return nil, errThrottled()
+	case errors.Is(last, ErrAmbiguous) || len(pending) > 0:
+		return nil, fmt.Errorf("commit on node %s: outcome still unknown after %d rounds: %w", nodeID, s.attempts(), last)
+	}
+	return nil, Errorf(CodeConcurrentModification, "the node kept changing while this call was applied; retrying is safe")
+}
+
+// landedOp returns the pending operator commit that landed, if any (by its audit record, as
+// for capacity commits), with the audit head it left.
+func (s *Service) landedOp(ctx context.Context, pending []*OperatorCommit) (*OperatorCommit, error) {
+	if len(pending) == 0 {
+		return nil, nil
+	}
+	as := make([]*Commit, 0, len(pending))
+	for _, c := range pending {
+		as = append(as, &Commit{Node: c.Node, Audit: c.Audit})
+	}
+	c, err := s.landed(ctx, as)
+	if c == nil || err != nil {
+		return nil, err
+	}
+	for _, p := range pending {
+		if p.Audit.ID == c.Audit.ID {
+			_, p.Node.AuditHead = ChainAuditRecord(p.Audit, p.Node.AuditHead)
+			return p, nil
+		}
+	}
+	return nil, nil
+}
+
+// rememberOp adds the idempotency record of a request made with a key to an operator commit.
+func (s *Service) rememberOp(c *OperatorCommit, key idempotency, nodeID string, result any, now time.Time) error {
+	var tmp Commit
+	if err := s.remember(&tmp, key, nodeID, result, now); err != nil {
+		return err
+	}
+	c.Idempotency = tmp.Idempotency
+	return nil
+}
+
+// finishOp turns apply's outcome into the call's: the answer of the round that landed, the
+// 404 of a missing node, and the audit of a call that kept losing races.
+func finishOp[R any](s *Service, ctx context.Context, landed *OperatorCommit, err error, answers map[string]*R, result *R,
+	rec AuditRecord, missing func() *Error) (*R, error) {
+	if errors.Is(err, errNodeNotFound) {
+		return nil, missing()
+	}
+	if landed != nil {
+		result = answers[landed.Audit.ID]
+		if set, ok := any(result).(interface{ setHead(AuditHead) }); ok {
+			set.setHead(landed.Node.AuditHead)
+		}
+	}
+	if ErrorCode(err) == CodeConcurrentModification {
+		rec.ID, rec.Time = s.newID(), s.now()
+		s.auditRefusal(ctx, rec, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+func (r *NodeResult) setHead(h AuditHead)     { r.Node.AuditHead = h }
+func (r *TopologyResult) setHead(h AuditHead) { r.Node.AuditHead = h }
+
+// roundAudit is the call's audit record for one round: a fresh id and time, the node's
+// owner and topology generation as read.
+func (s *Service) roundAudit(rec AuditRecord, st *NodeState, now time.Time) AuditRecord {
+	rec.ID, rec.Time = s.newID(), now
+	rec.ActingFor, rec.TopologyGen = st.Node.OwnerOrgID, st.Node.TopologyGen
+	return rec
+}
+
+// sortedSet returns a sorted copy (fingerprints treat id lists as sets).
+func sortedSet(ids []string) []string { return slices.Sorted(slices.Values(ids)) }
+
+func sameSet(a, b []string) bool { return slices.Equal(sortedSet(a), sortedSet(b)) }
+
+// PutNode registers a node (Created, with the agent's key once) or updates its owner org and
+// agent endpoint. Its unit list changes only through SetTopology.
+func (s *Service) PutNode(ctx context.Context, p Principal, req NodeRequest, meta RequestMeta) (*NodeResult, error) {
+	if !p.Operator {
+		return nil, nodeNotFound()
+	}
+	rec := s.opAudit(p, meta, ActionNodePut, req.NodeID, "", req.UnitIDs, req.Reason)
+	if err := req.Validate(s.AllowHTTPAgents); err != nil {
+		return nil, s.refuseInput(ctx, rec, err)
+	}
+	fp := req
+	fp.UnitIDs = sortedSet(req.UnitIDs)
+	key := idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(ActionNodePut, fp)}
+	var result *NodeResult
+	answers := map[string]*NodeResult{}
+	var agentKey []byte // read once per call, before the node is created
+	landed, err := s.applyOperator(ctx, req.NodeID, key, true, func(st *NodeState, now time.Time) (*OperatorCommit, error) {
+		var res NodeResult
+		if replayed, err := replay(st.Idempotency, key.fingerprint, now, &res); replayed || err != nil {
+			res.Replayed = replayed
+			result = &res
+			return nil, err
+		}
+		audit := s.roundAudit(rec, st, now)
+		c, r, err := DecideNodePut(st, req, now)
+		if err != nil {
+			s.auditRefusal(ctx, audit, err)
+			return nil, err
+		}
+		if r.Created {
+			audit.ActingFor, audit.TopologyGen = r.Node.OwnerOrgID, r.Node.TopologyGen
+			if agentKey == nil && s.AgentKeys != nil {
+				cur, _, err := s.AgentKeys.NodeKeys(ctx, req.NodeID)
+				if err != nil {
+					return nil, fmt.Errorf("derive agent key of node %s: %w", req.NodeID, err)
+				}
+				agentKey = cur
+			}
+			if s.AgentKeys == nil {
+				s.logger().WarnContext(ctx, "no agent key source: the new node's agent key is not handed out", "node", req.NodeID)
+			}
+			r.AgentKey = agentKey
+		}
+		audit.Outcome = "ok"
+		c.Audit = audit
+		answers[audit.ID] = r
+		// The secret is never stored: a replay says it was shown instead.
+		stored := *r
+		stored.AgentKey, stored.SecretShown = nil, r.AgentKey != nil
+		return c, s.rememberOp(c, key, req.NodeID, &stored, now)
+	})
+	return finishOp(s, ctx, landed, err, answers, result, rec, nodeNotFound)
+}
+
+// DecideNodePut decides a PUT of a node on the state read (a zero Node: it does not exist).
+func DecideNodePut(st *NodeState, req NodeRequest, now time.Time) (*OperatorCommit, *NodeResult, error) {
+	if st.Node.ID == "" {
+		n := Node{
+			ID: req.NodeID, OwnerOrgID: req.OwnerOrgID, AgentEndpoint: req.AgentEndpoint,
+			UnitIDs: slices.Clone(req.UnitIDs), TopologyGen: 1, Version: 1,
+		}
+		return &OperatorCommit{Node: Node{ID: req.NodeID}, Create: true, NewNode: &n}, &NodeResult{Node: n, Created: true}, nil
+	}
+	if !sameSet(st.Node.UnitIDs, req.UnitIDs) {
+		return nil, nil, Errorf(CodeInvalidTransition,
+			"the node's unit list differs; change it with PUT /v1/nodes/%s/topology (this bumps its topology generation)", req.NodeID)
+	}
+	c := &OperatorCommit{Node: st.Node}
+	n := st.Node
+	if n.OwnerOrgID != req.OwnerOrgID || n.AgentEndpoint != req.AgentEndpoint {
+		n.OwnerOrgID, n.AgentEndpoint = req.OwnerOrgID, req.AgentEndpoint
+		n.Version++
+		c.NewNode = &n
+	}
+	return c, &NodeResult{Node: n}, nil
+}
+
+// GetNode returns a node to an operator, or to its owner org with reservation.read.
+func (s *Service) GetNode(ctx context.Context, p Principal, nodeID string) (*Node, error) {
+	if !p.Operator && !p.Can(PermRead) || !ValidID(nodeID) {
+		return nil, nodeNotFound()
+	}
+	ops, err := s.operatorStore()
+	if err != nil {
+		return nil, err
+	}
+	n, err := ops.GetNode(ctx, nodeID)
+	if ErrorCode(err) == CodeNotFound {
+		return nil, nodeNotFound()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read node %s: %w", nodeID, err)
+	}
+	if !p.Operator && n.OwnerOrgID != p.OrgID {
+		return nil, nodeNotFound()
+	}
+	return n, nil
+}
+
+// ListReservations returns a page of the node's reservations as the caller may see them: all
+// to an operator and to the node's owner; to another caller with reservation.read, those whose
+// audience or managing orgs hold its org (a page may then hold fewer than the limit).
+func (s *Service) ListReservations(ctx context.Context, p Principal, nodeID string, page PageRequest) (*ReservationPage, error) {
+	if !p.Operator && !p.Can(PermRead) || !ValidID(nodeID) {
+		return nil, nodeNotFound()
+	}
+	limit, err := page.limit()
+	if err != nil {
+		return nil, err
+	}
+	ops, err := s.operatorStore()
+	if err != nil {
+		return nil, err
+	}
+	n, err := ops.GetNode(ctx, nodeID)
+	if ErrorCode(err) == CodeNotFound {
+		return nil, nodeNotFound()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read node %s: %w", nodeID, err)
+	}
+	rs, next, err := ops.ListReservations(ctx, nodeID, limit, page.Cursor)
+	if err != nil {
+		if e := (*Error)(nil); errors.As(err, &e) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("list reservations of node %s: %w", nodeID, err)
+	}
+	all := p.Operator || p.OrgID == n.OwnerOrgID
+	now := s.now()
+	out := &ReservationPage{Reservations: []Reservation{}, NextCursor: next}
+	for _, r := range rs {
+		if all || slices.Contains(r.AllowedOrgIDs, p.OrgID) || slices.Contains(r.ManagingOrgIDs, p.OrgID) {
+			r.Status = r.StatusAt(now)
+			out.Reservations = append(out.Reservations, r)
+		}
+	}
+	return out, nil
+}
+
+// CreateReservation creates a reservation on a node's units (see DecideCreateReservation).
+func (s *Service) CreateReservation(ctx context.Context, p Principal, req ReservationRequest, meta RequestMeta) (*ReservationResult, error) {
+	if !p.Operator || !ValidID(req.NodeID) {
+		return nil, nodeNotFound()
+	}
+	id := req.ID
+	if id == "" {
+		id = "res-" + s.newID() // once per call: every round creates the same reservation
+	}
+	rec := s.opAudit(p, meta, ActionReservationCreate, req.NodeID, id, req.ReservedUnitIDs, req.Reason)
+	if err := req.Validate(s.now()); err != nil {
+		return nil, s.refuseInput(ctx, rec, err)
+	}
+	fp := req
+	fp.ReservedUnitIDs, fp.AllowedOrgIDs, fp.ManagingOrgIDs = sortedSet(req.ReservedUnitIDs), sortedSet(req.AllowedOrgIDs), sortedSet(req.ManagingOrgIDs)
+	fp.StartsAt = req.StartsAt.UTC()
+	if req.EndsAt != nil {
+		fp.EndsAt = ptrTo(req.EndsAt.UTC())
+	}
+	key := idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(ActionReservationCreate, fp)}
+	var result *ReservationResult
+	answers := map[string]*ReservationResult{}
+	landed, err := s.applyOperator(ctx, req.NodeID, key, false, func(st *NodeState, now time.Time) (*OperatorCommit, error) {
+		var res ReservationResult
+		if replayed, err := replay(st.Idempotency, key.fingerprint, now, &res); replayed || err != nil {
+			res.Replayed = replayed
+			result = &res
+			return nil, err
+		}
+		audit := s.roundAudit(rec, st, now)
+		c, r, err := DecideCreateReservation(st, req, id, now)
+		if err != nil {
+			s.auditRefusal(ctx, audit, err)
+			return nil, err
+		}
+		audit.Outcome = "ok"
+		c.Audit = audit
+		answers[audit.ID] = r
+		return c, s.rememberOp(c, key, req.NodeID, r, now)
+	})
+	return finishOp(s, ctx, landed, err, answers, result, rec, nodeNotFound)
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// termsOverlap reports whether [a.StartsAt, a.EndsAt) and [b.StartsAt, b.EndsAt) meet.
+func termsOverlap(a, b Reservation) bool {
+	return (b.EndsAt == nil || a.StartsAt.Before(*b.EndsAt)) && (a.EndsAt == nil || b.StartsAt.Before(*a.EndsAt))
+}
+
+// claims reports whether a reservation still claims its units for its term: active,
+// pending or needs-review, and not ended at now.
+func claims(r Reservation, now time.Time) bool {
+	switch r.StatusAt(now) {
+	case StatusActive, StatusPending, StatusNeedsReview:
+		return true
+	}
+	return false
+}
+
+// DecideCreateReservation decides the creation of reservation id on the state read: units on
+// the node (unknown_units), not claimed by another reservation whose term overlaps
+// (reservation_overlap), not carrying a reserved or on-demand VM (units_in_use); units under
+// a spot VM start released, so a reclaim evicts it.
+func DecideCreateReservation(st *NodeState, req ReservationRequest, id string, now time.Time) (*OperatorCommit, *ReservationResult, error) {
+	if st.Reservation(id) != nil {
+		return nil, nil, Errorf(CodeReservationExists, "reservation %s exists on this node", id)
+	}
+	var unknown []string
+	for _, u := range req.ReservedUnitIDs {
+		if !slices.Contains(st.Node.UnitIDs, u) {
+			unknown = append(unknown, u)
+		}
+	}
+	if len(unknown) > 0 {
+		return nil, nil, &Error{Code: CodeUnknownUnits, Message: "units do not exist on this node", UnitIDs: unknown}
+	}
+	status := req.Status
+	if status == "" {
+		status = StatusActive
+	}
+	r := Reservation{
+		ID: id, NodeID: st.Node.ID, AllowedOrgIDs: nonNil(slices.Clone(req.AllowedOrgIDs)),
+		ReservedUnitIDs: slices.Clone(req.ReservedUnitIDs), ManagingOrgIDs: nonNil(slices.Clone(req.ManagingOrgIDs)),
+		StartsAt: req.StartsAt.UTC(), Status: status, ContractRef: req.ContractRef, CreatedAt: now, UpdatedAt: now,
+		Reason: req.Reason, TopologyGen: st.Node.TopologyGen, Version: 1, ReleasedUnitIDs: []string{},
+	}
+	if req.EndsAt != nil {
+		r.EndsAt = ptrTo(req.EndsAt.UTC())
+	}
+	var overlap []string
+	for _, o := range st.Reservations {
+		if !claims(o, now) || !termsOverlap(r, o) {
+			continue
+		}
+		for _, u := range r.ReservedUnitIDs {
+			if slices.Contains(o.ReservedUnitIDs, u) && !slices.Contains(overlap, u) {
+				overlap = append(overlap, u)
+			}
+		}
+	}
+	if len(overlap) > 0 {
+		slices.Sort(overlap)
+		return nil, nil, &Error{Code: CodeReservationOverlap, Message: "units are held by another reservation whose term overlaps", UnitIDs: overlap}
+	}
+	var inUse []string
+	for _, vm := range st.VMs {
+		if !vm.occupies() {
+			continue
+		}
+		for _, u := range vm.UnitIDs {
+			if !slices.Contains(r.ReservedUnitIDs, u) {
+				continue
+			}
+			if vm.Tier == TierSpot {
+				if !slices.Contains(r.ReleasedUnitIDs, u) {
+					r.ReleasedUnitIDs = append(r.ReleasedUnitIDs, u)
+				}
+			} else {
+				inUse = append(inUse, u)
+			}
+		}
+	}
+	if len(inUse) > 0 {
+		slices.Sort(inUse)
+		return nil, nil, &Error{Code: CodeUnitsInUse, Message: "units carry reserved or on-demand VMs", UnitIDs: inUse}
+	}
+	slices.Sort(r.ReleasedUnitIDs)
+	return &OperatorCommit{Node: st.Node, BumpNode: true, NewReservation: &r}, &ReservationResult{Reservation: r}, nil
+}
+
+// CancelReservation cancels a reservation: its units stop being withheld and the VMs on them
+// keep running (listed in the answer). A cancelled one answers as it is; an expired one is
+// invalid_transition.
+func (s *Service) CancelReservation(ctx context.Context, p Principal, req ReservationChange, meta RequestMeta) (*ReservationResult, error) {
+	return s.changeReservation(ctx, p, req, meta, ActionReservationCancel, DecideCancel)
+}
+
+// ReaffirmReservation moves a needs-review reservation back to active at the node's current
+// topology generation.
+func (s *Service) ReaffirmReservation(ctx context.Context, p Principal, req ReservationChange, meta RequestMeta) (*ReservationResult, error) {
+	return s.changeReservation(ctx, p, req, meta, ActionReservationReaffirm, DecideReaffirm)
+}
+
+func (s *Service) changeReservation(ctx context.Context, p Principal, req ReservationChange, meta RequestMeta, action string,
+	decide func(st *NodeState, req ReservationChange, now time.Time) (*OperatorCommit, *ReservationResult, error)) (*ReservationResult, error) {
+	if !p.Operator || !ValidID(req.NodeID) || !ValidID(req.ReservationID) {
+		return nil, notFound()
+	}
+	rec := s.opAudit(p, meta, action, req.NodeID, req.ReservationID, nil, req.Reason)
+	if err := req.Validate(); err != nil {
+		return nil, s.refuseInput(ctx, rec, err)
+	}
+	key := idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(action, req)}
+	var result *ReservationResult
+	answers := map[string]*ReservationResult{}
+	landed, err := s.applyOperator(ctx, req.NodeID, key, false, func(st *NodeState, now time.Time) (*OperatorCommit, error) {
+		var res ReservationResult
+		if replayed, err := replay(st.Idempotency, key.fingerprint, now, &res); replayed || err != nil {
+			res.Replayed = replayed
+			result = &res
+			return nil, err
+		}
+		audit := s.roundAudit(rec, st, now)
+		if r := st.Reservation(req.ReservationID); r != nil {
+			audit.UnitIDs = slices.Clone(r.ReservedUnitIDs)
+			audit.ReleasedBefore = nonNil(slices.Clone(r.ReleasedUnitIDs))
+		}
+		c, r, err := decide(st, req, now)
+		if err != nil {
+			s.auditRefusal(ctx, audit, err)
+			return nil, err
+		}
+		audit.ReleasedAfter = nonNil(slices.Clone(r.Reservation.ReleasedUnitIDs))
+		audit.Outcome = "ok"
+		c.Audit = audit
+		answers[audit.ID] = r
+		return c, s.rememberOp(c, key, req.NodeID, r, now)
+	})
+	return finishOp(s, ctx, landed, err, answers, result, rec, notFound)
+}
+
+// DecideCancel decides the cancel of a reservation.
+func DecideCancel(st *NodeState, req ReservationChange, now time.Time) (*OperatorCommit, *ReservationResult, error) {
+	r := st.Reservation(req.ReservationID)
+	if r == nil {
+		return nil, nil, notFound()
+	}
+	res := &ReservationResult{VMsOnUnits: vmsOn(st.VMs, r.ReservedUnitIDs)}
+	switch r.StatusAt(now) {
+	case StatusCancelled:
+		// Repeat-safe: nothing to write but the audit record (the version is checked).
+		res.Reservation = *r
+		return &OperatorCommit{Node: st.Node}, res, nil
+	case StatusExpired:
+		return nil, nil, Errorf(CodeInvalidTransition, "reservation has expired; only a reservation that has not ended can be cancelled")
+	}
+	c := *r
+	c.Status, c.UpdatedAt = StatusCancelled, now
+	if req.Reason != "" {
+		c.Reason = req.Reason
+	}
+	res.Reservation = c
+	res.Reservation.Version++
+	return &OperatorCommit{Node: st.Node, BumpNode: true, Reservations: []Reservation{c}}, res, nil
+}
+
+// DecideReaffirm decides the re-affirmation of a needs-review reservation: active again at the
+// node's topology generation, with every reserved unit still on the node (else unknown_units:
+// cancel it and create another). Its released units are kept (those still on the node).
+func DecideReaffirm(st *NodeState, req ReservationChange, now time.Time) (*OperatorCommit, *ReservationResult, error) {
+	r := st.Reservation(req.ReservationID)
+	if r == nil {
+		return nil, nil, notFound()
+	}
+	if status := r.StatusAt(now); status != StatusNeedsReview {
+		return nil, nil, Errorf(CodeInvalidTransition, "reservation is %s; only a needs-review reservation can be reaffirmed", status)
+	}
+	var gone []string
+	for _, u := range r.ReservedUnitIDs {
+		if !slices.Contains(st.Node.UnitIDs, u) {
+			gone = append(gone, u)
+		}
+	}
+	if len(gone) > 0 {
+		return nil, nil, &Error{Code: CodeUnknownUnits,
+			Message: "reserved units are no longer on the node; cancel the reservation and create a new one", UnitIDs: gone}
+	}
+	c := *r
+	c.Status, c.TopologyGen, c.UpdatedAt = StatusActive, st.Node.TopologyGen, now
+	c.Reason = req.Reason
+	if c.Reason == "" {
+		c.Reason = fmt.Sprintf("reaffirmed at topology gen %d", st.Node.TopologyGen)
+	}
+	released := []string{}
+	for _, u := range r.ReleasedUnitIDs {
+		if slices.Contains(st.Node.UnitIDs, u) {
+			released = append(released, u)
+		}
+	}
+	c.ReleasedUnitIDs = released
+	out := c
+	out.Version++
+	return &OperatorCommit{Node: st.Node, BumpNode: true, Reservations: []Reservation{c}}, &ReservationResult{Reservation: out}, nil
+}
+
+// vmsOn returns the live VMs standing on any of the units, by id.
+func vmsOn(vms []VM, units []string) []VM {
+	out := []VM{}
+	for _, vm := range vms {
+		if vm.occupies() && overlaps(vm.UnitIDs, units) {
+			out = append(out, vm)
+		}
+	}
+	sortVMs(out)
+	return out
+}
+
+// SetTopology replaces a node's unit list: the topology generation moves on and every
+// active or pending reservation that has not ended moves to needs-review, in the node's
+// transaction. Nothing is terminated: the answer names the VMs on removed units.
+func (s *Service) SetTopology(ctx context.Context, p Principal, req TopologyRequest, meta RequestMeta) (*TopologyResult, error) {
+	if !p.Operator || !ValidID(req.NodeID) {
+		return nil, nodeNotFound()
+	}
+	rec := s.opAudit(p, meta, ActionTopologySet, req.NodeID, "", req.UnitIDs, req.Reason)
+	if err := req.Validate(); err != nil {
+		return nil, s.refuseInput(ctx, rec, err)
+	}
+	fp := req
+	fp.UnitIDs = sortedSet(req.UnitIDs)
+	key := idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(ActionTopologySet, fp)}
+	var result *TopologyResult
+	answers := map[string]*TopologyResult{}
+	landed, err := s.applyOperator(ctx, req.NodeID, key, false, func(st *NodeState, now time.Time) (*OperatorCommit, error) {
+		var res TopologyResult
+		if replayed, err := replay(st.Idempotency, key.fingerprint, now, &res); replayed || err != nil {
+			res.Replayed = replayed
+			result = &res
+			return nil, err
+		}
+		audit := s.roundAudit(rec, st, now)
+		c, r, err := DecideTopology(st, req, now)
+		if err != nil {
+			s.auditRefusal(ctx, audit, err)
+			return nil, err
+		}
+		audit.TopologyGen = r.Node.TopologyGen
+		audit.Outcome = "ok"
+		c.Audit = audit
+		answers[audit.ID] = r
+		return c, s.rememberOp(c, key, req.NodeID, r, now)
+	})
+	return finishOp(s, ctx, landed, err, answers, result, rec, nodeNotFound)
+}
+
+// DecideTopology decides a topology change on the state read.
+func DecideTopology(st *NodeState, req TopologyRequest, now time.Time) (*OperatorCommit, *TopologyResult, error) {
+	res := &TopologyResult{AddedUnitIDs: []string{}, RemovedUnitIDs: []string{}, NeedsReview: []string{}, VMsOnRemovedUnits: []VM{}}
+	for _, u := range req.UnitIDs {
+		if !slices.Contains(st.Node.UnitIDs, u) {
+			res.AddedUnitIDs = append(res.AddedUnitIDs, u)
+		}
+	}
+	for _, u := range st.Node.UnitIDs {
+		if !slices.Contains(req.UnitIDs, u) {
+			res.RemovedUnitIDs = append(res.RemovedUnitIDs, u)
+		}
+	}
+	slices.Sort(res.AddedUnitIDs)
+	slices.Sort(res.RemovedUnitIDs)
+	if len(res.AddedUnitIDs) == 0 && len(res.RemovedUnitIDs) == 0 {
+		res.Node = st.Node
+		return &OperatorCommit{Node: st.Node}, res, nil
+	}
+	n := st.Node
+	n.UnitIDs, n.TopologyGen, n.Version = slices.Clone(req.UnitIDs), n.TopologyGen+1, n.Version+1
+	var moved []Reservation
+	for _, r := range st.Reservations {
+		switch r.StatusAt(now) {
+		case StatusActive, StatusPending:
+			r.Status, r.UpdatedAt = StatusNeedsReview, now
+			r.Reason = fmt.Sprintf("topology changed: gen %d", n.TopologyGen)
+			moved = append(moved, r)
+			res.NeedsReview = append(res.NeedsReview, r.ID)
+		}
+	}
+	if len(moved) > MaxTopologyReviews {
+		return nil, nil, Errorf(CodeInvalidTransition,
+			"the change would move %d reservations to needs-review; at most %d move in one change (cancel ended or unneeded ones first)",
+			len(moved), MaxTopologyReviews)
+	}
+	slices.Sort(res.NeedsReview)
+	res.Node, res.Changed = n, true
+	res.VMsOnRemovedUnits = vmsOn(st.VMs, res.RemovedUnitIDs)
+	return &OperatorCommit{Node: st.Node, NewNode: &n, Reservations: moved}, res, nil
+}

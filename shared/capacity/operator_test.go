@@ -1,0 +1,610 @@
+package capacity_test
+
+import (
+	"context"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/openrelay/capacity/shared/awsfault"
+	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
+)
+
+var op = capacity.Principal{KeyID: "k-op", OrgID: "platform", Operator: true, Permissions: []string{capacity.PermRead}}
+
+// stateItems is the state table without the audit chain's head, which every audited call
+// (refusals too) advances.
+func stateItems(t *testing.T, env *dynamotest.Env) []map[string]types.AttributeValue {
+	t.Helper()
+	items := env.Items(t, env.Store.Table)
+	for _, it := range items {
+		delete(it, "AuditSeq")
+		delete(it, "AuditHead")
+	}
+	return items
+}
+
+type fixedKeys []byte
+
+func (k fixedKeys) NodeKeys(context.Context, string) ([]byte, [][]byte, error) { return k, nil, nil }
+
+// auditActions returns the action and outcome of every audit record, in no order.
+func opAudits(t *testing.T, env *dynamotest.Env) []string {
+	t.Helper()
+	var out []string
+	for _, it := range env.Items(t, env.Store.AuditTable) {
+		out = append(out, attrString(it["Action"])+":"+attrString(it["Outcome"]))
+	}
+	slices.Sort(out)
+	return out
+}
+
+func checkInvariants(t *testing.T, env *dynamotest.Env, nodeID string, now time.Time) {
+	t.Helper()
+	st, err := env.Store.LoadNode(context.Background(), nodeID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range append(capacity.Violations(st, now), capacity.OverlapViolations(st, now)...) {
+		t.Error(v)
+	}
+}
+
+func code(err error) capacity.Code {
+	if err == nil {
+		return ""
+	}
+	return capacity.ErrorCode(err)
+}
+
+func TestOperatorCallsAreOperatorsOnly(t *testing.T) {
+	env, svc := world(t)
+	ctx := context.Background()
+	nonOps := []capacity.Principal{owner, audi, {OrgID: "owner", Permissions: []string{capacity.PermRead, capacity.PermCapacity, capacity.PermPlace}}}
+	for _, p := range nonOps {
+		calls := map[string]error{}
+		_, calls["put"] = svc.PutNode(ctx, p, capacity.NodeRequest{NodeID: "n9", OwnerOrgID: "o", UnitIDs: []string{"u0"}, AgentEndpoint: "https://a"}, capacity.RequestMeta{})
+		_, calls["create"] = svc.CreateReservation(ctx, p, capacity.ReservationRequest{NodeID: "n1", StartsAt: t0, ReservedUnitIDs: []string{"u3"}}, capacity.RequestMeta{})
+		_, calls["cancel"] = svc.CancelReservation(ctx, p, capacity.ReservationChange{NodeID: "n1", ReservationID: "r1"}, capacity.RequestMeta{})
+		_, calls["reaffirm"] = svc.ReaffirmReservation(ctx, p, capacity.ReservationChange{NodeID: "n1", ReservationID: "r1"}, capacity.RequestMeta{})
+		_, calls["topology"] = svc.SetTopology(ctx, p, capacity.TopologyRequest{NodeID: "n1", UnitIDs: []string{"u0"}}, capacity.RequestMeta{})
+		for name, err := range calls {
+			if code(err) != capacity.CodeNotFound {
+				t.Errorf("%s by %s: %v, want not_found", name, p.OrgID, err)
+			}
+		}
+	}
+	if a := opAudits(t, env); len(a) != 0 {
+		t.Errorf("refused non-operators were audited: %v", a)
+	}
+}
+
+func TestPutNode(t *testing.T) {
+	env, svc := world(t)
+	svc.AgentKeys = fixedKeys("secret-key")
+	ctx := context.Background()
+	req := capacity.NodeRequest{NodeID: "n2", OwnerOrgID: "acme", UnitIDs: []string{"g1", "g0"}, AgentEndpoint: "https://n2.example:8443/agent", IdempotencyKey: "put-1"}
+
+	res, err := svc.PutNode(ctx, op, req, capacity.RequestMeta{RequestID: "r-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Created || string(res.AgentKey) != "secret-key" || res.SecretShown || res.Node.Version != 1 || res.Node.TopologyGen != 1 || res.Node.AuditHead.Seq != 1 {
+		t.Fatalf("create = %+v", res)
+	}
+	n, err := svc.GetNode(ctx, op, "n2")
+	if err != nil || n.OwnerOrgID != "acme" || n.AgentEndpoint != req.AgentEndpoint || !slices.Equal(n.UnitIDs, []string{"g1", "g0"}) || n.AuditHead != res.Node.AuditHead {
+		t.Fatalf("stored node = %+v, %v", n, err)
+	}
+
+	// A replay answers the same without the secret, which was never stored.
+	again, err := svc.PutNode(ctx, op, req, capacity.RequestMeta{})
+	if err != nil || !again.Replayed || !again.Created || again.AgentKey != nil || !again.SecretShown {
+		t.Fatalf("replay = %+v, %v", again, err)
+	}
+	for _, it := range env.Items(t, env.Store.Table) {
+		if b, ok := it["Result"].(*types.AttributeValueMemberB); ok && strings.Contains(string(b.Value), "c2VjcmV0LWtleQ") {
+			t.Fatalf("the agent key was stored in the idempotency record: %s", b.Value)
+		}
+	}
+
+	// An update of owner and endpoint; the unit list only changes through topology.
+	upd := capacity.NodeRequest{NodeID: "n2", OwnerOrgID: "acme2", UnitIDs: []string{"g0", "g1"}, AgentEndpoint: "https://n2b.example"}
+	res, err = svc.PutNode(ctx, op, upd, capacity.RequestMeta{})
+	if err != nil || res.Created || res.AgentKey != nil || res.Node.OwnerOrgID != "acme2" || res.Node.Version != 2 {
+		t.Fatalf("update = %+v, %v", res, err)
+	}
+	upd.UnitIDs = []string{"g0"}
+	if _, err := svc.PutNode(ctx, op, upd, capacity.RequestMeta{}); code(err) != capacity.CodeInvalidTransition {
+		t.Fatalf("unit change through PUT node: %v, want invalid_transition", err)
+	}
+	// The owner org reads its node with reservation.read; others do not learn it exists.
+	if _, err := svc.GetNode(ctx, capacity.Principal{OrgID: "acme2", Permissions: []string{capacity.PermRead}}, "n2"); err != nil {
+		t.Errorf("owner GetNode: %v", err)
+	}
+	if _, err := svc.GetNode(ctx, capacity.Principal{OrgID: "acme", Permissions: []string{capacity.PermRead}}, "n2"); code(err) != capacity.CodeNotFound {
+		t.Errorf("other org GetNode: %v, want not_found", err)
+	}
+	want := []string{"node.put:invalid_transition", "node.put:ok", "node.put:ok"}
+	if got := opAudits(t, env); !reflect.DeepEqual(got, want) {
+		t.Errorf("audit = %v, want %v", got, want)
+	}
+	checkInvariants(t, env, "n2", t0.Add(time.Hour))
+}
+
+func TestPutNodeValidation(t *testing.T) {
+	env, svc := world(t)
+	ok := capacity.NodeRequest{NodeID: "n2", OwnerOrgID: "acme", UnitIDs: []string{"g0"}, AgentEndpoint: "https://n2"}
+	tests := []struct {
+		name      string
+		change    func(*capacity.NodeRequest)
+		allowHTTP bool
+		want      capacity.Code
+	}{
+		{"malformed node id", func(r *capacity.NodeRequest) { r.NodeID = "../x" }, false, capacity.CodeInvalidRequest},
+		{"no owner", func(r *capacity.NodeRequest) { r.OwnerOrgID = "" }, false, capacity.CodeInvalidRequest},
+		{"no units", func(r *capacity.NodeRequest) { r.UnitIDs = nil }, false, capacity.CodeInvalidRequest},
+		{"duplicate units", func(r *capacity.NodeRequest) { r.UnitIDs = []string{"g0", "g0"} }, false, capacity.CodeInvalidRequest},
+		{"http outside local", func(r *capacity.NodeRequest) { r.AgentEndpoint = "http://n2" }, false, capacity.CodeInvalidRequest},
+		{"http in local", func(r *capacity.NodeRequest) { r.AgentEndpoint = "http://n2" }, true, ""},
+		{"relative endpoint", func(r *capacity.NodeRequest) { r.AgentEndpoint = "/agent" }, true, capacity.CodeInvalidRequest},
+		{"other scheme", func(r *capacity.NodeRequest) { r.AgentEndpoint = "ftp://n2" }, true, capacity.CodeInvalidRequest},
+		{"no endpoint", func(r *capacity.NodeRequest) { r.AgentEndpoint = "" }, false, capacity.CodeInvalidRequest},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := ok
+			req.NodeID = "n-" + string(rune('a'+len(tt.name)%26))
+			tt.change(&req)
+			before := len(env.Items(t, env.Store.Table))
+			svc.AllowHTTPAgents = tt.allowHTTP
+			_, err := svc.PutNode(context.Background(), op, req, capacity.RequestMeta{})
+			if code(err) != tt.want {
+				t.Fatalf("got %v, want %q", err, tt.want)
+			}
+			if tt.want != "" && len(env.Items(t, env.Store.Table)) != before {
+				t.Error("a refused request wrote")
+			}
+		})
+	}
+}
+
+func TestCreateReservation(t *testing.T) {
+	end := t0.Add(48 * time.Hour)
+	base := capacity.ReservationRequest{NodeID: "n1", ID: "r2", StartsAt: t0, EndsAt: &end, AllowedOrgIDs: []string{"aud"}, ReservedUnitIDs: []string{"u3"}, ContractRef: "c-1"}
+	tests := []struct {
+		name      string
+		cancelR1  bool
+		change    func(*capacity.ReservationRequest)
+		want      capacity.Code
+		wantUnits []string // the error's units, or the created reservation's released units
+	}{
+		{"free unit", false, func(*capacity.ReservationRequest) {}, "", []string{}},
+		{"unknown unit", false, func(r *capacity.ReservationRequest) { r.ReservedUnitIDs = []string{"u3", "u9"} }, capacity.CodeUnknownUnits, []string{"u9"}},
+		{"held by r1", false, func(r *capacity.ReservationRequest) { r.ReservedUnitIDs = []string{"u2", "u3"} }, capacity.CodeReservationOverlap, []string{"u2"}},
+		{"existing id", false, func(r *capacity.ReservationRequest) { r.ID = "r1" }, capacity.CodeReservationExists, nil},
+		{"ends before it starts", false, func(r *capacity.ReservationRequest) { r.EndsAt = &t0 }, capacity.CodeInvalidRequest, nil},
+		{"bad status", false, func(r *capacity.ReservationRequest) { r.Status = capacity.StatusExpired }, capacity.CodeInvalidRequest, nil},
+		{"duplicate orgs", false, func(r *capacity.ReservationRequest) { r.AllowedOrgIDs = []string{"a", "a"} }, capacity.CodeInvalidRequest, nil},
+		{"reserved VM on unit", true, func(r *capacity.ReservationRequest) { r.ReservedUnitIDs = []string{"u0"} }, capacity.CodeUnitsInUse, []string{"u0"}},
+		{"spot VM unit starts released", true, func(r *capacity.ReservationRequest) { r.ReservedUnitIDs = []string{"u1", "u2"} }, "", []string{"u1"}},
+		{"pending, generated id", false, func(r *capacity.ReservationRequest) { r.ID, r.Status = "", capacity.StatusPending }, "", []string{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env, svc := world(t)
+			ctx := context.Background()
+			if tt.cancelR1 {
+				if _, err := svc.CancelReservation(ctx, op, capacity.ReservationChange{NodeID: "n1", ReservationID: "r1"}, capacity.RequestMeta{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			req := base
+			tt.change(&req)
+			before := stateItems(t, env)
+			res, err := svc.CreateReservation(ctx, op, req, capacity.RequestMeta{})
+			if code(err) != tt.want {
+				t.Fatalf("got %v, want %q", err, tt.want)
+			}
+			if err != nil {
+				if e, ok := err.(*capacity.Error); ok && tt.wantUnits != nil && !slices.Equal(e.UnitIDs, tt.wantUnits) {
+					t.Errorf("error units %v, want %v", e.UnitIDs, tt.wantUnits)
+				}
+				if !reflect.DeepEqual(stateItems(t, env), before) {
+					t.Error("a refused create wrote")
+				}
+				return
+			}
+			r := res.Reservation
+			if !slices.Equal(r.ReleasedUnitIDs, tt.wantUnits) || r.TopologyGen != 1 || r.Version != 1 {
+				t.Errorf("created %+v", r)
+			}
+			if req.ID == "" && (len(r.ID) < 5 || r.ID[:4] != "res-") {
+				t.Errorf("generated id %q", r.ID)
+			}
+			got, err := svc.GetReservation(ctx, op, "n1", r.ID)
+			if err != nil || !slices.Equal(got.ReservedUnitIDs, req.ReservedUnitIDs) || got.ContractRef != "c-1" {
+				t.Errorf("stored = %+v, %v", got, err)
+			}
+			checkInvariants(t, env, "n1", t0.Add(time.Hour))
+		})
+	}
+}
+
+func TestCancelReservation(t *testing.T) {
+	env, svc := world(t)
+	ctx := context.Background()
+	ch := capacity.ReservationChange{NodeID: "n1", ReservationID: "r1", Reason: "contract ended"}
+	res, err := svc.CancelReservation(ctx, op, ch, capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Reservation.Status != capacity.StatusCancelled || res.Reservation.Reason != "contract ended" {
+		t.Fatalf("cancel = %+v", res.Reservation)
+	}
+	if ids := capacity.VMIDs(res.VMsOnUnits); !slices.Equal(ids, []string{"s1", "v0"}) {
+		t.Errorf("vmsOnUnits = %v, want [s1 v0] (left running)", ids)
+	}
+	st, _ := env.Store.LoadNode(ctx, "n1", "")
+	for _, vm := range st.VMs {
+		if vm.State != capacity.VMRunning {
+			t.Errorf("VM %s is %s: a cancel terminates nothing", vm.ID, vm.State)
+		}
+	}
+	// Repeat-safe.
+	again, err := svc.CancelReservation(ctx, op, ch, capacity.RequestMeta{})
+	if err != nil || again.Reservation.Status != capacity.StatusCancelled {
+		t.Fatalf("second cancel = %+v, %v", again, err)
+	}
+	// Reaffirm applies to needs-review only.
+	if _, err := svc.ReaffirmReservation(ctx, op, ch, capacity.RequestMeta{}); code(err) != capacity.CodeInvalidTransition {
+		t.Errorf("reaffirm of cancelled: %v, want invalid_transition", err)
+	}
+	// An expired reservation cannot be cancelled.
+	end := t0.Add(2 * time.Hour)
+	if _, err := svc.CreateReservation(ctx, op, capacity.ReservationRequest{NodeID: "n1", ID: "r3", StartsAt: t0, EndsAt: &end, ReservedUnitIDs: []string{"u3"}}, capacity.RequestMeta{}); err != nil {
+		t.Fatal(err)
+	}
+	svc.Now = func() time.Time { return t0.Add(3 * time.Hour) }
+	if _, err := svc.CancelReservation(ctx, op, capacity.ReservationChange{NodeID: "n1", ReservationID: "r3"}, capacity.RequestMeta{}); code(err) != capacity.CodeInvalidTransition {
+		t.Errorf("cancel of expired: %v, want invalid_transition", err)
+	}
+	if _, err := svc.CancelReservation(ctx, op, capacity.ReservationChange{NodeID: "n1", ReservationID: "nope"}, capacity.RequestMeta{}); code(err) != capacity.CodeNotFound {
+		t.Errorf("cancel of missing: %v, want not_found", err)
+	}
+	checkInvariants(t, env, "n1", t0.Add(3*time.Hour))
+}
+
+func TestTopologyAndReaffirm(t *testing.T) {
+	tests := []struct {
+		name         string
+		units        []string
+		wantAdded    []string
+		wantRemoved  []string
+		wantVMs      []string
+		reaffirmCode capacity.Code
+	}{
+		{"add a unit", []string{"u0", "u1", "u2", "u3", "u4"}, []string{"u4"}, []string{}, []string{}, ""},
+		{"remove reserved units", []string{"u0", "u1", "u4"}, []string{"u4"}, []string{"u2", "u3"}, []string{}, capacity.CodeUnknownUnits},
+		{"remove a unit under a VM", []string{"u0", "u2", "u3"}, []string{}, []string{"u1"}, []string{"s1"}, capacity.CodeUnknownUnits},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env, svc := world(t)
+			ctx := context.Background()
+			now := t0.Add(time.Hour)
+			res, err := svc.SetTopology(ctx, op, capacity.TopologyRequest{NodeID: "n1", UnitIDs: tt.units, Reason: "rack swap"}, capacity.RequestMeta{Via: capacity.ViaEvent, EventID: "ev-1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.Changed || res.Node.TopologyGen != 2 || res.Node.Version != 2 ||
+				!slices.Equal(res.AddedUnitIDs, tt.wantAdded) || !slices.Equal(res.RemovedUnitIDs, tt.wantRemoved) ||
+				!slices.Equal(res.NeedsReview, []string{"r1"}) || !slices.Equal(capacity.VMIDs(res.VMsOnRemovedUnits), tt.wantVMs) {
+				t.Fatalf("topology = %+v", res)
+			}
+			r, err := svc.GetReservation(ctx, op, "n1", "r1")
+			if err != nil || r.Status != capacity.StatusNeedsReview || r.Reason != "topology changed: gen 2" {
+				t.Fatalf("r1 after topology = %+v, %v", r, err)
+			}
+			checkInvariants(t, env, "n1", now)
+			// The same list again (in another order) changes nothing but the audit trail.
+			before := stateItems(t, env)
+			same, err := svc.SetTopology(ctx, op, capacity.TopologyRequest{NodeID: "n1", UnitIDs: slices.Sorted(slices.Values(tt.units))}, capacity.RequestMeta{})
+			if err != nil || same.Changed || same.Node.TopologyGen != 2 || len(same.NeedsReview) != 0 {
+				t.Fatalf("same topology = %+v, %v", same, err)
+			}
+			if !reflect.DeepEqual(stateItems(t, env), before) {
+				t.Error("an unchanged topology wrote")
+			}
+			// Reaffirm: back to active at gen 2, unless reserved units went away.
+			ra, err := svc.ReaffirmReservation(ctx, op, capacity.ReservationChange{NodeID: "n1", ReservationID: "r1"}, capacity.RequestMeta{})
+			if code(err) != tt.reaffirmCode {
+				t.Fatalf("reaffirm: %v, want %q", err, tt.reaffirmCode)
+			}
+			if err == nil && (ra.Reservation.Status != capacity.StatusActive || ra.Reservation.TopologyGen != 2) {
+				t.Errorf("reaffirmed = %+v", ra.Reservation)
+			}
+			if err == nil {
+				// A reclaim works again at the new generation.
+				if _, err := svc.Reclaim(ctx, owner, reclaim("u1"), capacity.RequestMeta{}); err != nil {
+					t.Errorf("reclaim after reaffirm: %v", err)
+				}
+			}
+			checkInvariants(t, env, "n1", now)
+		})
+	}
+}
+
+// racingOps runs before() once, just before the first operator commit it passes on: a
+// concurrent write between the decision's read and its commit.
+type racingOps struct {
+	capacity.Store
+	ops    capacity.OperatorStore
+	before func()
+	done   bool
+}
+
+func (s *racingOps) LoadNodeOrNew(ctx context.Context, id, scope string) (*capacity.NodeState, error) {
+	return s.ops.LoadNodeOrNew(ctx, id, scope)
+}
+func (s *racingOps) GetNode(ctx context.Context, id string) (*capacity.Node, error) {
+	return s.ops.GetNode(ctx, id)
+}
+func (s *racingOps) ListReservations(ctx context.Context, id string, limit int, cursor string) ([]capacity.Reservation, string, error) {
+	return s.ops.ListReservations(ctx, id, limit, cursor)
+}
+func (s *racingOps) CommitOperator(ctx context.Context, c capacity.OperatorCommit) (capacity.AuditHead, error) {
+	if !s.done {
+		s.done = true
+		s.before()
+	}
+	return s.ops.CommitOperator(ctx, c)
+}
+
+func TestOperatorWritesRedecideAfterARace(t *testing.T) {
+	end := t0.Add(48 * time.Hour)
+	tests := []struct {
+		name   string
+		race   func(ctx context.Context, other *capacity.Service) error
+		call   func(ctx context.Context, svc *capacity.Service) error
+		want   capacity.Code
+		verify func(t *testing.T, st *capacity.NodeState)
+	}{
+		{
+			name: "two creates on one unit: the second re-decides and is refused",
+			race: func(ctx context.Context, o *capacity.Service) error {
+				_, err := o.CreateReservation(ctx, op, capacity.ReservationRequest{NodeID: "n1", ID: "rA", StartsAt: t0, ReservedUnitIDs: []string{"u3"}}, capacity.RequestMeta{})
+				return err
+			},
+			call: func(ctx context.Context, s *capacity.Service) error {
+				_, err := s.CreateReservation(ctx, op, capacity.ReservationRequest{NodeID: "n1", ID: "rB", StartsAt: t0, EndsAt: &end, ReservedUnitIDs: []string{"u3"}}, capacity.RequestMeta{})
+				return err
+			},
+			want: capacity.CodeReservationOverlap,
+			verify: func(t *testing.T, st *capacity.NodeState) {
+				if st.Reservation("rA") == nil || st.Reservation("rB") != nil {
+					t.Errorf("reservations %v: want rA only", st.Reservations)
+				}
+			},
+		},
+		{
+			name: "a topology change during a reaffirm-free create: the reservation takes the new gen",
+			race: func(ctx context.Context, o *capacity.Service) error {
+				_, err := o.SetTopology(ctx, op, capacity.TopologyRequest{NodeID: "n1", UnitIDs: []string{"u0", "u1", "u2", "u3", "u4"}}, capacity.RequestMeta{})
+				return err
+			},
+			call: func(ctx context.Context, s *capacity.Service) error {
+				_, err := s.CreateReservation(ctx, op, capacity.ReservationRequest{NodeID: "n1", ID: "rB", StartsAt: t0, ReservedUnitIDs: []string{"u3"}}, capacity.RequestMeta{})
+				return err
+			},
+			verify: func(t *testing.T, st *capacity.NodeState) {
+				if r := st.Reservation("rB"); r == nil || r.TopologyGen != 2 {
+					t.Errorf("rB = %+v, want created at gen 2", r)
+				}
+			},
+		},
+		{
+			name: "a cancel racing a topology change: r1 ends cancelled, not needs-review",
+			race: func(ctx context.Context, o *capacity.Service) error {
+				_, err := o.CancelReservation(ctx, op, capacity.ReservationChange{NodeID: "n1", ReservationID: "r1"}, capacity.RequestMeta{})
+				return err
+			},
+			call: func(ctx context.Context, s *capacity.Service) error {
+				res, err := s.SetTopology(ctx, op, capacity.TopologyRequest{NodeID: "n1", UnitIDs: []string{"u0", "u1"}}, capacity.RequestMeta{})
+				if err == nil && len(res.NeedsReview) != 0 {
+					t.Errorf("needsReview %v after r1 was cancelled", res.NeedsReview)
+				}
+				return err
+			},
+			verify: func(t *testing.T, st *capacity.NodeState) {
+				if r := st.Reservation("r1"); r.Status != capacity.StatusCancelled || st.Node.TopologyGen != 2 {
+					t.Errorf("r1 %s, node gen %d", r.Status, st.Node.TopologyGen)
+				}
+			},
+		},
+		{
+			name: "a placement racing a create: the new VM's unit is in use",
+			race: func(ctx context.Context, o *capacity.Service) error {
+				_, err := o.Place(ctx, sched, capacity.PlacementRequest{NodeID: "n1", VMID: "od1", OrgID: "buyer", Tier: capacity.TierOnDemand, UnitIDs: []string{"u3"}}, capacity.RequestMeta{})
+				return err
+			},
+			call: func(ctx context.Context, s *capacity.Service) error {
+				_, err := s.CreateReservation(ctx, op, capacity.ReservationRequest{NodeID: "n1", ID: "rB", StartsAt: t0, ReservedUnitIDs: []string{"u3"}}, capacity.RequestMeta{})
+				return err
+			},
+			want: capacity.CodeUnitsInUse,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env, svc := world(t)
+			ctx := context.Background()
+			other := &capacity.Service{Store: env.Store, Now: svc.Now, Logger: quiet}
+			svc.Store = &racingOps{Store: env.Store, ops: env.Store, before: func() {
+				if err := tt.race(ctx, other); err != nil {
+					t.Errorf("racing write: %v", err)
+				}
+			}}
+			if err := tt.call(ctx, svc); code(err) != tt.want {
+				t.Fatalf("got %v, want %q", err, tt.want)
+			}
+			st, err := env.Store.LoadNode(ctx, "n1", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.verify != nil {
+				tt.verify(t, st)
+			}
+			for _, v := range append(capacity.Violations(st, t0.Add(time.Hour)), capacity.OverlapViolations(st, t0.Add(time.Hour))...) {
+				t.Error(v)
+			}
+		})
+	}
+}
+
+func TestOperatorWriteThrottledWritesNothing(t *testing.T) {
+	env, svc, inj := faultyWorld(t, 7, awsfault.Rule{Operation: "TransactWriteItems", Fault: awsfault.Throttling, Rate: 1})
+	before := stateItems(t, env)
+	_, err := svc.SetTopology(context.Background(), op, capacity.TopologyRequest{NodeID: "n1", UnitIDs: []string{"u0"}}, capacity.RequestMeta{})
+	if code(err) != capacity.CodeThrottled {
+		t.Fatalf("got %v, want throttled", err)
+	}
+	if inj.Count(awsfault.Throttling) == 0 {
+		t.Fatal("nothing injected")
+	}
+	if !reflect.DeepEqual(stateItems(t, env), before) {
+		t.Error("a throttled call wrote")
+	}
+}
+
+// TestAmbiguousNodeCreate: the registration's transaction lands and its answer is lost. The
+// call still answers created (with the agent key), and a retry under the same key replays
+// it: one node, one create audited.
+func TestAmbiguousNodeCreate(t *testing.T) {
+	env, svc, inj := faultyWorld(t, 3, awsfault.Rule{Operation: "TransactWriteItems", Fault: awsfault.AmbiguousTimeout, Rate: 1})
+	svc.AgentKeys = fixedKeys("k")
+	ctx := context.Background()
+	req := capacity.NodeRequest{NodeID: "n7", OwnerOrgID: "acme", UnitIDs: []string{"g0"}, AgentEndpoint: "https://n7", IdempotencyKey: "reg-7"}
+	res, err := svc.PutNode(ctx, op, req, capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inj.Count(awsfault.AmbiguousTimeout) == 0 {
+		t.Fatal("nothing injected")
+	}
+	if !res.Created || string(res.AgentKey) != "k" {
+		t.Fatalf("ambiguous create answered %+v", res)
+	}
+	again, err := svc.PutNode(ctx, op, req, capacity.RequestMeta{})
+	if err != nil || !again.Replayed || !again.Created || !again.SecretShown || again.AgentKey != nil {
+		t.Fatalf("retry = %+v, %v", again, err)
+	}
+	if got := opAudits(t, env); !reflect.DeepEqual(got, []string{"node.put:ok"}) {
+		t.Errorf("audit = %v, want one node.put", got)
+	}
+}
+
+func TestListReservations(t *testing.T) {
+	env, svc := world(t)
+	ctx := context.Background()
+	for i, id := range []string{"ra", "rb", "rc"} {
+		start := t0.Add(time.Duration(i+1) * 1000 * time.Hour)
+		end := start.Add(time.Hour)
+		managing := []string{}
+		if id == "rb" {
+			managing = []string{"mgr"}
+		}
+		if _, err := svc.CreateReservation(ctx, op, capacity.ReservationRequest{NodeID: "n1", ID: id, StartsAt: start, EndsAt: &end,
+			ManagingOrgIDs: managing, ReservedUnitIDs: []string{"u3"}}, capacity.RequestMeta{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(org string) capacity.Principal {
+		return capacity.Principal{OrgID: org, Permissions: []string{capacity.PermRead}}
+	}
+	tests := []struct {
+		name  string
+		p     capacity.Principal
+		limit int
+		want  []string
+		code  capacity.Code
+	}{
+		{"operator, pages of 2", op, 2, []string{"r1", "ra", "rb", "rc"}, ""},
+		{"owner sees all", read("owner"), 0, []string{"r1", "ra", "rb", "rc"}, ""},
+		{"audience sees its own", read("aud"), 1, []string{"r1"}, ""},
+		{"manager sees its own", read("mgr"), 3, []string{"rb"}, ""},
+		{"no read permission", owner, 0, nil, capacity.CodeNotFound},
+		{"limit too big", op, 101, nil, capacity.CodeInvalidRequest},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			cursor := ""
+			for pages := 0; ; pages++ {
+				page, err := svc.ListReservations(ctx, tt.p, "n1", capacity.PageRequest{Limit: tt.limit, Cursor: cursor})
+				if code(err) != tt.code {
+					t.Fatalf("got %v, want %q", err, tt.code)
+				}
+				if err != nil {
+					return
+				}
+				if tt.limit > 0 && len(page.Reservations) > tt.limit || pages > 10 {
+					t.Fatalf("page of %d, limit %d", len(page.Reservations), tt.limit)
+				}
+				for _, r := range page.Reservations {
+					got = append(got, r.ID)
+				}
+				if cursor = page.NextCursor; cursor == "" {
+					break
+				}
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("listed %v, want %v", got, tt.want)
+			}
+		})
+	}
+	if _, err := svc.ListReservations(ctx, op, "n1", capacity.PageRequest{Cursor: "garbage"}); code(err) != capacity.CodeInvalidRequest {
+		t.Errorf("garbage cursor: %v", err)
+	}
+	if _, err := svc.ListReservations(ctx, op, "nx", capacity.PageRequest{}); code(err) != capacity.CodeNotFound {
+		t.Errorf("missing node: %v", err)
+	}
+	_ = env
+}
+
+func TestViolationsOfTheLifecycle(t *testing.T) {
+	node := capacity.Node{ID: "n1", UnitIDs: []string{"u0", "u1"}, TopologyGen: 2}
+	end := t0.Add(10 * time.Hour)
+	res := func(id string, status capacity.Status, start time.Time, end *time.Time, units ...string) capacity.Reservation {
+		return capacity.Reservation{ID: id, NodeID: "n1", Status: status, StartsAt: start, EndsAt: end, ReservedUnitIDs: units, TopologyGen: 2}
+	}
+	tests := []struct {
+		name string
+		rs   []capacity.Reservation
+		want int
+	}{
+		{"active on a removed unit", []capacity.Reservation{res("a", capacity.StatusActive, t0, nil, "u9")}, 1},
+		{"needs-review on a removed unit", []capacity.Reservation{res("a", capacity.StatusNeedsReview, t0, nil, "u9")}, 0},
+		{"expired on a removed unit", []capacity.Reservation{res("a", capacity.StatusActive, t0, &t0Plus1h, "u9")}, 0},
+		{"overlapping claims", []capacity.Reservation{res("a", capacity.StatusActive, t0, nil, "u0"), res("b", capacity.StatusPending, t0.Add(5*time.Hour), nil, "u0")}, 1},
+		{"needs-review and active overlap", []capacity.Reservation{res("a", capacity.StatusNeedsReview, t0, &end, "u0"), res("b", capacity.StatusActive, t0, nil, "u0")}, 1},
+		{"consecutive terms", []capacity.Reservation{res("a", capacity.StatusActive, t0, &end, "u0"), res("b", capacity.StatusActive, end, nil, "u0")}, 0},
+		{"cancelled does not claim", []capacity.Reservation{res("a", capacity.StatusCancelled, t0, nil, "u0"), res("b", capacity.StatusActive, t0, nil, "u0")}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := &capacity.NodeState{Node: node, Reservations: tt.rs}
+			got := append(capacity.Violations(st, t0.Add(2*time.Hour)), capacity.OverlapViolations(st, t0.Add(2*time.Hour))...)
+			if len(got) != tt.want {
+				t.Errorf("violations %v, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+var t0Plus1h = t0.Add(time.Hour)

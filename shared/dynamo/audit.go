@@ -1,0 +1,363 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/table"
+)
+
+// Audit records form hash chains (capacity.ChainAuditRecord): one per node, whose head is the
+// node item's AuditSeq and AuditHead, and one for key management, whose head is an item of
+// the keys table. This file is the one place audit items are chained and put: every record
+// goes in a transaction that also moves its chain's head, conditioned on the head as read, so
+// two writers can never give out the same seq and the head never names a record not written.
+
+const (
+	attrAuditSeq  = "AuditSeq"
+	attrAuditHead = "AuditHead"
+
+	// keysAuditPK is the audit partition of key management, and the pk of its head item in
+	// the keys table (sk skAuditHead).
+	keysAuditPK = "APIKEYS"
+	skAuditHead = "AUDITHEAD"
+
+	// headTries bounds the commits that lose only the head to another writer and go again
+	// (past it the service decides again, up to its own attempts).
+	headTries = 5
+	// appendTries bounds the appends outside a commit that lose the head and go again. More
+	// than a commit's: an append that gives up loses its record (its call has answered), and
+	// many dry runs at once on one node all race for the one head.
+	appendTries = 10
+)
+
+// headRef names the item holding a chain's head: the node item, or the key chain's head item.
+type headRef struct {
+	table string
+	key   map[string]types.AttributeValue
+	// auditPK is the chain's partition in the audit table.
+	auditPK string
+	// node is set for a node's chain: a record for a node that does not exist is unchained.
+	node bool
+}
+
+func (s *Store) nodeHead(nodeID string) headRef {
+	return headRef{table: s.Table, key: itemKey(nodePK(nodeID), skNode), auditPK: nodePK(nodeID), node: true}
+}
+
+func (s *Store) keysHead() headRef {
+	return headRef{table: s.KeysTable, key: itemKey(keysAuditPK, skAuditHead), auditPK: keysAuditPK}
+}
+
+// headIs holds while the head item still names head (no record yet: no AuditSeq, or 0).
+func headIs(head capacity.AuditHead) expression.ConditionBuilder {
+	if head.Seq == 0 {
+		return expression.Name(attrAuditSeq).AttributeNotExists().
+			Or(expression.Name(attrAuditSeq).Equal(expression.Value(0)))
+	}
+	return expression.Name(attrAuditSeq).Equal(expression.Value(head.Seq)).
+		And(expression.Name(attrAuditHead).Equal(expression.Value(head.Hash)))
+}
+
+// auditWrites returns the transaction items appending rec to the chain at head (as read):
+// ONE Update of the head item that applies upd (nil: none) under cond (nil: none), sets the
+// new head and conditions on head as read, then the audit record's Put. The transaction must
+// not otherwise write the head item. It returns rec as chained.
+func (s *Store) auditWrites(rec capacity.AuditRecord, head capacity.AuditHead, ref headRef,
+	upd *expression.UpdateBuilder, cond *expression.ConditionBuilder) ([]types.TransactWriteItem, capacity.AuditRecord, error) {
+	rec, next := capacity.ChainAuditRecord(rec, head)
+	u := expression.UpdateBuilder{}
+	if upd != nil {
+		u = *upd
+	}
+	u = u.Set(expression.Name(attrAuditSeq), expression.Value(next.Seq)).
+		Set(expression.Name(attrAuditHead), expression.Value(next.Hash))
+	c := headIs(head)
+	if cond != nil {
+		c = cond.And(c)
+	}
+	expr, err := expression.NewBuilder().WithCondition(c).WithUpdate(u).Build()
+	if err != nil {
+		return nil, rec, fmt.Errorf("build audit head update: %w", err)
+	}
+	headUpd := types.TransactWriteItem{Update: &types.Update{
+		TableName: aws.String(ref.table), Key: ref.key,
+		ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+		// On a failed condition the item comes back: a head that moved is told from a
+		// version that moved without another read.
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}}
+	put, err := s.putNew(s.AuditTable, newAuditItemIn(ref.auditPK, rec), nil)
+	if err != nil {
+		return nil, rec, fmt.Errorf("audit record %s: %w", rec.ID, err)
+	}
+	return []types.TransactWriteItem{headUpd, put}, rec, nil
+}
+
+// readHead reads a chain's head with one strongly consistent GetItem; exists is false when
+// the head item does not exist (a node that does not exist, or a key chain not begun).
+func (s *Store) readHead(ctx context.Context, ref headRef) (capacity.AuditHead, bool, error) {
+	out, err := s.Client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(ref.table), Key: ref.key, ConsistentRead: aws.Bool(true),
+		ProjectionExpression:     aws.String("#pk, #seq, #head"),
+		ExpressionAttributeNames: map[string]string{"#pk": attrPK, "#seq": attrAuditSeq, "#head": attrAuditHead},
+	})
+	if err != nil {
+		return capacity.AuditHead{}, false, fmt.Errorf("read audit head %s: %w", ref.auditPK, classify(err))
+	}
+	if out.Item == nil {
+		return capacity.AuditHead{}, false, nil
+	}
+	h, err := headOf(out.Item)
+	return h, true, err
+}
+
+// headOf decodes the head attributes of an item (zero when absent).
+func headOf(item map[string]types.AttributeValue) (capacity.AuditHead, error) {
+	var h capacity.AuditHead
+	if n, ok := item[attrAuditSeq].(*types.AttributeValueMemberN); ok {
+		seq, err := strconv.ParseInt(n.Value, 10, 64)
+		if err != nil {
+			return h, fmt.Errorf("decode audit head seq %q: %w", n.Value, err)
+		}
+		h.Seq = seq
+	}
+	h.Hash = attr(item, attrAuditHead)
+	return h, nil
+}
+
+// headMoved reports whether a cancelled transaction whose item i is the head update failed
+// because the head moved, and what it is now: from the item the cancellation returned, or
+// else (a TransactionConflict, or an emulator that returns no item) a consistent read. It
+// also reports the head item's Version (0 when not returned) so Commit can tell a moved
+// version, which needs a new decision, from a moved head alone.
+func (s *Store) headMoved(ctx context.Context, ref headRef, e *types.TransactionCanceledException, i int, head capacity.AuditHead) (capacity.AuditHead, map[string]types.AttributeValue, bool, error) {
+	if i >= len(e.CancellationReasons) {
+		return head, nil, false, nil
+	}
+	r := e.CancellationReasons[i]
+	switch aws.ToString(r.Code) {
+	case "ConditionalCheckFailed", "TransactionConflict":
+	default:
+		return head, nil, false, nil
+	}
+	item := r.Item
+	if item == nil {
+		out, err := s.Client.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(ref.table), Key: ref.key, ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			return head, nil, false, fmt.Errorf("read audit head %s: %w", ref.auditPK, classify(err))
+		}
+		item = out.Item
+	}
+	if item == nil {
+		return head, nil, false, nil
+	}
+	now, err := headOf(item)
+	if err != nil {
+		return head, nil, false, err
+	}
+	return now, item, now != head, nil
+}
+
+// appendChained puts rec on its chain together with the other items (which must not write
+// the head item) in one transaction: it reads the head, and goes again when the head moved,
+// up to appendTries. A record for a node that does not exist is put unchained. what
+// names the write in errors; refuse is as for transact.
+func (s *Store) appendChained(ctx context.Context, what string, rec capacity.AuditRecord, ref headRef, others []types.TransactWriteItem,
+	refuse func(*types.TransactionCanceledException) error) error {
+	for try := 1; ; try++ {
+		head, exists, err := s.readHead(ctx, ref)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if !exists && ref.node {
+			put, err := s.putNew(s.AuditTable, newAuditItem(rec), nil)
+			if err != nil {
+				return fmt.Errorf("%s: audit record %s: %w", what, rec.ID, err)
+			}
+			return s.transact(ctx, what, append(others, put), refuse)
+		}
+		aw, chained, err := s.auditWrites(rec, head, ref, nil, nil)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		headAt := len(others)
+		items := append(append([]types.TransactWriteItem{}, others...), aw...)
+		canceled, err := s.transactCanceled(ctx, what, items, refuse)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, capacity.ErrAmbiguous) {
+			// A timeout after the write landed: the record is there under its seq. Putting it
+			// again would give it a second seq.
+			landed, lerr := s.auditLanded(ctx, ref, chained)
+			if lerr != nil {
+				return fmt.Errorf("%w (and checking it: %w)", err, lerr)
+			}
+			if landed {
+				return nil
+			}
+			if try < appendTries && len(others) == 0 {
+				continue
+			}
+			return err
+		}
+		if canceled == nil || try >= appendTries {
+			return err
+		}
+		_, _, moved, herr := s.headMoved(ctx, ref, canceled, headAt, head)
+		if herr != nil {
+			return fmt.Errorf("%w (and reading the head: %w)", err, herr)
+		}
+		if !moved {
+			return err
+		}
+		if err := headBackoff(ctx, try); err != nil {
+			return err
+		}
+	}
+}
+
+// headBackoff spreads writers that lost the head to one another before they go again (full
+// jitter: otherwise they read the same new head and collide again).
+func headBackoff(ctx context.Context, try int) error {
+	t := time.NewTimer(time.Duration(rand.Int64N(int64(5*time.Millisecond) << min(try, 5))))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// auditLanded reports whether the chained record is stored under its seq (with its id).
+func (s *Store) auditLanded(ctx context.Context, ref headRef, rec capacity.AuditRecord) (bool, error) {
+	out, err := s.Client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.AuditTable), Key: itemKey(ref.auditPK, seqSK(rec.Seq)), ConsistentRead: aws.Bool(true),
+		ProjectionExpression: aws.String("#id"), ExpressionAttributeNames: map[string]string{"#id": "ID"},
+	})
+	if err != nil {
+		return false, fmt.Errorf("read audit record %s at seq %d: %w", rec.ID, rec.Seq, classify(err))
+	}
+	return out.Item != nil && attr(out.Item, "ID") == rec.ID, nil
+}
+
+// AppendAudit appends one record (dry runs, refusals) to its chain: its node's, or for key
+// management (no node, a key.* action) the keys chain. It never overwrites.
+func (s *Store) AppendAudit(ctx context.Context, rec capacity.AuditRecord) error {
+	return s.appendChained(ctx, "append audit record "+rec.ID, rec, s.auditRef(rec), nil, nil)
+}
+
+// auditRef names the chain a record belongs to.
+func (s *Store) auditRef(rec capacity.AuditRecord) headRef {
+	if rec.NodeID == "" && s.KeysTable != "" && len(rec.Action) > 4 && rec.Action[:4] == "key." {
+		return s.keysHead()
+	}
+	return s.nodeHead(rec.NodeID)
+}
+
+var _ capacity.AuditStore = (*Store)(nil)
+
+// ReservationAudit returns a page of the records about a reservation, newest first, from the
+// byReservation index (eventually consistent: a record just written may be missing).
+func (s *Store) ReservationAudit(ctx context.Context, nodeID, reservationID string, limit int, cursor string) ([]capacity.AuditRecord, string, error) {
+	resKey := auditResKey(capacity.AuditRecord{NodeID: nodeID, ReservationID: reservationID})
+	start, err := decodeCursor(cursor, nodePK(nodeID))
+	if err != nil {
+		return nil, "", err
+	}
+	if start != nil {
+		// A cursor of another reservation's trail is refused. The index key is set from the
+		// request: the emulator leaves it out of LastEvaluatedKey, which AWS requires back.
+		if k := attr(start, table.AuditByReservationKey); k != "" && k != resKey {
+			return nil, "", capacity.Errorf(capacity.CodeInvalidRequest, "invalid cursor")
+		}
+		start[table.AuditByReservationKey] = &types.AttributeValueMemberS{Value: resKey}
+	}
+	expr, err := expression.NewBuilder().
+		WithKeyCondition(expression.Key(table.AuditByReservationKey).Equal(expression.Value(resKey))).Build()
+	if err != nil {
+		return nil, "", fmt.Errorf("build audit query: %w", err)
+	}
+	return s.auditPage(ctx, &dynamodb.QueryInput{
+		TableName: aws.String(s.AuditTable), IndexName: aws.String(table.AuditByReservationIndex),
+		KeyConditionExpression: expr.KeyCondition(), ExpressionAttributeNames: expr.Names(),
+		ExpressionAttributeValues: expr.Values(), ScanIndexForward: aws.Bool(false),
+		Limit: aws.Int32(int32(limit)), ExclusiveStartKey: start,
+	}, "reservation "+reservationID)
+}
+
+// NodeAudit reads the node's chain head, then a page of its records in chain order.
+func (s *Store) NodeAudit(ctx context.Context, nodeID string, limit int, cursor string) (capacity.AuditHead, []capacity.AuditRecord, string, error) {
+	head, exists, err := s.readHead(ctx, s.nodeHead(nodeID))
+	if err != nil {
+		return head, nil, "", err
+	}
+	if !exists {
+		return head, nil, "", capacity.Errorf(capacity.CodeNotFound, "node %s not found", nodeID)
+	}
+	recs, next, err := s.chainRecords(ctx, nodePK(nodeID), limit, cursor)
+	return head, recs, next, err
+}
+
+// KeyAudit reads the key-management chain's head, then a page of its records in chain order.
+func (s *Store) KeyAudit(ctx context.Context, limit int, cursor string) (capacity.AuditHead, []capacity.AuditRecord, string, error) {
+	head, _, err := s.readHead(ctx, s.keysHead())
+	if err != nil {
+		return head, nil, "", err
+	}
+	recs, next, err := s.chainRecords(ctx, keysAuditPK, limit, cursor)
+	return head, recs, next, err
+}
+
+// chainRecords reads a page of an audit partition in key order, which is chain order:
+// unchained records (<time>#<id>) sort before SEQ#, and seqs are zero-padded.
+func (s *Store) chainRecords(ctx context.Context, pk string, limit int, cursor string) ([]capacity.AuditRecord, string, error) {
+	start, err := decodeCursor(cursor, pk)
+	if err != nil {
+		return nil, "", err
+	}
+	expr, err := expression.NewBuilder().WithKeyCondition(expression.Key(attrPK).Equal(expression.Value(pk))).Build()
+	if err != nil {
+		return nil, "", fmt.Errorf("build audit query: %w", err)
+	}
+	return s.auditPage(ctx, &dynamodb.QueryInput{
+		TableName: aws.String(s.AuditTable), KeyConditionExpression: expr.KeyCondition(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+		ScanIndexForward: aws.Bool(true), ConsistentRead: aws.Bool(true),
+		Limit: aws.Int32(int32(limit)), ExclusiveStartKey: start,
+	}, pk)
+}
+
+func (s *Store) auditPage(ctx context.Context, in *dynamodb.QueryInput, what string) ([]capacity.AuditRecord, string, error) {
+	out, err := s.Client.Query(ctx, in)
+	if err != nil {
+		return nil, "", fmt.Errorf("query audit of %s: %w", what, classify(err))
+	}
+	recs := make([]capacity.AuditRecord, 0, len(out.Items))
+	for _, item := range out.Items {
+		var it auditItem
+		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+			return nil, "", fmt.Errorf("decode audit record of %s: %w", what, err)
+		}
+		recs = append(recs, it.record())
+	}
+	next, err := encodeCursor(out.LastEvaluatedKey)
+	if err != nil {
+		return nil, "", err
+	}
+	return recs, next, nil
+}

@@ -1,0 +1,248 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/openrelay/capacity/shared/capacity"
+)
+
+// The operator lifecycle's writes (capacity.OperatorStore): a node's registration and
+// updates, reservation creation and status changes, and topology changes. Each is one
+// TransactWriteItems whose single write of the node item (through auditWrites) both applies
+// the change under the node's Version as read and advances the node's audit chain.
+
+var _ capacity.OperatorStore = (*Store)(nil)
+
+// Stored names of node and reservation attributes the operator writes set (the item structs'
+// tags in items.go).
+const (
+	attrNodeID        = "ID"
+	attrOwnerOrgID    = "OwnerOrgID"
+	attrAgentEndpoint = "AgentEndpoint"
+	attrUnitIDs       = "UnitIDs"
+	attrTopologyGen   = "TopologyGen"
+	attrStatus        = "Status"
+)
+
+// LoadNodeOrNew is LoadNode for a write that may create the node: a missing node answers an
+// empty state carrying the caller's idempotency record (which lives in the node's partition
+// whether the node exists or not), so a retried registration finds its stored answer.
+func (s *Store) LoadNodeOrNew(ctx context.Context, nodeID, idempotencyScope string) (*capacity.NodeState, error) {
+	st, err := s.LoadNode(ctx, nodeID, idempotencyScope)
+	if capacity.ErrorCode(err) != capacity.CodeNotFound {
+		return st, err
+	}
+	st = &capacity.NodeState{}
+	if idempotencyScope != "" {
+		// Read after the node query found nothing: a record written with the node is then
+		// seen whenever the node would have been.
+		if st.Idempotency, err = s.idempotencyRecord(ctx, nodeID, idempotencyScope); err != nil {
+			return nil, err
+		}
+	}
+	return st, nil
+}
+
+// GetNode reads the node item with one strongly consistent GetItem.
+func (s *Store) GetNode(ctx context.Context, nodeID string) (*capacity.Node, error) {
+	out, err := s.Client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.Table), Key: itemKey(nodePK(nodeID), skNode), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read node %s: %w", nodeID, classify(err))
+	}
+	if out.Item == nil || attr(out.Item, attrType) != typeNode {
+		return nil, capacity.Errorf(capacity.CodeNotFound, "node %s not found", nodeID)
+	}
+	capacity.CallStatsFrom(ctx).AddRead(1, ItemSize(out.Item))
+	var it nodeItem
+	if err := attributevalue.UnmarshalMap(out.Item, &it); err != nil {
+		return nil, fmt.Errorf("decode node %s: %w", nodeID, err)
+	}
+	n := it.node()
+	return &n, nil
+}
+
+// CommitOperator writes an operator decision in one transaction and returns the node's audit
+// head after it. A transaction that failed only because the audit head moved (another call
+// appended a record; the node's Version is as read) goes again on the new head without a new
+// decision, up to headTries, as Commit does.
+func (s *Store) CommitOperator(ctx context.Context, c capacity.OperatorCommit) (capacity.AuditHead, error) {
+	what := fmt.Sprintf("%s on node %s", c.Audit.Action, c.Node.ID)
+	for try := 1; ; try++ {
+		items, chained, err := s.operatorItems(c)
+		if err != nil {
+			return capacity.AuditHead{}, fmt.Errorf("%s: %w", what, err)
+		}
+		if len(items) > MaxTransactItems {
+			return capacity.AuditHead{}, fmt.Errorf("%s needs %d transaction actions; DynamoDB allows %d", what, len(items), MaxTransactItems)
+		}
+		canceled, err := s.transactCanceled(ctx, what, items, nil)
+		if err == nil {
+			return capacity.AuditHead{Seq: chained.Seq, Hash: chained.Hash}, nil
+		}
+		if c.Create || try >= headTries || canceled == nil || !errors.Is(err, capacity.ErrConflict) {
+			return capacity.AuditHead{}, err
+		}
+		head, item, moved, herr := s.headMoved(ctx, s.nodeHead(c.Node.ID), canceled, 0, c.Node.AuditHead)
+		if herr != nil {
+			return capacity.AuditHead{}, fmt.Errorf("%w (and reading the audit head: %w)", err, herr)
+		}
+		if !moved || attr(item, attrType) != typeNode || versionOf(item) != c.Node.Version || !othersHeld(canceled, len(items)-1) {
+			return capacity.AuditHead{}, err
+		}
+		c.Node.AuditHead = head
+	}
+}
+
+// othersHeld reports whether only the chain failed its conditions: the node item (item 0,
+// whose head moved) and the audit record (item auditAt, whose seq the other record took). A
+// reservation whose version moved needs a new decision even if the node's did not.
+func othersHeld(e *types.TransactionCanceledException, auditAt int) bool {
+	for i, r := range e.CancellationReasons {
+		if i == 0 || i == auditAt {
+			continue
+		}
+		switch aws.ToString(r.Code) {
+		case "", "None":
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// operatorItems returns the transaction of an operator commit: the node's Update with the
+// audit record (auditWrites), the new or changed reservations, the idempotency record.
+func (s *Store) operatorItems(c capacity.OperatorCommit) ([]types.TransactWriteItem, capacity.AuditRecord, error) {
+	var upd *expression.UpdateBuilder
+	var cond expression.ConditionBuilder
+	switch {
+	case c.Create:
+		n := c.NewNode
+		if n == nil || n.ID != c.Node.ID {
+			return nil, c.Audit, fmt.Errorf("create of node %s without the node", c.Node.ID)
+		}
+		// An Update that creates the item: the node and its audit head in one write.
+		u := expression.Set(expression.Name(attrType), expression.Value(typeNode)).
+			Set(expression.Name(attrNodeID), expression.Value(n.ID)).
+			Set(expression.Name(attrOwnerOrgID), expression.Value(n.OwnerOrgID)).
+			Set(expression.Name(attrAgentEndpoint), expression.Value(n.AgentEndpoint)).
+			Set(expression.Name(attrUnitIDs), expression.Value(n.UnitIDs)).
+			Set(expression.Name(attrTopologyGen), expression.Value(n.TopologyGen)).
+			Set(expression.Name(attrVersion), expression.Value(int64(1)))
+		upd = &u
+		cond = expression.Name(attrPK).AttributeNotExists()
+	case c.NewNode != nil:
+		n := c.NewNode
+		u := bump(expression.Set(expression.Name(attrOwnerOrgID), expression.Value(n.OwnerOrgID)).
+			Set(expression.Name(attrAgentEndpoint), expression.Value(n.AgentEndpoint)).
+			Set(expression.Name(attrUnitIDs), expression.Value(n.UnitIDs)).
+			Set(expression.Name(attrTopologyGen), expression.Value(n.TopologyGen)), c.Node.Version)
+		upd = &u
+		cond = versionIs(c.Node.Version)
+	case c.BumpNode:
+		u := bump(expression.UpdateBuilder{}, c.Node.Version)
+		upd = &u
+		cond = versionIs(c.Node.Version)
+	default:
+		cond = versionIs(c.Node.Version)
+	}
+	audit, chained, err := s.auditWrites(c.Audit, c.Node.AuditHead, s.nodeHead(c.Node.ID), upd, &cond)
+	if err != nil {
+		return nil, c.Audit, fmt.Errorf("node %s: %w", c.Node.ID, err)
+	}
+	items := []types.TransactWriteItem{audit[0]}
+	if r := c.NewReservation; r != nil {
+		put, err := s.putNew(s.Table, newReservationItem(*r), nil)
+		if err != nil {
+			return nil, c.Audit, fmt.Errorf("reservation %s: %w", r.ID, err)
+		}
+		items = append(items, put)
+	}
+	for _, r := range c.Reservations {
+		u := bump(expression.Set(expression.Name(attrStatus), expression.Value(string(r.Status))).
+			Set(expression.Name(attrReason), expression.Value(r.Reason)).
+			Set(expression.Name(attrTopologyGen), expression.Value(r.TopologyGen)).
+			Set(expression.Name(attrReleasedUnitIDs), expression.Value(r.ReleasedUnitIDs)).
+			Set(expression.Name(attrUpdatedAt), expression.Value(r.UpdatedAt)), r.Version)
+		it, err := s.update(itemKey(nodePK(c.Node.ID), prefixReserv+r.ID), versionIs(r.Version), u)
+		if err != nil {
+			return nil, c.Audit, fmt.Errorf("reservation %s: %w", r.ID, err)
+		}
+		items = append(items, it)
+	}
+	if c.Idempotency != nil {
+		// A record past its expiry may still exist until TTL deletes it; it no longer binds.
+		expired := expression.Name(attrExpiresAt).LessThanEqual(expression.Value(c.Idempotency.CreatedAt.Unix()))
+		put, err := s.putNew(s.Table, newIdempotencyItem(*c.Idempotency), &expired)
+		if err != nil {
+			return nil, c.Audit, fmt.Errorf("idempotency record: %w", err)
+		}
+		items = append(items, put)
+	}
+	return append(items, audit[1:]...), chained, nil
+}
+
+// ListReservations reads one page of the node's reservations, in id order, with a strongly
+// consistent Query. It asks for one item more than the page, so that the cursor is only
+// handed out when another reservation follows.
+func (s *Store) ListReservations(ctx context.Context, nodeID string, limit int, cursor string) ([]capacity.Reservation, string, error) {
+	start, err := decodeCursor(cursor, nodePK(nodeID))
+	if err != nil {
+		return nil, "", err
+	}
+	if start != nil && !strings.HasPrefix(attr(start, attrSK), prefixReserv) {
+		return nil, "", capacity.Errorf(capacity.CodeInvalidRequest, "invalid cursor")
+	}
+	keyCond := expression.Key(attrPK).Equal(expression.Value(nodePK(nodeID))).
+		And(expression.Key(attrSK).BeginsWith(prefixReserv))
+	expr, err := expression.NewBuilder().WithKeyCondition(keyCond).Build()
+	if err != nil {
+		return nil, "", fmt.Errorf("build reservations query: %w", err)
+	}
+	in := &dynamodb.QueryInput{
+		TableName: aws.String(s.Table), KeyConditionExpression: expr.KeyCondition(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+		ConsistentRead: aws.Bool(true), Limit: aws.Int32(int32(limit + 1)), ExclusiveStartKey: start,
+	}
+	var out []capacity.Reservation
+	var lastKey map[string]types.AttributeValue
+	stats := capacity.CallStatsFrom(ctx)
+	// A page may come back short (1 MB), so read on until limit+1 items or the end.
+	for len(out) <= limit {
+		page, err := s.Client.Query(ctx, in)
+		if err != nil {
+			return nil, "", fmt.Errorf("query reservations of node %s: %w", nodeID, classify(err))
+		}
+		for _, item := range page.Items {
+			stats.AddRead(1, ItemSize(item))
+			if len(out) == limit {
+				// One more exists: the page ends at the last one kept.
+				next, err := encodeCursor(lastKey)
+				return out, next, err
+			}
+			var it reservationItem
+			if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+				return nil, "", fmt.Errorf("decode reservation of node %s: %w", nodeID, err)
+			}
+			out = append(out, it.reservation())
+			lastKey = itemKey(attr(item, attrPK), attr(item, attrSK))
+		}
+		if page.LastEvaluatedKey == nil {
+			break
+		}
+		in.ExclusiveStartKey = page.LastEvaluatedKey
+		in.Limit = aws.Int32(int32(limit + 1 - len(out)))
+	}
+	return out, "", nil
+}
