@@ -1,5 +1,10 @@
 // Command api is the Lambda behind the REST API: it wires configuration, the DynamoDB store,
 // the domain service and the HTTP handler, then serves API Gateway proxy events.
+//
+// Environment beyond the store's and the workflow's: AGENT_MASTER_SECRET_ID, the Secrets
+// Manager secret the node agents' keys are derived from (as terminate-node reads it), so that
+// registering a node hands out its agent's key (unset: no key is handed out);
+// ALLOW_HTTP_AGENTS=true only in env local, whose agents are plain http on loopback.
 package main
 
 import (
@@ -14,10 +19,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	awsscheduler "github.com/aws/aws-sdk-go-v2/service/scheduler"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/awslabs/aws-lambda-go-api-proxy/core"
 	"github.com/awslabs/aws-lambda-go-api-proxy/httpadapter"
 
+	"github.com/openrelay/capacity/shared/agent"
 	"github.com/openrelay/capacity/shared/auth"
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/config"
@@ -25,6 +32,7 @@ import (
 	"github.com/openrelay/capacity/shared/emf"
 	"github.com/openrelay/capacity/shared/httpapi"
 	"github.com/openrelay/capacity/shared/scheduler"
+	"github.com/openrelay/capacity/shared/secrets"
 	"github.com/openrelay/capacity/shared/stepfn"
 )
 
@@ -41,7 +49,36 @@ func main() {
 	workflow := &stepfn.Starter{Client: sfn.NewFromConfig(cfg), StateMachineARN: env["STATE_MACHINE_ARN"]}
 	metrics := emf.New(os.Stdout, env["APP_ENV"])
 	sched := config.Must(schedulerFromEnv(cfg))
-	lambda.Start(newAdapter(store, workflow, sched, metrics, keyTTL, logger).ProxyWithContext)
+	agents := agentConfig{AllowHTTP: config.Must(allowHTTPAgents(os.Getenv("ALLOW_HTTP_AGENTS"), env["APP_ENV"]))}
+	if id := os.Getenv("AGENT_MASTER_SECRET_ID"); id != "" {
+		agents.Keys = agent.Derived{Masters: secrets.New(secretsmanager.NewFromConfig(cfg), id)}
+	} else {
+		logger.Warn("AGENT_MASTER_SECRET_ID is not set: registering a node hands out no agent key")
+	}
+	lambda.Start(newAdapter(store, workflow, sched, metrics, keyTTL, agents, logger).ProxyWithContext)
+}
+
+// agentConfig is what the API needs of the node agents: the source of a new node's agent key
+// (nil: none is handed out) and whether plain http agent endpoints are accepted.
+type agentConfig struct {
+	Keys      capacity.NodeKeySource
+	AllowHTTP bool
+}
+
+// allowHTTPAgents parses ALLOW_HTTP_AGENTS: "true", or "" / "false". Anything else is refused,
+// so a typo cannot quietly change what nodes may register, and so is "true" outside APP_ENV
+// local: the function then fails its init rather than accept agents in clear.
+func allowHTTPAgents(v, appEnv string) (bool, error) {
+	switch v {
+	case "", "false":
+		return false, nil
+	case "true":
+		if appEnv != "local" {
+			return false, fmt.Errorf("environment variable ALLOW_HTTP_AGENTS is true in env %q: plain http agents are allowed only in env local", appEnv)
+		}
+		return true, nil
+	}
+	return false, fmt.Errorf("environment variable ALLOW_HTTP_AGENTS: %q, want true or false", v)
 }
 
 // schedulerFromEnv returns the EventBridge Scheduler adapter when SCHEDULE_GROUP,
@@ -60,14 +97,15 @@ func schedulerFromEnv(cfg aws.Config) (capacity.Scheduler, error) {
 
 // newAdapter wires the store, workflow, domain and HTTP API into an API Gateway proxy handler.
 // A nil scheduler leaves scheduled reclaims unavailable.
-func newAdapter(store *dynamo.Store, workflow capacity.Workflow, sched capacity.Scheduler, metrics capacity.Metrics, keyTTL time.Duration, logger *slog.Logger) *httpadapter.HandlerAdapter {
-	svc := &capacity.Service{Store: store, Workflow: workflow, Logger: logger, Metrics: metrics}
+func newAdapter(store *dynamo.Store, workflow capacity.Workflow, sched capacity.Scheduler, metrics capacity.Metrics, keyTTL time.Duration, agents agentConfig, logger *slog.Logger) *httpadapter.HandlerAdapter {
+	svc := &capacity.Service{Store: store, Workflow: workflow, Logger: logger, Metrics: metrics,
+		Keys: store, AgentKeys: agents.Keys, AllowHTTPAgents: agents.AllowHTTP}
 	if sched != nil {
 		svc.Scheduler, svc.Schedules = sched, store
 	}
 	handler := &httpapi.Handler{
 		Service:   svc,
-		Auth:      &auth.Authenticator{Keys: store.Keys(), TTL: keyTTL},
+		Auth:      &auth.Authenticator{Keys: store.Keys(), TTL: keyTTL, Touch: store.Keys(), Logger: logger},
 		Logger:    logger,
 		RequestID: apiGatewayRequestID,
 	}

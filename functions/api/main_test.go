@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/openrelay/capacity/localstack/demo"
+	"github.com/openrelay/capacity/shared/agent"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 	"github.com/openrelay/capacity/shared/emf"
 )
@@ -50,7 +53,7 @@ func TestSampleEvents(t *testing.T) {
 				t.Fatal(err)
 			}
 			var metrics bytes.Buffer
-			adapter := newAdapter(env.Store, nil, nil, emf.New(&metrics, "local"), time.Minute, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+			adapter := newAdapter(env.Store, nil, nil, emf.New(&metrics, "local"), time.Minute, agentConfig{}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 			resp, err := adapter.ProxyWithContext(context.Background(), ev)
 			if err != nil {
 				t.Fatal(err)
@@ -95,6 +98,99 @@ func TestSchedulerFromEnv(t *testing.T) {
 			s, err := schedulerFromEnv(aws.Config{Region: "us-east-1"})
 			if (err != nil) != tc.wantErr || (s != nil) != tc.want {
 				t.Fatalf("scheduler %v, err %v", s, err)
+			}
+		})
+	}
+}
+
+func TestAllowHTTPAgents(t *testing.T) {
+	for _, tc := range []struct {
+		in, appEnv string
+		want       bool
+		wantErr    bool
+	}{
+		{"", "prod", false, false}, {"false", "prod", false, false}, {"", "local", false, false},
+		{"true", "local", true, false},
+		{"true", "prod", false, true}, {"true", "dev", false, true}, {"true", "", false, true},
+		{"TRUE", "local", false, true}, {"1", "local", false, true}, {"yes", "local", false, true},
+	} {
+		got, err := allowHTTPAgents(tc.in, tc.appEnv)
+		if got != tc.want || (err != nil) != tc.wantErr {
+			t.Errorf("allowHTTPAgents(%q, env %q) = %v, %v; want %v, error %v", tc.in, tc.appEnv, got, err, tc.want, tc.wantErr)
+		}
+	}
+}
+
+// staticMasters is a fixed agent master secret.
+type staticMasters []byte
+
+func (m staticMasters) Secrets(context.Context) ([]byte, [][]byte, error) { return m, nil, nil }
+
+// TestWiredOperatorRoutes: the function wires node registration to the agent keys (the 201
+// hands out the node's derived key), ALLOW_HTTP_AGENTS to the endpoint check, and key
+// management to the keys table.
+func TestWiredOperatorRoutes(t *testing.T) {
+	master := staticMasters("0123456789abcdef0123456789abcdef")
+	call := func(t *testing.T, adapter interface {
+		ProxyWithContext(context.Context, events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error)
+	}, method, path, body string) events.APIGatewayProxyResponse {
+		t.Helper()
+		resp, err := adapter.ProxyWithContext(context.Background(), events.APIGatewayProxyRequest{
+			HTTPMethod: method, Path: path, Body: body,
+			Headers: map[string]string{"Authorization": "Bearer ork_demo_operator", "Content-Type": "application/json"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for _, tc := range []struct {
+		name      string
+		agents    agentConfig
+		endpoint  string
+		status    int
+		wantKey   bool
+		wantError string
+	}{
+		{"https agent, key handed out", agentConfig{Keys: agent.Derived{Masters: master}}, "https://agent.example:8443", 201, true, ""},
+		{"no key source: no key", agentConfig{}, "https://agent.example:8443", 201, false, ""},
+		{"http agent refused outside local", agentConfig{Keys: agent.Derived{Masters: master}}, "http://127.0.0.1:9000", 422, false, "invalid_request"},
+		{"http agent allowed in local", agentConfig{Keys: agent.Derived{Masters: master}, AllowHTTP: true}, "http://127.0.0.1:9000", 201, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := dynamotest.New(t)
+			if err := env.Store.Put(context.Background(), demo.Seed(time.Now())); err != nil {
+				t.Fatal(err)
+			}
+			adapter := newAdapter(env.Store, nil, nil, emf.New(io.Discard, "local"), time.Minute, tc.agents, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+			resp := call(t, adapter, "PUT", "/v1/nodes/node-b", `{"ownerOrgId":"org-owner","unitIds":["gpu-0"],"agentEndpoint":"`+tc.endpoint+`"}`)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, resp.Body)
+			}
+			var out struct {
+				AgentKey string `json:"agentKey"`
+				Code     string `json:"code"`
+			}
+			if err := json.Unmarshal([]byte(resp.Body), &out); err != nil {
+				t.Fatal(err)
+			}
+			if out.Code != tc.wantError {
+				t.Errorf("code %q, want %q", out.Code, tc.wantError)
+			}
+			want := ""
+			if tc.wantKey {
+				k, err := agent.NodeKey(master, "node-b")
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = base64.StdEncoding.EncodeToString(k)
+			}
+			if out.AgentKey != want {
+				t.Errorf("agentKey %q, want %q", out.AgentKey, want)
+			}
+			// Key management reaches the keys table.
+			if resp := call(t, adapter, "GET", "/v1/keys", ""); resp.StatusCode != 200 || !strings.Contains(resp.Body, "key-operator") {
+				t.Errorf("GET /v1/keys: %d %s", resp.StatusCode, resp.Body)
 			}
 		})
 	}

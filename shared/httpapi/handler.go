@@ -27,6 +27,25 @@ type Service interface {
 	ScheduleReclaim(ctx context.Context, p capacity.Principal, req capacity.CapacityRequest, at time.Time, meta capacity.RequestMeta) (*capacity.ScheduleResult, error)
 	GetScheduledReclaim(ctx context.Context, p capacity.Principal, nodeID, reservationID, id string) (*capacity.ScheduledReclaim, error)
 	CancelScheduledReclaim(ctx context.Context, p capacity.Principal, nodeID, reservationID, id string, meta capacity.RequestMeta) (*capacity.ScheduledReclaim, error)
+
+	// Operator routes: nodes, reservations and topology.
+	PutNode(ctx context.Context, p capacity.Principal, req capacity.NodeRequest, meta capacity.RequestMeta) (*capacity.NodeResult, error)
+	GetNode(ctx context.Context, p capacity.Principal, nodeID string) (*capacity.Node, error)
+	CreateReservation(ctx context.Context, p capacity.Principal, req capacity.ReservationRequest, meta capacity.RequestMeta) (*capacity.ReservationResult, error)
+	CancelReservation(ctx context.Context, p capacity.Principal, req capacity.ReservationChange, meta capacity.RequestMeta) (*capacity.ReservationResult, error)
+	ReaffirmReservation(ctx context.Context, p capacity.Principal, req capacity.ReservationChange, meta capacity.RequestMeta) (*capacity.ReservationResult, error)
+	SetTopology(ctx context.Context, p capacity.Principal, req capacity.TopologyRequest, meta capacity.RequestMeta) (*capacity.TopologyResult, error)
+	ListReservations(ctx context.Context, p capacity.Principal, nodeID string, page capacity.PageRequest) (*capacity.ReservationPage, error)
+
+	// API keys.
+	CreateKey(ctx context.Context, p capacity.Principal, req capacity.KeyRequest, meta capacity.RequestMeta) (*capacity.KeyResult, error)
+	ListKeys(ctx context.Context, p capacity.Principal, page capacity.PageRequest) (*capacity.KeyPage, error)
+	RevokeKey(ctx context.Context, p capacity.Principal, keyID string, meta capacity.RequestMeta) (*capacity.APIKey, error)
+
+	// Audit trail.
+	ListReservationAudit(ctx context.Context, p capacity.Principal, nodeID, reservationID string, page capacity.PageRequest) (*capacity.AuditPage, error)
+	ListNodeAudit(ctx context.Context, p capacity.Principal, nodeID string, page capacity.PageRequest) (*capacity.AuditChainPage, error)
+	ListKeyAudit(ctx context.Context, p capacity.Principal, page capacity.PageRequest) (*capacity.AuditChainPage, error)
 }
 
 // Authenticator resolves an Authorization header to a principal.
@@ -72,6 +91,19 @@ func (h *Handler) handlers() map[string]handlerFunc {
 		"getScheduledReclaim":    h.getScheduledReclaim,
 		"cancelScheduledReclaim": h.cancelScheduledReclaim,
 		"placeVM":                h.place,
+		"putNode":                h.putNode,
+		"getNode":                h.getNode,
+		"setTopology":            h.setTopology,
+		"listNodeAudit":          h.listNodeAudit,
+		"listReservations":       h.listReservations,
+		"createReservation":      h.createReservation,
+		"cancelReservation":      h.changeReservation(capacity.ActionReservationCancel),
+		"reaffirmReservation":    h.changeReservation(capacity.ActionReservationReaffirm),
+		"listReservationAudit":   h.listReservationAudit,
+		"createKey":              h.createKey,
+		"listKeys":               h.listKeys,
+		"revokeKey":              h.revokeKey,
+		"listKeyAudit":           h.listKeyAudit,
 	}
 }
 
@@ -195,7 +227,12 @@ func (h *Handler) capacity(action string) handlerFunc {
 		req := capacity.CapacityRequest{
 			NodeID: r.PathValue("nodeId"), ReservationID: r.PathValue("id"),
 			UnitIDs: body.UnitIDs, DryRun: body.DryRun, Reason: body.Reason, GraceSeconds: body.GraceSeconds,
-			IdempotencyKey: r.Header.Get("Idempotency-Key"),
+			IdempotencyKey: r.Header.Get("Idempotency-Key"), IfMatch: ifMatch(r),
+		}
+		// Only a reclaim has a plan to match; a precondition the call cannot honour is refused
+		// rather than ignored.
+		if req.IfMatch != "" && action == ActionRelease {
+			return capacity.Errorf(capacity.CodeInvalidRequest, "If-Match is for reclaims only: a release has no plan")
 		}
 		if body.At != nil {
 			return h.schedule(w, r, p, reqID, action, req, *body.At)
@@ -209,6 +246,7 @@ func (h *Handler) capacity(action string) handlerFunc {
 			return err
 		}
 		markReplayed(w, res.Replayed)
+		setPlanETag(w, res)
 		if action == ActionRelease {
 			out := wire.Reservation(res.Reservation)
 			out.Reason = res.Reason
@@ -235,8 +273,14 @@ func (h *Handler) schedule(w http.ResponseWriter, r *http.Request, p capacity.Pr
 		if err != nil {
 			return err
 		}
+		setPlanETag(w, res)
 		writeJSON(w, http.StatusOK, wire.Reclaim(res))
 		return nil
+	}
+	// The plan is decided when the schedule fires, against the state then: a plan of now
+	// cannot be its precondition.
+	if req.IfMatch != "" {
+		return capacity.Errorf(capacity.CodeInvalidRequest, "If-Match is for reclaims that run now, not with at")
 	}
 	res, err := h.Service.ScheduleReclaim(r.Context(), p, req, at, capacity.RequestMeta{RequestID: reqID})
 	if err != nil {
@@ -321,6 +365,19 @@ func (h *Handler) redrive(w http.ResponseWriter, r *http.Request, p capacity.Pri
 	}
 	writeJSON(w, status, wire.Operation(&capacity.OperationView{Operation: res.Operation}))
 	return nil
+}
+
+// ifMatch is the request's If-Match precondition as sent, its header lines joined into one
+// list (RFC 9110 5.3); the domain compares it with the plan's ETag. "" when none was sent.
+func ifMatch(r *http.Request) string {
+	return strings.Join(r.Header.Values("If-Match"), ", ")
+}
+
+// setPlanETag names a dry run's plan in the ETag header, for the real call's If-Match.
+func setPlanETag(w http.ResponseWriter, res *capacity.CapacityResult) {
+	if res.DryRun && res.PlanETag != "" {
+		w.Header().Set("ETag", res.PlanETag)
+	}
 }
 
 // markReplayed tells the caller the answer is the stored one of an earlier identical call.

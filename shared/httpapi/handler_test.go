@@ -105,6 +105,7 @@ type call struct {
 	ID        string // a scheduled reclaim's
 	At        time.Time
 	Meta      capacity.RequestMeta
+	opCall    // the operator routes' requests (operator_test.go)
 }
 
 // fakeService records its calls and answers with canned results.
@@ -116,6 +117,7 @@ type fakeService struct {
 	res       *capacity.Reservation
 	op        *capacity.OperationView
 	scheduled *capacity.ScheduleResult
+	opResults // the operator routes' canned results (operator_test.go)
 	err       error
 }
 
@@ -595,10 +597,11 @@ func TestUnknownPathIs404Problem(t *testing.T) {
 		"/",
 		"/v1",
 		"/v1/nodes",
-		"/v1/nodes/n1",
-		"/v1/nodes/n1/reservations",
+		"/v1/nodes/n1/",
+		"/v1/nodes/n1/units",
 		reclaimPath + "/",
-		reservationPath + "/cancel",
+		reservationPath + "/cancel/x",
+		"/v1/keys/key-1",
 		"/v2/nodes/n1/reservations/r1/reclaim",
 	} {
 		for _, method := range []string{http.MethodGet, http.MethodPost} {
@@ -804,6 +807,10 @@ func TestEveryErrorCodeMapsToItsStatus(t *testing.T) {
 		{capacity.CodeOperationRunning, 409},
 		{capacity.CodeScheduledReclaimCancelled, 409},
 		{capacity.CodeScheduledReclaimFired, 409},
+		{capacity.CodeReservationExists, 409},
+		{capacity.CodeReservationOverlap, 409},
+		{capacity.CodeInvalidTransition, 409},
+		{capacity.CodePlanChanged, 412},
 		{capacity.CodeSchedulingUnavailable, 501},
 		{capacity.CodeThrottled, 503},
 		{capacity.CodeInvalidRequest, 422},
@@ -832,6 +839,10 @@ func TestEveryErrorCodeMapsToItsStatus(t *testing.T) {
 		{method: http.MethodPost, path: releasePath, body: `{"unitIds":["u1"]}`},
 		{method: http.MethodPost, path: vmsPath, auth: ptr("Bearer " + secretOperator), body: `{"vmId":"v","orgId":"o","tier":"spot","unitIds":["u1"]}`},
 		{method: http.MethodGet, path: reservationPath},
+		{method: http.MethodPut, path: "/v1/nodes/n1", auth: ptr("Bearer " + secretOperator), body: `{"ownerOrgId":"o","unitIds":["u1"],"agentEndpoint":"https://a"}`},
+		{method: http.MethodPost, path: reservationPath + "/cancel", auth: ptr("Bearer " + secretOperator)},
+		{method: http.MethodGet, path: "/v1/keys", auth: ptr("Bearer " + secretOperator)},
+		{method: http.MethodGet, path: "/v1/nodes/n1/reservations/r1/audit"},
 	}
 	for _, tt := range tests {
 		for _, rt := range routes {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/wire"
 )
 
 // Transport-level codes: the request could not be read as a call at all.
@@ -32,8 +33,11 @@ func statusOf(code capacity.Code) int {
 	case capacity.CodeReservationNotActive, capacity.CodeOutsideTerm, capacity.CodeTopologyChanged,
 		capacity.CodeUnitsInUse, capacity.CodeUnitsUnavailable, capacity.CodeVMExists,
 		capacity.CodeConcurrentModification, capacity.CodeOperationRunning,
-		capacity.CodeScheduledReclaimCancelled, capacity.CodeScheduledReclaimFired:
+		capacity.CodeScheduledReclaimCancelled, capacity.CodeScheduledReclaimFired,
+		capacity.CodeReservationExists, capacity.CodeReservationOverlap, capacity.CodeInvalidTransition:
 		return http.StatusConflict
+	case capacity.CodePlanChanged:
+		return http.StatusPreconditionFailed
 	case CodeBodyTooLarge:
 		return http.StatusRequestEntityTooLarge
 	case CodeUnsupportedMediaType:
@@ -60,6 +64,9 @@ type Problem struct {
 	Detail  string        `json:"detail"`
 	Code    capacity.Code `json:"code"`
 	UnitIDs []string      `json:"unitIds,omitempty"`
+	// Plan (plan_changed) is the plan the reclaim would carry out now, as a dry run answers
+	// it; its planEtag is also the answer's ETag.
+	Plan *wire.ReservationJSON `json:"plan,omitempty"`
 }
 
 func problemOf(err error) Problem {
@@ -72,6 +79,12 @@ func problemOf(err error) Problem {
 	var e *capacity.Error
 	if errors.As(err, &e) {
 		p.UnitIDs = e.UnitIDs
+		if e.Plan != nil {
+			res := *e.Plan
+			res.DryRun = true // the body a dry run answers now, whatever the caller sent
+			plan := wire.Reclaim(&res)
+			p.Plan = &plan
+		}
 	}
 	return p
 }
@@ -85,6 +98,9 @@ func writeProblem(w http.ResponseWriter, p Problem) {
 	}
 	if p.Status == http.StatusUnauthorized && h.Get("WWW-Authenticate") == "" {
 		h.Set("WWW-Authenticate", `Bearer realm="openrelay"`)
+	}
+	if p.Plan != nil && p.Plan.PlanETag != "" {
+		h.Set("ETag", p.Plan.PlanETag) // the new plan's, for the next If-Match
 	}
 	w.WriteHeader(p.Status)
 	_ = json.NewEncoder(w).Encode(p)

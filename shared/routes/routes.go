@@ -27,6 +27,20 @@ var All = []Route{
 	{"GET", "/v1/nodes/{nodeId}/reservations/{id}/scheduled-reclaims/{scheduledReclaimId}", "getScheduledReclaim", true},
 	{"DELETE", "/v1/nodes/{nodeId}/reservations/{id}/scheduled-reclaims/{scheduledReclaimId}", "cancelScheduledReclaim", true},
 	{"POST", "/v1/nodes/{nodeId}/vms", "placeVM", true},
+	// Operator routes (nodes, reservations, topology, keys) and the audit trail.
+	{"PUT", "/v1/nodes/{nodeId}", "putNode", true},
+	{"GET", "/v1/nodes/{nodeId}", "getNode", true},
+	{"PUT", "/v1/nodes/{nodeId}/topology", "setTopology", true},
+	{"GET", "/v1/nodes/{nodeId}/audit", "listNodeAudit", true},
+	{"GET", "/v1/nodes/{nodeId}/reservations", "listReservations", true},
+	{"POST", "/v1/nodes/{nodeId}/reservations", "createReservation", true},
+	{"POST", "/v1/nodes/{nodeId}/reservations/{id}/cancel", "cancelReservation", true},
+	{"POST", "/v1/nodes/{nodeId}/reservations/{id}/reaffirm", "reaffirmReservation", true},
+	{"GET", "/v1/nodes/{nodeId}/reservations/{id}/audit", "listReservationAudit", true},
+	{"POST", "/v1/keys", "createKey", true},
+	{"GET", "/v1/keys", "listKeys", true},
+	{"POST", "/v1/keys/{keyId}/revoke", "revokeKey", true},
+	{"GET", "/v1/keys/audit", "listKeyAudit", true},
 }
 
 // Paths returns the distinct paths of All, sorted.

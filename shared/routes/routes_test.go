@@ -17,7 +17,9 @@ func TestTable(t *testing.T) {
 		if !apiGatewayPath.MatchString(r.Path) {
 			t.Errorf("%s %s: not an API Gateway resource path", r.Method, r.Path)
 		}
-		if r.Method != http.MethodGet && r.Method != http.MethodPost && r.Method != http.MethodDelete {
+		switch r.Method {
+		case http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete:
+		default:
 			t.Errorf("%s %s: unexpected method", r.Method, r.Path)
 		}
 		if r.OperationID == "" || ops[r.OperationID] {

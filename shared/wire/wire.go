@@ -36,6 +36,9 @@ type ReservationJSON struct {
 	// TerminateAfter is when the evicted VMs' termination begins (the grace's end); only on
 	// a reclaim that evicted something.
 	TerminateAfter string `json:"terminateAfter,omitempty"`
+	// PlanETag (dry runs only) names the plan: a real reclaim sent with it in If-Match runs
+	// only if it would do exactly this.
+	PlanETag string `json:"planEtag,omitempty"`
 }
 
 // VMJSON is a placed VM.
@@ -89,6 +92,7 @@ func Reclaim(res *capacity.CapacityResult) ReservationJSON {
 	terminated, skipped := list(res.Terminated), list(res.Skipped)
 	if res.DryRun {
 		out.WouldTerminate, out.WouldSkip = &terminated, &skipped
+		out.PlanETag = res.PlanETag
 	} else {
 		out.Terminated, out.Skipped = &terminated, &skipped
 	}

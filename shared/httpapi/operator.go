@@ -1,0 +1,369 @@
+package httpapi
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/wire"
+)
+
+// Bodies of the operator routes. Optional members are pointers only where absent and zero
+// differ; every body is decoded strictly (DecodeJSON).
+
+// NodeBody is the body of PUT /v1/nodes/{nodeId}.
+type NodeBody struct {
+	OwnerOrgID    string   `json:"ownerOrgId"`
+	UnitIDs       []string `json:"unitIds"`
+	AgentEndpoint string   `json:"agentEndpoint"`
+	Reason        string   `json:"reason"`
+}
+
+// TopologyBody is the body of PUT /v1/nodes/{nodeId}/topology.
+type TopologyBody struct {
+	UnitIDs []string `json:"unitIds"`
+	Reason  string   `json:"reason"`
+}
+
+// ReservationBody is the body of POST /v1/nodes/{nodeId}/reservations. Times are RFC 3339.
+type ReservationBody struct {
+	ID              string   `json:"id"`
+	Status          string   `json:"status"`
+	StartsAt        string   `json:"startsAt"`
+	EndsAt          *string  `json:"endsAt"`
+	AllowedOrgIDs   []string `json:"allowedOrgIds"`
+	ManagingOrgIDs  []string `json:"managingOrgIds"`
+	ReservedUnitIDs []string `json:"reservedUnitIds"`
+	ContractRef     string   `json:"contractRef"`
+	Reason          string   `json:"reason"`
+}
+
+// ReasonBody is the optional body of a reservation cancel or reaffirm and of a key revoke.
+type ReasonBody struct {
+	Reason string `json:"reason"`
+}
+
+// KeyBody is the body of POST /v1/keys.
+type KeyBody struct {
+	OrgID       string   `json:"orgId"`
+	Permissions []string `json:"permissions"`
+	Operator    bool     `json:"operator"`
+	ExpiresAt   *string  `json:"expiresAt"`
+	Description string   `json:"description"`
+}
+
+// admitOperator refuses, before the body is read, a caller who is not an operator or a path
+// id that names nothing: the route's one 404, so neither the body nor its content type tells
+// a non-operator anything, not even that the route exists for others.
+func admitOperator(p capacity.Principal, what string, ids ...string) error {
+	if !p.Operator {
+		return capacity.Errorf(capacity.CodeNotFound, "%s not found", what)
+	}
+	for _, id := range ids {
+		if !capacity.ValidID(id) {
+			return capacity.Errorf(capacity.CodeNotFound, "%s not found", what)
+		}
+	}
+	return nil
+}
+
+// decodeOptional is DecodeJSON for a body that may be left out: an empty body (any content
+// type) is the zero value.
+func decodeOptional(r *http.Request, v any) error {
+	data, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
+	if err != nil {
+		return capacity.Errorf(CodeMalformedRequest, "the body could not be read")
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	return DecodeJSON(r.Header.Get("Content-Type"), bytes.NewReader(data), v)
+}
+
+// parseTime reads an RFC 3339 member.
+func parseTime(member, s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, capacity.Errorf(capacity.CodeInvalidRequest, "%s must be an RFC 3339 time, such as 2027-01-02T15:04:05Z", member)
+	}
+	return t, nil
+}
+
+// MaxPageLimit bounds a list's limit query parameter.
+const MaxPageLimit = 100
+
+// pageOf reads a list's query: limit (1..100; absent: the service's default) and cursor (the
+// nextCursor of the previous page, passed on as is: the store refuses one it did not issue).
+// Any other parameter, or one given twice, is refused, as an unknown body member is.
+func pageOf(q url.Values) (capacity.PageRequest, error) {
+	var page capacity.PageRequest
+	for name, vals := range q {
+		if name != "limit" && name != "cursor" {
+			return page, capacity.Errorf(CodeMalformedRequest, "unknown query parameter %q; known: limit, cursor", name)
+		}
+		if len(vals) != 1 {
+			return page, capacity.Errorf(CodeMalformedRequest, "query parameter %q appears more than once", name)
+		}
+	}
+	if v, ok := q["limit"]; ok {
+		n, err := strconv.Atoi(v[0])
+		if err != nil || n < 1 || n > MaxPageLimit {
+			return page, capacity.Errorf(capacity.CodeInvalidRequest, "limit must be an integer from 1 to %d", MaxPageLimit)
+		}
+		page.Limit = n
+	}
+	if v, ok := q["cursor"]; ok {
+		if v[0] == "" {
+			return page, capacity.Errorf(capacity.CodeInvalidRequest, "cursor must not be empty; leave it out for the first page")
+		}
+		page.Cursor = v[0]
+	}
+	return page, nil
+}
+
+func meta(reqID string) capacity.RequestMeta { return capacity.RequestMeta{RequestID: reqID} }
+
+// putNode registers a node (201, Location, and the agent's key once) or updates its owner org
+// and agent endpoint (200).
+func (h *Handler) putNode(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID string) error {
+	nodeID := r.PathValue("nodeId")
+	if err := admitOperator(p, "node", nodeID); err != nil {
+		return err
+	}
+	var body NodeBody
+	if err := DecodeJSON(r.Header.Get("Content-Type"), r.Body, &body); err != nil {
+		return err
+	}
+	req := capacity.NodeRequest{
+		NodeID: nodeID, OwnerOrgID: body.OwnerOrgID, AgentEndpoint: body.AgentEndpoint, Reason: body.Reason,
+		UnitIDs: body.UnitIDs, IdempotencyKey: r.Header.Get("Idempotency-Key"),
+	}
+	res, err := h.Service.PutNode(r.Context(), p, req, meta(reqID))
+	if err != nil {
+		return err
+	}
+	markReplayed(w, res.Replayed)
+	status := http.StatusOK
+	if res.Created {
+		status = http.StatusCreated
+		w.Header().Set("Location", "/v1/nodes/"+res.Node.ID)
+	}
+	writeJSON(w, status, wire.NodeAnswer(res))
+	return nil
+}
+
+// getNode is for operators and the node's owner org; the service decides.
+func (h *Handler) getNode(w http.ResponseWriter, r *http.Request, p capacity.Principal, _ string) error {
+	n, err := h.Service.GetNode(r.Context(), p, r.PathValue("nodeId"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wire.NodeGetJSON{Node: wire.Node(*n)})
+	return nil
+}
+
+func (h *Handler) setTopology(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID string) error {
+	nodeID := r.PathValue("nodeId")
+	if err := admitOperator(p, "node", nodeID); err != nil {
+		return err
+	}
+	var body TopologyBody
+	if err := DecodeJSON(r.Header.Get("Content-Type"), r.Body, &body); err != nil {
+		return err
+	}
+	req := capacity.TopologyRequest{NodeID: nodeID, UnitIDs: body.UnitIDs, Reason: body.Reason, IdempotencyKey: r.Header.Get("Idempotency-Key")}
+	res, err := h.Service.SetTopology(r.Context(), p, req, meta(reqID))
+	if err != nil {
+		return err
+	}
+	markReplayed(w, res.Replayed)
+	writeJSON(w, http.StatusOK, wire.Topology(res))
+	return nil
+}
+
+func (h *Handler) createReservation(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID string) error {
+	nodeID := r.PathValue("nodeId")
+	if err := admitOperator(p, "node", nodeID); err != nil {
+		return err
+	}
+	var body ReservationBody
+	if err := DecodeJSON(r.Header.Get("Content-Type"), r.Body, &body); err != nil {
+		return err
+	}
+	if body.StartsAt == "" {
+		return capacity.Errorf(capacity.CodeInvalidRequest, "startsAt is required")
+	}
+	startsAt, err := parseTime("startsAt", body.StartsAt)
+	if err != nil {
+		return err
+	}
+	req := capacity.ReservationRequest{
+		NodeID: nodeID, ID: body.ID, Status: capacity.Status(body.Status), StartsAt: startsAt,
+		AllowedOrgIDs: body.AllowedOrgIDs, ManagingOrgIDs: body.ManagingOrgIDs, ReservedUnitIDs: body.ReservedUnitIDs,
+		ContractRef: body.ContractRef, Reason: body.Reason, IdempotencyKey: r.Header.Get("Idempotency-Key"),
+	}
+	if body.EndsAt != nil {
+		endsAt, err := parseTime("endsAt", *body.EndsAt)
+		if err != nil {
+			return err
+		}
+		req.EndsAt = &endsAt
+	}
+	res, err := h.Service.CreateReservation(r.Context(), p, req, meta(reqID))
+	if err != nil {
+		return err
+	}
+	markReplayed(w, res.Replayed)
+	w.Header().Set("Location", "/v1/nodes/"+res.Reservation.NodeID+"/reservations/"+res.Reservation.ID)
+	writeJSON(w, http.StatusCreated, wire.ReservationAnswer(res, false))
+	return nil
+}
+
+// changeReservation serves cancel and reaffirm; the body ({reason}) may be left out. A cancel
+// answers the VMs still on the reservation's units: it terminates nothing.
+func (h *Handler) changeReservation(action string) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID string) error {
+		nodeID, resID := r.PathValue("nodeId"), r.PathValue("id")
+		if err := admitOperator(p, "reservation", nodeID, resID); err != nil {
+			return err
+		}
+		var body ReasonBody
+		if err := decodeOptional(r, &body); err != nil {
+			return err
+		}
+		req := capacity.ReservationChange{NodeID: nodeID, ReservationID: resID, Reason: body.Reason, IdempotencyKey: r.Header.Get("Idempotency-Key")}
+		call := h.Service.ReaffirmReservation
+		if action == capacity.ActionReservationCancel {
+			call = h.Service.CancelReservation
+		}
+		res, err := call(r.Context(), p, req, meta(reqID))
+		if err != nil {
+			return err
+		}
+		markReplayed(w, res.Replayed)
+		writeJSON(w, http.StatusOK, wire.ReservationAnswer(res, action == capacity.ActionReservationCancel))
+		return nil
+	}
+}
+
+// listReservations is scoped by the service to what the caller may see.
+func (h *Handler) listReservations(w http.ResponseWriter, r *http.Request, p capacity.Principal, _ string) error {
+	page, err := pageOf(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	res, err := h.Service.ListReservations(r.Context(), p, r.PathValue("nodeId"), page)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wire.ReservationPage(res))
+	return nil
+}
+
+func (h *Handler) listReservationAudit(w http.ResponseWriter, r *http.Request, p capacity.Principal, _ string) error {
+	page, err := pageOf(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	res, err := h.Service.ListReservationAudit(r.Context(), p, r.PathValue("nodeId"), r.PathValue("id"), page)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wire.AuditPage(res))
+	return nil
+}
+
+func (h *Handler) listNodeAudit(w http.ResponseWriter, r *http.Request, p capacity.Principal, _ string) error {
+	page, err := pageOf(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	res, err := h.Service.ListNodeAudit(r.Context(), p, r.PathValue("nodeId"), page)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wire.AuditChainPage(res))
+	return nil
+}
+
+func (h *Handler) listKeyAudit(w http.ResponseWriter, r *http.Request, p capacity.Principal, _ string) error {
+	page, err := pageOf(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	res, err := h.Service.ListKeyAudit(r.Context(), p, page)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wire.AuditChainPage(res))
+	return nil
+}
+
+// createKey answers 201 with the key and, only in this answer, its secret.
+func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID string) error {
+	if err := admitOperator(p, "key"); err != nil {
+		return err
+	}
+	var body KeyBody
+	if err := DecodeJSON(r.Header.Get("Content-Type"), r.Body, &body); err != nil {
+		return err
+	}
+	req := capacity.KeyRequest{
+		OrgID: body.OrgID, Permissions: body.Permissions, Operator: body.Operator, Description: body.Description,
+		IdempotencyKey: r.Header.Get("Idempotency-Key"),
+	}
+	if body.ExpiresAt != nil {
+		at, err := parseTime("expiresAt", *body.ExpiresAt)
+		if err != nil {
+			return err
+		}
+		req.ExpiresAt = &at
+	}
+	res, err := h.Service.CreateKey(r.Context(), p, req, meta(reqID))
+	if err != nil {
+		return err
+	}
+	markReplayed(w, res.Replayed)
+	w.Header().Set("Location", "/v1/keys/"+res.Key.KeyID)
+	writeJSON(w, http.StatusCreated, wire.KeyAnswer(res))
+	return nil
+}
+
+func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request, p capacity.Principal, _ string) error {
+	page, err := pageOf(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	res, err := h.Service.ListKeys(r.Context(), p, page)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wire.KeyPage(res))
+	return nil
+}
+
+// revokeKey is repeat-safe: revoking a revoked key answers 200 with it. An Idempotency-Key
+// is checked for form only, since a repeat changes nothing anyway.
+func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID string) error {
+	keyID := r.PathValue("keyId")
+	if err := admitOperator(p, "key", keyID); err != nil {
+		return err
+	}
+	var body ReasonBody
+	if err := decodeOptional(r, &body); err != nil {
+		return err
+	}
+	if err := capacity.ValidateIdempotencyKey(r.Header.Get("Idempotency-Key")); err != nil {
+		return err
+	}
+	k, err := h.Service.RevokeKey(r.Context(), p, keyID, meta(reqID))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wire.KeyGetJSON{Key: wire.Key(*k)})
+	return nil
+}

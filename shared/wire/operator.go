@@ -1,0 +1,303 @@
+package wire
+
+import (
+	"encoding/base64"
+	"fmt"
+	"time"
+
+	"github.com/openrelay/capacity/shared/capacity"
+)
+
+// NodeJSON is a node as the operator routes show it.
+type NodeJSON struct {
+	NodeID        string        `json:"nodeId"`
+	OwnerOrgID    string        `json:"ownerOrgId"`
+	UnitIDs       []string      `json:"unitIds"`
+	AgentEndpoint string        `json:"agentEndpoint"`
+	TopologyGen   int64         `json:"topologyGen"`
+	Version       int64         `json:"version"`
+	AuditHead     AuditHeadJSON `json:"auditHead"`
+}
+
+// AuditHeadJSON is the head of an audit hash chain: the last record's seq and hash.
+type AuditHeadJSON struct {
+	Seq  int64  `json:"seq"`
+	Hash string `json:"hash"`
+}
+
+// Node is n as the API shows it.
+func Node(n capacity.Node) NodeJSON {
+	return NodeJSON{
+		NodeID: n.ID, OwnerOrgID: n.OwnerOrgID, UnitIDs: list(n.UnitIDs), AgentEndpoint: n.AgentEndpoint,
+		TopologyGen: n.TopologyGen, Version: n.Version, AuditHead: AuditHead(n.AuditHead),
+	}
+}
+
+// AuditHead is h as the API shows it.
+func AuditHead(h capacity.AuditHead) AuditHeadJSON { return AuditHeadJSON{Seq: h.Seq, Hash: h.Hash} }
+
+// NodeAnswerJSON answers PUT /v1/nodes/{nodeId}. AgentKey (base64, standard, padded) is the
+// node agent's key, only in the answer that registered the node; a replay of that answer
+// carries SecretShown instead, since secrets are never stored.
+type NodeAnswerJSON struct {
+	Node        NodeJSON `json:"node"`
+	Created     bool     `json:"created"`
+	AgentKey    string   `json:"agentKey,omitempty"`
+	SecretShown bool     `json:"secretShown,omitempty"`
+}
+
+// NodeGetJSON answers GET /v1/nodes/{nodeId}.
+type NodeGetJSON struct {
+	Node NodeJSON `json:"node"`
+}
+
+// ReservationAnswerJSON answers reservation create, cancel and reaffirm. VMsOnUnits is on
+// cancel only (the VMs still running on the units, which a cancel does not terminate).
+type ReservationAnswerJSON struct {
+	Reservation ReservationJSON `json:"reservation"`
+	VMsOnUnits  *[]VMJSON       `json:"vmsOnUnits,omitempty"`
+}
+
+// VMs is vms as the API shows them, [] for none.
+func VMs(vms []capacity.VM) []VMJSON {
+	out := make([]VMJSON, 0, len(vms))
+	for _, v := range vms {
+		out = append(out, VM(v))
+	}
+	return out
+}
+
+// TopologyJSON answers PUT /v1/nodes/{nodeId}/topology.
+type TopologyJSON struct {
+	Node              NodeJSON `json:"node"`
+	Changed           bool     `json:"changed"`
+	AddedUnitIDs      []string `json:"addedUnitIds"`
+	RemovedUnitIDs    []string `json:"removedUnitIds"`
+	NeedsReview       []string `json:"needsReview"`
+	VMsOnRemovedUnits []VMJSON `json:"vmsOnRemovedUnits"`
+}
+
+// ReservationPageJSON is a page of reservations; NextCursor is absent on the last page.
+type ReservationPageJSON struct {
+	Reservations []ReservationJSON `json:"reservations"`
+	NextCursor   string            `json:"nextCursor,omitempty"`
+}
+
+// KeyJSON is an API key as the key routes show it; never its secret or hash.
+type KeyJSON struct {
+	KeyID       string   `json:"keyId"`
+	OrgID       string   `json:"orgId"`
+	Permissions []string `json:"permissions"`
+	Operator    bool     `json:"operator"`
+	Description string   `json:"description,omitempty"`
+	CreatedAt   string   `json:"createdAt"`
+	CreatedBy   string   `json:"createdBy,omitempty"`
+	ExpiresAt   string   `json:"expiresAt,omitempty"`
+	Revoked     bool     `json:"revoked"`
+	RevokedAt   string   `json:"revokedAt,omitempty"`
+	LastUsedAt  string   `json:"lastUsedAt,omitempty"`
+}
+
+// KeyAnswerJSON answers POST /v1/keys. Secret is only in the answer that created the key; a
+// replay of that answer carries SecretShown instead, since secrets are never stored.
+type KeyAnswerJSON struct {
+	Key         KeyJSON `json:"key"`
+	Secret      string  `json:"secret,omitempty"`
+	SecretShown bool    `json:"secretShown,omitempty"`
+}
+
+// KeyGetJSON answers a key revoke.
+type KeyGetJSON struct {
+	Key KeyJSON `json:"key"`
+}
+
+// KeyPageJSON is a page of keys; NextCursor is absent on the last page.
+type KeyPageJSON struct {
+	Keys       []KeyJSON `json:"keys"`
+	NextCursor string    `json:"nextCursor,omitempty"`
+}
+
+// AuditRecordJSON is one audit record. Every member is always present and lists are [] when
+// empty, so that a client can recompute the record's hash from exactly this form
+// (AuditRecordFrom, then capacity.HashAuditRecord). Time keeps its nanoseconds.
+type AuditRecordJSON struct {
+	ID             string       `json:"id"`
+	Seq            int64        `json:"seq"`
+	PrevHash       string       `json:"prevHash"`
+	Hash           string       `json:"hash"`
+	Time           string       `json:"time"`
+	RequestID      string       `json:"requestId"`
+	ActorKeyID     string       `json:"actorKeyId"`
+	CallerOrgID    string       `json:"callerOrgId"`
+	ActingFor      string       `json:"actingFor"`
+	Action         string       `json:"action"`
+	NodeID         string       `json:"nodeId"`
+	ReservationID  string       `json:"reservationId"`
+	UnitIDs        []string     `json:"unitIds"`
+	DryRun         bool         `json:"dryRun"`
+	Reason         string       `json:"reason"`
+	ReclaimID      string       `json:"reclaimId"`
+	Terminated     []string     `json:"terminated"`
+	Skipped        []string     `json:"skipped"`
+	ReleasedBefore []string     `json:"releasedBefore"`
+	ReleasedAfter  []string     `json:"releasedAfter"`
+	TopologyGen    int64        `json:"topologyGen"`
+	VMID           string       `json:"vmId"`
+	Outcome        string       `json:"outcome"`
+	Via            string       `json:"via"`
+	EventID        string       `json:"eventId"`
+	Victims        []VictimJSON `json:"victims"`
+}
+
+// VictimJSON is a VM a reclaim evicted, with its buyer org and units.
+type VictimJSON struct {
+	VMID    string   `json:"vmId"`
+	OrgID   string   `json:"orgId"`
+	UnitIDs []string `json:"unitIds"`
+}
+
+// AuditRecord is r as the API shows it.
+func AuditRecord(r capacity.AuditRecord) AuditRecordJSON {
+	out := AuditRecordJSON{
+		ID: r.ID, Seq: r.Seq, PrevHash: r.PrevHash, Hash: r.Hash, Time: r.Time.UTC().Format(time.RFC3339Nano),
+		RequestID: r.RequestID, ActorKeyID: r.ActorKeyID, CallerOrgID: r.CallerOrgID, ActingFor: r.ActingFor,
+		Action: r.Action, NodeID: r.NodeID, ReservationID: r.ReservationID, UnitIDs: list(r.UnitIDs),
+		DryRun: r.DryRun, Reason: r.Reason, ReclaimID: r.ReclaimID, Terminated: list(r.Terminated),
+		Skipped: list(r.Skipped), ReleasedBefore: list(r.ReleasedBefore), ReleasedAfter: list(r.ReleasedAfter),
+		TopologyGen: r.TopologyGen, VMID: r.VMID, Outcome: r.Outcome, Via: r.Via, EventID: r.EventID,
+		Victims: make([]VictimJSON, 0, len(r.Victims)),
+	}
+	for _, v := range r.Victims {
+		out.Victims = append(out.Victims, VictimJSON{VMID: v.VMID, OrgID: v.OrgID, UnitIDs: list(v.UnitIDs)})
+	}
+	return out
+}
+
+// AuditRecordFrom is the record j shows: the inverse of AuditRecord, with time in UTC and
+// empty lists as nil (the record's hash treats nil and empty alike).
+func AuditRecordFrom(j AuditRecordJSON) (capacity.AuditRecord, error) {
+	at, err := time.Parse(time.RFC3339Nano, j.Time)
+	if err != nil {
+		return capacity.AuditRecord{}, fmt.Errorf("audit record %s: time %q: %w", j.ID, j.Time, err)
+	}
+	r := capacity.AuditRecord{
+		ID: j.ID, Seq: j.Seq, PrevHash: j.PrevHash, Hash: j.Hash, Time: at.UTC(),
+		RequestID: j.RequestID, ActorKeyID: j.ActorKeyID, CallerOrgID: j.CallerOrgID, ActingFor: j.ActingFor,
+		Action: j.Action, NodeID: j.NodeID, ReservationID: j.ReservationID, UnitIDs: nilIfEmpty(j.UnitIDs),
+		DryRun: j.DryRun, Reason: j.Reason, ReclaimID: j.ReclaimID, Terminated: nilIfEmpty(j.Terminated),
+		Skipped: nilIfEmpty(j.Skipped), ReleasedBefore: nilIfEmpty(j.ReleasedBefore),
+		ReleasedAfter: nilIfEmpty(j.ReleasedAfter), TopologyGen: j.TopologyGen, VMID: j.VMID,
+		Outcome: j.Outcome, Via: j.Via, EventID: j.EventID,
+	}
+	for _, v := range j.Victims {
+		r.Victims = append(r.Victims, capacity.Victim{VMID: v.VMID, OrgID: v.OrgID, UnitIDs: nilIfEmpty(v.UnitIDs)})
+	}
+	return r, nil
+}
+
+func nilIfEmpty(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}
+
+// AuditPageJSON is a page of a reservation's audit records, newest first.
+type AuditPageJSON struct {
+	Records    []AuditRecordJSON `json:"records"`
+	NextCursor string            `json:"nextCursor,omitempty"`
+}
+
+// AuditChainPageJSON is a page of a chain's records in chain order, with the chain's head as
+// read before the records (later records may follow it).
+type AuditChainPageJSON struct {
+	Head       AuditHeadJSON     `json:"head"`
+	Records    []AuditRecordJSON `json:"records"`
+	NextCursor string            `json:"nextCursor,omitempty"`
+}
+
+func auditRecords(rs []capacity.AuditRecord) []AuditRecordJSON {
+	out := make([]AuditRecordJSON, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, AuditRecord(r))
+	}
+	return out
+}
+
+// NodeAnswer is the answer to a node put.
+func NodeAnswer(res *capacity.NodeResult) NodeAnswerJSON {
+	out := NodeAnswerJSON{Node: Node(res.Node), Created: res.Created, SecretShown: res.SecretShown}
+	if len(res.AgentKey) > 0 {
+		out.AgentKey = base64.StdEncoding.EncodeToString(res.AgentKey)
+	}
+	return out
+}
+
+// ReservationAnswer is the answer to a reservation change; withVMs adds vmsOnUnits.
+func ReservationAnswer(res *capacity.ReservationResult, withVMs bool) ReservationAnswerJSON {
+	out := ReservationAnswerJSON{Reservation: Reservation(res.Reservation)}
+	if withVMs {
+		vms := VMs(res.VMsOnUnits)
+		out.VMsOnUnits = &vms
+	}
+	return out
+}
+
+// Topology is the answer to a topology change.
+func Topology(res *capacity.TopologyResult) TopologyJSON {
+	return TopologyJSON{
+		Node: Node(res.Node), Changed: res.Changed, AddedUnitIDs: list(res.AddedUnitIDs),
+		RemovedUnitIDs: list(res.RemovedUnitIDs), NeedsReview: list(res.NeedsReview),
+		VMsOnRemovedUnits: VMs(res.VMsOnRemovedUnits),
+	}
+}
+
+// ReservationPage is p as the API shows it.
+func ReservationPage(p *capacity.ReservationPage) ReservationPageJSON {
+	out := ReservationPageJSON{Reservations: make([]ReservationJSON, 0, len(p.Reservations)), NextCursor: p.NextCursor}
+	for _, r := range p.Reservations {
+		out.Reservations = append(out.Reservations, Reservation(r))
+	}
+	return out
+}
+
+// Key is k as the API shows it.
+func Key(k capacity.APIKey) KeyJSON {
+	return KeyJSON{
+		KeyID: k.KeyID, OrgID: k.OrgID, Permissions: list(k.Permissions), Operator: k.Operator,
+		Description: k.Description, CreatedAt: timeString(k.CreatedAt), CreatedBy: k.CreatedByKeyID,
+		ExpiresAt: optTime(k.ExpiresAt), Revoked: k.Revoked, RevokedAt: optTime(k.RevokedAt),
+		LastUsedAt: optTime(k.LastUsedAt),
+	}
+}
+
+func optTime(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return timeString(*t)
+}
+
+// KeyAnswer is the answer to a key creation.
+func KeyAnswer(res *capacity.KeyResult) KeyAnswerJSON {
+	return KeyAnswerJSON{Key: Key(res.Key), Secret: res.Secret, SecretShown: res.SecretShown}
+}
+
+// KeyPage is p as the API shows it.
+func KeyPage(p *capacity.KeyPage) KeyPageJSON {
+	out := KeyPageJSON{Keys: make([]KeyJSON, 0, len(p.Keys)), NextCursor: p.NextCursor}
+	for _, k := range p.Keys {
+		out.Keys = append(out.Keys, Key(k))
+	}
+	return out
+}
+
+// AuditPage is p as the API shows it.
+func AuditPage(p *capacity.AuditPage) AuditPageJSON {
+	return AuditPageJSON{Records: auditRecords(p.Records), NextCursor: p.NextCursor}
+}
+
+// AuditChainPage is p as the API shows it.
+func AuditChainPage(p *capacity.AuditChainPage) AuditChainPageJSON {
+	return AuditChainPageJSON{Head: AuditHead(p.Head), Records: auditRecords(p.Records), NextCursor: p.NextCursor}
+}
