@@ -40,6 +40,10 @@ type EnvConfig struct {
 	// AllowedEventSources are the EventBridge "source" values whose reclaim requests the
 	// environment accepts. Required (an empty list accepts none).
 	AllowedEventSources *[]string `json:"allowedEventSources"`
+	// TopologyEventSources are the EventBridge "source" values whose Node Topology Changed
+	// events the environment applies, acting as an operator. Optional: absent means
+	// DefaultTopologyEventSources; [] accepts none.
+	TopologyEventSources *[]string `json:"topologyEventSources,omitempty"`
 	// Retention: history of the store (terminated VMs, finished operations) and logs, in days.
 	// Required.
 	Retention *struct {
@@ -63,6 +67,10 @@ type EnvConfig struct {
 		ApiP99Millis *float64 `json:"apiP99Millis,omitempty"`
 	} `json:"alarms,omitempty"`
 }
+
+// DefaultTopologyEventSources is where topology changes come from when cdk.json names no
+// topologyEventSources: the platform's fleet management (capacity.SourceFleet).
+var DefaultTopologyEventSources = []string{"openrelay.fleet"}
 
 // MinHistoryRetentionDays matches the store's floor (dynamo.MinRetention): a finished
 // operation stays readable for at least 90 days.
@@ -185,6 +193,16 @@ func (c EnvConfig) props(env string) (CapacityStackProps, []error) {
 			}
 		}
 		p.AllowedEventSources = slices.Clone(*c.AllowedEventSources)
+	}
+
+	p.TopologyEventSources = slices.Clone(DefaultTopologyEventSources)
+	if c.TopologyEventSources != nil {
+		for _, src := range *c.TopologyEventSources {
+			if !eventSource.MatchString(src) || strings.HasPrefix(src, "aws.") {
+				bad("topologyEventSources: %q is not a custom EventBridge source", src)
+			}
+		}
+		p.TopologyEventSources = append([]string{}, *c.TopologyEventSources...)
 	}
 
 	if c.Retention == nil || c.Retention.HistoryDays == nil || c.Retention.LogDays == nil {

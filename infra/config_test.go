@@ -89,6 +89,33 @@ func TestStackPropsFor(t *testing.T) {
 		t.Errorf("misspelt alarms key: error %v", err)
 	}
 
+	// Topology event sources: optional (default openrelay.fleet), validated like
+	// allowedEventSources, [] accepts none.
+	topologyBlock := func(sources string) any {
+		block := `{"throttle": {"rate": 1, "burst": 1}, "allowedEventSources": [], "retention": {"historyDays": 90, "logDays": 7}, "logLevel": "info"`
+		if sources != "" {
+			block += `, "topologyEventSources": ` + sources
+		}
+		return edit("local", block+`}`)
+	}
+	for _, tc := range []struct {
+		name, sources string
+		want          []string
+	}{
+		{"default", "", []string{"openrelay.fleet"}},
+		{"listed", `["acme.fleet", "openrelay.fleet"]`, []string{"acme.fleet", "openrelay.fleet"}},
+		{"none", `[]`, []string{}},
+	} {
+		p, err := StackPropsFor(topologyBlock(tc.sources), "local")
+		if err != nil || p.TopologyEventSources == nil || strings.Join(p.TopologyEventSources, ",") != strings.Join(tc.want, ",") {
+			t.Errorf("topologyEventSources %s: props %q, error %v; want %q", tc.name, p.TopologyEventSources, err, tc.want)
+		}
+	}
+	if _, err := StackPropsFor(topologyBlock(`["aws.ec2", "bad source"]`), "local"); err == nil ||
+		!strings.Contains(err.Error(), `topologyEventSources: "aws.ec2" is not a custom`) || !strings.Contains(err.Error(), `"bad source"`) {
+		t.Errorf("bad topologyEventSources: error %v", err)
+	}
+
 	// Every problem of a block is reported at once.
 	_, err = StackPropsFor(edit("local", `{"throttle": {"rate": 0, "burst": 1}, "alarmSubscription": "http://x", "allowedEventSources": ["aws.ec2"], "retention": {"historyDays": 30, "logDays": 8}, "logLevel": "loud"}`), "local")
 	for _, want := range []string{"throttle rate 0", `alarmSubscription "http://x"`, `"aws.ec2" is not a custom`, "historyDays 30", "logDays 8", `logLevel "loud"`} {

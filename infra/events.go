@@ -2,6 +2,7 @@ package main
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
@@ -23,6 +24,9 @@ const (
 	ScheduleEventSource = "openrelay.capacity.schedule"
 	// ReclaimRequestedDetailType is the detail type of an inbound reclaim request.
 	ReclaimRequestedDetailType = "Capacity Reclaim Requested"
+	// TopologyChangedDetailType is the detail type of an inbound topology change of a node,
+	// applied by the same intake as an operator's PUT /v1/nodes/{nodeId}/topology.
+	TopologyChangedDetailType = "Node Topology Changed"
 )
 
 // Reclaim request intake: how long reclaim-events may run, how often a request is tried
@@ -74,9 +78,10 @@ func (s *CapacityStack) newOperationEventsFunction(state awsdynamodb.ITable) aws
 	return fn
 }
 
-// newReclaimIntake builds the inbound path of reclaim requests:
+// newReclaimIntake builds the inbound path of reclaim requests and topology changes:
 //
 //	bus --rule capacity-<env>-reclaim-requests--> queue capacity-<env>-reclaim-requests
+//	bus --rule capacity-<env>-topology-changes--> the same queue
 //	  --SQS event source (batches of 10, partial batch responses)--> reclaim-events
 //	  after 5 receives --> capacity-<env>-reclaim-requests-dlq (alarmed)
 //
@@ -121,12 +126,29 @@ func (s *CapacityStack) newReclaimIntake(state, audit awsdynamodb.ITable) {
 		// The queue policy lets this rule, and only it, send (aws:SourceArn).
 		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewSqsQueue(s.ReclaimRequests, nil)},
 	})
+	// Topology changes share the queue, its retries and its dead letters: reclaim-events
+	// dispatches on the detail type. No source configured (topologyEventSources []): no rule,
+	// since a pattern may not list no source.
+	if len(s.TopologyEventSources) > 0 {
+		awsevents.NewRule(c, jsii.String("TopologyRule"), &awsevents.RuleProps{
+			RuleName:    jsii.String("capacity-" + s.Env + "-topology-changes"),
+			Description: jsii.String("Node topology changes from the accepted sources to the intake queue (" + s.Env + ")"),
+			EventBus:    s.Bus,
+			EventPattern: &awsevents.EventPattern{
+				Source:     jsii.Strings(s.TopologyEventSources...),
+				DetailType: jsii.Strings(TopologyChangedDetailType),
+			},
+			Targets: &[]awsevents.IRuleTarget{awseventstargets.NewSqsQueue(s.ReclaimRequests, nil)},
+		})
+	}
 
 	fn := s.goFunction(goFunctionSpec{Name: "reclaim-events",
 		Timeout: awscdk.Duration_Seconds(jsii.Number(reclaimEventsTimeoutSeconds)),
 		Environment: map[string]*string{
 			"STATE_TABLE": state.TableName(), "AUDIT_TABLE": audit.TableName(),
 			"STATE_MACHINE_ARN": s.Termination.StateMachineArn(), "EVENT_BUS_NAME": s.Bus.EventBusName(),
+			// The function refuses (forbidden) a topology change from any other source.
+			"TOPOLOGY_EVENT_SOURCES": jsii.String(strings.Join(s.TopologyEventSources, ",")),
 		}})
 	// Adds sqs:ReceiveMessage, ChangeMessageVisibility, GetQueueUrl, DeleteMessage and
 	// GetQueueAttributes on this queue to the role.
@@ -135,11 +157,14 @@ func (s *CapacityStack) newReclaimIntake(state, audit awsdynamodb.ITable) {
 		ReportBatchItemFailures: jsii.Bool(true),
 	}))
 	// The same reclaim as the api function's (the query, the transaction's item actions, the
-	// read-back of a commit's own audit record after a lost answer, the workflow start), and
-	// a scheduled reclaim's move to completed or refused, which is an item of the same table.
+	// read-back of a commit's own audit record after a lost answer, the workflow start), a
+	// scheduled reclaim's move to completed or refused, which is an item of the same table,
+	// and a topology change (the node, its reservations and the node's audit chain head).
 	allow(fn, "StateTable", state,
 		"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem")
-	allow(fn, "AuditTableAppendAndCheck", audit, "dynamodb:PutItem", "dynamodb:GetItem")
+	// Appends (chained to the node's head, on the state table) and the read-back of a commit
+	// whose answer was lost: a Query past the head it read, or a GetItem of a record's seq.
+	allow(fn, "AuditTableAppendAndCheck", audit, "dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:Query")
 	allowStateMachine(fn, "StartTermination", s.Termination, "states:StartExecution")
 	s.allowPutEvents(fn)
 	s.ReclaimEventsFunction = fn

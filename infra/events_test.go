@@ -94,27 +94,101 @@ func TestReclaimRequestRule(t *testing.T) {
 			if !reflect.DeepEqual(rp["Targets"], wantTargets) {
 				t.Errorf("Targets %s, want %s", toJSON(rp["Targets"]), toJSON(wantTargets))
 			}
-			// Only rules of the service's bus: this one. Every other is the reconciler's schedule.
+			// Only rules of the service's bus: this one and the topology changes'
+			// (TestTopologyRule). Every other is the reconciler's schedule.
+			topologyID, _ := tp.one(t, "AWS::Events::Rule", "Name", "capacity-"+c.env+"-topology-changes")
 			for id, r := range tp.resources("AWS::Events::Rule") {
-				if id != ruleID && props(r)["EventBusName"] != nil {
+				if id != ruleID && id != topologyID && props(r)["EventBusName"] != nil {
 					t.Errorf("another rule on a bus: %s", toJSON(r))
 				}
 			}
+			checkIntakeQueuePolicy(t, tp, qID, ruleID, topologyID)
+		})
+	}
+}
 
-			_, pol := tp.one(t, "AWS::SQS::QueuePolicy", "Queues", []any{ref(qID)})
-			wantStatements := []any{
-				denyInsecure(qID),
-				map[string]any{
-					"Action":    []any{"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"},
-					"Condition": map[string]any{"ArnEquals": map[string]any{"aws:SourceArn": getAtt(ruleID, "Arn")}},
-					"Effect":    "Allow",
-					"Principal": map[string]any{"Service": "events.amazonaws.com"},
-					"Resource":  getAtt(qID, "Arn"),
-				},
+// checkIntakeQueuePolicy: the intake queue refuses plain http, and EventBridge may send to it
+// for these rules only.
+func checkIntakeQueuePolicy(t *testing.T, tp tmpl, qID string, ruleIDs ...string) {
+	t.Helper()
+	_, pol := tp.one(t, "AWS::SQS::QueuePolicy", "Queues", []any{ref(qID)})
+	wantStatements := []any{denyInsecure(qID)}
+	for _, ruleID := range ruleIDs {
+		wantStatements = append(wantStatements, map[string]any{
+			"Action":    []any{"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"},
+			"Condition": map[string]any{"ArnEquals": map[string]any{"aws:SourceArn": getAtt(ruleID, "Arn")}},
+			"Effect":    "Allow",
+			"Principal": map[string]any{"Service": "events.amazonaws.com"},
+			"Resource":  getAtt(qID, "Arn"),
+		})
+	}
+	if got := props(pol)["PolicyDocument"].(map[string]any)["Statement"]; !reflect.DeepEqual(got, wantStatements) {
+		t.Errorf("queue policy\n got %s\nwant %s", toJSON(got), toJSON(wantStatements))
+	}
+}
+
+// TestTopologyRule: Node Topology Changed events of the environment's topology sources
+// (cdk.json topologyEventSources, default openrelay.fleet) go to the intake queue, and
+// reclaim-events is told the same sources; with no source there is no rule, and the
+// function accepts none.
+func TestTopologyRule(t *testing.T) {
+	ctx := cdkJSONContext(t)
+	type tc struct {
+		name, env string
+		sources   []string // nil: as cdk.json configures env
+		want      []any    // nil: no rule
+		wantEnv   string
+	}
+	cases := []tc{
+		{"two", "prod", []string{"acme.fleet", "openrelay.fleet"}, []any{"acme.fleet", "openrelay.fleet"}, "acme.fleet,openrelay.fleet"},
+		{"none", "staging", []string{}, nil, ""},
+	}
+	for _, env := range []string{"local", "prod"} {
+		cases = append(cases, tc{"cdk.json/" + env, env, nil, []any{"openrelay.fleet"}, "openrelay.fleet"})
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := StackPropsFor(ctx[EnvironmentsContextKey], c.env)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if got := props(pol)["PolicyDocument"].(map[string]any)["Statement"]; !reflect.DeepEqual(got, wantStatements) {
-				t.Errorf("queue policy\n got %s\nwant %s", toJSON(got), toJSON(wantStatements))
+			if c.sources != nil {
+				p.TopologyEventSources = c.sources
 			}
+			_, tp := synthProps(t, p)
+			qID := queueID(t, tp, "capacity-"+c.env+"-reclaim-requests")
+			reclaimRuleID, _ := tp.one(t, "AWS::Events::Rule", "Name", "capacity-"+c.env+"-reclaim-requests")
+			_, fn := functionByName(t, tp, c.env, "reclaim-events")
+			if got := props(fn)["Environment"].(map[string]any)["Variables"].(map[string]any)["TOPOLOGY_EVENT_SOURCES"]; got != c.wantEnv {
+				t.Errorf("TOPOLOGY_EVENT_SOURCES %v, want %q", got, c.wantEnv)
+			}
+			var topology []string
+			for id, r := range tp.resources("AWS::Events::Rule") {
+				if props(r)["Name"] == "capacity-"+c.env+"-topology-changes" {
+					topology = append(topology, id)
+				}
+			}
+			if c.want == nil {
+				if len(topology) != 0 {
+					t.Errorf("topology rules %v, want none", topology)
+				}
+				checkIntakeQueuePolicy(t, tp, qID, reclaimRuleID)
+				return
+			}
+			ruleID, rule := tp.one(t, "AWS::Events::Rule", "Name", "capacity-"+c.env+"-topology-changes")
+			rp := props(rule)
+			wantPattern := map[string]any{"source": c.want, "detail-type": []any{TopologyChangedDetailType}}
+			if !reflect.DeepEqual(rp["EventPattern"], wantPattern) {
+				t.Errorf("EventPattern %s, want %s", toJSON(rp["EventPattern"]), toJSON(wantPattern))
+			}
+			if !reflect.DeepEqual(rp["EventBusName"], ref(eventBusID(t, tp, c.env))) || rp["State"] != "ENABLED" {
+				t.Errorf("rule %s: want enabled, on the service's bus", toJSON(rp))
+			}
+			wantTargets := []any{map[string]any{"Arn": getAtt(qID, "Arn"), "Id": "Target0"}}
+			if !reflect.DeepEqual(rp["Targets"], wantTargets) {
+				t.Errorf("Targets %s, want %s", toJSON(rp["Targets"]), toJSON(wantTargets))
+			}
+			checkIntakeQueuePolicy(t, tp, qID, reclaimRuleID, ruleID)
 		})
 	}
 }

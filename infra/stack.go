@@ -108,6 +108,9 @@ type CapacityStackProps struct {
 	// Validated by StackPropsFor; kept on the stack for the alarms and the event intake.
 	AlarmSubscription   string
 	AllowedEventSources []string
+	// TopologyEventSources are the EventBridge sources whose Node Topology Changed events it
+	// applies as an operator. nil means DefaultTopologyEventSources; an empty list accepts none.
+	TopologyEventSources []string
 	// AlarmApiErrorRate (a fraction of requests) and AlarmApiP99Millis are the API alarms'
 	// thresholds. Zero means the default (DefaultAlarm*).
 	AlarmApiErrorRate, AlarmApiP99Millis float64
@@ -146,9 +149,11 @@ type CapacityStack struct {
 	Termination awsstepfunctions.StateMachine
 	// AgentMasterSecret is the secret every node agent's key is derived from (agent contract v2).
 	AgentMasterSecret awssecretsmanager.ISecret
-	// AlarmSubscription and AllowedEventSources as configured (see CapacityStackProps).
-	AlarmSubscription   string
-	AllowedEventSources []string
+	// AlarmSubscription, AllowedEventSources and TopologyEventSources as configured (see
+	// CapacityStackProps; TopologyEventSources with its default applied).
+	AlarmSubscription    string
+	AllowedEventSources  []string
+	TopologyEventSources []string
 	// AlarmTopic (capacity-<env>-alarms) receives every alarm's ALARM and OK; Alarms are by
 	// what they watch (the part of their name after capacity-<env>-); Dashboard is capacity-<env>.
 	AlarmTopic awssns.Topic
@@ -216,6 +221,9 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	if props.LogLevel == "" {
 		props.LogLevel = "info"
 	}
+	if props.TopologyEventSources == nil {
+		props.TopologyEventSources = DefaultTopologyEventSources
+	}
 	if props.AlarmApiErrorRate == 0 {
 		props.AlarmApiErrorRate = DefaultAlarmApiErrorRate
 	}
@@ -253,17 +261,18 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 		stackProps.Env = &awscdk.Environment{Account: jsii.String(props.Account), Region: jsii.String(props.Region)}
 	}
 	s = &CapacityStack{
-		Stack:               awscdk.NewStack(scope, jsii.String(name), stackProps),
-		Env:                 env,
-		Ephemeral:           ephemeral,
-		Tables:              map[string]awsdynamodb.Table{},
-		Alarms:              map[string]awscloudwatch.Alarm{},
-		AlarmSubscription:   props.AlarmSubscription,
-		AllowedEventSources: props.AllowedEventSources,
-		assetRoot:           props.AssetRoot,
-		logLevel:            props.LogLevel,
-		logRetention:        logRetention,
-		historyWindow:       historyWindow,
+		Stack:                awscdk.NewStack(scope, jsii.String(name), stackProps),
+		Env:                  env,
+		Ephemeral:            ephemeral,
+		Tables:               map[string]awsdynamodb.Table{},
+		Alarms:               map[string]awscloudwatch.Alarm{},
+		AlarmSubscription:    props.AlarmSubscription,
+		AllowedEventSources:  props.AllowedEventSources,
+		TopologyEventSources: props.TopologyEventSources,
+		assetRoot:            props.AssetRoot,
+		logLevel:             props.LogLevel,
+		logRetention:         logRetention,
+		historyWindow:        historyWindow,
 	}
 	s.alarmApi.errorRate, s.alarmApi.p99Millis = props.AlarmApiErrorRate, props.AlarmApiP99Millis
 	awscdk.Tags_Of(s.Stack).Add(jsii.String("project"), jsii.String("capacity"), nil)
@@ -308,16 +317,32 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 		// Scheduled reclaims: one-time schedules in this group put a request on the bus as this role.
 		"SCHEDULE_GROUP": s.ScheduleGroup.ScheduleGroupName(), "SCHEDULE_ROLE_ARN": s.SchedulerRole.RoleArn(),
 		"EVENT_BUS_ARN": s.Bus.EventBusArn(),
+		// A node's registration answers the agent key derived from this secret, once.
+		"AGENT_MASTER_SECRET_ID": secretID,
 	}})
-	// TransactWriteItems is authorised per item action (Put/Update/ConditionCheck).
+	if env == "local" {
+		// The local stack's agents listen on loopback, over plain http: a node may be
+		// registered with an http endpoint there, and nowhere else.
+		s.ApiFunction.AddEnvironment(jsii.String("ALLOW_HTTP_AGENTS"), jsii.String("true"), nil)
+	}
+	// TransactWriteItems is authorised per item action (Put/Update/ConditionCheck). Nodes,
+	// reservations and their topology changes are writes of the same kinds; the node item
+	// also carries its audit chain's head.
 	allow(s.ApiFunction, "StateTable", state,
 		"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem")
-	// Appends only (no Update or Delete). GetItem: after a commit whose answer was lost, the
-	// service reads the commit's own audit record to learn whether it landed.
-	allow(s.ApiFunction, "AuditTableAppendAndCheck", audit, "dynamodb:PutItem", "dynamodb:GetItem")
-	// API keys: one GetItem per lookup, never a write. No other function touches this table;
-	// keys are provisioned by an operator, so a compromised function cannot mint one.
-	allow(s.ApiFunction, "KeysTableRead", keys, "dynamodb:GetItem")
+	// Appends only (no Update or Delete). GetItem and Query: after a commit whose answer was
+	// lost, the service reads the commit's own audit record to learn whether it landed; and
+	// the audit of a node (the table) and of a reservation (its index).
+	allow(s.ApiFunction, "AuditTableAppendAndRead", audit, "dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:Query")
+	allowIndex(s.ApiFunction, "AuditByReservationIndex", audit, table.AuditByReservationIndex, "dynamodb:Query")
+	// API keys: the lookup of a bearer key (GetItem), and the operator's key management:
+	// create (a transaction of Puts, the key chain's head Update and ConditionChecks), list
+	// (Scan), revoke and the last-use time (UpdateItem). No other function touches this table,
+	// and no role may delete a key: a revoked key stays, marked, for its audit.
+	allow(s.ApiFunction, "KeysTable", keys,
+		"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Scan", "dynamodb:ConditionCheckItem")
+	// The agent key handed out once at a node's registration is derived from the current master.
+	allowOn(s.ApiFunction, "AgentMasterSecretRead", secretResource, "secretsmanager:GetSecretValue")
 	allowStateMachine(s.ApiFunction, "StartTermination", s.Termination, "states:StartExecution")
 	s.allowScheduling(s.ApiFunction)
 
@@ -372,7 +397,7 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	output("ApiUrl", s.Api.Url(), "Base URL of the API stage (ends with /)")
 	output("StateTableName", state.TableName(), "State table")
 	output("AuditTableName", audit.TableName(), "Audit table")
-	output("KeysTableName", keys.TableName(), "API keys table (provisioned by operators; read-only for the api function)")
+	output("KeysTableName", keys.TableName(), "API keys table (managed through the api function; the first operator key is written with AWS credentials)")
 	output("ApiFunctionName", s.ApiFunction.FunctionName(), "API Lambda function")
 	output("StateMachineArn", s.Termination.StateMachineArn(), "Termination workflow (state machine)")
 	output("TerminateNodeFunctionName", s.TerminateNodeFunction.FunctionName(), "Termination task Lambda function")

@@ -299,6 +299,11 @@ func TestApiFunction(t *testing.T) {
 				"SCHEDULE_GROUP":    "capacity-" + tc.env,
 				"SCHEDULE_ROLE_ARN": getAtt(schedulerRoleID(t, tp, tc.env), "Arn"),
 				"EVENT_BUS_ARN":     getAtt(eventBusID(t, tp, tc.env), "Arn"),
+				// The agent key of a node's registration is derived from it.
+				"AGENT_MASTER_SECRET_ID": ref(agentMasterSecretID(t, tp, tc.env)),
+			}
+			if tc.env == "local" {
+				wantEnv["ALLOW_HTTP_AGENTS"] = "true"
 			}
 			gotEnv := p["Environment"].(map[string]any)["Variables"]
 			if !reflect.DeepEqual(gotEnv, wantEnv) {
@@ -459,9 +464,13 @@ func TestRolePermissions(t *testing.T) {
 			cases := []roleCase{
 				{"api", map[string][]string{
 					stateArn: {"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
-					// Append, and read back a commit's own record after a lost answer (Store.Landed).
-					auditArn:          {"dynamodb:GetItem", "dynamodb:PutItem"},
-					keysArn:           {"dynamodb:GetItem"},
+					// Append, read back a commit's own record after a lost answer (Store.Landed),
+					// list a node's audit (Query) and a reservation's (its index).
+					auditArn: {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"},
+					toJSON(map[string]any{"Fn::Join": []any{"", []any{getAtt(tableID(t, tp, table.Audit, env), "Arn"), "/index/" + table.AuditByReservationIndex}}}): {"dynamodb:Query"},
+					// Key lookup and management; never DeleteItem.
+					keysArn:           {"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Scan", "dynamodb:UpdateItem"},
+					masterSecretArn:   {"secretsmanager:GetSecretValue"},
 					smArn:             {"states:StartExecution"},
 					schedulesArn:      {"scheduler:CreateSchedule", "scheduler:DeleteSchedule", "scheduler:GetSchedule"},
 					passSchedulerRole: {"iam:PassRole"},
@@ -486,7 +495,7 @@ func TestRolePermissions(t *testing.T) {
 				{"reclaim-events", map[string][]string{
 					// The api function's reclaim grants, nothing of its keys or schedules.
 					stateArn: {"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
-					auditArn: {"dynamodb:GetItem", "dynamodb:PutItem"},
+					auditArn: {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"},
 					smArn:    {"states:StartExecution"},
 					busArn:   publish,
 					// The SQS event source's poller, on its own queue only.
@@ -607,10 +616,10 @@ func TestEveryRoleIsAsserted(t *testing.T) {
 	}
 }
 
-// TestNoRoleCanWriteKeys: API keys decide who may do what, so no role of the stack may write
-// them. Only the api function may read them, one GetItem at a time; no role holds any
-// DynamoDB action on "*".
-func TestNoRoleCanWriteKeys(t *testing.T) {
+// TestOnlyApiTouchesKeys: API keys decide who may do what, so no role of the stack but the
+// api function's may read or write them (it manages them for operators), none may delete
+// one, and no role holds any DynamoDB action on "*".
+func TestOnlyApiTouchesKeys(t *testing.T) {
 	for _, env := range []string{"local", "prod"} {
 		t.Run(env, func(t *testing.T) {
 			tp := synth(t, env)
@@ -635,15 +644,16 @@ func TestNoRoleCanWriteKeys(t *testing.T) {
 					if !strings.Contains(res, `"`+keysID+`"`) {
 						continue
 					}
-					if id != apiRole || !reflect.DeepEqual(actions, []string{"dynamodb:GetItem"}) {
-						t.Errorf("role %s: %v on the keys table (%s); only the api role may, and only dynamodb:GetItem", id, actions, res)
+					want := []string{"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Scan", "dynamodb:UpdateItem"}
+					if id != apiRole || !reflect.DeepEqual(actions, want) {
+						t.Errorf("role %s: %v on the keys table (%s); only the api role may, and only %v", id, actions, res, want)
 						continue
 					}
 					readers++
 				}
 			}
 			if readers != 1 {
-				t.Errorf("the api role reads the keys table through %d statements, want 1", readers)
+				t.Errorf("the api role uses the keys table through %d statements, want 1", readers)
 			}
 			// And the function is told where to look.
 			if got := props(api)["Environment"].(map[string]any)["Variables"].(map[string]any)["KEYS_TABLE"]; !reflect.DeepEqual(got, ref(keysID)) {
@@ -1223,6 +1233,7 @@ func TestWorkerFunctions(t *testing.T) {
 				{"reclaim-events", 60, map[string]any{
 					"STATE_TABLE": state, "AUDIT_TABLE": ref(tableID(t, tp, table.Audit, env)),
 					"STATE_MACHINE_ARN": ref(stateMachineID(t, tp, env)), "EVENT_BUS_NAME": ref(eventBusID(t, tp, env)),
+					"TOPOLOGY_EVENT_SOURCES": "openrelay.fleet",
 				}},
 				{"operation-events", 30, map[string]any{"STATE_TABLE": state, "EVENT_BUS_NAME": ref(eventBusID(t, tp, env))}},
 			} {
@@ -1297,24 +1308,27 @@ func TestAgentMasterSecret(t *testing.T) {
 	}
 }
 
-// TestPlainHTTPAgentsOnlyLocally: AGENT_ALLOW_HTTP is set on no function of any environment but
-// local, whose agents are on loopback.
+// TestPlainHTTPAgentsOnlyLocally: AGENT_ALLOW_HTTP (terminate-node calls agents over http) and
+// ALLOW_HTTP_AGENTS (the api function registers nodes with an http endpoint) are set on no
+// function of any environment but local, whose agents are on loopback.
 func TestPlainHTTPAgentsOnlyLocally(t *testing.T) {
 	for _, env := range []string{"local", "dev", "staging", "prod"} {
 		t.Run(env, func(t *testing.T) {
 			tp := synth(t, env)
-			set := 0
-			for id, r := range tp.resources("AWS::Lambda::Function") {
-				vars, _ := props(r)["Environment"].(map[string]any)["Variables"].(map[string]any)
-				if v, ok := vars["AGENT_ALLOW_HTTP"]; ok {
-					set++
-					if env != "local" || v != "true" {
-						t.Errorf("function %s sets AGENT_ALLOW_HTTP=%v in env %s", id, v, env)
+			for variable, fn := range map[string]string{"AGENT_ALLOW_HTTP": "terminate-node", "ALLOW_HTTP_AGENTS": "api"} {
+				var set []string
+				for _, r := range tp.resources("AWS::Lambda::Function") {
+					vars, _ := props(r)["Environment"].(map[string]any)["Variables"].(map[string]any)
+					if v, ok := vars[variable]; ok {
+						set = append(set, props(r)["FunctionName"].(string))
+						if env != "local" || v != "true" {
+							t.Errorf("function %v sets %s=%v in env %s", props(r)["FunctionName"], variable, v, env)
+						}
 					}
 				}
-			}
-			if env == "local" && set != 1 {
-				t.Errorf("local: %d functions allow plain http, want 1 (terminate-node)", set)
+				if env == "local" && !reflect.DeepEqual(set, []string{"capacity-local-" + fn}) {
+					t.Errorf("local: functions with %s %v, want %s only", variable, set, fn)
+				}
 			}
 		})
 	}
@@ -1333,14 +1347,17 @@ func TestExistingAgentMasterSecret(t *testing.T) {
 	if n := len(tp.resources("AWS::SecretsManager::Secret")); n != 0 {
 		t.Errorf("%d secrets created, want 0", n)
 	}
-	_, fn := functionByName(t, tp, "prod", "terminate-node")
-	if got := props(fn)["Environment"].(map[string]any)["Variables"].(map[string]any)["AGENT_MASTER_SECRET_ID"]; got != "ops/agent-master" {
-		t.Errorf("AGENT_MASTER_SECRET_ID = %s", toJSON(got))
-	}
-	got := rolePermissions(t, tp, roleOf(t, fn, "Role"), "lambda.amazonaws.com", "xray:PutTelemetryRecords", "xray:PutTraceSegments")
-	arn := toJSON(map[string]any{"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:ops/agent-master-??????"})
-	if !reflect.DeepEqual(got[arn], []string{"secretsmanager:GetSecretValue"}) {
-		t.Errorf("terminate-node permissions %v, want GetSecretValue on %s", got, arn)
+	// terminate-node (the agents' keys) and api (a registered node's key, handed out once).
+	for _, name := range []string{"terminate-node", "api"} {
+		_, fn := functionByName(t, tp, "prod", name)
+		if got := props(fn)["Environment"].(map[string]any)["Variables"].(map[string]any)["AGENT_MASTER_SECRET_ID"]; got != "ops/agent-master" {
+			t.Errorf("%s AGENT_MASTER_SECRET_ID = %s", name, toJSON(got))
+		}
+		got := rolePermissions(t, tp, roleOf(t, fn, "Role"), "lambda.amazonaws.com", slices.Concat(schedulingActions, []string{"xray:PutTelemetryRecords", "xray:PutTraceSegments"})...)
+		arn := toJSON(map[string]any{"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:ops/agent-master-??????"})
+		if !reflect.DeepEqual(got[arn], []string{"secretsmanager:GetSecretValue"}) {
+			t.Errorf("%s permissions %v, want GetSecretValue on %s", name, got, arn)
+		}
 	}
 }
 

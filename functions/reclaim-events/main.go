@@ -1,7 +1,8 @@
 // Command reclaim-events is the Lambda behind the reclaim request queue: it applies the
 // Capacity Reclaim Requested events the bus routes there (from the allowed sources and the
-// service's own schedules) through the domain, publishes each outcome on the bus, and reports
-// the records to deliver again (partial batch response).
+// service's own schedules) and the Node Topology Changed events (from the topology sources)
+// through the domain, publishes each outcome on the bus, and reports the records to deliver
+// again (partial batch response).
 package main
 
 import (
@@ -35,7 +36,9 @@ func main() {
 	workflow := &stepfn.Starter{Client: sfn.NewFromConfig(cfg), StateMachineARN: env["STATE_MACHINE_ARN"]}
 	metrics := emf.New(os.Stdout, env["APP_ENV"])
 	bus := eventbus.New(eventbridge.NewFromConfig(cfg), env["EVENT_BUS_NAME"])
-	lambda.Start(newHandler(store, workflow, metrics, bus, allowedSources(), logger).Handle)
+	h := newHandler(store, workflow, metrics, bus, allowedSources(), logger)
+	h.TopologySources = topologySources()
+	lambda.Start(h.Handle)
 }
 
 // newHandler wires the store, workflow and bus into the event API.
@@ -50,6 +53,16 @@ func newHandler(store *dynamo.Store, workflow capacity.Workflow, metrics capacit
 	}
 }
 
+// topologySources reads TOPOLOGY_EVENT_SOURCES (comma-separated): the sources whose topology
+// changes are applied, as an operator. Unset: capacity.SourceFleet; set and empty: none.
+func topologySources() []string {
+	v, ok := os.LookupEnv("TOPOLOGY_EVENT_SOURCES")
+	if !ok {
+		return []string{capacity.SourceFleet}
+	}
+	return splitList(v)
+}
+
 // allowedSources reads ALLOWED_EVENT_SOURCES (comma-separated), if set: the bus rule already
 // admits only the environment's sources, this refuses a misrouted event too. Unset: nil, the
 // rule alone decides.
@@ -58,6 +71,11 @@ func allowedSources() []string {
 	if !ok {
 		return nil
 	}
+	return splitList(v)
+}
+
+// splitList splits a comma-separated list, dropping blanks; never nil.
+func splitList(v string) []string {
 	out := []string{}
 	for s := range strings.SplitSeq(v, ",") {
 		if s = strings.TrimSpace(s); s != "" {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -118,6 +119,45 @@ func TestSampleRequests(t *testing.T) {
 	if len(bus.events) != 1 || bus.events[0].DetailType != capacity.DetailReclaimRefused || decode(t, bus.events[0]).Code != "not_found" {
 		t.Fatalf("published %+v, want a not_found refusal", bus.events)
 	}
+
+	// The fleet's topology change (gpu-7 removed), delivered twice: applied once, as an
+	// operator, moving the active reservation to review; the same outcome twice.
+	bus.events = nil
+	for range 2 {
+		if resp, err := h.Handle(ctx, sqsBatch(t, "bus-node-topology-changed.json")); err != nil || len(resp.BatchItemFailures) != 0 {
+			t.Fatalf("Handle = %+v, %v", resp, err)
+		}
+	}
+	if len(bus.events) != 2 || bus.events[0].DetailType != capacity.DetailTopologyApplied || bus.events[0].ID != bus.events[1].ID {
+		t.Fatalf("published %+v, want the same Node Topology Applied twice", bus.events)
+	}
+	var applied struct {
+		Result struct {
+			Node struct {
+				TopologyGen int64 `json:"topologyGen"`
+			} `json:"node"`
+			Changed        bool     `json:"changed"`
+			RemovedUnitIDs []string `json:"removedUnitIds"`
+			NeedsReview    []string `json:"needsReview"`
+		} `json:"result"`
+	}
+	for _, e := range bus.events {
+		b, _ := json.Marshal(e.Detail)
+		if err := json.Unmarshal(b, &applied); err != nil {
+			t.Fatal(err)
+		}
+		r := applied.Result
+		if !r.Changed || r.Node.TopologyGen != 2 || !slices.Equal(r.RemovedUnitIDs, []string{"gpu-7"}) || !slices.Contains(r.NeedsReview, demo.ReservationID) {
+			t.Fatalf("outcome %s, want gpu-7 removed at generation 2 and %s in review", b, demo.ReservationID)
+		}
+	}
+	st, err := env.Store.LoadNode(ctx, demo.NodeID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := st.Reservation(demo.ReservationID); st.Node.TopologyGen != 2 || r == nil || r.Status != capacity.StatusNeedsReview {
+		t.Fatalf("after the change: node generation %d, reservation %+v", st.Node.TopologyGen, r)
+	}
 }
 
 func TestAllowedSources(t *testing.T) {
@@ -148,3 +188,24 @@ func TestAllowedSources(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+func TestTopologySources(t *testing.T) {
+	tests := []struct {
+		env  *string
+		want []string
+	}{
+		{nil, []string{capacity.SourceFleet}},
+		{ptr(""), []string{}},
+		{ptr("openrelay.fleet, acme.fleet"), []string{"openrelay.fleet", "acme.fleet"}},
+	}
+	for _, tt := range tests {
+		if tt.env != nil {
+			t.Setenv("TOPOLOGY_EVENT_SOURCES", *tt.env)
+		} else {
+			os.Unsetenv("TOPOLOGY_EVENT_SOURCES")
+		}
+		if got := topologySources(); got == nil || !slices.Equal(got, tt.want) {
+			t.Errorf("topologySources() = %#v, want %#v", got, tt.want)
+		}
+	}
+}

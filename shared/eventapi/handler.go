@@ -1,6 +1,7 @@
 // Package eventapi is the event API, as shared/httpapi is the HTTP one: it applies the
-// Capacity Reclaim Requested events an SQS queue delivers (from the bus) through the same
-// domain calls, checks and error codes as HTTP, and publishes each request's outcome.
+// Capacity Reclaim Requested and Node Topology Changed events an SQS queue delivers (from the
+// bus) through the same domain calls, checks and error codes as HTTP, and publishes each
+// request's outcome.
 package eventapi
 
 import (
@@ -22,6 +23,7 @@ import (
 type Service interface {
 	Reclaim(ctx context.Context, p capacity.Principal, req capacity.CapacityRequest, meta capacity.RequestMeta) (*capacity.CapacityResult, error)
 	FireScheduledReclaim(ctx context.Context, nodeID, reservationID, scheduledID string, meta capacity.RequestMeta) (*capacity.CapacityResult, error)
+	SetTopology(ctx context.Context, p capacity.Principal, req capacity.TopologyRequest, meta capacity.RequestMeta) (*capacity.TopologyResult, error)
 }
 
 // Handler applies a batch of queued reclaim requests.
@@ -33,7 +35,11 @@ type Handler struct {
 	// (forbidden). The bus rule already filters on them: this keeps a misrouted event from
 	// acting.
 	AllowedSources []string
-	Logger         *slog.Logger
+	// TopologySources are the sources whose Node Topology Changed events are applied, as an
+	// operator; another source's is refused (forbidden). nil means capacity.SourceFleet only;
+	// an empty list accepts none.
+	TopologySources []string
+	Logger          *slog.Logger
 	// Now is replaceable for tests.
 	Now func() time.Time
 }
@@ -51,7 +57,7 @@ func (h *Handler) Handle(ctx context.Context, batch events.SQSEvent) (events.SQS
 			continue
 		}
 		if err := h.record(ctx, rec); err != nil {
-			h.logger().ErrorContext(ctx, "reclaim request will be retried", "message_id", rec.MessageId, "err", err)
+			h.logger().ErrorContext(ctx, "request will be retried", "message_id", rec.MessageId, "err", err)
 			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
 		}
 	}
@@ -74,6 +80,9 @@ func (h *Handler) record(ctx context.Context, rec events.SQSMessage) error {
 		// Not an EventBridge event: nothing to answer to. The dead-letter queue keeps it
 		// for a look, and its alarm says something is misrouted.
 		return fmt.Errorf("message %s is not an EventBridge event", rec.MessageId)
+	}
+	if env.DetailType == capacity.DetailTopologyChanged {
+		return h.topologyRecord(ctx, rec, env)
 	}
 	req := request{envelope: env, key: env.ID}
 	meta := capacity.RequestMeta{RequestID: rec.MessageId, Via: capacity.ViaEvent, EventID: env.ID}

@@ -21,18 +21,28 @@ import (
 
 // call is one call the fake service received.
 type call struct {
-	method      string // "Reclaim" or "FireScheduledReclaim"
+	method      string // "Reclaim", "FireScheduledReclaim" or "SetTopology"
 	principal   capacity.Principal
 	req         capacity.CapacityRequest
+	topology    capacity.TopologyRequest
 	scheduledID string
 	meta        capacity.RequestMeta
 }
 
-// fakeService answers every call with res or err, and records it.
+// fakeService answers every call with res (topo for SetTopology) or err, and records it.
 type fakeService struct {
 	res   *capacity.CapacityResult
+	topo  *capacity.TopologyResult
 	err   error
 	calls []call
+}
+
+func (f *fakeService) SetTopology(_ context.Context, p capacity.Principal, req capacity.TopologyRequest, meta capacity.RequestMeta) (*capacity.TopologyResult, error) {
+	f.calls = append(f.calls, call{method: "SetTopology", principal: p, topology: req, meta: meta})
+	if f.err != nil {
+		return nil, f.err
+	}
+	return f.topo, nil
 }
 
 func (f *fakeService) Reclaim(_ context.Context, p capacity.Principal, req capacity.CapacityRequest, meta capacity.RequestMeta) (*capacity.CapacityResult, error) {
@@ -352,5 +362,26 @@ func TestInboundSamples(t *testing.T) {
 			}
 			mustMatchSchema(t, pub.published[0])
 		})
+	}
+}
+
+// TestDryRunPlanETag: a dry run's outcome carries the plan's ETag in result.planEtag, as
+// the HTTP answer does, and matches the Completed schema.
+func TestDryRunPlanETag(t *testing.T) {
+	res := result()
+	// A dry run's Terminated is what it would terminate.
+	res.DryRun, res.ReclaimID, res.TerminateAfter = true, "", time.Time{}
+	res.PlanETag = `"0123456789abcdef0123456789abcdef"`
+	svc := &fakeService{res: res}
+	pub := &fakePublisher{}
+	if resp, err := newHandler(svc, pub).Handle(context.Background(), batch(envelope("ev-1", tenant, valid))); err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("Handle = %+v, %v", resp, err)
+	}
+	if len(pub.published) != 1 {
+		t.Fatalf("published %+v", pub.published)
+	}
+	mustMatchSchema(t, pub.published[0])
+	if b, _ := json.Marshal(pub.published[0].Detail); !strings.Contains(string(b), `"planEtag":"\"0123456789abcdef0123456789abcdef\""`) {
+		t.Errorf("detail %s lacks the plan's ETag", b)
 	}
 }

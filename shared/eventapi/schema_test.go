@@ -27,7 +27,11 @@ var detailTypes = []string{
 	capacity.DetailReclaimRequested, capacity.DetailReclaimCompleted, capacity.DetailReclaimRefused,
 	capacity.DetailEvictionNotice, capacity.DetailVMTerminated,
 	capacity.DetailOperationCompleted, capacity.DetailOperationFailed,
+	capacity.DetailTopologyChanged, capacity.DetailTopologyApplied, capacity.DetailTopologyRefused,
 }
+
+// inbound are the detail types the service accepts (from other sources); it publishes the rest.
+var inbound = []string{capacity.DetailReclaimRequested, capacity.DetailTopologyChanged}
 
 // kebab is a detail type's schema file name: "Spot VM Eviction Notice" -> spot-vm-eviction-notice.
 func kebab(detailType string) string {
@@ -157,7 +161,7 @@ func TestSamples(t *testing.T) {
 			if err := validateDetail(t, s.DetailType, s.Detail); err != nil {
 				t.Errorf("detail does not match its schema: %v", err)
 			}
-			if s.DetailType != capacity.DetailReclaimRequested && s.Source != capacity.SourceCapacity {
+			if !slices.Contains(inbound, s.DetailType) && s.Source != capacity.SourceCapacity {
 				t.Errorf("source %q, want %q: the service publishes it", s.Source, capacity.SourceCapacity)
 			}
 			if !strings.HasPrefix(name, "bus-"+kebab(s.DetailType)) {
@@ -194,6 +198,19 @@ func TestBadSamplesFail(t *testing.T) {
 		{"completed report in failed state", "bus-reclaim-operation-completed.json", func(d map[string]any) { d["state"] = "failed" }},
 		{"completed result with unknown member", "bus-capacity-reclaim-completed.json", func(d map[string]any) { d["result"].(map[string]any)["extra"] = 1 }},
 		{"refused without code", "bus-capacity-reclaim-refused.json", func(d map[string]any) { delete(d, "code") }},
+		{"dry-run plan etag unquoted", "bus-capacity-reclaim-completed.json", func(d map[string]any) {
+			d["result"].(map[string]any)["planEtag"] = "0123456789abcdef0123456789abcdef"
+		}},
+		{"topology change without unitIds", "bus-node-topology-changed.json", func(d map[string]any) { delete(d, "unitIds") }},
+		{"topology change with unknown member", "bus-node-topology-changed.json", func(d map[string]any) { d["ifMatch"] = "*" }},
+		{"topology change with null reason", "bus-node-topology-changed.json", func(d map[string]any) { d["reason"] = nil }},
+		{"topology change with duplicate units", "bus-node-topology-changed.json", func(d map[string]any) { d["unitIds"] = []string{"gpu-0", "gpu-0"} }},
+		{"applied without result", "bus-node-topology-applied.json", func(d map[string]any) { delete(d, "result") }},
+		{"applied result without needsReview", "bus-node-topology-applied.json", func(d map[string]any) { delete(d["result"].(map[string]any), "needsReview") }},
+		{"applied node with unknown member", "bus-node-topology-applied.json", func(d map[string]any) {
+			d["result"].(map[string]any)["node"].(map[string]any)["agentKey"] = "c2VjcmV0"
+		}},
+		{"refused topology without detail", "bus-node-topology-refused.json", func(d map[string]any) { delete(d, "detail") }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

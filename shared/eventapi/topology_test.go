@@ -1,0 +1,234 @@
+package eventapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openrelay/capacity/shared/capacity"
+)
+
+func topologyResult() *capacity.TopologyResult {
+	return &capacity.TopologyResult{
+		Node: capacity.Node{
+			ID: "node-a", OwnerOrgID: "org-owner", UnitIDs: []string{"gpu-0", "gpu-1"}, TopologyGen: 2, Version: 7,
+			AgentEndpoint: "https://node-a.example.net", AuditHead: capacity.AuditHead{Seq: 3, Hash: strings.Repeat("ab", 32)},
+		},
+		Changed: true, RemovedUnitIDs: []string{"gpu-7"}, NeedsReview: []string{"res-1"},
+		VMsOnRemovedUnits: []capacity.VM{{ID: "vm-7", NodeID: "node-a", OrgID: "org-buyer", Tier: capacity.TierSpot,
+			UnitIDs: []string{"gpu-7"}, State: capacity.VMRunning, CreatedAt: now.Add(-time.Hour)}},
+	}
+}
+
+// topologyEnvelope is a Node Topology Changed event as the topology rule puts it on the queue.
+func topologyEnvelope(id, source, detail string) string {
+	return fmt.Sprintf(`{"version":"0","id":%q,"detail-type":"Node Topology Changed","source":%q,`+
+		`"account":"111111111111","time":"2026-12-02T15:00:00Z","region":"us-east-1","resources":[],"detail":%s}`, id, source, detail)
+}
+
+const topologyValid = `{"nodeId":"node-a","unitIds":["gpu-0","gpu-1"]}`
+
+func TestTopology(t *testing.T) {
+	fleet := capacity.SourceFleet
+	tests := []struct {
+		name    string
+		body    string
+		sources []string // the handler's TopologySources; nil: the default
+		svcErr  error
+		pubFail int
+		// want
+		failed   bool
+		called   bool
+		outcome  string // the detail type published, "" for none
+		code     string
+		eventID  string
+		check    func(t *testing.T, c call)
+		inDetail string
+	}{
+		{
+			name: "applied", body: topologyEnvelope("ev-1", fleet, topologyValid),
+			called: true, outcome: capacity.DetailTopologyApplied, eventID: "ev-1/applied",
+			inDetail: `"removedUnitIds":["gpu-7"]`,
+			check: func(t *testing.T, c call) {
+				want := capacity.Principal{OrgID: "platform", KeyID: "event:openrelay.fleet", Operator: true}
+				if fmt.Sprint(c.principal) != fmt.Sprint(want) {
+					t.Errorf("principal %+v, want %+v", c.principal, want)
+				}
+				r := c.topology
+				if r.NodeID != "node-a" || strings.Join(r.UnitIDs, ",") != "gpu-0,gpu-1" || r.Reason != "" || r.IdempotencyKey != "event:ev-1" {
+					t.Errorf("request %+v", r)
+				}
+				if c.meta.Via != capacity.ViaEvent || c.meta.EventID != "ev-1" || c.meta.RequestID != "msg-1" {
+					t.Errorf("meta %+v", c.meta)
+				}
+			},
+		},
+		{
+			name: "every member", called: true, outcome: capacity.DetailTopologyApplied, eventID: "ev-2/applied",
+			body: topologyEnvelope("ev-2", fleet, `{"nodeId":"node-a","unitIds":["gpu-0"],"reason":"gpu-1 failed","idempotencyKey":"fleet-42"}`),
+			check: func(t *testing.T, c call) {
+				if r := c.topology; r.Reason != "gpu-1 failed" || r.IdempotencyKey != "fleet-42" || len(r.UnitIDs) != 1 {
+					t.Errorf("request %+v", r)
+				}
+			},
+		},
+		{
+			name: "a configured source", body: topologyEnvelope("ev-3", "acme.fleet", topologyValid), sources: []string{"acme.fleet"},
+			called: true, outcome: capacity.DetailTopologyApplied, eventID: "ev-3/applied",
+		},
+		{
+			name: "unknown source", body: topologyEnvelope("ev-4", "someone.else", topologyValid),
+			outcome: capacity.DetailTopologyRefused, code: "forbidden", eventID: "ev-4/refused", inDetail: `"nodeId":"node-a"`,
+		},
+		{
+			name: "the default source once others are configured", body: topologyEnvelope("ev-5", fleet, topologyValid), sources: []string{"acme.fleet"},
+			outcome: capacity.DetailTopologyRefused, code: "forbidden", eventID: "ev-5/refused",
+		},
+		{
+			name: "no source configured", body: topologyEnvelope("ev-6", fleet, topologyValid), sources: []string{},
+			outcome: capacity.DetailTopologyRefused, code: "forbidden", eventID: "ev-6/refused",
+		},
+		{
+			name: "a reclaim source may not change topology", body: topologyEnvelope("ev-7", capacity.SourcePlatformScheduler, topologyValid),
+			outcome: capacity.DetailTopologyRefused, code: "forbidden", eventID: "ev-7/refused",
+		},
+		{
+			name: "unknown member", body: topologyEnvelope("ev-8", fleet, `{"nodeId":"node-a","unitIds":["gpu-0"],"ifMatch":"*"}`),
+			outcome: capacity.DetailTopologyRefused, code: "invalid_request", eventID: "ev-8/refused", inDetail: `ifMatch`,
+		},
+		{
+			name: "member spelt in another case", body: topologyEnvelope("ev-9", fleet, `{"nodeId":"node-a","UnitIds":["gpu-0"]}`),
+			outcome: capacity.DetailTopologyRefused, code: "invalid_request", eventID: "ev-9/refused",
+		},
+		{
+			name: "null", body: topologyEnvelope("ev-10", fleet, `{"nodeId":"node-a","unitIds":["gpu-0"],"reason":null}`),
+			outcome: capacity.DetailTopologyRefused, code: "invalid_request", eventID: "ev-10/refused",
+		},
+		{
+			name: "missing unitIds", body: topologyEnvelope("ev-11", fleet, `{"nodeId":"node-a"}`),
+			outcome: capacity.DetailTopologyRefused, code: "invalid_request", eventID: "ev-11/refused", inDetail: `unitIds`,
+		},
+		{
+			name: "wrong type", body: topologyEnvelope("ev-12", fleet, `{"nodeId":"node-a","unitIds":"gpu-0"}`),
+			outcome: capacity.DetailTopologyRefused, code: "invalid_request", eventID: "ev-12/refused", inDetail: `unitIds`,
+		},
+		{
+			name: "detail not an object", body: topologyEnvelope("ev-13", fleet, `["node-a"]`),
+			outcome: capacity.DetailTopologyRefused, code: "invalid_request", eventID: "ev-13/refused",
+		},
+		{
+			name: "a domain refusal is final", body: topologyEnvelope("ev-14", fleet, topologyValid),
+			svcErr: capacity.Errorf(capacity.CodeInvalidTransition, "more than 90 reservations would move to needs-review"),
+			called: true, outcome: capacity.DetailTopologyRefused, code: "invalid_transition", eventID: "ev-14/refused",
+			inDetail: `"detail":"more than 90 reservations would move to needs-review"`,
+		},
+		{
+			name: "an unknown node is refused", body: topologyEnvelope("ev-15", fleet, topologyValid),
+			svcErr: capacity.Errorf(capacity.CodeNotFound, "node node-a not found"),
+			called: true, outcome: capacity.DetailTopologyRefused, code: "not_found", eventID: "ev-15/refused",
+		},
+		{
+			name: "conflict rounds used up are retried", body: topologyEnvelope("ev-16", fleet, topologyValid),
+			svcErr: capacity.Errorf(capacity.CodeConcurrentModification, "concurrent writes kept winning"), called: true, failed: true,
+		},
+		{name: "throttling is retried", body: topologyEnvelope("ev-17", fleet, topologyValid), svcErr: fmt.Errorf("set topology: %w", capacity.ErrThrottled), called: true, failed: true},
+		{name: "any other error is retried", body: topologyEnvelope("ev-18", fleet, topologyValid), svcErr: errors.New("connection reset"), called: true, failed: true},
+		{name: "publish failure is retried", body: topologyEnvelope("ev-19", fleet, topologyValid), pubFail: 1, called: true, failed: true},
+		{name: "publish failure of a refusal is retried", body: topologyEnvelope("ev-20", fleet, `{}`), pubFail: 1, failed: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			svc := &fakeService{topo: topologyResult(), err: tt.svcErr}
+			pub := &fakePublisher{failures: tt.pubFail}
+			h := newHandler(svc, pub)
+			h.TopologySources = tt.sources
+			resp, err := h.Handle(context.Background(), batch(tt.body))
+			if err != nil {
+				t.Fatalf("Handle: %v", err)
+			}
+			if failed := len(resp.BatchItemFailures) == 1 && resp.BatchItemFailures[0].ItemIdentifier == "msg-1"; failed != tt.failed || len(resp.BatchItemFailures) > 1 {
+				t.Fatalf("batch item failures %+v, want failed=%v", resp.BatchItemFailures, tt.failed)
+			}
+			switch {
+			case !tt.called && len(svc.calls) != 0:
+				t.Fatalf("the service was called: %+v", svc.calls)
+			case tt.called && (len(svc.calls) != 1 || svc.calls[0].method != "SetTopology"):
+				t.Fatalf("calls %+v, want one SetTopology", svc.calls)
+			case tt.check != nil:
+				tt.check(t, svc.calls[0])
+			}
+			if tt.outcome == "" {
+				if len(pub.published) != 0 {
+					t.Fatalf("published %+v, want nothing", pub.published)
+				}
+				return
+			}
+			if len(pub.published) != 1 {
+				t.Fatalf("published %d events, want one %s", len(pub.published), tt.outcome)
+			}
+			e := pub.published[0]
+			mustMatchSchema(t, e)
+			b, _ := json.Marshal(e.Detail)
+			var d struct {
+				EventID, RequestEventID, RequestSource, Code string
+			}
+			_ = json.Unmarshal(b, &d)
+			wantSource := strings.SplitN(strings.SplitN(tt.body, `"source":"`, 2)[1], `"`, 2)[0]
+			if e.DetailType != tt.outcome || e.ID != tt.eventID || d.EventID != tt.eventID || d.Code != tt.code || !e.Time.Equal(now) ||
+				d.RequestEventID != strings.SplitN(tt.eventID, "/", 2)[0] || d.RequestSource != wantSource {
+				t.Errorf("published %s %s (code %q) at %s, want %s %s (code %q): %s", e.DetailType, e.ID, d.Code, e.Time, tt.outcome, tt.eventID, tt.code, b)
+			}
+			if !strings.Contains(string(b), tt.inDetail) {
+				t.Errorf("detail %s does not hold %s", b, tt.inDetail)
+			}
+		})
+	}
+}
+
+// TestTopologyDuplicateDelivery: a redelivered topology change calls the domain under the
+// same idempotency key (which replays the first answer instead of bumping the generation
+// again) and publishes the same outcome id.
+func TestTopologyDuplicateDelivery(t *testing.T) {
+	for _, detail := range []string{topologyValid, `{"nodeId":"node-a","unitIds":["gpu-0"],"idempotencyKey":"fleet-42"}`} {
+		svc := &fakeService{topo: topologyResult()}
+		pub := &fakePublisher{}
+		h := newHandler(svc, pub)
+		for range 2 {
+			if resp, err := h.Handle(context.Background(), batch(topologyEnvelope("ev-1", capacity.SourceFleet, detail))); err != nil || len(resp.BatchItemFailures) != 0 {
+				t.Fatalf("Handle = %+v, %v", resp, err)
+			}
+		}
+		if len(svc.calls) != 2 || svc.calls[0].topology.IdempotencyKey == "" || svc.calls[0].topology.IdempotencyKey != svc.calls[1].topology.IdempotencyKey {
+			t.Fatalf("calls %+v, want two under one key", svc.calls)
+		}
+		if len(pub.published) != 2 || pub.published[0].ID != pub.published[1].ID || pub.published[0].ID != "ev-1/applied" {
+			t.Fatalf("published %+v, want the same outcome twice", pub.published)
+		}
+	}
+}
+
+// TestTopologySample: the sample topology change of events/ is applied through the handler,
+// and its outcome matches the Applied schema.
+func TestTopologySample(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(sampleDir, "bus-node-topology-changed.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := &fakeService{topo: topologyResult()}
+	pub := &fakePublisher{}
+	resp, err := newHandler(svc, pub).Handle(context.Background(), batch(string(raw)))
+	if err != nil || len(resp.BatchItemFailures) != 0 || len(svc.calls) != 1 || len(pub.published) != 1 ||
+		pub.published[0].DetailType != capacity.DetailTopologyApplied {
+		t.Fatalf("Handle = %+v, %v; calls %+v; published %+v", resp, err, svc.calls, pub.published)
+	}
+	if r := svc.calls[0].topology; r.NodeID != "node-a" || len(r.UnitIDs) != 7 || r.Reason == "" {
+		t.Errorf("request %+v", r)
+	}
+	mustMatchSchema(t, pub.published[0])
+}
