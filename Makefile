@@ -91,6 +91,10 @@ bench: ## latency and size figures (see README "Numbers")
 	@echo "==> 64-VM reclaim over 8 nodes, functions under AWS faults ($(E2E_FAULTS)), agents failing 30% of calls"
 	E2E_FAULTS='$(E2E_FAULTS)' go test -count=1 -timeout 20m -run '^$$' -bench TerminationUnderFaults -benchtime 3x ./localstack/e2e
 
+.PHONY: ctl
+ctl: ## build the operator CLI into bin/capacityctl (README "Operating")
+	go build -trimpath -o bin/capacityctl ./cmd/capacityctl
+
 .PHONY: invoke
 invoke: ## invoke a function of the running local stack: make invoke FN=api EVENT=events/api-reclaim-dry-run.json
 	@test -n "$(EVENT)" || { echo "usage: make invoke FN=api EVENT=events/<file>.json"; exit 2; }

@@ -1,0 +1,562 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+
+	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/wire"
+)
+
+// result is one run of capacityctl.
+type result struct {
+	code        int
+	stdout, err string
+}
+
+// runCLI runs capacityctl with args against api (may be nil), stdin and env.
+func runCLI(t *testing.T, api *httptest.Server, stdin string, env map[string]string, args ...string) result {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	a := &app{io: stdio{in: strings.NewReader(stdin), out: &out, err: &errOut}, pollEvery: time.Millisecond,
+		getenv: func(k string) string { return env[k] }}
+	if api != nil {
+		a.httpClient = api.Client()
+		if _, ok := env["CAPACITY_ENDPOINT"]; !ok && !hasFlag(args, "--endpoint") {
+			args = append([]string{"--endpoint", api.URL + "/dev/"}, args...)
+		}
+		if !hasFlag(args, "--key") {
+			args = append([]string{"--key", "ocap_test"}, args...)
+		}
+	}
+	a.describeStack = func(_ context.Context, _ aws.Config, name string) (map[string]string, error) {
+		if name != "capacity-dev" {
+			return nil, fmt.Errorf("describe stack %s: does not exist", name)
+		}
+		return map[string]string{"ApiUrl": "https://from-stack.example/dev/", "KeysTableName": "keys-dev"}, nil
+	}
+	a.awsConfig = func(context.Context) (aws.Config, error) { return aws.Config{Region: "eu-west-1"}, nil }
+	code := a.main(context.Background(), args)
+	return result{code, out.String(), errOut.String()}
+}
+
+func hasFlag(args []string, name string) bool {
+	for _, a := range args {
+		if a == name || strings.HasPrefix(a, name+"=") {
+			return true
+		}
+	}
+	return false
+}
+
+func TestUsageErrors(t *testing.T) {
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("a usage error must send nothing: %s %s", r.Method, r.URL)
+	}))
+	defer api.Close()
+	tests := []struct {
+		name    string
+		noAPI   bool
+		args    []string
+		wantErr string
+	}{
+		{"no command", false, nil, "usage: capacityctl"},
+		{"unknown command", false, []string{"nodes", "explode"}, `unknown command "nodes explode"`},
+		{"missing flag", false, []string{"reservations", "get", "--node", "n"}, "--reservation is required"},
+		{"bad output", false, []string{"--output", "xml", "nodes", "get", "--node", "n"}, "--output must be table or json"},
+		{"unknown flag", false, []string{"nodes", "get", "--nod", "n"}, "flag provided but not defined: -nod"},
+		{"revoke without an id", false, []string{"keys", "revoke"}, "name the key"},
+		{"extra argument", false, []string{"nodes", "get", "--node", "n", "extra"}, `unexpected argument "extra"`},
+		{"verify names no chain", false, []string{"audit", "verify"}, "name exactly one chain"},
+		{"verify names two chains", false, []string{"audit", "verify", "--node", "n", "--keys"}, "name exactly one chain"},
+		{"audit list of a reservation of the keys", false, []string{"audit", "list", "--keys", "--reservation", "r"}, "name --node N"},
+		{"grace out of range", false, []string{"reclaim", "--node", "n", "--reservation", "r", "--units", "u", "--grace", "121"}, "--grace must be 0..120"},
+		{"bad expiry", false, []string{"keys", "create", "--org", "o", "--expires", "tomorrow"}, "--expires"},
+		{"bad start", false, []string{"reservations", "create", "--node", "n", "--units", "u", "--allowed-orgs", "o", "--starts", "monday"}, "--starts: want an RFC 3339 time"},
+		{"no endpoint", true, []string{"--key", "k", "nodes", "get", "--node", "n"}, "no API endpoint"},
+		{"no key", true, []string{"--endpoint", "http://x/", "nodes", "get", "--node", "n"}, "no API key"},
+		{"bootstrap without outputs", true, []string{"keys", "create", "--bootstrap", "--org", "o"}, "KeysTableName"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := api
+			if tt.noAPI {
+				srv = nil
+			}
+			got := runCLI(t, srv, "", nil, tt.args...)
+			if got.code != exitUsage || !strings.Contains(got.err, tt.wantErr) {
+				t.Errorf("exit %d, stderr %q; want %d and %q", got.code, got.err, exitUsage, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"help"}, {"-h"}, {"reclaim", "-h"}, {"keys", "create", "--help"}} {
+		got := runCLI(t, nil, "", nil, args...)
+		if got.code != exitOK || !strings.Contains(got.err, "sage") || strings.Contains(got.err, "capacityctl: ") {
+			t.Errorf("%v: exit %d\n%s", args, got.code, got.err)
+		}
+	}
+}
+
+func TestEndpointResolution(t *testing.T) {
+	dir := t.TempDir()
+	one := filepath.Join(dir, "one.json")
+	two := filepath.Join(dir, "two.json")
+	writeFile(t, one, `{"capacity-local":{"ApiUrl":"http://127.0.0.1:4566/restapis/a/local/_user_request_/","KeysTableName":"keys-local"}}`)
+	writeFile(t, two, `{"capacity-dev":{"ApiUrl":"https://dev/"},"capacity-prod":{"ApiUrl":"https://prod/"}}`)
+	tests := []struct {
+		name    string
+		env     map[string]string
+		args    []string
+		want    string // endpoint; "" = an error
+		wantErr string
+		local   string // the AWS endpoint for a local stack
+	}{
+		{"flag first", map[string]string{"CAPACITY_ENDPOINT": "https://env/"}, []string{"--endpoint", "https://flag/", "--outputs", one}, "https://flag/", "", ""},
+		{"then the environment", map[string]string{"CAPACITY_ENDPOINT": "https://env/"}, []string{"--outputs", one}, "https://env/", "", ""},
+		{"then an outputs file", nil, []string{"--outputs", one}, "http://127.0.0.1:4566/restapis/a/local/_user_request_/", "", "http://127.0.0.1:4566"},
+		{"a file of two stacks needs --stack", nil, []string{"--outputs", two}, "", "name one with --stack", ""},
+		{"--stack picks one of the file", nil, []string{"--outputs", two, "--stack", "capacity-prod"}, "https://prod/", "", ""},
+		{"--stack alone asks CloudFormation", nil, []string{"--stack", "capacity-dev"}, "https://from-stack.example/dev/", "", ""},
+		{"an unknown stack", nil, []string{"--stack", "capacity-nope"}, "", "does not exist", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := &app{getenv: func(k string) string { return tt.env[k] }, io: stdio{err: io.Discard}}
+			fs := newFlagSet(a)
+			if err := fs.Parse(tt.args); err != nil {
+				t.Fatal(err)
+			}
+			a.describeStack = func(_ context.Context, _ aws.Config, name string) (map[string]string, error) {
+				if name != "capacity-dev" {
+					return nil, fmt.Errorf("describe stack %s: does not exist", name)
+				}
+				return map[string]string{"ApiUrl": "https://from-stack.example/dev/"}, nil
+			}
+			a.awsConfig = func(context.Context) (aws.Config, error) { return aws.Config{}, nil }
+			got, err := a.apiEndpoint(context.Background())
+			if tt.want == "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("endpoint %q, error %v; want an error with %q", got, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("endpoint %q, %v; want %q", got, err, tt.want)
+			}
+			if local := a.localEndpoint(context.Background()); local != tt.local {
+				t.Errorf("local AWS endpoint %q, want %q", local, tt.local)
+			}
+		})
+	}
+}
+
+func newFlagSet(a *app) *flag.FlagSet {
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	a.globalFlags(fs)
+	return fs
+}
+
+func writeFile(t *testing.T, path, s string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOutputFormats(t *testing.T) {
+	node := `{"node":{"nodeId":"node-1","ownerOrgId":"org-owner","unitIds":["gpu-0","gpu-1"],"agentEndpoint":"https://agent","topologyGen":2,"version":5,"auditHead":{"seq":7,"hash":"abc"}}}`
+	keys := `{"keys":[{"keyId":"key-1","orgId":"org-a","permissions":["reservation.read"],"operator":false,"createdAt":"2026-01-01T00:00:00Z","revoked":false},` +
+		`{"keyId":"key-22","orgId":"org-platform","permissions":["reservation.capacity","vm.place"],"operator":true,"createdAt":"2026-01-02T00:00:00Z","revoked":true}],"nextCursor":"c2"}`
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/dev/v1/nodes/node-1":
+			_, _ = io.WriteString(w, node)
+		case "/dev/v1/keys":
+			_, _ = io.WriteString(w, keys)
+		default:
+			w.WriteHeader(404)
+			_, _ = io.WriteString(w, `{"status":404,"code":"not_found","detail":"no such node"}`)
+		}
+	}))
+	defer api.Close()
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want []string // lines of stdout (trailing spaces trimmed); json: the compacted JSON
+		json string
+	}{
+		{"node table", []string{"nodes", "get", "--node", "node-1"}, 0, []string{
+			"node            node-1",
+			"owner org       org-owner",
+			"units           gpu-0,gpu-1",
+			"agent endpoint  https://agent",
+			"topology gen    2",
+			"version         5",
+			"audit head      seq 7 abc",
+		}, ""},
+		{"node json", []string{"nodes", "get", "--node", "node-1", "--output", "json"}, 0, nil, node},
+		{"keys table", []string{"keys", "list"}, 0, []string{
+			"KEY ID  ORG           PERMISSIONS                    OPERATOR  REVOKED  CREATED               EXPIRES  LAST USED  DESCRIPTION",
+			"key-1   org-a         reservation.read               false     false    2026-01-01T00:00:00Z  -        -          -",
+			"key-22  org-platform  reservation.capacity,vm.place  true      true     2026-01-02T00:00:00Z  -        -          -",
+			"",
+			"more: --cursor c2",
+		}, ""},
+		{"keys json", []string{"--output", "json", "keys", "list"}, 0, nil, keys},
+		{"a problem", []string{"nodes", "get", "--node", "node-2"}, 1, []string{""}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := runCLI(t, api, "", nil, tt.args...)
+			if got.code != tt.code {
+				t.Fatalf("exit %d, want %d: %s", got.code, tt.code, got.err)
+			}
+			if tt.json != "" {
+				var buf bytes.Buffer
+				if err := json.Compact(&buf, []byte(got.stdout)); err != nil || buf.String() != tt.json {
+					t.Errorf("stdout %s, want %s (%v)", got.stdout, tt.json, err)
+				}
+				if !strings.Contains(got.stdout, "\n  ") {
+					t.Error("json output is not indented")
+				}
+				return
+			}
+			var lines []string
+			for _, l := range strings.Split(strings.TrimSuffix(got.stdout, "\n"), "\n") {
+				lines = append(lines, strings.TrimRight(l, " "))
+			}
+			if strings.Join(lines, "\n") != strings.Join(tt.want, "\n") {
+				t.Errorf("stdout\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(tt.want, "\n"))
+			}
+		})
+	}
+	got := runCLI(t, api, "", nil, "nodes", "get", "--node", "node-2")
+	if !strings.Contains(got.err, "404 not_found: no such node") {
+		t.Errorf("a problem prints its code and detail: %q", got.err)
+	}
+}
+
+func TestConfirm(t *testing.T) {
+	tests := []struct {
+		in   string
+		want bool
+	}{
+		{"y\n", true}, {"yes\n", true}, {"Y\n", true}, {" YES \n", true}, {"y", true},
+		{"n\n", false}, {"\n", false}, {"", false}, {"maybe\n", false}, {"no\ny\n", false},
+	}
+	for _, tt := range tests {
+		var out bytes.Buffer
+		got, err := confirm(strings.NewReader(tt.in), &out, "Proceed? [y/N] ")
+		if err != nil || got != tt.want {
+			t.Errorf("answer %q: %v, %v; want %v", tt.in, got, err, tt.want)
+		}
+		if !strings.HasPrefix(out.String(), "Proceed? [y/N] ") {
+			t.Errorf("prompt %q", out.String())
+		}
+	}
+}
+
+func TestParseExpiry(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		in, want string // want "" = none; "error" = an error
+	}{
+		{"", ""}, {"720h", "2026-01-31T00:00:00Z"}, {"2027-01-01T00:00:00+01:00", "2026-12-31T23:00:00Z"},
+		{"-1h", "error"}, {"soon", "error"},
+	}
+	for _, tt := range tests {
+		got, err := parseExpiry(tt.in, now)
+		switch {
+		case tt.want == "error":
+			if err == nil {
+				t.Errorf("%q: no error", tt.in)
+			}
+		case tt.want == "":
+			if got != nil || err != nil {
+				t.Errorf("%q: %v %v", tt.in, got, err)
+			}
+		case err != nil || got.Format(time.RFC3339) != tt.want:
+			t.Errorf("%q: %v %v, want %s", tt.in, got, err, tt.want)
+		}
+	}
+}
+
+// fakeAPI is the reclaim side of the API: a dry run, the real call with If-Match, and the
+// operation, whose VMs get an outcome one per poll.
+type fakeAPI struct {
+	t        *testing.T
+	mu       sync.Mutex
+	etag     string   // the current plan's ETag
+	newPlan  bool     // the plan changes between the dry run and the real call
+	outcomes []string // the VMs' outcomes, revealed one per GET
+	throttle int      // answer the real call 503 throttled this many times first
+	polls    int
+	calls    []string // method path If-Match Idempotency-Key
+}
+
+func (f *fakeAPI) plan(etag string) string {
+	return fmt.Sprintf(`{"id":"res-1","nodeId":"node-1","allowedOrgIds":["a"],"reservedUnitIds":["gpu-2","gpu-3"],"startsAt":"2026-01-01T00:00:00Z","status":"active","managingOrgIds":[],"releasedUnitIds":["gpu-2","gpu-3"],"topologyGen":1,"wouldTerminate":["vm-1","vm-2"],"wouldSkip":[],"planEtag":%q}`, etag)
+}
+
+func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, strings.Join([]string{r.Method, r.URL.Path, r.Header.Get("If-Match"), r.Header.Get("Idempotency-Key")}, " "))
+	switch {
+	case r.Method == "POST" && strings.HasSuffix(r.URL.Path, "/reclaim"):
+		var body map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		if body["dryRun"] == true {
+			w.Header().Set("ETag", `"`+f.etag+`"`)
+			_, _ = io.WriteString(w, f.plan(f.etag))
+			return
+		}
+		if f.throttle > 0 {
+			f.throttle--
+			w.WriteHeader(503)
+			_, _ = io.WriteString(w, `{"status":503,"code":"throttled","detail":"try again"}`)
+			return
+		}
+		if f.newPlan {
+			w.Header().Set("ETag", `"e2"`)
+			w.WriteHeader(412)
+			_, _ = io.WriteString(w, `{"status":412,"code":"plan_changed","detail":"the plan changed","plan":`+f.plan("e2")+`}`)
+			return
+		}
+		if r.Header.Get("If-Match") != `"`+f.etag+`"` {
+			f.t.Errorf("If-Match %q, want the dry run's ETag", r.Header.Get("If-Match"))
+		}
+		_, _ = io.WriteString(w, `{"id":"res-1","nodeId":"node-1","allowedOrgIds":["a"],"reservedUnitIds":["gpu-2","gpu-3"],"startsAt":"2026-01-01T00:00:00Z","status":"active","managingOrgIds":[],"releasedUnitIds":[],"topologyGen":1,"terminated":["vm-1","vm-2"],"skipped":[],"reclaimId":"op-1"}`)
+	case r.Method == "GET" && strings.HasSuffix(r.URL.Path, "/reclaims/op-1"):
+		f.polls++
+		op := wire.OperationJSON{ID: "op-1", NodeID: "node-1", ReservationID: "res-1", State: "terminating", UnitIDs: []string{"gpu-2", "gpu-3"}, CreatedAt: "t"}
+		known := min(f.polls-1, len(f.outcomes))
+		for i, o := range f.outcomes {
+			v := wire.VMOutcomeJSON{VMID: fmt.Sprintf("vm-%d", i+1), Outcome: "pending"}
+			if i < known {
+				v.Outcome = o
+				if o == "failed" {
+					v.Error = "agent said no"
+				}
+			}
+			op.VMs = append(op.VMs, v)
+		}
+		if known == len(f.outcomes) {
+			op.State = "completed"
+		}
+		_ = json.NewEncoder(w).Encode(op)
+	default:
+		w.WriteHeader(404)
+	}
+}
+
+func TestReclaimFlow(t *testing.T) {
+	args := []string{"reclaim", "--node", "node-1", "--reservation", "res-1", "--units", "gpu-2,gpu-3", "--reason", "training"}
+	tests := []struct {
+		name      string
+		api       *fakeAPI
+		stdin     string
+		extra     []string
+		code      int
+		realCalls int      // real reclaim calls sent
+		stdout    []string // must appear, in order
+		stderr    []string
+	}{
+		{"confirmed, all terminated", &fakeAPI{etag: "e1", outcomes: []string{"terminated", "already-gone"}}, "y\n", nil, 0, 1,
+			[]string{"would terminate  vm-1,vm-2", `plan ETag        e1`, "reclaim id       op-1", "0/2 VMs done: 0 terminated, 0 already-gone, 0 failed",
+				"1/2 VMs done: 1 terminated, 0 already-gone, 0 failed", "2/2 VMs done: 1 terminated, 1 already-gone, 0 failed"},
+			[]string{"Proceed? [y/N] "}},
+		{"--yes asks nothing", &fakeAPI{etag: "e1", outcomes: []string{"terminated"}}, "", []string{"--yes"}, 0, 1,
+			[]string{"1/1 VMs done: 1 terminated"}, nil},
+		{"declined", &fakeAPI{etag: "e1"}, "n\n", nil, 1, 0, []string{"would terminate"}, []string{"not confirmed; nothing changed"}},
+		{"no answer", &fakeAPI{etag: "e1"}, "", nil, 1, 0, nil, []string{"not confirmed"}},
+		{"the plan changed", &fakeAPI{etag: "e1", newPlan: true}, "", []string{"--yes"}, 3, 1,
+			[]string{"plan ETag        e1", "plan ETag        e2"}, []string{"the plan changed since the dry run", "plan changed"}},
+		{"a VM failed", &fakeAPI{etag: "e1", outcomes: []string{"terminated", "failed"}}, "", []string{"--yes"}, 4, 1,
+			[]string{"2/2 VMs done: 1 terminated, 0 already-gone, 1 failed"}, []string{"vm-2: agent said no", "1 VMs failed"}},
+		{"throttled, retried with the same key", &fakeAPI{etag: "e1", throttle: 2, outcomes: []string{"terminated"}}, "", []string{"--yes"}, 0, 3,
+			[]string{"1/1 VMs done"}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := tt.api
+			f.t = t
+			api := httptest.NewServer(f)
+			defer api.Close()
+			got := runCLI(t, api, tt.stdin, nil, append(args, tt.extra...)...)
+			if got.code != tt.code {
+				t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", got.code, tt.code, got.stdout, got.err)
+			}
+			assertInOrder(t, "stdout", got.stdout, tt.stdout)
+			assertInOrder(t, "stderr", got.err, tt.stderr)
+			var real []string
+			for _, c := range f.calls {
+				if strings.HasPrefix(c, "POST ") && len(strings.Fields(c)) == 4 { // the dry run sends neither header
+					real = append(real, c)
+				}
+			}
+			if len(real) != tt.realCalls {
+				t.Fatalf("real reclaim calls %q, want %d", real, tt.realCalls)
+			}
+			for _, c := range real {
+				fs := strings.Fields(c)
+				if fs[2] != `"e1"` || !strings.HasPrefix(fs[3], "capacityctl-") || fs[3] != strings.Fields(real[0])[3] {
+					t.Errorf("real call %q: want If-Match \"e1\" and one generated Idempotency-Key for every attempt", c)
+				}
+			}
+		})
+	}
+}
+
+func TestReclaimJSONKeepsStdoutJSON(t *testing.T) {
+	f := &fakeAPI{t: t, etag: "e1", outcomes: []string{"terminated"}}
+	api := httptest.NewServer(f)
+	defer api.Close()
+	got := runCLI(t, api, "y\n", nil, "--output", "json", "reclaim", "--node", "node-1", "--reservation", "res-1", "--units", "gpu-2")
+	if got.code != 0 {
+		t.Fatalf("exit %d: %s", got.code, got.err)
+	}
+	dec := json.NewDecoder(strings.NewReader(got.stdout))
+	var docs []map[string]any
+	for dec.More() {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			t.Fatalf("stdout is not a stream of JSON documents: %v\n%s", err, got.stdout)
+		}
+		docs = append(docs, m)
+	}
+	if len(docs) != 3 || docs[0]["planEtag"] != "e1" || docs[1]["reclaimId"] != "op-1" || docs[2]["state"] != "completed" {
+		t.Errorf("documents %v, want the plan, the reclaim and the final operation", docs)
+	}
+	assertInOrder(t, "stderr", got.err, []string{"Proceed? [y/N] ", "1/1 VMs done"})
+}
+
+func assertInOrder(t *testing.T, name, s string, want []string) {
+	t.Helper()
+	rest := s
+	for _, w := range want {
+		i := strings.Index(rest, w)
+		if i < 0 {
+			t.Errorf("%s lacks %q (in order)\n%s", name, w, s)
+			return
+		}
+		rest = rest[i+len(w):]
+	}
+}
+
+// chain builds n chained records of node-1.
+func chain(n int) (capacity.AuditHead, []wire.AuditRecordJSON) {
+	var head capacity.AuditHead
+	var out []wire.AuditRecordJSON
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range n {
+		r := capacity.AuditRecord{ID: fmt.Sprintf("rec-%d", i+1), Time: start.Add(time.Duration(i) * time.Second), Action: "reclaim",
+			NodeID: "node-1", ReservationID: "res-1", UnitIDs: []string{"gpu-2"}, CallerOrgID: "org-owner", Via: "http"}
+		r, head = capacity.ChainAuditRecord(r, head)
+		out = append(out, wire.AuditRecord(r))
+	}
+	return head, out
+}
+
+// auditAPI serves a node's chain in pages of at most 2 records.
+func auditAPI(t *testing.T, head capacity.AuditHead, records []wire.AuditRecordJSON) *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/dev/v1/nodes/node-1/audit" && r.URL.Path != "/dev/v1/keys/audit" {
+			w.WriteHeader(404)
+			return
+		}
+		if r.URL.Query().Get("limit") != "100" {
+			t.Errorf("limit %q, want 100", r.URL.Query().Get("limit"))
+		}
+		from := 0
+		if c := r.URL.Query().Get("cursor"); c != "" {
+			_, _ = fmt.Sscanf(c, "p%d", &from)
+		}
+		to := min(from+2, len(records))
+		page := wire.AuditChainPageJSON{Head: wire.AuditHead(head), Records: records[from:to]}
+		if to < len(records) {
+			page.NextCursor = fmt.Sprintf("p%d", to)
+		}
+		_ = json.NewEncoder(w).Encode(page)
+	}))
+}
+
+func TestAuditVerify(t *testing.T) {
+	tests := []struct {
+		name   string
+		edit   func(head *capacity.AuditHead, rs []wire.AuditRecordJSON) []wire.AuditRecordJSON
+		args   []string
+		code   int
+		stdout []string
+	}{
+		{"intact, over three pages", nil, nil, 0, []string{"OK: audit chain of node node-1 verified: 5 records checked, 0 unchained, head seq 5"}},
+		{"the key chain", nil, []string{"--keys"}, 0, []string{"OK: audit chain of keys verified: 5 records checked"}},
+		{"altered", func(_ *capacity.AuditHead, rs []wire.AuditRecordJSON) []wire.AuditRecordJSON {
+			rs[2].Reason = "nothing to see"
+			return rs
+		}, nil, 1, []string{"FAILED: audit chain of node node-1: altered", "record seq 3 id rec-3 (time 2026-01-01T00:00:02Z, action reclaim)"}},
+		{"removed", func(_ *capacity.AuditHead, rs []wire.AuditRecordJSON) []wire.AuditRecordJSON {
+			return append(rs[:1:1], rs[3:]...)
+		}, nil, 1, []string{"removed", "record seq 4 id rec-4", "missing seq 2..3"}},
+		{"inserted", func(_ *capacity.AuditHead, rs []wire.AuditRecordJSON) []wire.AuditRecordJSON {
+			fake := rs[1]
+			fake.ID, fake.Reason = "rec-x", "forged"
+			return append(rs[:2:2], append([]wire.AuditRecordJSON{fake}, rs[2:]...)...)
+		}, nil, 1, []string{"inserted", "id rec-x"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			head, rs := chain(5)
+			if tt.edit != nil {
+				rs = tt.edit(&head, rs)
+			}
+			api := auditAPI(t, head, rs)
+			defer api.Close()
+			args := tt.args
+			if args == nil {
+				args = []string{"--node", "node-1"}
+			}
+			got := runCLI(t, api, "", nil, append([]string{"audit", "verify"}, args...)...)
+			if got.code != tt.code {
+				t.Fatalf("exit %d, want %d\n%s\n%s", got.code, tt.code, got.stdout, got.err)
+			}
+			assertInOrder(t, "stdout", got.stdout, tt.stdout)
+		})
+	}
+}
+
+func TestAuditVerifyJSON(t *testing.T) {
+	head, rs := chain(3)
+	rs[1].Action = "release"
+	api := auditAPI(t, head, rs)
+	defer api.Close()
+	got := runCLI(t, api, "", nil, "audit", "verify", "--node", "node-1", "--output", "json")
+	if got.code != 1 {
+		t.Fatalf("exit %d: %s", got.code, got.err)
+	}
+	var v verifyResult
+	if err := json.Unmarshal([]byte(got.stdout), &v); err != nil {
+		t.Fatalf("%v: %s", err, got.stdout)
+	}
+	if v.OK || v.Problem != "altered" || v.Seq != 2 || v.RecordID != "rec-2" || v.Record == nil || v.Record.Action != "release" {
+		t.Errorf("report %+v", v)
+	}
+}

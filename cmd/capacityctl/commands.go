@@ -1,0 +1,402 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/openrelay/capacity/shared/auth"
+	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/client"
+	"github.com/openrelay/capacity/shared/dynamo"
+	"github.com/openrelay/capacity/shared/wire"
+)
+
+// ---- keys ----
+
+func keysCreate(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
+	org := fs.String("org", "", "org the key acts for")
+	perms := fs.String("permissions", "", "comma-separated: reservation.capacity, reservation.read, vm.place (--bootstrap: all three)")
+	operator := fs.Bool("operator", false, "platform operator key")
+	expires := fs.String("expires", "", "expiry: RFC 3339 time or a duration from now (e.g. 720h)")
+	desc := fs.String("description", "", "what the key is for")
+	bootstrap := fs.Bool("bootstrap", false, "write the first operator key straight to the keys table with AWS credentials")
+	idem := fs.String("idempotency-key", "", "Idempotency-Key of the call")
+	if _, err := a.parse(fs, args, 0); err != nil {
+		return err
+	}
+	if err := required(fs, "org", *org); err != nil {
+		return err
+	}
+	exp, err := parseExpiry(*expires, time.Now())
+	if err != nil {
+		return usageErr(fs, "--expires: %v", err)
+	}
+	if *bootstrap {
+		return a.bootstrapKey(ctx, *org, list(*perms), exp, *desc)
+	}
+	c, err := a.client(ctx)
+	if err != nil {
+		return err
+	}
+	req := client.KeyRequest{OrgID: *org, Permissions: list(*perms), Operator: *operator, Description: *desc}
+	if exp != nil {
+		req.ExpiresAt = exp.Format(time.RFC3339)
+	}
+	res, meta, err := c.CreateKey(ctx, req, client.Options{IdempotencyKey: *idem})
+	if err != nil {
+		return err
+	}
+	return a.emit(meta, func(w io.Writer) {
+		keyHeader(w)
+		keyRow(w, res.Key)
+		switch {
+		case res.Secret != "":
+			fmt.Fprintf(w, "\nsecret (shown once, store it now):\t%s\n", res.Secret)
+		case res.SecretShown:
+			fmt.Fprintln(w, "\nthe secret was shown by the first call with this Idempotency-Key; revoke and recreate the key if it is lost")
+		}
+	})
+}
+
+// parseExpiry reads an RFC 3339 time or a duration from now; "" is no expiry.
+func parseExpiry(s string, now time.Time) (*time.Time, error) {
+	if s == "" {
+		return nil, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		if d <= 0 {
+			return nil, errors.New("want a positive duration")
+		}
+		t := now.Add(d).UTC().Truncate(time.Second)
+		return &t, nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return nil, fmt.Errorf("want an RFC 3339 time or a duration, not %q", s)
+	}
+	t = t.UTC()
+	return &t, nil
+}
+
+// bootstrapKey writes an operator key to the keys table directly: the first key cannot be
+// created through the API, which needs an operator key to create one.
+func (a *app) bootstrapKey(ctx context.Context, org string, perms []string, exp *time.Time, desc string) error {
+	out, err := a.stackOutputs(ctx)
+	if err != nil {
+		return err
+	}
+	table := out["KeysTableName"]
+	if table == "" {
+		return &exitError{code: exitUsage, err: errors.New("--bootstrap needs the stack's KeysTableName: name the stack with --outputs FILE or --stack NAME")}
+	}
+	if len(perms) == 0 {
+		perms = []string{capacity.PermCapacity, capacity.PermRead, capacity.PermPlace}
+	}
+	secret, err := capacity.NewKeySecret()
+	if err != nil {
+		return fmt.Errorf("new key secret: %w", err)
+	}
+	cfg, err := a.aws(ctx)
+	if err != nil {
+		return err
+	}
+	key := capacity.APIKey{
+		KeyID: "key-" + capacity.NewID(), Hash: auth.Hash(secret), OrgID: org, Permissions: perms, Operator: true,
+		ExpiresAt: exp, Description: desc, CreatedAt: time.Now().UTC(),
+	}
+	keys := &dynamo.Keys{Client: dynamodb.NewFromConfig(cfg), Table: table}
+	if err := keys.Put(ctx, key); err != nil {
+		// A write whose answer was lost (a timeout the SDK retried into a failed condition)
+		// may have landed: the secret's hash is 256 random bits, so finding it is proof.
+		got, lerr := keys.LookupKey(ctx, key.Hash)
+		if lerr != nil || got == nil || got.KeyID != key.KeyID {
+			return fmt.Errorf("write the operator key to %s (nothing usable was written): %w", table, err)
+		}
+		fmt.Fprintf(a.io.err, "capacityctl: the write's answer was lost but the key is stored (%v)\n", err)
+	}
+	if a.output == "json" {
+		return printValue(a.io.out, map[string]any{"key": map[string]any{
+			"keyId": key.KeyID, "orgId": org, "permissions": perms, "operator": true, "description": desc,
+			"createdAt": key.CreatedAt.Format(time.RFC3339), "expiresAt": formatOpt(exp),
+		}, "secret": secret})
+	}
+	fmt.Fprintf(a.io.out, "operator key %s for org %s written to %s\n", key.KeyID, org, table)
+	fmt.Fprintf(a.io.out, "secret (shown once, store it now): %s\n", secret)
+	return nil
+}
+
+func formatOpt(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return t.Format(time.RFC3339)
+}
+
+func pageFlags(fs *flag.FlagSet) (*int, *string) {
+	return fs.Int("limit", 0, "page size (1..100; default the API's)"), fs.String("cursor", "", "the page after this cursor")
+}
+
+func keysList(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
+	limit, cursor := pageFlags(fs)
+	if _, err := a.parse(fs, args, 0); err != nil {
+		return err
+	}
+	c, err := a.client(ctx)
+	if err != nil {
+		return err
+	}
+	res, meta, err := c.ListKeys(ctx, client.Page{Limit: *limit, Cursor: *cursor})
+	if err != nil {
+		return err
+	}
+	return a.emit(meta, func(w io.Writer) {
+		keyHeader(w)
+		for _, k := range res.Keys {
+			keyRow(w, k)
+		}
+		nextCursor(w, res.NextCursor)
+	})
+}
+
+func keysRevoke(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
+	reason := fs.String("reason", "", "why")
+	pos, err := a.parse(fs, args, 1)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErr(fs, "name the key: capacityctl keys revoke KEY_ID")
+	}
+	c, err := a.client(ctx)
+	if err != nil {
+		return err
+	}
+	res, meta, err := c.RevokeKey(ctx, pos[0], *reason, client.Options{})
+	if err != nil {
+		return err
+	}
+	return a.emit(meta, func(w io.Writer) { keyHeader(w); keyRow(w, res.Key) })
+}
+
+// ---- nodes and topology ----
+
+func nodesPut(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
+	node := fs.String("node", "", "node id")
+	owner := fs.String("owner", "", "owner org")
+	units := fs.String("units", "", "comma-separated unit ids")
+	agent := fs.String("agent-endpoint", "", "the node agent's URL (https outside the local stack)")
+	reason := fs.String("reason", "", "why")
+	idem := fs.String("idempotency-key", "", "Idempotency-Key of the call")
+	if _, err := a.parse(fs, args, 0); err != nil {
+		return err
+	}
+	if err := required(fs, "node", *node, "owner", *owner, "units", *units, "agent-endpoint", *agent); err != nil {
+		return err
+	}
+	c, err := a.client(ctx)
+	if err != nil {
+		return err
+	}
+	res, meta, err := c.PutNode(ctx, *node, client.NodeRequest{OwnerOrgID: *owner, UnitIDs: list(*units), AgentEndpoint: *agent, Reason: *reason},
+		client.Options{IdempotencyKey: *idem})
+	if err != nil {
+		return err
+	}
+	return a.emit(meta, func(w io.Writer) {
+		nodeTable(w, res.Node)
+		fmt.Fprintf(w, "created\t%v\n", res.Created)
+		switch {
+		case res.AgentKey != "":
+			fmt.Fprintf(w, "\nagent key (base64, shown once; install it on the node's agent now):\t%s\n", res.AgentKey)
+		case res.SecretShown:
+			fmt.Fprintln(w, "\nthe agent key was shown by the first call with this Idempotency-Key")
+		}
+	})
+}
+
+func nodesGet(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
+	node := fs.String("node", "", "node id")
+	if _, err := a.parse(fs, args, 0); err != nil {
+		return err
+	}
+	if err := required(fs, "node", *node); err != nil {
+		return err
+	}
+	c, err := a.client(ctx)
+	if err != nil {
+		return err
+	}
+	res, meta, err := c.GetNode(ctx, *node)
+	if err != nil {
+		return err
+	}
+	return a.emit(meta, func(w io.Writer) { nodeTable(w, res.Node) })
+}
+
+func topologySet(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
+	node := fs.String("node", "", "node id")
+	units := fs.String("units", "", "the node's complete new unit list, comma-separated")
+	reason := fs.String("reason", "", "why")
+	idem := fs.String("idempotency-key", "", "Idempotency-Key of the call")
+	if _, err := a.parse(fs, args, 0); err != nil {
+		return err
+	}
+	if err := required(fs, "node", *node, "units", *units); err != nil {
+		return err
+	}
+	c, err := a.client(ctx)
+	if err != nil {
+		return err
+	}
+	res, meta, err := c.SetTopology(ctx, *node, client.TopologyRequest{UnitIDs: list(*units), Reason: *reason}, client.Options{IdempotencyKey: *idem})
+	if err != nil {
+		return err
+	}
+	return a.emit(meta, func(w io.Writer) {
+		nodeTable(w, res.Node)
+		fmt.Fprintf(w, "changed\t%v\n", res.Changed)
+		fmt.Fprintf(w, "added units\t%s\n", join(res.AddedUnitIDs))
+		fmt.Fprintf(w, "removed units\t%s\n", join(res.RemovedUnitIDs))
+		fmt.Fprintf(w, "now needs review\t%s\n", join(res.NeedsReview))
+		vmTable(w, "VMs on removed units (still running)", res.VMsOnRemovedUnits)
+	})
+}
+
+// ---- reservations ----
+
+func reservationsCreate(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
+	node := fs.String("node", "", "node id")
+	id := fs.String("id", "", "reservation id (default: generated)")
+	status := fs.String("status", "", "active (default) or pending")
+	starts := fs.String("starts", "", "start, RFC 3339 (default now)")
+	ends := fs.String("ends", "", "end, RFC 3339 (default open-ended)")
+	allowed := fs.String("allowed-orgs", "", "orgs that may use the units, comma-separated")
+	managing := fs.String("managing-orgs", "", "orgs that may move the capacity, comma-separated")
+	units := fs.String("units", "", "reserved unit ids, comma-separated")
+	contract := fs.String("contract", "", "contract reference")
+	reason := fs.String("reason", "", "why")
+	idem := fs.String("idempotency-key", "", "Idempotency-Key of the call")
+	if _, err := a.parse(fs, args, 0); err != nil {
+		return err
+	}
+	if err := required(fs, "node", *node, "units", *units, "allowed-orgs", *allowed); err != nil {
+		return err
+	}
+	startsAt := time.Now().UTC().Format(time.RFC3339)
+	for _, t := range []struct{ name, v string }{{"starts", *starts}, {"ends", *ends}} {
+		if t.v == "" {
+			continue
+		}
+		if _, err := time.Parse(time.RFC3339, t.v); err != nil {
+			return usageErr(fs, "--%s: want an RFC 3339 time, not %q", t.name, t.v)
+		}
+	}
+	if *starts != "" {
+		startsAt = *starts
+	}
+	c, err := a.client(ctx)
+	if err != nil {
+		return err
+	}
+	res, meta, err := c.CreateReservation(ctx, *node, client.ReservationRequest{
+		ID: *id, Status: *status, StartsAt: startsAt, EndsAt: *ends, AllowedOrgIDs: list(*allowed),
+		ManagingOrgIDs: list(*managing), ReservedUnitIDs: list(*units), ContractRef: *contract, Reason: *reason,
+	}, client.Options{IdempotencyKey: *idem})
+	if err != nil {
+		return err
+	}
+	return a.emit(meta, func(w io.Writer) { reservationTable(w, res.Reservation) })
+}
+
+func reservationsList(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
+	node := fs.String("node", "", "node id")
+	limit, cursor := pageFlags(fs)
+	if _, err := a.parse(fs, args, 0); err != nil {
+		return err
+	}
+	if err := required(fs, "node", *node); err != nil {
+		return err
+	}
+	c, err := a.client(ctx)
+	if err != nil {
+		return err
+	}
+	res, meta, err := c.ListReservations(ctx, *node, client.Page{Limit: *limit, Cursor: *cursor})
+	if err != nil {
+		return err
+	}
+	return a.emit(meta, func(w io.Writer) {
+		reservationHeader(w)
+		for _, r := range res.Reservations {
+			reservationRow(w, r)
+		}
+		nextCursor(w, res.NextCursor)
+	})
+}
+
+// reservationFlags are the flags naming one reservation.
+func reservationFlags(fs *flag.FlagSet) (node, res *string) {
+	return fs.String("node", "", "node id"), fs.String("reservation", "", "reservation id")
+}
+
+func reservationsGet(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
+	node, res := reservationFlags(fs)
+	if _, err := a.parse(fs, args, 0); err != nil {
+		return err
+	}
+	if err := required(fs, "node", *node, "reservation", *res); err != nil {
+		return err
+	}
+	c, err := a.client(ctx)
+	if err != nil {
+		return err
+	}
+	r, meta, err := c.GetReservation(ctx, *node, *res)
+	if err != nil {
+		return err
+	}
+	return a.emit(meta, func(w io.Writer) { reservationTable(w, *r) })
+}
+
+func reservationsCancel(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
+	return reservationChange(ctx, a, fs, args, (*client.Client).CancelReservation, true)
+}
+
+func reservationsReaffirm(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
+	return reservationChange(ctx, a, fs, args, (*client.Client).ReaffirmReservation, false)
+}
+
+type changeFunc func(*client.Client, context.Context, string, string, string, client.Options) (*wire.ReservationAnswerJSON, *client.Meta, error)
+
+func reservationChange(ctx context.Context, a *app, fs *flag.FlagSet, args []string, change changeFunc, showVMs bool) error {
+	node, res := reservationFlags(fs)
+	reason := fs.String("reason", "", "why")
+	idem := fs.String("idempotency-key", "", "Idempotency-Key of the call")
+	if _, err := a.parse(fs, args, 0); err != nil {
+		return err
+	}
+	if err := required(fs, "node", *node, "reservation", *res); err != nil {
+		return err
+	}
+	c, err := a.client(ctx)
+	if err != nil {
+		return err
+	}
+	out, meta, err := change(c, ctx, *node, *res, *reason, client.Options{IdempotencyKey: *idem})
+	if err != nil {
+		return err
+	}
+	return a.emit(meta, func(w io.Writer) {
+		reservationTable(w, out.Reservation)
+		if showVMs && out.VMsOnUnits != nil {
+			fmt.Fprintln(w)
+			vmTable(w, "VMs on its units (still running; reclaim them before cancelling if they must go)", *out.VMsOnUnits)
+		}
+	})
+}

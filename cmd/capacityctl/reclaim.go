@@ -1,0 +1,264 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/client"
+	"github.com/openrelay/capacity/shared/wire"
+)
+
+// reclaimAttempts bounds the real call's retries of what the API says is safe to retry
+// (throttled, concurrent_modification, no answer), each with the same Idempotency-Key so
+// that a retry whose first attempt landed replays its answer instead of reclaiming again.
+const reclaimAttempts = 3
+
+func reclaimCmd(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
+	node, res := reservationFlags(fs)
+	units := fs.String("units", "", "unit ids to reclaim, comma-separated")
+	reason := fs.String("reason", "", "why (kept in the audit trail)")
+	grace := fs.Int("grace", 0, "seconds the evicted VMs get before their termination (0..120)")
+	yes := fs.Bool("yes", false, "do not ask before the real reclaim")
+	wait := fs.Duration("wait", 15*time.Minute, "how long to follow the termination")
+	if _, err := a.parse(fs, args, 0); err != nil {
+		return err
+	}
+	if err := required(fs, "node", *node, "reservation", *res, "units", *units); err != nil {
+		return err
+	}
+	if *grace < 0 || *grace > 120 {
+		return usageErr(fs, "--grace must be 0..120 seconds")
+	}
+	c, err := a.client(ctx)
+	if err != nil {
+		return err
+	}
+	// Progress and prompts go to stderr with --output json, so stdout stays JSON.
+	info := a.io.out
+	if a.output == "json" {
+		info = a.io.err
+	}
+	req := client.ReclaimRequest{UnitIDs: list(*units), Reason: *reason, GraceSeconds: *grace, DryRun: true}
+
+	plan, meta, err := c.Reclaim(ctx, *node, *res, req, client.Options{})
+	if err != nil {
+		return fmt.Errorf("dry run: %w", err)
+	}
+	etag := meta.ETag
+	if etag == "" { // the header is the plan's ETag; the member says the same
+		etag = plan.PlanETag
+	}
+	if etag != "" && !strings.HasPrefix(etag, `"`) && !strings.HasPrefix(etag, "W/") {
+		etag = `"` + etag + `"`
+	}
+	fmt.Fprintln(info, "Plan (dry run, nothing changed yet):")
+	if err := a.show(info, meta, func(w io.Writer) { planTable(w, *plan) }); err != nil {
+		return err
+	}
+	if !*yes {
+		ok, err := confirm(a.io.in, a.io.err, "Proceed? [y/N] ")
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return failed(exitFailed, errors.New("not confirmed; nothing changed"))
+		}
+	}
+
+	req.DryRun = false
+	opt := client.Options{IdempotencyKey: "capacityctl-" + capacity.NewID(), IfMatch: etag}
+	done, meta, err := reclaimWithRetry(ctx, c, *node, *res, req, opt, a.pollEvery)
+	if err != nil {
+		var pe *client.Error
+		if errors.As(err, &pe) && pe.Code == "plan_changed" {
+			fmt.Fprintln(a.io.err, "capacityctl: the plan changed since the dry run; nothing was reclaimed. The new plan:")
+			if a.output == "json" {
+				_ = printJSON(a.io.out, pe.Body)
+			} else if pe.Plan != nil {
+				if err := a.show(a.io.out, nil, func(w io.Writer) { planTable(w, *pe.Plan) }); err != nil {
+					return err
+				}
+			}
+			return &exitError{code: exitPlanChanged, err: errors.New("plan changed: review the new plan and run the reclaim again")}
+		}
+		return err
+	}
+	if a.output == "json" {
+		if err := printJSON(a.io.out, meta.Body); err != nil {
+			return err
+		}
+	} else {
+		if err := a.show(info, nil, func(w io.Writer) {
+			fmt.Fprintf(w, "reclaimed\t%s on %s\n", done.ID, done.NodeID)
+			fmt.Fprintf(w, "terminating\t%s\n", join(derefs(done.Terminated)))
+			fmt.Fprintf(w, "skipped\t%s\n", join(derefs(done.Skipped)))
+			fmt.Fprintf(w, "reclaim id\t%s\n", dash(done.ReclaimID))
+			if done.TerminateAfter != "" {
+				fmt.Fprintf(w, "termination from\t%s\n", done.TerminateAfter)
+			}
+			fmt.Fprintf(w, "idempotency key\t%s\n", opt.IdempotencyKey)
+		}); err != nil {
+			return err
+		}
+	}
+	if done.ReclaimID == "" {
+		fmt.Fprintln(info, "nothing to terminate")
+		return nil
+	}
+	return a.follow(ctx, c, info, *node, *res, done.ReclaimID, *wait)
+}
+
+// show prints a table to w (the plan goes to stderr with --output json); with --output json
+// and a meta it prints the answer's JSON to stdout instead.
+func (a *app) show(w io.Writer, meta *client.Meta, table func(io.Writer)) error {
+	if a.output == "json" {
+		if meta != nil {
+			return printJSON(a.io.out, meta.Body)
+		}
+		return nil
+	}
+	tw := newTable(w)
+	table(tw)
+	return tw.Flush()
+}
+
+// confirm asks question on out and reads one line of in: y or yes (any case) is yes.
+func confirm(in io.Reader, out io.Writer, question string) (bool, error) {
+	fmt.Fprint(out, question)
+	line, err := bufio.NewReader(in).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return false, fmt.Errorf("read the answer: %w", err)
+	}
+	if errors.Is(err, io.EOF) && line == "" {
+		fmt.Fprintln(out)
+	}
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return true, nil
+	}
+	return false, nil
+}
+
+// retryable reports whether the API says a write may be retried as is.
+func retryable(err error) bool {
+	var pe *client.Error
+	if errors.As(err, &pe) {
+		return pe.Code == "throttled" || pe.Code == "concurrent_modification"
+	}
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+func reclaimWithRetry(ctx context.Context, c *client.Client, node, res string, req client.ReclaimRequest, opt client.Options, pause time.Duration) (*wire.ReservationJSON, *client.Meta, error) {
+	var lastErr error
+	for attempt := 1; attempt <= reclaimAttempts; attempt++ {
+		out, meta, err := c.Reclaim(ctx, node, res, req, opt)
+		if err == nil || !retryable(err) {
+			return out, meta, err
+		}
+		lastErr = err
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(pause * time.Duration(attempt)):
+		}
+	}
+	return nil, nil, fmt.Errorf("reclaim: %d attempts: %w", reclaimAttempts, lastErr)
+}
+
+// progress counts an operation's VMs by outcome.
+type progress struct{ total, terminated, gone, failed, pending int }
+
+func (p progress) done() int { return p.terminated + p.gone + p.failed }
+
+func (p progress) String() string {
+	return fmt.Sprintf("%d/%d VMs done: %d terminated, %d already-gone, %d failed", p.done(), p.total, p.terminated, p.gone, p.failed)
+}
+
+func progressOf(op *wire.OperationJSON) progress {
+	if op.VMCounts != nil { // the audience's redacted view
+		c := op.VMCounts
+		return progress{total: c.Pending + c.Terminated + c.AlreadyGone + c.Failed, terminated: c.Terminated, gone: c.AlreadyGone, failed: c.Failed, pending: c.Pending}
+	}
+	var p progress
+	for _, v := range op.VMs {
+		p.total++
+		switch v.Outcome {
+		case string(capacity.OutcomeTerminated):
+			p.terminated++
+		case string(capacity.OutcomeAlreadyGone):
+			p.gone++
+		case string(capacity.OutcomeFailed):
+			p.failed++
+		default:
+			p.pending++
+		}
+	}
+	return p
+}
+
+// follow polls the reclaim operation until every VM has an outcome, printing a line per change.
+func (a *app) follow(ctx context.Context, c *client.Client, w io.Writer, node, res, id string, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	var last *progress
+	var lastErr error
+	for {
+		op, meta, err := c.GetReclaim(ctx, node, res, id)
+		switch {
+		case err != nil && !retryable(err):
+			return fmt.Errorf("follow reclaim %s: %w", id, err)
+		case err != nil:
+			lastErr = err
+		default:
+			p := progressOf(op)
+			if last == nil || *last != p {
+				fmt.Fprintln(w, p)
+				last = &p
+			}
+			finished := p.pending == 0 || op.State == string(capacity.OpFailed) || op.State == string(capacity.OpCompleted)
+			if finished {
+				if a.output == "json" {
+					if err := printJSON(a.io.out, meta.Body); err != nil {
+						return err
+					}
+				}
+				if p.failed > 0 || p.pending > 0 {
+					why := op.Reason
+					for _, v := range op.VMs {
+						if v.Outcome == string(capacity.OutcomeFailed) && v.Error != "" {
+							fmt.Fprintf(a.io.err, "  %s: %s\n", v.VMID, v.Error)
+						}
+					}
+					return &exitError{code: exitVMsFailed, err: fmt.Errorf("reclaim %s is %s with %d VMs failed and %d without an outcome %s(re-drive: POST .../reclaims/%s/retry)",
+						id, op.State, p.failed, p.pending, parens(why), id)}
+				}
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			msg := fmt.Sprintf("reclaim %s still running after %s", id, wait)
+			if lastErr != nil {
+				msg += " (last error: " + lastErr.Error() + ")"
+			}
+			return failed(exitFailed, errors.New(msg))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("follow reclaim %s: %w", id, ctx.Err())
+		case <-time.After(a.pollEvery):
+		}
+	}
+}
+
+func parens(s string) string {
+	if s == "" {
+		return ""
+	}
+	return "(" + s + ") "
+}

@@ -1,0 +1,313 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/openrelay/capacity/localstack/stack"
+	"github.com/openrelay/capacity/shared/agent"
+	apiclient "github.com/openrelay/capacity/shared/client"
+)
+
+// ctl runs the capacityctl binary against the stack.
+type ctl struct {
+	t       *testing.T
+	bin     string
+	outputs string // the stack outputs file it reads the API and the keys table from
+}
+
+type ctlResult struct {
+	code           int
+	stdout, stderr string
+}
+
+// newCtl builds capacityctl and writes the stack's outputs where it reads them.
+func newCtl(t *testing.T) *ctl {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "capacityctl")
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := exec.Command("go", "build", "-o", bin, "./cmd/capacityctl")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build capacityctl: %v\n%s", err, out)
+	}
+	path := os.Getenv("CAPACITY_OUTPUTS")
+	if path == "" {
+		path = filepath.Join(dir, "outputs.json")
+		if err := stack.WriteOutputsFile(path, "capacity-local", outputs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &ctl{t: t, bin: bin, outputs: path}
+}
+
+// run runs capacityctl with key (none if "") and args, stdin as its input. Its environment
+// holds no CAPACITY_* or AWS_* variable: it finds everything from the outputs file.
+func (c *ctl) run(key, stdin string, args ...string) ctlResult {
+	c.t.Helper()
+	full := append([]string{"--outputs", c.outputs}, args...)
+	if key != "" {
+		full = append([]string{"--key", key}, full...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, c.bin, full...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + c.t.TempDir()}
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		c.t.Fatalf("capacityctl %v: %v", args, err)
+	}
+	return ctlResult{code, out.String(), errOut.String()}
+}
+
+// ok runs capacityctl and fails the test unless it exits 0.
+func (c *ctl) ok(key string, args ...string) ctlResult {
+	c.t.Helper()
+	r := c.run(key, "", args...)
+	if r.code != 0 {
+		c.t.Fatalf("capacityctl %v: exit %d\nstdout:\n%s\nstderr:\n%s", args, r.code, r.stdout, r.stderr)
+	}
+	return r
+}
+
+// json runs capacityctl with --output json and decodes its answer into v.
+func (c *ctl) json(key string, v any, args ...string) {
+	c.t.Helper()
+	r := c.ok(key, append(args, "--output", "json")...)
+	if err := json.Unmarshal([]byte(r.stdout), v); err != nil {
+		c.t.Fatalf("capacityctl %v: stdout is not one JSON document: %v\n%s", args, err, r.stdout)
+	}
+}
+
+// TestOperatingFromNothing drives capacityctl through the life of a new environment: the
+// first operator key, a tenant's key, a node, a reservation, a topology change and its
+// review, a spot VM, a reclaim followed to its end, and the audit trail verified, then
+// tampered with and caught.
+func TestOperatingFromNothing(t *testing.T) {
+	if faultSpec != "" {
+		t.Skip("exact answers: not under injected faults")
+	}
+	c := newCtl(t)
+	ctx := context.Background()
+	suffix := fmt.Sprintf("%d", time.Now().UnixNano()%1e9)
+	node, tenant := "node-op-"+suffix, "org-tenant-"+suffix
+
+	// 1. The first operator key, written with AWS credentials straight to the keys table.
+	var boot struct {
+		Key    struct{ KeyID string } `json:"key"`
+		Secret string                 `json:"secret"`
+	}
+	c.json("", &boot, "keys", "create", "--bootstrap", "--org", "org-platform", "--description", "first operator key")
+	if !strings.HasPrefix(boot.Secret, "ocap_") || boot.Key.KeyID == "" {
+		t.Fatalf("bootstrap answer: %+v", boot)
+	}
+	op := boot.Secret
+
+	// 2. A tenant's key, through the API; its secret is shown once.
+	var tk struct {
+		Key struct {
+			KeyID       string   `json:"keyId"`
+			OrgID       string   `json:"orgId"`
+			Permissions []string `json:"permissions"`
+		} `json:"key"`
+		Secret string `json:"secret"`
+	}
+	c.json(op, &tk, "keys", "create", "--org", tenant, "--permissions", "reservation.capacity,reservation.read", "--description", "tenant")
+	if tk.Key.OrgID != tenant || !strings.HasPrefix(tk.Secret, "ocap_") {
+		t.Fatalf("tenant key: %+v", tk)
+	}
+	tenantKey := tk.Secret
+	if r := c.ok(op, "keys", "list", "--limit", "100"); !strings.Contains(r.stdout, "KEY ID") {
+		t.Errorf("keys list:\n%s", r.stdout)
+	}
+	// A tenant is not an operator: the key routes do not exist for it.
+	if r := c.run(tenantKey, "", "keys", "list"); r.code != 1 || !strings.Contains(r.stderr, "404 not_found") {
+		t.Errorf("keys list as a tenant: exit %d %s", r.code, r.stderr)
+	}
+
+	// 3. Register the node; its agent key is printed once and is the node's derived key.
+	var put struct {
+		Node     struct{ NodeID string } `json:"node"`
+		Created  bool                    `json:"created"`
+		AgentKey string                  `json:"agentKey"`
+	}
+	c.json(op, &put, "nodes", "put", "--node", node, "--owner", tenant, "--units", "gpu-0,gpu-1,gpu-2,gpu-3",
+		"--agent-endpoint", agents.Endpoint(node), "--reason", "new node")
+	if !put.Created || put.Node.NodeID != node {
+		t.Fatalf("nodes put: %+v", put)
+	}
+	master, err := stack.ReadSecret(ctx, endpoint, outputs["AgentMasterSecretId"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := agent.NodeKey(master, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := base64.StdEncoding.DecodeString(put.AgentKey); err != nil || !bytes.Equal(got, want) {
+		t.Errorf("agent key %q is not the node's derived key (%v)", put.AgentKey, err)
+	}
+	if r := c.ok(op, "nodes", "get", "--node", node); !strings.Contains(r.stdout, "gpu-0,gpu-1,gpu-2,gpu-3") {
+		t.Errorf("nodes get:\n%s", r.stdout)
+	}
+
+	// 4. A reservation of three units for the tenant, and the list.
+	var created struct {
+		Reservation struct{ ID, Status string } `json:"reservation"`
+	}
+	c.json(op, &created, "reservations", "create", "--node", node, "--id", "res-op", "--units", "gpu-0,gpu-1,gpu-2",
+		"--allowed-orgs", tenant, "--managing-orgs", tenant, "--contract", "contract-1", "--ends", time.Now().Add(24*time.Hour).UTC().Format(time.RFC3339))
+	if created.Reservation.ID != "res-op" || created.Reservation.Status != "active" {
+		t.Fatalf("reservations create: %+v", created)
+	}
+	if r := c.ok(tenantKey, "reservations", "list", "--node", node); !strings.Contains(r.stdout, "res-op") || !strings.Contains(r.stdout, "active") {
+		t.Errorf("reservations list:\n%s", r.stdout)
+	}
+
+	// 5. The topology changes: the reservation needs review and cannot be reclaimed.
+	var topo struct {
+		Changed     bool     `json:"changed"`
+		NeedsReview []string `json:"needsReview"`
+	}
+	c.json(op, &topo, "topology", "set", "--node", node, "--units", "gpu-0,gpu-1,gpu-2,gpu-3,gpu-4", "--reason", "added gpu-4")
+	if !topo.Changed || len(topo.NeedsReview) != 1 || topo.NeedsReview[0] != "res-op" {
+		t.Fatalf("topology set: %+v", topo)
+	}
+	if r := c.ok(tenantKey, "reservations", "get", "--node", node, "--reservation", "res-op"); !strings.Contains(r.stdout, "needs-review") {
+		t.Errorf("after the topology change:\n%s", r.stdout)
+	}
+	// The state is checked before the topology: a needs-review reservation is not active.
+	if r := c.run(tenantKey, "", "reclaim", "--node", node, "--reservation", "res-op", "--units", "gpu-1", "--yes"); r.code != 1 ||
+		!strings.Contains(r.stderr, "409 reservation_not_active") {
+		t.Errorf("reclaim of a reservation under review: exit %d\n%s", r.code, r.stderr)
+	}
+
+	// 6. Reaffirm at the node's new topology.
+	var reaff struct {
+		Reservation struct {
+			Status      string `json:"status"`
+			TopologyGen int64  `json:"topologyGen"`
+		} `json:"reservation"`
+	}
+	c.json(op, &reaff, "reservations", "reaffirm", "--node", node, "--reservation", "res-op", "--reason", "checked")
+	if reaff.Reservation.Status != "active" || reaff.Reservation.TopologyGen != 2 {
+		t.Fatalf("reaffirm: %+v", reaff)
+	}
+
+	// 7. The tenant releases gpu-1 and the marketplace places a spot VM on it (API calls the
+	// CLI does not make).
+	api := apiclient.New(apiURL, tenantKey, httpClient)
+	if _, _, err := api.Release(ctx, node, "res-op", apiclient.ReleaseRequest{UnitIDs: []string{"gpu-1"}}, apiclient.Options{}); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	market := apiclient.New(apiURL, op, httpClient)
+	if _, _, err := market.PlaceVM(ctx, node, apiclient.PlaceRequest{VMID: "vm-op-1", OrgID: "org-buyer", Tier: "spot", UnitIDs: []string{"gpu-1"}}, apiclient.Options{}); err != nil {
+		t.Fatalf("place: %v", err)
+	}
+	if err := agents.AddVM(node, "vm-op-1", "running"); err != nil {
+		t.Fatal(err)
+	}
+
+	// 8. Reclaim with the CLI: dry run, confirmation, the real call, and the termination
+	// followed to its end.
+	r := c.run(tenantKey, "y\n", "reclaim", "--node", node, "--reservation", "res-op", "--units", "gpu-1", "--reason", "training run", "--wait", "3m")
+	if r.code != 0 {
+		t.Fatalf("reclaim: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	for _, s := range []string{"would terminate  vm-op-1", "plan ETag", "reclaim id", "1/1 VMs done: 1 terminated, 0 already-gone, 0 failed"} {
+		if !strings.Contains(r.stdout, s) {
+			t.Errorf("reclaim output lacks %q:\n%s", s, r.stdout)
+		}
+	}
+	if !strings.Contains(r.stderr, "Proceed? [y/N]") {
+		t.Errorf("reclaim did not ask: %s", r.stderr)
+	}
+	if st := agents.State(node, "vm-op-1"); st != "terminated" {
+		t.Errorf("the agent has vm-op-1 %s", st)
+	}
+
+	// 9. The audit trail: listed, and its chain verified.
+	if r := c.ok(op, "audit", "list", "--node", node, "--limit", "100"); !strings.Contains(r.stdout, "topology.set") || !strings.Contains(r.stdout, "reclaim") {
+		t.Errorf("audit list:\n%s", r.stdout)
+	}
+	if r := c.ok(tenantKey, "audit", "list", "--node", node, "--reservation", "res-op"); !strings.Contains(r.stdout, "reservation.reaffirm") {
+		t.Errorf("audit list of the reservation:\n%s", r.stdout)
+	}
+	if r := c.ok(op, "audit", "verify", "--node", node); !strings.HasPrefix(r.stdout, "OK: audit chain of node "+node) {
+		t.Errorf("audit verify: %s", r.stdout)
+	}
+	if r := c.ok(op, "audit", "verify", "--keys"); !strings.HasPrefix(r.stdout, "OK: audit chain of keys") {
+		t.Errorf("audit verify --keys: %s", r.stdout)
+	}
+
+	// 10. Alter the reclaim's record in the table: verify names it.
+	id, seq := alterAuditRecord(t, node, "reclaim", "nothing to see here")
+	r = c.run(op, "", "audit", "verify", "--node", node)
+	if r.code != 1 || !strings.Contains(r.stdout, fmt.Sprintf("altered (its hash does not match its content) at record seq %d id %s", seq, id)) ||
+		!strings.Contains(r.stdout, "action reclaim") {
+		t.Errorf("audit verify after tampering: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// alterAuditRecord changes the Reason of the node's (real, not dry-run) audit record with
+// action, directly in the table, and returns the record's id and seq.
+func alterAuditRecord(t *testing.T, node, action, reason string) (string, int64) {
+	t.Helper()
+	for _, item := range auditOf(t, node) {
+		var rec struct {
+			ID     string
+			Action string
+			DryRun bool
+			Seq    int64 `dynamodbav:"seq"`
+		}
+		if err := attributevalue.UnmarshalMap(item, &rec); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Action != action || rec.DryRun {
+			continue
+		}
+		upd, err := expression.NewBuilder().WithUpdate(expression.Set(expression.Name("Reason"), expression.Value(reason))).Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = client.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{
+			TableName:        aws.String(store.AuditTable),
+			Key:              map[string]types.AttributeValue{"pk": item["pk"], "sk": item["sk"]},
+			UpdateExpression: upd.Update(), ExpressionAttributeNames: upd.Names(), ExpressionAttributeValues: upd.Values(),
+		})
+		if err != nil {
+			t.Fatalf("alter audit record %s: %v", rec.ID, err)
+		}
+		return rec.ID, rec.Seq
+	}
+	t.Fatalf("node %s has no %s audit record", node, action)
+	return "", 0
+}
