@@ -18,7 +18,7 @@ func auditList(ctx context.Context, a *app, fs *flag.FlagSet, args []string) err
 	node, res := reservationFlags(fs)
 	keys := fs.Bool("keys", false, "the key-management chain instead of a node's")
 	limit, cursor := pageFlags(fs)
-	if _, err := a.parse(fs, args, 0); err != nil {
+	if err := a.parseFlags(fs, args); err != nil {
 		return err
 	}
 	if (*node == "") == !*keys || (*keys && *res != "") {
@@ -34,13 +34,7 @@ func auditList(ctx context.Context, a *app, fs *flag.FlagSet, args []string) err
 		if err != nil {
 			return err
 		}
-		return a.emit(meta, func(w io.Writer) {
-			auditHeader(w)
-			for _, r := range out.Records {
-				auditRow(w, r)
-			}
-			nextCursor(w, out.NextCursor)
-		})
+		return emitPage(a, meta, auditHeader, out.Records, auditRow, out.NextCursor)
 	}
 	var out *wire.AuditChainPageJSON
 	var meta *client.Meta
@@ -52,14 +46,11 @@ func auditList(ctx context.Context, a *app, fs *flag.FlagSet, args []string) err
 	if err != nil {
 		return err
 	}
-	return a.emit(meta, func(w io.Writer) {
+	header := func(w io.Writer) {
 		fmt.Fprintf(w, "head: seq %d %s\n\n", out.Head.Seq, dash(out.Head.Hash))
 		auditHeader(w)
-		for _, r := range out.Records {
-			auditRow(w, r)
-		}
-		nextCursor(w, out.NextCursor)
-	})
+	}
+	return emitPage(a, meta, header, out.Records, auditRow, out.NextCursor)
 }
 
 // verifyResult is audit verify's JSON output.
@@ -89,7 +80,7 @@ func newVerifyResult(chain string, head wire.AuditHeadJSON, rep capacity.ChainRe
 func auditVerify(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
 	node := fs.String("node", "", "node id")
 	keys := fs.Bool("keys", false, "the key-management chain")
-	if _, err := a.parse(fs, args, 0); err != nil {
+	if err := a.parseFlags(fs, args); err != nil {
 		return err
 	}
 	if (*node == "") == !*keys {

@@ -27,10 +27,7 @@ func reclaimCmd(ctx context.Context, a *app, fs *flag.FlagSet, args []string) er
 	grace := fs.Int("grace", 0, "seconds the evicted VMs get before their termination (0..120)")
 	yes := fs.Bool("yes", false, "do not ask before the real reclaim")
 	wait := fs.Duration("wait", 15*time.Minute, "how long to follow the termination")
-	if _, err := a.parse(fs, args, 0); err != nil {
-		return err
-	}
-	if err := required(fs, "node", *node, "reservation", *res, "units", *units); err != nil {
+	if err := a.parseFlags(fs, args, "node", "reservation", "units"); err != nil {
 		return err
 	}
 	if *grace < 0 || *grace > 120 {

@@ -313,102 +313,39 @@ func (s *Service) refuseInput(ctx context.Context, rec AuditRecord, err error) e
 	return err
 }
 
-// applyOperator runs read-decide-commit rounds like apply, for operator commits. create
-// reads a missing node as a zero node (PUT node); otherwise a missing node is errNodeNotFound.
-// It returns the commit that landed and the node's audit head after it.
+// operatorCommits writes operator commits with CommitOperator. create reads a missing node as
+// a zero node (PUT node); otherwise a missing node is errNodeNotFound.
+func (s *Service) operatorCommits(ops OperatorStore, create bool) committer[OperatorCommit] {
+	load := s.Store.LoadNode
+	if create {
+		load = ops.LoadNodeOrNew
+	}
+	return committer[OperatorCommit]{
+		kind: "operator", subject: "the node",
+		load: load,
+		commit: func(ctx context.Context, c *OperatorCommit) error {
+			head, err := ops.CommitOperator(ctx, *c)
+			if err == nil {
+				c.Node.AuditHead = head
+			}
+			return err
+		},
+		// Found by its audit record, as for capacity commits.
+		probe: func(c *OperatorCommit) Commit { return Commit{Node: c.Node, Audit: c.Audit} },
+		// A commit found to have landed left the head its audit record makes.
+		found: func(c *OperatorCommit) { _, c.Node.AuditHead = ChainAuditRecord(c.Audit, c.Node.AuditHead) },
+	}
+}
+
+// applyOperator runs read-decide-commit rounds like apply, for operator commits. It returns
+// the commit that landed, its Node.AuditHead the node's audit head after it.
 func (s *Service) applyOperator(ctx context.Context, nodeID string, key idempotency, create bool,
 	decide func(st *NodeState, now time.Time) (*OperatorCommit, error)) (*OperatorCommit, error) {
 	ops, err := s.operatorStore()
 	if err != nil {
 		return nil, err
 	}
-	var pending []*OperatorCommit
-	var last error
-	for round := range s.attempts() {
-		now := s.now()
-		var st *NodeState
-		if create {
-			st, err = ops.LoadNodeOrNew(ctx, nodeID, key.scope)
-		} else {
-			st, err = s.Store.LoadNode(ctx, nodeID, key.scope)
-		}
-		if ErrorCode(err) == CodeNotFound && !create {
-			return nil, errNodeNotFound
-		}
-		if err != nil && len(pending) > 0 {
-			if c, lerr := s.landedOp(ctx, pending); c != nil || lerr != nil {
-				return c, lerr
-			}
-			last = fmt.Errorf("load node %s after a write of unknown outcome: %v: %w", nodeID, err, ErrAmbiguous)
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("load node %s: %w", nodeID, err)
-		}
-		if c, err := s.landedOp(ctx, pending); c != nil || err != nil {
-			return c, err
-		}
-		commit, err := decide(st, now)
-		if err != nil || commit == nil {
-			return nil, err
-		}
-		head, err := ops.CommitOperator(ctx, *commit)
-		last = err
-		switch {
-		case err == nil:
-			commit.Node.AuditHead = head
-			return commit, nil
-		case errors.Is(err, ErrAmbiguous):
-			s.logger().WarnContext(ctx, "operator write outcome unknown; checking before deciding again",
-				"node", nodeID, "action", commit.Audit.Action, "audit_id", commit.Audit.ID, "err", err)
-			pending = append(pending, commit)
-		case errors.Is(err, ErrConflict):
-			s.logger().InfoContext(ctx, "operator write lost a race; deciding again", "node", nodeID, "action", commit.Audit.Action)
-		case errors.Is(err, ErrThrottled):
-			s.logger().WarnContext(ctx, "operator write throttled; deciding again", "node", nodeID, "action", commit.Audit.Action, "err", err)
-			if err := sleep(ctx, time.Duration(25<<round)*time.Millisecond); err != nil {
-				return nil, err
-			}
-		default:
-			if c, lerr := s.landedOp(ctx, pending); c != nil || lerr != nil {
-				return c, lerr
-			}
-			return nil, fmt.Errorf("commit %s on node %s: %w", commit.Audit.Action, nodeID, err)
-		}
-	}
-	if c, err := s.landedOp(ctx, pending); c != nil || err != nil {
-		return c, err
-	}
-	switch {
-	case errors.Is(last, ErrThrottled) && len(pending) == 0:
-		return nil, errThrottled()
-	case errors.Is(last, ErrAmbiguous) || len(pending) > 0:
-		return nil, fmt.Errorf("commit on node %s: outcome still unknown after %d rounds: %w", nodeID, s.attempts(), last)
-	}
-	return nil, Errorf(CodeConcurrentModification, "the node kept changing while this call was applied; retrying is safe")
-}
-
-// landedOp returns the pending operator commit that landed, if any (by its audit record, as
-// for capacity commits), with the audit head it left.
-func (s *Service) landedOp(ctx context.Context, pending []*OperatorCommit) (*OperatorCommit, error) {
-	if len(pending) == 0 {
-		return nil, nil
-	}
-	as := make([]*Commit, 0, len(pending))
-	for _, c := range pending {
-		as = append(as, &Commit{Node: c.Node, Audit: c.Audit})
-	}
-	c, err := s.landed(ctx, as)
-	if c == nil || err != nil {
-		return nil, err
-	}
-	for _, p := range pending {
-		if p.Audit.ID == c.Audit.ID {
-			_, p.Node.AuditHead = ChainAuditRecord(p.Audit, p.Node.AuditHead)
-			return p, nil
-		}
-	}
-	return nil, nil
+	return applyRounds(s, ctx, nodeID, key, s.operatorCommits(ops, create), decide)
 }
 
 // rememberOp adds the idempotency record of a request made with a key to an operator commit.
@@ -421,12 +358,54 @@ func (s *Service) rememberOp(c *OperatorCommit, key idempotency, nodeID string, 
 	return nil
 }
 
-// finishOp turns apply's outcome into the call's: the answer of the round that landed, the
-// 404 of a missing node, and the audit of a call that kept losing races.
-func finishOp[R any](s *Service, ctx context.Context, landed *OperatorCommit, err error, answers map[string]*R, result *R,
-	rec AuditRecord, missing func() *Error) (*R, error) {
+// opCall is what one operator write states; runOp does the rest, the same for every write.
+type opCall[R any] struct {
+	rec     AuditRecord // the call's audit record (opAudit); each round completes a copy
+	invalid error       // the request's own check (Validate): a refusal before anything is read
+	key     idempotency
+	create  bool          // a missing node reads as a zero node (PUT node)
+	missing func() *Error // the 404 of a missing node
+	// decide decides one round on the state read, completing the round's audit record; its
+	// error is the call's refusal, audited.
+	decide func(st *NodeState, audit *AuditRecord, now time.Time) (*OperatorCommit, *R, error)
+	// stored, if set, is what the idempotency record keeps of an answer (never a secret).
+	stored func(r *R) *R
+}
+
+// runOp runs an operator write: the request's own check, then rounds that answer a replay
+// under the Idempotency-Key, decide, audit a refusal and remember the answer in the commit.
+// The answer is that of the round whose commit landed; a call that kept losing races is
+// audited as refused.
+func runOp[R any](s *Service, ctx context.Context, call opCall[R]) (*R, error) {
+	if call.invalid != nil {
+		return nil, s.refuseInput(ctx, call.rec, call.invalid)
+	}
+	nodeID := call.rec.NodeID
+	var result *R
+	answers := map[string]*R{} // each round's answer, by its commit's audit id
+	landed, err := s.applyOperator(ctx, nodeID, call.key, call.create, func(st *NodeState, now time.Time) (*OperatorCommit, error) {
+		var res R
+		if replayed, err := replay(st.Idempotency, call.key.fingerprint, now, &res); replayed || err != nil {
+			result = &res
+			return nil, err
+		}
+		audit := s.roundAudit(call.rec, st, now)
+		c, r, err := call.decide(st, &audit, now)
+		if err != nil {
+			s.auditRefusal(ctx, audit, err)
+			return nil, err
+		}
+		audit.Outcome = "ok"
+		c.Audit = audit
+		answers[audit.ID] = r
+		stored := r
+		if call.stored != nil {
+			stored = call.stored(r)
+		}
+		return c, s.rememberOp(c, call.key, nodeID, stored, now)
+	})
 	if errors.Is(err, errNodeNotFound) {
-		return nil, missing()
+		return nil, call.missing()
 	}
 	if landed != nil {
 		result = answers[landed.Audit.ID]
@@ -435,6 +414,7 @@ func finishOp[R any](s *Service, ctx context.Context, landed *OperatorCommit, er
 		}
 	}
 	if ErrorCode(err) == CodeConcurrentModification {
+		rec := call.rec
 		rec.ID, rec.Time = s.newID(), s.now()
 		s.auditRefusal(ctx, rec, err)
 	}
@@ -466,35 +446,25 @@ func (s *Service) PutNode(ctx context.Context, p Principal, req NodeRequest, met
 	if !p.Operator {
 		return nil, nodeNotFound()
 	}
-	rec := s.opAudit(p, meta, ActionNodePut, req.NodeID, "", req.UnitIDs, req.Reason)
-	if err := req.Validate(s.AllowHTTPAgents); err != nil {
-		return nil, s.refuseInput(ctx, rec, err)
-	}
 	fp := req
 	fp.UnitIDs = sortedSet(req.UnitIDs)
-	key := idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(ActionNodePut, fp)}
-	var result *NodeResult
-	answers := map[string]*NodeResult{}
 	var agentKey []byte // read once per call, before the node is created
-	landed, err := s.applyOperator(ctx, req.NodeID, key, true, func(st *NodeState, now time.Time) (*OperatorCommit, error) {
-		var res NodeResult
-		if replayed, err := replay(st.Idempotency, key.fingerprint, now, &res); replayed || err != nil {
-			res.Replayed = replayed
-			result = &res
-			return nil, err
-		}
-		audit := s.roundAudit(rec, st, now)
-		c, r, err := DecideNodePut(st, req, now)
-		if err != nil {
-			s.auditRefusal(ctx, audit, err)
-			return nil, err
-		}
-		if r.Created {
+	return runOp(s, ctx, opCall[NodeResult]{
+		rec:     s.opAudit(p, meta, ActionNodePut, req.NodeID, "", req.UnitIDs, req.Reason),
+		invalid: req.Validate(s.AllowHTTPAgents),
+		key:     idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(ActionNodePut, fp)},
+		create:  true, missing: nodeNotFound,
+		decide: func(st *NodeState, audit *AuditRecord, now time.Time) (*OperatorCommit, *NodeResult, error) {
+			c, r, err := DecideNodePut(st, req, now)
+			if err != nil || !r.Created {
+				return c, r, err
+			}
 			audit.ActingFor, audit.TopologyGen = r.Node.OwnerOrgID, r.Node.TopologyGen
 			if agentKey == nil && s.AgentKeys != nil {
 				cur, _, err := s.AgentKeys.NodeKeys(ctx, req.NodeID)
 				if err != nil {
-					return nil, fmt.Errorf("derive agent key of node %s: %w", req.NodeID, err)
+					// An internal error: not audited as a refusal.
+					return nil, nil, fmt.Errorf("derive agent key of node %s: %w", req.NodeID, err)
 				}
 				agentKey = cur
 			}
@@ -502,16 +472,15 @@ func (s *Service) PutNode(ctx context.Context, p Principal, req NodeRequest, met
 				s.logger().WarnContext(ctx, "no agent key source: the new node's agent key is not handed out", "node", req.NodeID)
 			}
 			r.AgentKey = agentKey
-		}
-		audit.Outcome = "ok"
-		c.Audit = audit
-		answers[audit.ID] = r
+			return c, r, nil
+		},
 		// The secret is never stored: a replay says it was shown instead.
-		stored := *r
-		stored.AgentKey, stored.SecretShown = nil, r.AgentKey != nil
-		return c, s.rememberOp(c, key, req.NodeID, &stored, now)
+		stored: func(r *NodeResult) *NodeResult {
+			stored := *r
+			stored.AgentKey, stored.SecretShown = nil, r.AgentKey != nil
+			return &stored
+		},
 	})
-	return finishOp(s, ctx, landed, err, answers, result, rec, nodeNotFound)
 }
 
 // DecideNodePut decides a PUT of a node on the state read (a zero Node: it does not exist).
@@ -537,21 +506,30 @@ func DecideNodePut(st *NodeState, req NodeRequest, now time.Time) (*OperatorComm
 	return c, &NodeResult{Node: n}, nil
 }
 
+// readNode reads the node item alone, for the read calls; a missing node is the node's 404.
+func (s *Service) readNode(ctx context.Context, nodeID string) (OperatorStore, *Node, error) {
+	ops, err := s.operatorStore()
+	if err != nil {
+		return nil, nil, err
+	}
+	n, err := ops.GetNode(ctx, nodeID)
+	if ErrorCode(err) == CodeNotFound {
+		return nil, nil, nodeNotFound()
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("read node %s: %w", nodeID, err)
+	}
+	return ops, n, nil
+}
+
 // GetNode returns a node to an operator, or to its owner org with reservation.read.
 func (s *Service) GetNode(ctx context.Context, p Principal, nodeID string) (*Node, error) {
 	if !p.Operator && !p.Can(PermRead) || !ValidID(nodeID) {
 		return nil, nodeNotFound()
 	}
-	ops, err := s.operatorStore()
+	_, n, err := s.readNode(ctx, nodeID)
 	if err != nil {
 		return nil, err
-	}
-	n, err := ops.GetNode(ctx, nodeID)
-	if ErrorCode(err) == CodeNotFound {
-		return nil, nodeNotFound()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read node %s: %w", nodeID, err)
 	}
 	if !p.Operator && n.OwnerOrgID != p.OrgID {
 		return nil, nodeNotFound()
@@ -570,16 +548,9 @@ func (s *Service) ListReservations(ctx context.Context, p Principal, nodeID stri
 	if err != nil {
 		return nil, err
 	}
-	ops, err := s.operatorStore()
+	ops, n, err := s.readNode(ctx, nodeID)
 	if err != nil {
 		return nil, err
-	}
-	n, err := ops.GetNode(ctx, nodeID)
-	if ErrorCode(err) == CodeNotFound {
-		return nil, nodeNotFound()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read node %s: %w", nodeID, err)
 	}
 	rs, next, err := ops.ListReservations(ctx, nodeID, limit, page.Cursor)
 	if err != nil {
@@ -609,38 +580,21 @@ func (s *Service) CreateReservation(ctx context.Context, p Principal, req Reserv
 	if id == "" {
 		id = "res-" + s.newID() // once per call: every round creates the same reservation
 	}
-	rec := s.opAudit(p, meta, ActionReservationCreate, req.NodeID, id, req.ReservedUnitIDs, req.Reason)
-	if err := req.Validate(s.now()); err != nil {
-		return nil, s.refuseInput(ctx, rec, err)
-	}
 	fp := req
 	fp.ReservedUnitIDs, fp.AllowedOrgIDs, fp.ManagingOrgIDs = sortedSet(req.ReservedUnitIDs), sortedSet(req.AllowedOrgIDs), sortedSet(req.ManagingOrgIDs)
 	fp.StartsAt = req.StartsAt.UTC()
 	if req.EndsAt != nil {
 		fp.EndsAt = ptrTo(req.EndsAt.UTC())
 	}
-	key := idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(ActionReservationCreate, fp)}
-	var result *ReservationResult
-	answers := map[string]*ReservationResult{}
-	landed, err := s.applyOperator(ctx, req.NodeID, key, false, func(st *NodeState, now time.Time) (*OperatorCommit, error) {
-		var res ReservationResult
-		if replayed, err := replay(st.Idempotency, key.fingerprint, now, &res); replayed || err != nil {
-			res.Replayed = replayed
-			result = &res
-			return nil, err
-		}
-		audit := s.roundAudit(rec, st, now)
-		c, r, err := DecideCreateReservation(st, req, id, now)
-		if err != nil {
-			s.auditRefusal(ctx, audit, err)
-			return nil, err
-		}
-		audit.Outcome = "ok"
-		c.Audit = audit
-		answers[audit.ID] = r
-		return c, s.rememberOp(c, key, req.NodeID, r, now)
+	return runOp(s, ctx, opCall[ReservationResult]{
+		rec:     s.opAudit(p, meta, ActionReservationCreate, req.NodeID, id, req.ReservedUnitIDs, req.Reason),
+		invalid: req.Validate(s.now()),
+		key:     idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(ActionReservationCreate, fp)},
+		missing: nodeNotFound,
+		decide: func(st *NodeState, _ *AuditRecord, now time.Time) (*OperatorCommit, *ReservationResult, error) {
+			return DecideCreateReservation(st, req, id, now)
+		},
 	})
-	return finishOp(s, ctx, landed, err, answers, result, rec, nodeNotFound)
 }
 
 func ptrTo[T any](v T) *T { return &v }
@@ -668,13 +622,7 @@ func DecideCreateReservation(st *NodeState, req ReservationRequest, id string, n
 	if st.Reservation(id) != nil {
 		return nil, nil, Errorf(CodeReservationExists, "reservation %s exists on this node", id)
 	}
-	var unknown []string
-	for _, u := range req.ReservedUnitIDs {
-		if !slices.Contains(st.Node.UnitIDs, u) {
-			unknown = append(unknown, u)
-		}
-	}
-	if len(unknown) > 0 {
+	if unknown := notIn(req.ReservedUnitIDs, st.Node.UnitIDs); len(unknown) > 0 {
 		return nil, nil, &Error{Code: CodeUnknownUnits, Message: "units do not exist on this node", UnitIDs: unknown}
 	}
 	status := req.Status
@@ -749,37 +697,23 @@ func (s *Service) changeReservation(ctx context.Context, p Principal, req Reserv
 	if !p.Operator || !ValidID(req.NodeID) || !ValidID(req.ReservationID) {
 		return nil, notFound()
 	}
-	rec := s.opAudit(p, meta, action, req.NodeID, req.ReservationID, nil, req.Reason)
-	if err := req.Validate(); err != nil {
-		return nil, s.refuseInput(ctx, rec, err)
-	}
-	key := idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(action, req)}
-	var result *ReservationResult
-	answers := map[string]*ReservationResult{}
-	landed, err := s.applyOperator(ctx, req.NodeID, key, false, func(st *NodeState, now time.Time) (*OperatorCommit, error) {
-		var res ReservationResult
-		if replayed, err := replay(st.Idempotency, key.fingerprint, now, &res); replayed || err != nil {
-			res.Replayed = replayed
-			result = &res
-			return nil, err
-		}
-		audit := s.roundAudit(rec, st, now)
-		if r := st.Reservation(req.ReservationID); r != nil {
-			audit.UnitIDs = slices.Clone(r.ReservedUnitIDs)
-			audit.ReleasedBefore = nonNil(slices.Clone(r.ReleasedUnitIDs))
-		}
-		c, r, err := decide(st, req, now)
-		if err != nil {
-			s.auditRefusal(ctx, audit, err)
-			return nil, err
-		}
-		audit.ReleasedAfter = nonNil(slices.Clone(r.Reservation.ReleasedUnitIDs))
-		audit.Outcome = "ok"
-		c.Audit = audit
-		answers[audit.ID] = r
-		return c, s.rememberOp(c, key, req.NodeID, r, now)
+	return runOp(s, ctx, opCall[ReservationResult]{
+		rec:     s.opAudit(p, meta, action, req.NodeID, req.ReservationID, nil, req.Reason),
+		invalid: req.Validate(),
+		key:     idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(action, req)},
+		missing: notFound,
+		decide: func(st *NodeState, audit *AuditRecord, now time.Time) (*OperatorCommit, *ReservationResult, error) {
+			if r := st.Reservation(req.ReservationID); r != nil {
+				audit.UnitIDs = slices.Clone(r.ReservedUnitIDs)
+				audit.ReleasedBefore = nonNil(slices.Clone(r.ReleasedUnitIDs))
+			}
+			c, r, err := decide(st, req, now)
+			if err == nil {
+				audit.ReleasedAfter = nonNil(slices.Clone(r.Reservation.ReleasedUnitIDs))
+			}
+			return c, r, err
+		},
 	})
-	return finishOp(s, ctx, landed, err, answers, result, rec, notFound)
 }
 
 // DecideCancel decides the cancel of a reservation.
@@ -818,13 +752,7 @@ func DecideReaffirm(st *NodeState, req ReservationChange, now time.Time) (*Opera
 	if status := r.StatusAt(now); status != StatusNeedsReview {
 		return nil, nil, Errorf(CodeInvalidTransition, "reservation is %s; only a needs-review reservation can be reaffirmed", status)
 	}
-	var gone []string
-	for _, u := range r.ReservedUnitIDs {
-		if !slices.Contains(st.Node.UnitIDs, u) {
-			gone = append(gone, u)
-		}
-	}
-	if len(gone) > 0 {
+	if gone := notIn(r.ReservedUnitIDs, st.Node.UnitIDs); len(gone) > 0 {
 		return nil, nil, &Error{Code: CodeUnknownUnits,
 			Message: "reserved units are no longer on the node; cancel the reservation and create a new one", UnitIDs: gone}
 	}
@@ -846,6 +774,17 @@ func DecideReaffirm(st *NodeState, req ReservationChange, now time.Time) (*Opera
 	return &OperatorCommit{Node: st.Node, BumpNode: true, Reservations: []Reservation{c}}, &ReservationResult{Reservation: out}, nil
 }
 
+// notIn returns the ids that are not in set, in their order (nil when there are none).
+func notIn(ids, set []string) []string {
+	var out []string
+	for _, id := range ids {
+		if !slices.Contains(set, id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // vmsOn returns the live VMs standing on any of the units, by id.
 func vmsOn(vms []VM, units []string) []VM {
 	out := []VM{}
@@ -865,49 +804,28 @@ func (s *Service) SetTopology(ctx context.Context, p Principal, req TopologyRequ
 	if !p.Operator || !ValidID(req.NodeID) {
 		return nil, nodeNotFound()
 	}
-	rec := s.opAudit(p, meta, ActionTopologySet, req.NodeID, "", req.UnitIDs, req.Reason)
-	if err := req.Validate(); err != nil {
-		return nil, s.refuseInput(ctx, rec, err)
-	}
 	fp := req
 	fp.UnitIDs = sortedSet(req.UnitIDs)
-	key := idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(ActionTopologySet, fp)}
-	var result *TopologyResult
-	answers := map[string]*TopologyResult{}
-	landed, err := s.applyOperator(ctx, req.NodeID, key, false, func(st *NodeState, now time.Time) (*OperatorCommit, error) {
-		var res TopologyResult
-		if replayed, err := replay(st.Idempotency, key.fingerprint, now, &res); replayed || err != nil {
-			res.Replayed = replayed
-			result = &res
-			return nil, err
-		}
-		audit := s.roundAudit(rec, st, now)
-		c, r, err := DecideTopology(st, req, now)
-		if err != nil {
-			s.auditRefusal(ctx, audit, err)
-			return nil, err
-		}
-		audit.TopologyGen = r.Node.TopologyGen
-		audit.Outcome = "ok"
-		c.Audit = audit
-		answers[audit.ID] = r
-		return c, s.rememberOp(c, key, req.NodeID, r, now)
+	return runOp(s, ctx, opCall[TopologyResult]{
+		rec:     s.opAudit(p, meta, ActionTopologySet, req.NodeID, "", req.UnitIDs, req.Reason),
+		invalid: req.Validate(),
+		key:     idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(ActionTopologySet, fp)},
+		missing: nodeNotFound,
+		decide: func(st *NodeState, audit *AuditRecord, now time.Time) (*OperatorCommit, *TopologyResult, error) {
+			c, r, err := DecideTopology(st, req, now)
+			if err == nil {
+				audit.TopologyGen = r.Node.TopologyGen
+			}
+			return c, r, err
+		},
 	})
-	return finishOp(s, ctx, landed, err, answers, result, rec, nodeNotFound)
 }
 
 // DecideTopology decides a topology change on the state read.
 func DecideTopology(st *NodeState, req TopologyRequest, now time.Time) (*OperatorCommit, *TopologyResult, error) {
-	res := &TopologyResult{AddedUnitIDs: []string{}, RemovedUnitIDs: []string{}, NeedsReview: []string{}, VMsOnRemovedUnits: []VM{}}
-	for _, u := range req.UnitIDs {
-		if !slices.Contains(st.Node.UnitIDs, u) {
-			res.AddedUnitIDs = append(res.AddedUnitIDs, u)
-		}
-	}
-	for _, u := range st.Node.UnitIDs {
-		if !slices.Contains(req.UnitIDs, u) {
-			res.RemovedUnitIDs = append(res.RemovedUnitIDs, u)
-		}
+	res := &TopologyResult{
+		AddedUnitIDs: nonNil(notIn(req.UnitIDs, st.Node.UnitIDs)), RemovedUnitIDs: nonNil(notIn(st.Node.UnitIDs, req.UnitIDs)),
+		NeedsReview: []string{}, VMsOnRemovedUnits: []VM{},
 	}
 	slices.Sort(res.AddedUnitIDs)
 	slices.Sort(res.RemovedUnitIDs)

@@ -85,7 +85,7 @@ type Service struct {
 // RequestMeta carries facts about the call that the domain records but does not decide on.
 type RequestMeta struct {
 	RequestID string
-	// Via is how the call came: ViaHTTP (also ""), ViaEvent or ViaSchedule.
+	// Via is how the call came: ViaHTTP (also ""), ViaEvent, ViaSchedule or ViaDirect.
 	Via string
 	// EventID names the event that carried the call, if one did.
 	EventID string
@@ -256,9 +256,37 @@ type idempotency struct {
 // errNodeNotFound is what apply returns for a missing node; each call words its own 404.
 var errNodeNotFound = errors.New("node not found")
 
-// apply runs read-decide-commit rounds on one node until a commit lands, the decision needs
-// no write (it returns a nil commit), or the attempts run out: each lost race is re-read and
-// re-decided, since the state the decision was made on has changed. It returns the commit
+// committer is what apply needs to write one kind of commit: capacity commits (Commit) and
+// operator commits (OperatorCommit) share the read-decide-commit loop and differ only here.
+type committer[C any] struct {
+	kind    string // names the write in logs: "capacity" or "operator"
+	subject string // what kept changing, in the answer when every round lost its race
+	load    func(ctx context.Context, nodeID, idempotencyScope string) (*NodeState, error)
+	commit  func(ctx context.Context, c *C) error
+	// probe is c as Store.Landed looks for it: its node and audit record.
+	probe func(c *C) Commit
+	// found, if set, completes a pending commit that turned out to have landed.
+	found func(c *C)
+}
+
+// capacityCommits writes capacity commits with Store.Commit.
+func (s *Service) capacityCommits() committer[Commit] {
+	return committer[Commit]{
+		kind: "capacity", subject: "the node's capacity",
+		load:   s.Store.LoadNode,
+		commit: func(ctx context.Context, c *Commit) error { return s.Store.Commit(ctx, *c) },
+		probe:  func(c *Commit) Commit { return *c },
+	}
+}
+
+// apply runs read-decide-commit rounds of capacity commits (see applyRounds).
+func (s *Service) apply(ctx context.Context, nodeID string, key idempotency, decide func(st *NodeState, now time.Time) (*Commit, error)) (*Commit, error) {
+	return applyRounds(s, ctx, nodeID, key, s.capacityCommits(), decide)
+}
+
+// applyRounds runs read-decide-commit rounds on one node until a commit lands, the decision
+// needs no write (it returns a nil commit), or the attempts run out: each lost race is re-read
+// and re-decided, since the state the decision was made on has changed. It returns the commit
 // that landed (nil if none did), whose round's answer is the call's answer.
 //
 // A commit whose outcome is unknown (ErrAmbiguous: a timeout or server error, possibly after
@@ -268,23 +296,23 @@ var errNodeNotFound = errors.New("node not found")
 // own earlier commit left (which would evict nothing and answer `terminated: []`). Two
 // commits of one call cannot both land: each conditions on the node version it read, and
 // every commit that changes anything bumps it.
-func (s *Service) apply(ctx context.Context, nodeID string, key idempotency, decide func(st *NodeState, now time.Time) (*Commit, error)) (*Commit, error) {
-	var pending []*Commit
+func applyRounds[C any](s *Service, ctx context.Context, nodeID string, key idempotency, w committer[C],
+	decide func(st *NodeState, now time.Time) (*C, error)) (*C, error) {
+	var pending []*C
 	var last error // the last round's failure, to word the final answer
 	stats := CallStatsFrom(ctx)
 	for round := range s.attempts() {
 		stats.AddRound()
 		now := s.now()
 		start := time.Now()
-		st, err := s.Store.LoadNode(ctx, nodeID, key.scope)
+		st, err := w.load(ctx, nodeID, key.scope)
 		stats.Since(PhaseRead, start)
 		if ErrorCode(err) == CodeNotFound {
 			return nil, errNodeNotFound
 		}
 		if err != nil && len(pending) > 0 {
 			// Not "throttled, nothing was applied": an earlier round's commit may have landed.
-			// Not "throttled, nothing was applied": an earlier round's commit may have landed.
-			if c, lerr := s.landed(ctx, pending); c != nil || lerr != nil {
+			if c, lerr := landed(s, ctx, w, pending); c != nil || lerr != nil {
 				return c, lerr
 			}
 			last = fmt.Errorf("load node %s after a commit of unknown outcome: %v: %w", nodeID, err, ErrAmbiguous)
@@ -293,7 +321,7 @@ func (s *Service) apply(ctx context.Context, nodeID string, key idempotency, dec
 		if err != nil {
 			return nil, fmt.Errorf("load node %s: %w", nodeID, err)
 		}
-		if c, err := s.landed(ctx, pending); c != nil || err != nil {
+		if c, err := landed(s, ctx, w, pending); c != nil || err != nil {
 			return c, err
 		}
 		start = time.Now()
@@ -302,34 +330,35 @@ func (s *Service) apply(ctx context.Context, nodeID string, key idempotency, dec
 		if err != nil || commit == nil {
 			return nil, err
 		}
+		audit := w.probe(commit).Audit
 		start = time.Now()
-		err = s.Store.Commit(ctx, *commit)
+		err = w.commit(ctx, commit)
 		stats.Since(PhaseCommit, start)
 		last = err
 		switch {
 		case err == nil:
 			return commit, nil
 		case errors.Is(err, ErrAmbiguous):
-			s.logger().WarnContext(ctx, "capacity write outcome unknown; checking before deciding again",
-				"node", nodeID, "action", commit.Audit.Action, "audit_id", commit.Audit.ID, "err", err)
+			s.logger().WarnContext(ctx, w.kind+" write outcome unknown; checking before deciding again",
+				"node", nodeID, "action", audit.Action, "audit_id", audit.ID, "err", err)
 			pending = append(pending, commit)
 		case errors.Is(err, ErrConflict):
-			s.logger().InfoContext(ctx, "capacity write lost a race; deciding again", "node", nodeID, "action", commit.Audit.Action)
+			s.logger().InfoContext(ctx, w.kind+" write lost a race; deciding again", "node", nodeID, "action", audit.Action)
 		case errors.Is(err, ErrThrottled):
-			s.logger().WarnContext(ctx, "capacity write throttled; deciding again", "node", nodeID, "action", commit.Audit.Action, "err", err)
+			s.logger().WarnContext(ctx, w.kind+" write throttled; deciding again", "node", nodeID, "action", audit.Action, "err", err)
 			// The SDK already backed off; a short pause more keeps rounds from piling on.
 			if err := sleep(ctx, time.Duration(25<<round)*time.Millisecond); err != nil {
 				return nil, err
 			}
 		default:
 			// Such as vm_exists for the VM an earlier round of this call placed after all.
-			if c, lerr := s.landed(ctx, pending); c != nil || lerr != nil {
+			if c, lerr := landed(s, ctx, w, pending); c != nil || lerr != nil {
 				return c, lerr
 			}
-			return nil, fmt.Errorf("commit %s on node %s: %w", commit.Audit.Action, nodeID, err)
+			return nil, fmt.Errorf("commit %s on node %s: %w", audit.Action, nodeID, err)
 		}
 	}
-	if c, err := s.landed(ctx, pending); c != nil || err != nil {
+	if c, err := landed(s, ctx, w, pending); c != nil || err != nil {
 		return c, err
 	}
 	switch {
@@ -339,7 +368,7 @@ func (s *Service) apply(ctx context.Context, nodeID string, key idempotency, dec
 		// Not applied as of the check; every later write conditions on the versions it reads.
 		return nil, fmt.Errorf("commit on node %s: outcome still unknown after %d rounds: %w", nodeID, s.attempts(), last)
 	}
-	return nil, Errorf(CodeConcurrentModification, "the node's capacity kept changing while this call was applied; retrying is safe")
+	return nil, Errorf(CodeConcurrentModification, "%s kept changing while this call was applied; retrying is safe", w.subject)
 }
 
 func errThrottled() *Error {
@@ -347,28 +376,32 @@ func errThrottled() *Error {
 }
 
 // landed returns the pending commit that landed, if any.
-func (s *Service) landed(ctx context.Context, pending []*Commit) (*Commit, error) {
+func landed[C any](s *Service, ctx context.Context, w committer[C], pending []*C) (*C, error) {
 	if len(pending) == 0 {
 		return nil, nil
 	}
 	// Learning a commit's outcome is part of committing.
 	defer CallStatsFrom(ctx).Since(PhaseCommit, time.Now())
 	for _, c := range pending {
-		ok, err := s.Store.Landed(ctx, *c)
+		probe := w.probe(c)
+		ok, err := s.Store.Landed(ctx, probe)
 		// The call's answer hangs on this read, and a read is safe to repeat: outlast a
 		// throttling burst (beyond the SDK's own retries) before giving up.
 		for try := 0; err != nil && try < 5; try++ {
 			if serr := sleep(ctx, time.Duration(50<<try)*time.Millisecond); serr != nil {
 				break
 			}
-			ok, err = s.Store.Landed(ctx, *c)
+			ok, err = s.Store.Landed(ctx, probe)
 		}
 		if err != nil {
 			// %v: whatever the read's error, the commit's outcome is unknown, not "throttled".
-			return nil, fmt.Errorf("check commit %s on node %s: outcome unknown: %v", c.Audit.ID, c.Node.ID, err)
+			return nil, fmt.Errorf("check commit %s on node %s: outcome unknown: %v", probe.Audit.ID, probe.Node.ID, err)
 		}
 		if ok {
-			s.logger().InfoContext(ctx, "capacity write had landed; answering with it", "node", c.Node.ID, "audit_id", c.Audit.ID)
+			s.logger().InfoContext(ctx, w.kind+" write had landed; answering with it", "node", probe.Node.ID, "audit_id", probe.Audit.ID)
+			if w.found != nil {
+				w.found(c)
+			}
 			return c, nil
 		}
 	}
@@ -605,6 +638,12 @@ func replay(rec *IdempotencyRecord, fingerprint string, now time.Time, out any) 
 	case *CapacityResult:
 		r.Replayed = true
 	case *PlacementResult:
+		r.Replayed = true
+	case *NodeResult:
+		r.Replayed = true
+	case *ReservationResult:
+		r.Replayed = true
+	case *TopologyResult:
 		r.Replayed = true
 	}
 	return true, nil

@@ -251,41 +251,65 @@ func TestHandle(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Handle: %v", err)
 			}
-			if failed := len(resp.BatchItemFailures) == 1 && resp.BatchItemFailures[0].ItemIdentifier == "msg-1"; failed != tt.failed || len(resp.BatchItemFailures) > 1 {
-				t.Fatalf("batch item failures %+v, want failed=%v", resp.BatchItemFailures, tt.failed)
-			}
-			switch {
-			case tt.calls == "" && len(svc.calls) != 0:
-				t.Fatalf("the service was called: %+v", svc.calls)
-			case tt.calls != "" && (len(svc.calls) != 1 || svc.calls[0].method != tt.calls):
-				t.Fatalf("calls %+v, want one %s", svc.calls, tt.calls)
-			case tt.check != nil:
-				tt.check(t, svc.calls[0])
-			}
-			if tt.outcome == "" {
-				if len(pub.published) != 0 {
-					t.Fatalf("published %+v, want nothing", pub.published)
-				}
-				return
-			}
-			if len(pub.published) != 1 {
-				t.Fatalf("published %d events, want one %s", len(pub.published), tt.outcome)
-			}
-			e := pub.published[0]
-			mustMatchSchema(t, e)
-			b, _ := json.Marshal(e.Detail)
-			var d struct {
-				EventID, RequestEventID, RequestSource, Code string
-			}
-			_ = json.Unmarshal(b, &d)
-			if e.DetailType != tt.outcome || e.ID != tt.eventID || d.EventID != tt.eventID || d.Code != tt.code || !e.Time.Equal(now) {
-				t.Errorf("published %s %s (code %q) at %s, want %s %s (code %q): %s", e.DetailType, e.ID, d.Code, e.Time, tt.outcome, tt.eventID, tt.code, b)
-			}
-			if !strings.Contains(string(b), tt.inDetail) {
-				t.Errorf("detail %s does not hold %s", b, tt.inDetail)
-			}
+			checkHandled(t, resp, svc, pub, handled{failed: tt.failed, calls: tt.calls, check: tt.check,
+				outcome: tt.outcome, code: tt.code, eventID: tt.eventID, inDetail: tt.inDetail})
 		})
 	}
+}
+
+// handled is what a case expects of handling its one message (msg-1).
+type handled struct {
+	failed   bool   // a batch item failure
+	calls    string // the one service method called, "" for none
+	check    func(t *testing.T, c call)
+	outcome  string // the detail type published, "" for none
+	code     string // of a refusal
+	eventID  string
+	inDetail string // a substring of the published detail
+}
+
+// outcomeDetail is the part of a published outcome's detail the cases compare.
+type outcomeDetail struct {
+	EventID, RequestEventID, RequestSource, Code string
+}
+
+// checkHandled checks the batch answer, the service calls and the one published outcome
+// against want; it returns that outcome's detail (zero when nothing was to be published) for
+// checks of one kind of event.
+func checkHandled(t *testing.T, resp events.SQSEventResponse, svc *fakeService, pub *fakePublisher, want handled) outcomeDetail {
+	t.Helper()
+	if failed := len(resp.BatchItemFailures) == 1 && resp.BatchItemFailures[0].ItemIdentifier == "msg-1"; failed != want.failed || len(resp.BatchItemFailures) > 1 {
+		t.Fatalf("batch item failures %+v, want failed=%v", resp.BatchItemFailures, want.failed)
+	}
+	switch {
+	case want.calls == "" && len(svc.calls) != 0:
+		t.Fatalf("the service was called: %+v", svc.calls)
+	case want.calls != "" && (len(svc.calls) != 1 || svc.calls[0].method != want.calls):
+		t.Fatalf("calls %+v, want one %s", svc.calls, want.calls)
+	case want.check != nil:
+		want.check(t, svc.calls[0])
+	}
+	var d outcomeDetail
+	if want.outcome == "" {
+		if len(pub.published) != 0 {
+			t.Fatalf("published %+v, want nothing", pub.published)
+		}
+		return d
+	}
+	if len(pub.published) != 1 {
+		t.Fatalf("published %d events, want one %s", len(pub.published), want.outcome)
+	}
+	e := pub.published[0]
+	mustMatchSchema(t, e)
+	b, _ := json.Marshal(e.Detail)
+	_ = json.Unmarshal(b, &d)
+	if e.DetailType != want.outcome || e.ID != want.eventID || d.EventID != want.eventID || d.Code != want.code || !e.Time.Equal(now) {
+		t.Errorf("published %s %s (code %q) at %s, want %s %s (code %q): %s", e.DetailType, e.ID, d.Code, e.Time, want.outcome, want.eventID, want.code, b)
+	}
+	if !strings.Contains(string(b), want.inDetail) {
+		t.Errorf("detail %s does not hold %s", b, want.inDetail)
+	}
+	return d
 }
 
 // TestDuplicateDelivery: the queue delivers the same event twice (a retry after a lost

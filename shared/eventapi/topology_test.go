@@ -2,7 +2,6 @@ package eventapi_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -152,40 +151,19 @@ func TestTopology(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Handle: %v", err)
 			}
-			if failed := len(resp.BatchItemFailures) == 1 && resp.BatchItemFailures[0].ItemIdentifier == "msg-1"; failed != tt.failed || len(resp.BatchItemFailures) > 1 {
-				t.Fatalf("batch item failures %+v, want failed=%v", resp.BatchItemFailures, tt.failed)
+			calls := ""
+			if tt.called {
+				calls = "SetTopology"
 			}
-			switch {
-			case !tt.called && len(svc.calls) != 0:
-				t.Fatalf("the service was called: %+v", svc.calls)
-			case tt.called && (len(svc.calls) != 1 || svc.calls[0].method != "SetTopology"):
-				t.Fatalf("calls %+v, want one SetTopology", svc.calls)
-			case tt.check != nil:
-				tt.check(t, svc.calls[0])
-			}
+			d := checkHandled(t, resp, svc, pub, handled{failed: tt.failed, calls: calls, check: tt.check,
+				outcome: tt.outcome, code: tt.code, eventID: tt.eventID, inDetail: tt.inDetail})
 			if tt.outcome == "" {
-				if len(pub.published) != 0 {
-					t.Fatalf("published %+v, want nothing", pub.published)
-				}
 				return
 			}
-			if len(pub.published) != 1 {
-				t.Fatalf("published %d events, want one %s", len(pub.published), tt.outcome)
-			}
-			e := pub.published[0]
-			mustMatchSchema(t, e)
-			b, _ := json.Marshal(e.Detail)
-			var d struct {
-				EventID, RequestEventID, RequestSource, Code string
-			}
-			_ = json.Unmarshal(b, &d)
+			// An outcome names the request it answers.
 			wantSource := strings.SplitN(strings.SplitN(tt.body, `"source":"`, 2)[1], `"`, 2)[0]
-			if e.DetailType != tt.outcome || e.ID != tt.eventID || d.EventID != tt.eventID || d.Code != tt.code || !e.Time.Equal(now) ||
-				d.RequestEventID != strings.SplitN(tt.eventID, "/", 2)[0] || d.RequestSource != wantSource {
-				t.Errorf("published %s %s (code %q) at %s, want %s %s (code %q): %s", e.DetailType, e.ID, d.Code, e.Time, tt.outcome, tt.eventID, tt.code, b)
-			}
-			if !strings.Contains(string(b), tt.inDetail) {
-				t.Errorf("detail %s does not hold %s", b, tt.inDetail)
+			if d.RequestEventID != strings.SplitN(tt.eventID, "/", 2)[0] || d.RequestSource != wantSource {
+				t.Errorf("outcome answers event %s from %s, want %s from %s", d.RequestEventID, d.RequestSource, strings.SplitN(tt.eventID, "/", 2)[0], wantSource)
 			}
 		})
 	}
