@@ -11,84 +11,141 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/smithy-go/middleware"
 
-	"github.com/openrelay/capacity/shared/auth"
 	"github.com/openrelay/capacity/shared/awsfault"
 	"github.com/openrelay/capacity/shared/capacity"
-	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 )
 
-// TestBootstrapKey writes the first operator key to the keys table, as AWS answers: plainly,
-// throttled beyond the SDK's retries (nothing usable written, no secret shown), and with the
-// answer of a write that landed lost (the key is stored and its secret shown).
+// TestBootstrapKey creates the first operator key with AWS credentials, through the domain,
+// as AWS answers: plainly, throttled beyond the SDK's retries (nothing written, no secret
+// shown), with the answer of a write that landed lost (the key is found and its secret
+// shown), and run again with the same Idempotency-Key (replayed, the secret not shown again).
+// Each time the key has its id pointer and exactly one record on the keys' audit chain.
 func TestBootstrapKey(t *testing.T) {
 	tests := []struct {
 		name   string
 		faults []awsfault.Rule
 		code   int
 		stored bool
-		lost   bool // the CLI must have found the key after a lost answer
+		repeat bool // run the same command (same --idempotency-key) a second time
 	}{
 		{"plain", nil, 0, true, false},
-		{"throttled throughout", []awsfault.Rule{{Operation: "PutItem", Fault: awsfault.Throttling, Rate: 1}}, 1, false, false},
-		// Every PutItem answer is lost: the first lands, the SDK's retry meets the item (a failed condition, answered).
-		{"answer lost after the write", []awsfault.Rule{{Operation: "PutItem", Fault: awsfault.AmbiguousTimeout, Rate: 1}}, 0, true, true},
+		{"throttled throughout", []awsfault.Rule{{Operation: "TransactWriteItems", Fault: awsfault.Throttling, Rate: 1}}, 1, false, false},
+		// Every transaction's answer is lost: the first lands, the SDK's retry meets its items.
+		{"answer lost after the write", []awsfault.Rule{{Operation: "TransactWriteItems", Fault: awsfault.AmbiguousTimeout, Rate: 1}}, 0, true, false},
+		{"run again with the same idempotency key", nil, 0, true, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			env := dynamotest.New(t)
 			outputs := filepath.Join(t.TempDir(), "outputs.json")
-			writeFile(t, outputs, `{"capacity-local":{"ApiUrl":"http://127.0.0.1:4566/x/","KeysTableName":"`+env.Store.KeysTable+`"}}`)
+			writeFile(t, outputs, `{"capacity-local":{"ApiUrl":"http://127.0.0.1:4566/x/","StateTableName":"`+env.Store.Table+
+				`","AuditTableName":"`+env.Store.AuditTable+`","KeysTableName":"`+env.Store.KeysTable+`"}}`)
 			inj := awsfault.New(1, tt.faults...)
-			var out, errOut strings.Builder
-			a := &app{io: stdio{in: strings.NewReader(""), out: &out, err: &errOut}, getenv: func(string) string { return "" }}
-			a.awsConfig = func(context.Context) (aws.Config, error) {
-				return aws.Config{
-					Region: "us-east-1", BaseEndpoint: aws.String(env.URL),
-					Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
-					APIOptions:  []func(*middleware.Stack) error{inj.APIOption},
-					Retryer: func() aws.Retryer {
-						return retry.NewStandard(func(o *retry.StandardOptions) { o.MaxAttempts, o.MaxBackoff = 3, time.Millisecond })
-					},
-				}, nil
+			run := func() (int, string, string) {
+				var out, errOut strings.Builder
+				a := &app{io: stdio{in: strings.NewReader(""), out: &out, err: &errOut}, getenv: func(string) string { return "" }}
+				a.awsConfig = func(context.Context) (aws.Config, error) {
+					return aws.Config{
+						Region: "us-east-1", BaseEndpoint: aws.String(env.URL),
+						Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
+						APIOptions:  []func(*middleware.Stack) error{inj.APIOption},
+						Retryer: func() aws.Retryer {
+							return retry.NewStandard(func(o *retry.StandardOptions) { o.MaxAttempts, o.MaxBackoff = 3, time.Millisecond })
+						},
+					}, nil
+				}
+				code := a.main(context.Background(), []string{"--outputs", outputs, "--output", "json", "keys", "create", "--bootstrap",
+					"--org", "org-platform", "--description", "first", "--idempotency-key", "first-operator-key"})
+				return code, out.String(), errOut.String()
 			}
-			code := a.main(context.Background(), []string{"--outputs", outputs, "--output", "json", "keys", "create", "--bootstrap", "--org", "org-platform", "--description", "first"})
+			code, out, errOut := run()
 			if code != tt.code {
-				t.Fatalf("exit %d, want %d: %s", code, tt.code, errOut.String())
+				t.Fatalf("exit %d, want %d: %s", code, tt.code, errOut)
 			}
-			if lost := strings.Contains(errOut.String(), "answer was lost"); lost != tt.lost {
-				t.Errorf("lost answer reported %v, want %v (faults injected: %v): %s", lost, tt.lost, inj.Counts(), errOut.String())
+			for _, f := range tt.faults {
+				if inj.Count(f.Fault) == 0 {
+					t.Errorf("%s was not injected", f.Fault)
+				}
 			}
 			if !tt.stored {
-				if out.Len() != 0 {
-					t.Errorf("printed %q for a key that was not written", out.String())
+				if out != "" {
+					t.Errorf("printed %q for a key that was not written", out)
+				}
+				if n := len(env.Items(t, env.Store.KeysTable)) + len(env.Items(t, env.Store.AuditTable)); n != 0 {
+					t.Errorf("%d items written", n)
 				}
 				return
 			}
-			var got struct {
+			type answer struct {
 				Key struct {
 					KeyID       string   `json:"keyId"`
 					Permissions []string `json:"permissions"`
+					CreatedBy   string   `json:"createdBy"`
 				} `json:"key"`
-				Secret string `json:"secret"`
+				Secret      string `json:"secret"`
+				SecretShown bool   `json:"secretShown"`
 			}
-			if err := json.Unmarshal([]byte(out.String()), &got); err != nil {
-				t.Fatalf("%v: %s", err, out.String())
+			var got answer
+			if err := json.Unmarshal([]byte(out), &got); err != nil {
+				t.Fatalf("%v: %s", err, out)
 			}
 			if err := capacity.CheckKeySecret(got.Secret); err != nil {
 				t.Errorf("secret %q: %v", got.Secret, err)
 			}
-			keys := &dynamo.Keys{Client: dynamodb.NewFromConfig(aws.Config{Region: "us-east-1", BaseEndpoint: aws.String(env.URL),
-				Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")}), Table: env.Store.KeysTable}
-			k, err := keys.LookupKey(context.Background(), auth.Hash(got.Secret))
+			if tt.repeat {
+				code, out, errOut := run()
+				var again answer
+				if code != 0 || json.Unmarshal([]byte(out), &again) != nil {
+					t.Fatalf("second run: exit %d: %s %s", code, out, errOut)
+				}
+				if again.Secret != "" || !again.SecretShown || again.Key.KeyID != got.Key.KeyID {
+					t.Errorf("second run answered %s; want the same key, replayed without its secret", out)
+				}
+			}
+			ctx := context.Background()
+			k, err := env.Store.Keys().LookupKey(ctx, capacity.HashKeySecret(got.Secret))
 			if err != nil || k == nil {
 				t.Fatalf("the key is not stored: %v", err)
 			}
-			if k.KeyID != got.Key.KeyID || !k.Operator || k.OrgID != "org-platform" || len(k.Permissions) != 3 {
-				t.Errorf("stored %+v", k)
+			if k.KeyID != got.Key.KeyID || !k.Operator || k.OrgID != "org-platform" || len(k.Permissions) != 3 ||
+				k.CreatedByKeyID != bootstrapKeyID || got.Key.CreatedBy != bootstrapKeyID {
+				t.Errorf("stored %+v, answered %+v", k, got.Key)
+			}
+			// Found by id (its pointer), and the only key.
+			if byID, err := env.Store.GetKey(ctx, k.KeyID); err != nil || byID.Hash != k.Hash {
+				t.Errorf("GetKey(%s) = %+v, %v", k.KeyID, byID, err)
+			}
+			svc := &capacity.Service{Store: env.Store, Keys: env.Store}
+			op := capacity.Principal{KeyID: k.KeyID, OrgID: k.OrgID, Operator: true}
+			if page, err := svc.ListKeys(ctx, op, capacity.PageRequest{}); err != nil || len(page.Keys) != 1 {
+				t.Errorf("keys: %+v, %v; want the one", page, err)
+			}
+			// One record on the keys' chain, written directly by the bootstrap principal.
+			chain, err := svc.ListKeyAudit(ctx, op, capacity.PageRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep := capacity.VerifyAuditChain(chain.Head, chain.Records); !rep.OK || len(chain.Records) != 1 {
+				t.Fatalf("key chain %+v: %+v", chain.Records, rep)
+			}
+			rec := chain.Records[0]
+			if rec.Action != capacity.ActionKeyCreate || rec.Via != capacity.ViaDirect || rec.ActorKeyID != bootstrapKeyID ||
+				rec.CallerOrgID != "org-platform" || rec.TargetKeyID != k.KeyID || rec.Seq != 1 {
+				t.Errorf("audit record %+v", rec)
+			}
+			// Neither the secret nor anything derived from it beyond the key's hash is stored.
+			for _, table := range []string{env.Store.KeysTable, env.Store.AuditTable} {
+				for _, it := range env.Items(t, table) {
+					var m map[string]any
+					_ = attributevalue.UnmarshalMap(it, &m)
+					if b, _ := json.Marshal(m); strings.Contains(string(b), got.Secret) {
+						t.Errorf("%s holds the secret", table)
+					}
+				}
 			}
 		})
 	}

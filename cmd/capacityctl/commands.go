@@ -6,11 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/openrelay/capacity/shared/auth"
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/client"
 	"github.com/openrelay/capacity/shared/dynamo"
@@ -25,7 +26,7 @@ func keysCreate(ctx context.Context, a *app, fs *flag.FlagSet, args []string) er
 	operator := fs.Bool("operator", false, "platform operator key")
 	expires := fs.String("expires", "", "expiry: RFC 3339 time or a duration from now (e.g. 720h)")
 	desc := fs.String("description", "", "what the key is for")
-	bootstrap := fs.Bool("bootstrap", false, "write the first operator key straight to the keys table with AWS credentials")
+	bootstrap := fs.Bool("bootstrap", false, "create the first operator key with AWS credentials on the stack's tables (not through the API)")
 	idem := fs.String("idempotency-key", "", "Idempotency-Key of the call")
 	if _, err := a.parse(fs, args, 0); err != nil {
 		return err
@@ -38,7 +39,7 @@ func keysCreate(ctx context.Context, a *app, fs *flag.FlagSet, args []string) er
 		return usageErr(fs, "--expires: %v", err)
 	}
 	if *bootstrap {
-		return a.bootstrapKey(ctx, *org, list(*perms), exp, *desc)
+		return a.bootstrapKey(ctx, *org, list(*perms), exp, *desc, *idem)
 	}
 	c, err := a.client(ctx)
 	if err != nil {
@@ -84,59 +85,60 @@ func parseExpiry(s string, now time.Time) (*time.Time, error) {
 	return &t, nil
 }
 
-// bootstrapKey writes an operator key to the keys table directly: the first key cannot be
-// created through the API, which needs an operator key to create one.
-func (a *app) bootstrapKey(ctx context.Context, org string, perms []string, exp *time.Time, desc string) error {
+// bootstrapKey creates the first operator key with AWS credentials: it cannot be created
+// through the API, which needs an operator key to create one. It goes through the domain on
+// the tables themselves, as a bootstrap operator, so the key gets its id pointer and its
+// record on the keys' audit chain (via "direct"), and a write whose answer was lost is found
+// (the secret still shown) or replayed under the Idempotency-Key.
+func (a *app) bootstrapKey(ctx context.Context, org string, perms []string, exp *time.Time, desc, idem string) error {
 	out, err := a.stackOutputs(ctx)
 	if err != nil {
 		return err
 	}
-	table := out["KeysTableName"]
-	if table == "" {
-		return &exitError{code: exitUsage, err: errors.New("--bootstrap needs the stack's KeysTableName: name the stack with --outputs FILE or --stack NAME")}
+	var missing []string
+	for _, name := range []string{"StateTableName", "AuditTableName", "KeysTableName"} {
+		if out[name] == "" {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		return &exitError{code: exitUsage, err: fmt.Errorf("--bootstrap needs the stack's %s: name the stack with --outputs FILE or --stack NAME", strings.Join(missing, ", "))}
 	}
 	if len(perms) == 0 {
 		perms = []string{capacity.PermCapacity, capacity.PermRead, capacity.PermPlace}
 	}
-	secret, err := capacity.NewKeySecret()
-	if err != nil {
-		return fmt.Errorf("new key secret: %w", err)
+	if idem == "" {
+		idem = "bootstrap-" + capacity.NewID()
 	}
 	cfg, err := a.aws(ctx)
 	if err != nil {
 		return err
 	}
-	key := capacity.APIKey{
-		KeyID: "key-" + capacity.NewID(), Hash: auth.Hash(secret), OrgID: org, Permissions: perms, Operator: true,
-		ExpiresAt: exp, Description: desc, CreatedAt: time.Now().UTC(),
-	}
-	keys := &dynamo.Keys{Client: dynamodb.NewFromConfig(cfg), Table: table}
-	if err := keys.Put(ctx, key); err != nil {
-		// A write whose answer was lost (a timeout the SDK retried into a failed condition)
-		// may have landed: the secret's hash is 256 random bits, so finding it is proof.
-		got, lerr := keys.LookupKey(ctx, key.Hash)
-		if lerr != nil || got == nil || got.KeyID != key.KeyID {
-			return fmt.Errorf("write the operator key to %s (nothing usable was written): %w", table, err)
-		}
-		fmt.Fprintf(a.io.err, "capacityctl: the write's answer was lost but the key is stored (%v)\n", err)
+	store := dynamo.New(dynamodb.NewFromConfig(cfg), out["StateTableName"], out["AuditTableName"])
+	store.KeysTable = out["KeysTableName"]
+	svc := &capacity.Service{Store: store, Keys: store,
+		Logger: slog.New(slog.NewTextHandler(a.io.err, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	p := capacity.Principal{KeyID: bootstrapKeyID, OrgID: org, Operator: true}
+	req := capacity.KeyRequest{OrgID: org, Permissions: perms, Operator: true, ExpiresAt: exp, Description: desc, IdempotencyKey: idem}
+	res, err := svc.CreateKey(ctx, p, req, capacity.RequestMeta{RequestID: idem, Via: capacity.ViaDirect})
+	if err != nil {
+		return fmt.Errorf("create the operator key in %s: %w", store.KeysTable, err)
 	}
 	if a.output == "json" {
-		return printValue(a.io.out, map[string]any{"key": map[string]any{
-			"keyId": key.KeyID, "orgId": org, "permissions": perms, "operator": true, "description": desc,
-			"createdAt": key.CreatedAt.Format(time.RFC3339), "expiresAt": formatOpt(exp),
-		}, "secret": secret})
+		return printValue(a.io.out, wire.KeyAnswer(res))
 	}
-	fmt.Fprintf(a.io.out, "operator key %s for org %s written to %s\n", key.KeyID, org, table)
-	fmt.Fprintf(a.io.out, "secret (shown once, store it now): %s\n", secret)
+	fmt.Fprintf(a.io.out, "operator key %s for org %s written to %s\n", res.Key.KeyID, org, store.KeysTable)
+	if res.Secret == "" {
+		fmt.Fprintf(a.io.out, "the secret was shown by the first call with Idempotency-Key %s; revoke and recreate the key if it is lost\n", idem)
+		return nil
+	}
+	fmt.Fprintf(a.io.out, "secret (shown once, store it now): %s\n", res.Secret)
 	return nil
 }
 
-func formatOpt(t *time.Time) string {
-	if t == nil {
-		return ""
-	}
-	return t.Format(time.RFC3339)
-}
+// bootstrapKeyID is the actor of the keys created by --bootstrap (their createdBy, and the
+// actorKeyId of their audit records): no key exists to act with.
+const bootstrapKeyID = "bootstrap"
 
 func pageFlags(fs *flag.FlagSet) (*int, *string) {
 	return fs.Int("limit", 0, "page size (1..100; default the API's)"), fs.String("cursor", "", "the page after this cursor")
@@ -191,15 +193,8 @@ func nodesPut(ctx context.Context, a *app, fs *flag.FlagSet, args []string) erro
 	owner := fs.String("owner", "", "owner org")
 	units := fs.String("units", "", "comma-separated unit ids")
 	agent := fs.String("agent-endpoint", "", "the node agent's URL (https outside the local stack)")
-	reason := fs.String("reason", "", "why")
-	idem := fs.String("idempotency-key", "", "Idempotency-Key of the call")
-	if _, err := a.parse(fs, args, 0); err != nil {
-		return err
-	}
-	if err := required(fs, "node", *node, "owner", *owner, "units", *units, "agent-endpoint", *agent); err != nil {
-		return err
-	}
-	c, err := a.client(ctx)
+	reason, idem := writeFlags(fs)
+	c, err := a.connect(ctx, fs, args, "node", "owner", "units", "agent-endpoint")
 	if err != nil {
 		return err
 	}
@@ -222,13 +217,7 @@ func nodesPut(ctx context.Context, a *app, fs *flag.FlagSet, args []string) erro
 
 func nodesGet(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
 	node := fs.String("node", "", "node id")
-	if _, err := a.parse(fs, args, 0); err != nil {
-		return err
-	}
-	if err := required(fs, "node", *node); err != nil {
-		return err
-	}
-	c, err := a.client(ctx)
+	c, err := a.connect(ctx, fs, args, "node")
 	if err != nil {
 		return err
 	}
@@ -242,15 +231,8 @@ func nodesGet(ctx context.Context, a *app, fs *flag.FlagSet, args []string) erro
 func topologySet(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
 	node := fs.String("node", "", "node id")
 	units := fs.String("units", "", "the node's complete new unit list, comma-separated")
-	reason := fs.String("reason", "", "why")
-	idem := fs.String("idempotency-key", "", "Idempotency-Key of the call")
-	if _, err := a.parse(fs, args, 0); err != nil {
-		return err
-	}
-	if err := required(fs, "node", *node, "units", *units); err != nil {
-		return err
-	}
-	c, err := a.client(ctx)
+	reason, idem := writeFlags(fs)
+	c, err := a.connect(ctx, fs, args, "node", "units")
 	if err != nil {
 		return err
 	}
@@ -280,12 +262,8 @@ func reservationsCreate(ctx context.Context, a *app, fs *flag.FlagSet, args []st
 	managing := fs.String("managing-orgs", "", "orgs that may move the capacity, comma-separated")
 	units := fs.String("units", "", "reserved unit ids, comma-separated")
 	contract := fs.String("contract", "", "contract reference")
-	reason := fs.String("reason", "", "why")
-	idem := fs.String("idempotency-key", "", "Idempotency-Key of the call")
-	if _, err := a.parse(fs, args, 0); err != nil {
-		return err
-	}
-	if err := required(fs, "node", *node, "units", *units, "allowed-orgs", *allowed); err != nil {
+	reason, idem := writeFlags(fs)
+	if err := a.parseFlags(fs, args, "node", "units", "allowed-orgs"); err != nil {
 		return err
 	}
 	startsAt := time.Now().UTC().Format(time.RFC3339)
@@ -317,13 +295,7 @@ func reservationsCreate(ctx context.Context, a *app, fs *flag.FlagSet, args []st
 func reservationsList(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
 	node := fs.String("node", "", "node id")
 	limit, cursor := pageFlags(fs)
-	if _, err := a.parse(fs, args, 0); err != nil {
-		return err
-	}
-	if err := required(fs, "node", *node); err != nil {
-		return err
-	}
-	c, err := a.client(ctx)
+	c, err := a.connect(ctx, fs, args, "node")
 	if err != nil {
 		return err
 	}
@@ -331,13 +303,7 @@ func reservationsList(ctx context.Context, a *app, fs *flag.FlagSet, args []stri
 	if err != nil {
 		return err
 	}
-	return a.emit(meta, func(w io.Writer) {
-		reservationHeader(w)
-		for _, r := range res.Reservations {
-			reservationRow(w, r)
-		}
-		nextCursor(w, res.NextCursor)
-	})
+	return emitPage(a, meta, reservationHeader, res.Reservations, reservationRow, res.NextCursor)
 }
 
 // reservationFlags are the flags naming one reservation.
@@ -347,13 +313,7 @@ func reservationFlags(fs *flag.FlagSet) (node, res *string) {
 
 func reservationsGet(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
 	node, res := reservationFlags(fs)
-	if _, err := a.parse(fs, args, 0); err != nil {
-		return err
-	}
-	if err := required(fs, "node", *node, "reservation", *res); err != nil {
-		return err
-	}
-	c, err := a.client(ctx)
+	c, err := a.connect(ctx, fs, args, "node", "reservation")
 	if err != nil {
 		return err
 	}
@@ -376,15 +336,8 @@ type changeFunc func(*client.Client, context.Context, string, string, string, cl
 
 func reservationChange(ctx context.Context, a *app, fs *flag.FlagSet, args []string, change changeFunc, showVMs bool) error {
 	node, res := reservationFlags(fs)
-	reason := fs.String("reason", "", "why")
-	idem := fs.String("idempotency-key", "", "Idempotency-Key of the call")
-	if _, err := a.parse(fs, args, 0); err != nil {
-		return err
-	}
-	if err := required(fs, "node", *node, "reservation", *res); err != nil {
-		return err
-	}
-	c, err := a.client(ctx)
+	reason, idem := writeFlags(fs)
+	c, err := a.connect(ctx, fs, args, "node", "reservation")
 	if err != nil {
 		return err
 	}

@@ -22,14 +22,16 @@ import (
 
 	"github.com/openrelay/capacity/localstack/stack"
 	"github.com/openrelay/capacity/shared/agent"
+	"github.com/openrelay/capacity/shared/capacity"
 	apiclient "github.com/openrelay/capacity/shared/client"
+	"github.com/openrelay/capacity/shared/wire"
 )
 
 // ctl runs the capacityctl binary against the stack.
 type ctl struct {
 	t       *testing.T
 	bin     string
-	outputs string // the stack outputs file it reads the API and the keys table from
+	outputs string // the stack outputs file it reads the API and the tables from
 }
 
 type ctlResult struct {
@@ -120,7 +122,8 @@ func TestOperatingFromNothing(t *testing.T) {
 	suffix := fmt.Sprintf("%d", time.Now().UnixNano()%1e9)
 	node, tenant := "node-op-"+suffix, "org-tenant-"+suffix
 
-	// 1. The first operator key, written with AWS credentials straight to the keys table.
+	// 1. The first operator key, created with AWS credentials on the tables themselves (no key
+	// exists yet to call the API with), audited on the keys' chain as "direct".
 	var boot struct {
 		Key    struct{ KeyID string } `json:"key"`
 		Secret string                 `json:"secret"`
@@ -261,6 +264,15 @@ func TestOperatingFromNothing(t *testing.T) {
 	if r := c.ok(tenantKey, "audit", "list", "--node", node, "--reservation", "res-op"); !strings.Contains(r.stdout, "reservation.reaffirm") {
 		t.Errorf("audit list of the reservation:\n%s", r.stdout)
 	}
+	// The tenant leaves: its key is revoked with a reason, which the keys' chain records.
+	c.ok(op, "keys", "revoke", tk.Key.KeyID, "--reason", "tenant offboarded")
+	byTarget := keyAudit(c, op)
+	if rec := byTarget[boot.Key.KeyID+" "+capacity.ActionKeyCreate]; rec.Via != capacity.ViaDirect || rec.ActorKeyID != "bootstrap" {
+		t.Errorf("the bootstrap key's record: %+v", rec)
+	}
+	if rec := byTarget[tk.Key.KeyID+" "+capacity.ActionKeyRevoke]; rec.Reason != "tenant offboarded" || rec.Via != capacity.ViaHTTP {
+		t.Errorf("the tenant key's revoke record: %+v", rec)
+	}
 	if r := c.ok(op, "audit", "verify", "--node", node); !strings.HasPrefix(r.stdout, "OK: audit chain of node "+node) {
 		t.Errorf("audit verify: %s", r.stdout)
 	}
@@ -275,6 +287,30 @@ func TestOperatingFromNothing(t *testing.T) {
 		!strings.Contains(r.stdout, "action reclaim") {
 		t.Errorf("audit verify after tampering: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
+}
+
+// keyAudit reads the whole keys' chain with capacityctl and indexes its records by
+// "<targetKeyId> <action>".
+func keyAudit(c *ctl, key string) map[string]wire.AuditRecordJSON {
+	c.t.Helper()
+	out := map[string]wire.AuditRecordJSON{}
+	cursor := ""
+	for range 100 {
+		var page wire.AuditChainPageJSON
+		args := []string{"audit", "list", "--keys", "--limit", "100"}
+		if cursor != "" {
+			args = append(args, "--cursor", cursor)
+		}
+		c.json(key, &page, args...)
+		for _, r := range page.Records {
+			out[r.TargetKeyID+" "+r.Action] = r
+		}
+		if cursor = page.NextCursor; cursor == "" {
+			return out
+		}
+	}
+	c.t.Fatal("the keys' chain did not end within 100 pages")
+	return nil
 }
 
 // alterAuditRecord changes the Reason of the node's (real, not dry-run) audit record with

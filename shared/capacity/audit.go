@@ -16,8 +16,9 @@ import (
 // Hash) is kept on the node item and advanced in the same transaction as the record is put, so
 // removing, altering or inserting a record breaks either the links or the head.
 
-// canonicalAudit is the fixed form a record's hash is computed over: every member present, in
-// this order, lists never null, times RFC3339Nano in UTC. Changing it changes every hash.
+// canonicalAudit is the fixed form a record's hash is computed over: every member present
+// (but an empty targetKeyId), in this order, lists never null, times RFC3339Nano in UTC.
+// Changing it changes every hash.
 type canonicalAudit struct {
 	ID             string            `json:"id"`
 	Seq            int64             `json:"seq"`
@@ -44,6 +45,9 @@ type canonicalAudit struct {
 	Via            string            `json:"via"`
 	EventID        string            `json:"eventId"`
 	Victims        []canonicalVictim `json:"victims"`
+	// TargetKeyID is the one member left out when empty: it came after chains did, and records
+	// without it (every one but key management's) keep the hash they were written with.
+	TargetKeyID string `json:"targetKeyId,omitempty"`
 }
 
 type canonicalVictim struct {
@@ -69,7 +73,7 @@ func HashAuditRecord(r AuditRecord) string {
 		DryRun: r.DryRun, Reason: r.Reason, ReclaimID: r.ReclaimID, Terminated: list(r.Terminated),
 		Skipped: list(r.Skipped), ReleasedBefore: list(r.ReleasedBefore), ReleasedAfter: list(r.ReleasedAfter),
 		TopologyGen: r.TopologyGen, VMID: r.VMID, Outcome: r.Outcome, Via: r.Via, EventID: r.EventID,
-		Victims: []canonicalVictim{},
+		Victims: []canonicalVictim{}, TargetKeyID: r.TargetKeyID,
 	}
 	for _, v := range r.Victims {
 		c.Victims = append(c.Victims, canonicalVictim{VMID: v.VMID, OrgID: v.OrgID, UnitIDs: list(v.UnitIDs)})

@@ -1,6 +1,8 @@
 package capacity
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"testing"
 	"time"
@@ -39,16 +41,38 @@ func TestHashAuditRecordCanonical(t *testing.T) {
 		t.Error("Hash is part of the hashed content")
 	}
 	for name, change := range map[string]func(*AuditRecord){
-		"seq":      func(r *AuditRecord) { r.Seq = 2 },
-		"prevHash": func(r *AuditRecord) { r.PrevHash = "p" },
-		"victims":  func(r *AuditRecord) { r.Victims = []Victim{{VMID: "v", OrgID: "b"}} },
-		"dryRun":   func(r *AuditRecord) { r.DryRun = true },
-		"via":      func(r *AuditRecord) { r.Via = ViaEvent },
+		"seq":         func(r *AuditRecord) { r.Seq = 2 },
+		"prevHash":    func(r *AuditRecord) { r.PrevHash = "p" },
+		"victims":     func(r *AuditRecord) { r.Victims = []Victim{{VMID: "v", OrgID: "b"}} },
+		"dryRun":      func(r *AuditRecord) { r.DryRun = true },
+		"via":         func(r *AuditRecord) { r.Via = ViaEvent },
+		"targetKeyId": func(r *AuditRecord) { r.TargetKeyID = "key-1" },
 	} {
 		r := base
 		change(&r)
 		if HashAuditRecord(r) == nilLists {
 			t.Errorf("%s is not covered by the hash", name)
+		}
+	}
+}
+
+// TestHashAuditRecordForm pins the canonical text: records without a target key hash as they
+// did before the member existed, so chains written then still verify.
+func TestHashAuditRecordForm(t *testing.T) {
+	base := AuditRecord{ID: "a", Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Seq: 1, Action: ActionKeyRevoke}
+	const form = `{"id":"a","seq":1,"prevHash":"","time":"2026-01-02T03:04:05Z","requestId":"","actorKeyId":"",` +
+		`"callerOrgId":"","actingFor":"","action":"key.revoke","nodeId":"","reservationId":"","unitIds":[],` +
+		`"dryRun":false,"reason":"","reclaimId":"","terminated":[],"skipped":[],"releasedBefore":[],` +
+		`"releasedAfter":[],"topologyGen":0,"vmId":"","outcome":"","via":"","eventId":"","victims":[]`
+	for _, tc := range []struct{ target, text string }{
+		{"", form + "}"},
+		{"key-1", form + `,"targetKeyId":"key-1"}`},
+	} {
+		r := base
+		r.TargetKeyID = tc.target
+		sum := sha256.Sum256([]byte(tc.text))
+		if got, want := HashAuditRecord(r), hex.EncodeToString(sum[:]); got != want {
+			t.Errorf("target %q: hash %s, want the hash of %s", tc.target, got, tc.text)
 		}
 	}
 }

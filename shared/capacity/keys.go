@@ -168,7 +168,7 @@ func (s *Service) CreateKey(ctx context.Context, p Principal, req KeyRequest, me
 			idem = &IdempotencyRecord{Scope: key.scope, Fingerprint: key.fingerprint, Result: body,
 				CreatedAt: now, ExpiresAt: now.Add(s.idempotencyTTL())}
 		}
-		audit := s.keyAudit(p, meta, ActionKeyCreate, res.Key, now)
+		audit := s.keyAudit(p, meta, ActionKeyCreate, res.Key, "", now)
 		err = store.CreateKey(ctx, res.Key, idem, audit)
 		if errors.Is(err, ErrAmbiguous) {
 			// A timeout after the write may have landed: the key's id tells.
@@ -237,25 +237,13 @@ func (s *Service) keyLanded(ctx context.Context, store KeyStore, keyID string) (
 }
 
 // keyAudit is the record of a key change: no node (the keys chain), the key's org as the
-// one acted for, and the key named in Reason (records have no field of their own for it).
-func (s *Service) keyAudit(p Principal, meta RequestMeta, action string, k APIKey, now time.Time) AuditRecord {
-	reason := "key " + k.KeyID
-	if action == ActionKeyCreate {
-		grant := k.Permissions
-		if k.Operator {
-			grant = append([]string{"operator"}, grant...)
-		}
-		reason += " [" + strings.Join(grant, ",") + "]"
-		if k.ExpiresAt != nil {
-			reason += " until " + k.ExpiresAt.UTC().Format(time.RFC3339)
-		}
-		if k.Description != "" {
-			reason += ": " + k.Description
-		}
-	}
+// one acted for, the key in TargetKeyID and the caller's reason, if any. What the key grants
+// is not repeated: the key itself lists it.
+func (s *Service) keyAudit(p Principal, meta RequestMeta, action string, k APIKey, reason string, now time.Time) AuditRecord {
 	return AuditRecord{
 		ID: s.newID(), Time: now, RequestID: meta.RequestID, ActorKeyID: p.KeyID, CallerOrgID: p.OrgID,
-		ActingFor: k.OrgID, Action: action, Reason: reason, Outcome: "ok", Via: meta.via(), EventID: meta.EventID,
+		ActingFor: k.OrgID, Action: action, TargetKeyID: k.KeyID, Reason: reason, Outcome: "ok",
+		Via: meta.via(), EventID: meta.EventID,
 	}
 }
 
@@ -282,14 +270,24 @@ func (s *Service) ListKeys(ctx context.Context, p Principal, page PageRequest) (
 	return &KeyPage{Keys: keys, NextCursor: next}, nil
 }
 
+// KeyRevocation asks to revoke the key KeyID; Reason goes to the audit record.
+type KeyRevocation struct {
+	KeyID  string
+	Reason string
+}
+
 // RevokeKey revokes an API key, operators only (anyone else: 404). Revoking a revoked key
 // answers it as it is and writes nothing; an operator may revoke the key it calls with.
-func (s *Service) RevokeKey(ctx context.Context, p Principal, keyID string, meta RequestMeta) (*APIKey, error) {
+func (s *Service) RevokeKey(ctx context.Context, p Principal, req KeyRevocation, meta RequestMeta) (*APIKey, error) {
 	if !p.Operator {
 		return nil, keysNotFound()
 	}
+	keyID := req.KeyID
 	if !ValidID(keyID) {
 		return nil, keyNotFound()
+	}
+	if err := validateReason(req.Reason); err != nil {
+		return nil, err
 	}
 	store, err := s.keyStore()
 	if err != nil {
@@ -308,7 +306,7 @@ func (s *Service) RevokeKey(ctx context.Context, p Principal, keyID string, meta
 			return k, nil // repeat-safe: a second revoke, or ours that landed after a timeout
 		}
 		now := s.now()
-		err = store.RevokeKey(ctx, *k, now, s.keyAudit(p, meta, ActionKeyRevoke, *k, now))
+		err = store.RevokeKey(ctx, *k, now, s.keyAudit(p, meta, ActionKeyRevoke, *k, req.Reason, now))
 		last = err
 		switch {
 		case err == nil:

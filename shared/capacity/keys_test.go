@@ -132,7 +132,7 @@ func TestKeyCallsAreOperatorOnly(t *testing.T) {
 	} {
 		_, err := svc.CreateKey(ctx, p, capacity.KeyRequest{OrgID: "org-1", Permissions: []string{capacity.PermRead}}, capacity.RequestMeta{})
 		wantCode(t, err, capacity.CodeNotFound)
-		_, err = svc.RevokeKey(ctx, p, "key-x", capacity.RequestMeta{})
+		_, err = svc.RevokeKey(ctx, p, capacity.KeyRevocation{KeyID: "key-x"}, capacity.RequestMeta{})
 		wantCode(t, err, capacity.CodeNotFound)
 		_, err = svc.ListKeys(ctx, p, capacity.PageRequest{})
 		wantCode(t, err, capacity.CodeNotFound)
@@ -220,7 +220,7 @@ func TestCreateKey(t *testing.T) {
 	}
 	a := store.audits[0]
 	if a.Action != capacity.ActionKeyCreate || a.NodeID != "" || a.ActorKeyID != "key-op" || a.ActingFor != "org-1" ||
-		a.RequestID != "req-1" || a.Outcome != "ok" || a.Via != capacity.ViaHTTP || !strings.Contains(a.Reason, res.Key.KeyID) {
+		a.RequestID != "req-1" || a.Outcome != "ok" || a.Via != capacity.ViaHTTP || a.TargetKeyID != res.Key.KeyID || a.Reason != "" {
 		t.Errorf("audit record %+v", a)
 	}
 	// Neither the secret nor its hash is in the idempotency record.
@@ -321,15 +321,15 @@ func TestRevokeKey(t *testing.T) {
 	}
 	t.Run("revoke, then again", func(t *testing.T) {
 		store, svc := setup()
-		k, err := svc.RevokeKey(ctx, operator, "key-a", capacity.RequestMeta{RequestID: "r1"})
+		k, err := svc.RevokeKey(ctx, operator, capacity.KeyRevocation{KeyID: "key-a", Reason: "leaked in a log"}, capacity.RequestMeta{RequestID: "r1"})
 		if err != nil || !k.Revoked || k.RevokedAt == nil || !k.RevokedAt.Equal(keyT0) {
 			t.Fatalf("revoke = %+v, %v", k, err)
 		}
 		if !store.keys["key-a"].Revoked || len(store.audits) != 1 || store.audits[0].Action != capacity.ActionKeyRevoke ||
-			store.audits[0].ActingFor != "org-1" || !strings.Contains(store.audits[0].Reason, "key-a") {
+			store.audits[0].ActingFor != "org-1" || store.audits[0].TargetKeyID != "key-a" || store.audits[0].Reason != "leaked in a log" {
 			t.Errorf("store %+v, audits %+v", store.keys["key-a"], store.audits)
 		}
-		again, err := svc.RevokeKey(ctx, operator, "key-a", capacity.RequestMeta{})
+		again, err := svc.RevokeKey(ctx, operator, capacity.KeyRevocation{KeyID: "key-a"}, capacity.RequestMeta{})
 		if err != nil || !again.Revoked {
 			t.Errorf("second revoke = %+v, %v", again, err)
 		}
@@ -339,18 +339,28 @@ func TestRevokeKey(t *testing.T) {
 	})
 	t.Run("the calling key itself", func(t *testing.T) {
 		_, svc := setup()
-		if k, err := svc.RevokeKey(ctx, operator, "key-op", capacity.RequestMeta{}); err != nil || !k.Revoked {
+		if k, err := svc.RevokeKey(ctx, operator, capacity.KeyRevocation{KeyID: "key-op"}, capacity.RequestMeta{}); err != nil || !k.Revoked {
 			t.Errorf("revoke own key = %+v, %v", k, err)
 		}
 	})
 	t.Run("unknown or malformed id", func(t *testing.T) {
 		store, svc := setup()
 		for _, id := range []string{"key-none", "", "key#a", strings.Repeat("k", 200)} {
-			_, err := svc.RevokeKey(ctx, operator, id, capacity.RequestMeta{})
+			_, err := svc.RevokeKey(ctx, operator, capacity.KeyRevocation{KeyID: id}, capacity.RequestMeta{})
 			wantCode(t, err, capacity.CodeNotFound)
 		}
 		if len(store.audits) != 0 {
 			t.Errorf("audits %+v", store.audits)
+		}
+	})
+	t.Run("a reason that is not UTF-8 or too long", func(t *testing.T) {
+		store, svc := setup()
+		for _, reason := range []string{"\xff", strings.Repeat("r", capacity.MaxReasonLen+1)} {
+			_, err := svc.RevokeKey(ctx, operator, capacity.KeyRevocation{KeyID: "key-a", Reason: reason}, capacity.RequestMeta{})
+			wantCode(t, err, capacity.CodeInvalidRequest)
+		}
+		if len(store.audits) != 0 || store.keys["key-a"].Revoked {
+			t.Errorf("a refused revoke wrote: %+v, %+v", store.keys["key-a"], store.audits)
 		}
 	})
 	t.Run("revoked by another call between read and write", func(t *testing.T) {
@@ -361,7 +371,7 @@ func TestRevokeKey(t *testing.T) {
 			k.Revoked, k.RevokedAt = true, &at
 			m.keys["key-a"] = k
 		}
-		k, err := svc.RevokeKey(ctx, operator, "key-a", capacity.RequestMeta{})
+		k, err := svc.RevokeKey(ctx, operator, capacity.KeyRevocation{KeyID: "key-a"}, capacity.RequestMeta{})
 		if err != nil || !k.Revoked || !k.RevokedAt.Equal(keyT0.Add(-time.Second)) {
 			t.Errorf("revoke = %+v, %v; want the other call's revocation", k, err)
 		}

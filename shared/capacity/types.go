@@ -355,10 +355,13 @@ type AuditRecord struct {
 	TopologyGen    int64
 	VMID           string
 	Outcome        string // "ok" or the error code
-	// Via is how the call came: ViaHTTP, ViaEvent or ViaSchedule.
+	// Via is how the call came: ViaHTTP, ViaEvent, ViaSchedule or ViaDirect.
 	Via string
 	// EventID names the event that carried the call (Via event or schedule).
 	EventID string
+	// TargetKeyID names the API key a key-management record is about (key.create,
+	// key.revoke); "" on every other record.
+	TargetKeyID string
 	// Victims are the VMs a reclaim evicted, with their buyer org and units.
 	Victims []Victim
 	// Seq numbers the record in its chain (1, 2, 3...); 0 for a record outside any chain.
@@ -374,6 +377,9 @@ const (
 	ViaHTTP     = "http"
 	ViaEvent    = "event"
 	ViaSchedule = "schedule"
+	// ViaDirect: written with AWS credentials straight to the tables, not through the API
+	// (the first operator key, capacityctl keys create --bootstrap).
+	ViaDirect = "direct"
 )
 
 // Audit actions.

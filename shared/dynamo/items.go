@@ -429,6 +429,7 @@ type auditItem struct {
 	Outcome        string    `dynamodbav:"Outcome"`
 	Via            string    `dynamodbav:"via,omitempty"`
 	EventID        string    `dynamodbav:"eventId,omitempty"`
+	TargetKeyID    string    `dynamodbav:"targetKeyId,omitempty"`
 	// The hash chain (absent on unchained and earlier records) and the evicted VMs.
 	Seq      int64          `dynamodbav:"seq,omitempty"`
 	PrevHash string         `dynamodbav:"prevHash,omitempty"`
@@ -470,7 +471,8 @@ func newAuditItemIn(pk string, a capacity.AuditRecord) auditItem {
 		UnitIDs: a.UnitIDs, DryRun: a.DryRun, Reason: a.Reason, ReclaimID: a.ReclaimID,
 		Terminated: a.Terminated, Skipped: a.Skipped, ReleasedBefore: a.ReleasedBefore,
 		ReleasedAfter: a.ReleasedAfter, TopologyGen: a.TopologyGen, VMID: a.VMID, Outcome: a.Outcome,
-		Via: a.Via, EventID: a.EventID, Seq: a.Seq, PrevHash: a.PrevHash, Hash: a.Hash, ResKey: auditResKey(a),
+		Via: a.Via, EventID: a.EventID, TargetKeyID: a.TargetKeyID, Seq: a.Seq, PrevHash: a.PrevHash, Hash: a.Hash,
+		ResKey: auditResKey(a),
 	}
 	for _, v := range a.Victims {
 		it.Victims = append(it.Victims, victimRecord{VMID: v.VMID, OrgID: v.OrgID, UnitIDs: v.UnitIDs})
@@ -485,7 +487,7 @@ func (i auditItem) record() capacity.AuditRecord {
 		UnitIDs: i.UnitIDs, DryRun: i.DryRun, Reason: i.Reason, ReclaimID: i.ReclaimID,
 		Terminated: i.Terminated, Skipped: i.Skipped, ReleasedBefore: i.ReleasedBefore,
 		ReleasedAfter: i.ReleasedAfter, TopologyGen: i.TopologyGen, VMID: i.VMID, Outcome: i.Outcome,
-		Via: i.Via, EventID: i.EventID, Seq: i.Seq, PrevHash: i.PrevHash, Hash: i.Hash,
+		Via: i.Via, EventID: i.EventID, TargetKeyID: i.TargetKeyID, Seq: i.Seq, PrevHash: i.PrevHash, Hash: i.Hash,
 	}
 	for _, v := range i.Victims {
 		a.Victims = append(a.Victims, capacity.Victim{VMID: v.VMID, OrgID: v.OrgID, UnitIDs: v.UnitIDs})

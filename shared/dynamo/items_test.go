@@ -36,7 +36,7 @@ var (
 		Action: "reclaim", NodeID: "n1", ReservationID: "r1", UnitIDs: []string{"u0"}, DryRun: true, Reason: "r",
 		ReclaimID: "rcl_1", Terminated: []string{"v1"}, Skipped: []string{"v2"}, ReleasedBefore: []string{"u0"},
 		ReleasedAfter: []string{}, TopologyGen: 2, VMID: "v1", Outcome: "ok", Via: "event", EventID: "e1",
-		Victims: []capacity.Victim{{VMID: "v1", OrgID: "b", UnitIDs: []string{"u0"}}}, Seq: 8, PrevHash: "h7", Hash: "h8"}
+		Victims: []capacity.Victim{{VMID: "v1", OrgID: "b", UnitIDs: []string{"u0"}}}, Seq: 8, PrevHash: "h7", Hash: "h8", TargetKeyID: "k2"}
 )
 
 // The stored schema is the item structs' tags, not the domain's Go field names: renaming a
@@ -57,7 +57,7 @@ func TestStoredAttributeNames(t *testing.T) {
 		{"outcome", newOutcomeItem(fullOp, "v1", fullOutcome, DefaultRetention), "At Attempt Error Outcome ReclaimID VMID expiresAt pk sk type"},
 		{"idempotency", newIdempotencyItem(fullIdem), "CreatedAt Fingerprint NodeID Result Scope expiresAt pk sk type"},
 		{"API key", newAPIKeyItem(fullKey), "ExpiresAt Hash KeyID Operator OrgID Permissions Revoked pk sk type"},
-		{"audit", newAuditItem(fullAudit), "ActingFor Action ActorKeyID CallerOrgID DryRun ID NodeID Outcome Reason ReclaimID ReleasedAfter ReleasedBefore RequestID ReservationID Skipped Terminated Time TopologyGen UnitIDs VMID eventId hash pk prevHash resKey seq sk type via victims"},
+		{"audit", newAuditItem(fullAudit), "ActingFor Action ActorKeyID CallerOrgID DryRun ID NodeID Outcome Reason ReclaimID ReleasedAfter ReleasedBefore RequestID ReservationID Skipped Terminated Time TopologyGen UnitIDs VMID eventId hash pk prevHash resKey seq sk targetKeyId type via victims"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

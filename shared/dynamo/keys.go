@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -16,10 +17,10 @@ import (
 	"github.com/openrelay/capacity/shared/capacity"
 )
 
-// Keys reads API keys from their own table (shared/table.Keys), apart from the state table
-// that the functions write: of the functions only the api function may reach it (to look
-// keys up, record their last use, and for key management by operators). It is auth's
-// KeyStore and Toucher.
+// Keys looks API keys up in their own table (shared/table.Keys), apart from the state table
+// that the other functions write: of the functions only the api function may reach it, to
+// look keys up, record their last use and (through Store's KeyStore methods below) manage
+// keys for operators. It is auth's KeyStore and Toucher; Put seeds keys outside the functions.
 type Keys struct {
 	Client *dynamodb.Client
 	Table  string
@@ -54,18 +55,68 @@ func (k *Keys) LookupKey(ctx context.Context, hash string) (*capacity.APIKey, er
 	return &key, nil
 }
 
-// Put provisions keys, each created only if absent (an existing key is never overwritten).
-// This is the operator's and the local stack's path; no function's role may call it.
+// Put provisions keys (the local stack's seed; the first operator key goes through the
+// domain, capacityctl keys create --bootstrap), each with its id pointer. Every item is created
+// only if absent, so an existing key is never overwritten; an existing item identical to the
+// one to put counts as put, so a Put retried after a lost answer completes the pointer. No
+// function's role may call it.
 func (k *Keys) Put(ctx context.Context, keys ...capacity.APIKey) error {
 	if err := k.check(keys); err != nil {
 		return err
 	}
-	items := make([]any, 0, 2*len(keys))
 	for _, key := range keys {
-		// The key first: an existing one is refused before its id pointer is touched.
-		items = append(items, newAPIKeyItem(key), newKeyIDItem(key))
+		// The key first: an existing, different one is refused before its pointer is touched.
+		for _, v := range []any{newAPIKeyItem(key), newKeyIDItem(key)} {
+			if err := k.putOrSame(ctx, v); err != nil {
+				return fmt.Errorf("put API key %s: %w", key.KeyID, err)
+			}
+		}
 	}
-	return putNew(ctx, k.Client, k.Table, items)
+	return nil
+}
+
+// putOrSame puts the item if its key is free. When it is taken, one consistent read tells
+// whether by this very item (success: an earlier attempt landed) or by another (the failed
+// condition is returned).
+func (k *Keys) putOrSame(ctx context.Context, v any) error {
+	item, err := attributevalue.MarshalMap(v)
+	if err != nil {
+		return fmt.Errorf("encode item: %w", err)
+	}
+	cond, err := expression.NewBuilder().WithCondition(expression.Name(attrPK).AttributeNotExists()).Build()
+	if err != nil {
+		return fmt.Errorf("build condition: %w", err)
+	}
+	_, err = k.Client.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: aws.String(k.Table), Item: item,
+		ConditionExpression: cond.Condition(), ExpressionAttributeNames: cond.Names(),
+	})
+	var ccf *types.ConditionalCheckFailedException
+	if !errors.As(err, &ccf) {
+		if err != nil {
+			return fmt.Errorf("put %s: %w", attr(item, attrPK), classify(err))
+		}
+		return nil
+	}
+	out, gerr := k.Client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(k.Table), Key: itemKey(attr(item, attrPK), attr(item, attrSK)), ConsistentRead: aws.Bool(true),
+	})
+	if gerr != nil {
+		return fmt.Errorf("put %s: %w (and reading it: %w)", attr(item, attrPK), err, classify(gerr))
+	}
+	if sameItem(out.Item, item) {
+		return nil
+	}
+	return fmt.Errorf("put %s: another item is stored there: %w", attr(item, attrPK), err)
+}
+
+// sameItem compares two items by their decoded values (numbers as numbers).
+func sameItem(a, b map[string]types.AttributeValue) bool {
+	var da, db map[string]any
+	if a == nil || attributevalue.UnmarshalMap(a, &da) != nil || attributevalue.UnmarshalMap(b, &db) != nil {
+		return false
+	}
+	return reflect.DeepEqual(da, db)
 }
 
 // check refuses keys that could never be looked up, or nowhere to put them.

@@ -86,7 +86,8 @@ func TestKeyLifecycle(t *testing.T) {
 	}
 	// One chained audit record.
 	audits := keyAudits(t, env)
-	if len(audits) != 1 || attr(audits[0], "Action") != capacity.ActionKeyCreate || attr(audits[0], "sk") != fmt.Sprintf("SEQ#%020d", 1) {
+	if len(audits) != 1 || attr(audits[0], "Action") != capacity.ActionKeyCreate || attr(audits[0], "sk") != fmt.Sprintf("SEQ#%020d", 1) ||
+		attr(audits[0], "targetKeyId") != res.Key.KeyID || attr(audits[0], "Reason") != "" {
 		t.Errorf("key audit records: %v", audits)
 	}
 
@@ -106,7 +107,7 @@ func TestKeyLifecycle(t *testing.T) {
 
 	// Revoke, twice: one record, the key refused from then on.
 	for range 2 {
-		k, err := svc.RevokeKey(ctx, opPrincipal, res.Key.KeyID, capacity.RequestMeta{})
+		k, err := svc.RevokeKey(ctx, opPrincipal, capacity.KeyRevocation{KeyID: res.Key.KeyID, Reason: "rotated"}, capacity.RequestMeta{})
 		if err != nil || !k.Revoked || !k.RevokedAt.Equal(t0) {
 			t.Fatalf("revoke = %+v, %v", k, err)
 		}
@@ -115,8 +116,18 @@ func TestKeyLifecycle(t *testing.T) {
 	if !got.Revoked || got.RevokedAt == nil || !got.RevokedAt.Equal(t0) {
 		t.Errorf("after revoke: %+v", got)
 	}
-	if audits := keyAudits(t, env); len(audits) != 2 || attr(audits[1], "Action") != capacity.ActionKeyRevoke {
-		t.Errorf("key audit records after two revokes: %d", len(audits))
+	if audits := keyAudits(t, env); len(audits) != 2 || attr(audits[1], "Action") != capacity.ActionKeyRevoke ||
+		attr(audits[1], "targetKeyId") != res.Key.KeyID || attr(audits[1], "Reason") != "rotated" {
+		t.Errorf("key audit records after two revokes: %v", audits)
+	}
+	// The records read back as written: the chain verifies with the target key in the hash.
+	chain, err := svc.ListKeyAudit(ctx, opPrincipal, capacity.PageRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep := capacity.VerifyAuditChain(chain.Head, chain.Records); !rep.OK || rep.Checked != 2 ||
+		chain.Records[1].TargetKeyID != res.Key.KeyID || chain.Records[1].Reason != "rotated" {
+		t.Errorf("key chain %+v: %+v", chain.Records, rep)
 	}
 	// The seeded key (id pointer written by Put) and a key provisioned before pointers existed
 	// are revoked by id too.
@@ -128,11 +139,11 @@ func TestKeyLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"key-legacy", operatorKey.KeyID} {
-		if k, err := svc.RevokeKey(ctx, opPrincipal, id, capacity.RequestMeta{}); err != nil || !k.Revoked {
+		if k, err := svc.RevokeKey(ctx, opPrincipal, capacity.KeyRevocation{KeyID: id}, capacity.RequestMeta{}); err != nil || !k.Revoked {
 			t.Errorf("revoke %s = %+v, %v", id, k, err)
 		}
 	}
-	if _, err := svc.RevokeKey(ctx, opPrincipal, "key-none", capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeNotFound {
+	if _, err := svc.RevokeKey(ctx, opPrincipal, capacity.KeyRevocation{KeyID: "key-none"}, capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeNotFound {
 		t.Errorf("revoke of an unknown key: %v", err)
 	}
 }
@@ -270,7 +281,7 @@ func TestRevokeRace(t *testing.T) {
 	errs := make([]error, 4)
 	for i := range errs {
 		wg.Go(func() {
-			_, errs[i] = svc.RevokeKey(ctx, opPrincipal, operatorKey.KeyID, capacity.RequestMeta{})
+			_, errs[i] = svc.RevokeKey(ctx, opPrincipal, capacity.KeyRevocation{KeyID: operatorKey.KeyID}, capacity.RequestMeta{})
 		})
 	}
 	wg.Wait()

@@ -135,6 +135,59 @@ func TestPutKeyNeverOverwrites(t *testing.T) {
 	}
 }
 
+// A Put repeated after a lost answer completes: an existing item identical to the one to put
+// counts as put, so the key's id pointer is written even when the key item landed first.
+func TestPutKeyRetried(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name   string
+		faults []awsfault.Rule
+		before func(t *testing.T, env *dynamotest.Env) // what the earlier attempt left
+	}{
+		{"the same keys again", nil, func(t *testing.T, env *dynamotest.Env) {
+			if err := env.Store.Keys().Put(ctx, operatorKey); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"the key landed, its pointer did not", nil, func(t *testing.T, env *dynamotest.Env) {
+			if err := env.Store.Keys().Put(ctx, operatorKey); err != nil {
+				t.Fatal(err)
+			}
+			_, err := env.Plain.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(env.Store.KeysTable),
+				Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "KEYID#" + operatorKey.KeyID},
+					"sk": &types.AttributeValueMemberS{Value: "KEYID"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}},
+		// Every answer lost: each write lands, the SDK's retry meets its item.
+		{"every answer lost", []awsfault.Rule{{Operation: "PutItem", Fault: awsfault.AmbiguousTimeout, Rate: 1}}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			inj := awsfault.New(1, tt.faults...)
+			env := dynamotest.New(t, dynamotest.WithAPIOptions(inj.APIOption))
+			if tt.before != nil {
+				tt.before(t, env)
+			}
+			if err := env.Store.Keys().Put(ctx, operatorKey, revokedKey); err != nil {
+				t.Fatalf("Put: %v (faults %v)", err, inj.Counts())
+			}
+			if len(tt.faults) > 0 && inj.Count(awsfault.AmbiguousTimeout) == 0 {
+				t.Error("no answer was lost")
+			}
+			if n := countPrefix(t, env, "KEYID#"); n != 2 {
+				t.Errorf("%d id pointers, want 2", n)
+			}
+			for _, k := range []capacity.APIKey{operatorKey, revokedKey} {
+				if got, err := env.Store.GetKey(ctx, k.KeyID); err != nil || got.Hash != k.Hash {
+					t.Errorf("GetKey(%s) = %+v, %v", k.KeyID, got, err)
+				}
+			}
+		})
+	}
+}
+
 func withKeys(s dynamo.Seed, keys ...capacity.APIKey) dynamo.Seed {
 	s.Keys = append(s.Keys, keys...)
 	return s

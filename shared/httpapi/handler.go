@@ -40,7 +40,7 @@ type Service interface {
 	// API keys.
 	CreateKey(ctx context.Context, p capacity.Principal, req capacity.KeyRequest, meta capacity.RequestMeta) (*capacity.KeyResult, error)
 	ListKeys(ctx context.Context, p capacity.Principal, page capacity.PageRequest) (*capacity.KeyPage, error)
-	RevokeKey(ctx context.Context, p capacity.Principal, keyID string, meta capacity.RequestMeta) (*capacity.APIKey, error)
+	RevokeKey(ctx context.Context, p capacity.Principal, req capacity.KeyRevocation, meta capacity.RequestMeta) (*capacity.APIKey, error)
 
 	// Audit trail.
 	ListReservationAudit(ctx context.Context, p capacity.Principal, nodeID, reservationID string, page capacity.PageRequest) (*capacity.AuditPage, error)

@@ -360,7 +360,7 @@ func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request, p capacity.P
 	if err := capacity.ValidateIdempotencyKey(r.Header.Get("Idempotency-Key")); err != nil {
 		return err
 	}
-	k, err := h.Service.RevokeKey(r.Context(), p, keyID, meta(reqID))
+	k, err := h.Service.RevokeKey(r.Context(), p, capacity.KeyRevocation{KeyID: keyID, Reason: body.Reason}, meta(reqID))
 	if err != nil {
 		return err
 	}

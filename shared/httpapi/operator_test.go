@@ -30,6 +30,7 @@ type opCall struct {
 	Topology capacity.TopologyRequest
 	KeyReq   capacity.KeyRequest
 	KeyID    string
+	Revoke   capacity.KeyRevocation
 	Page     capacity.PageRequest
 }
 
@@ -92,8 +93,8 @@ func (f *fakeService) ListKeys(_ context.Context, p capacity.Principal, page cap
 	return orEmpty(f.keyPage, f.err), f.err
 }
 
-func (f *fakeService) RevokeKey(_ context.Context, p capacity.Principal, keyID string, meta capacity.RequestMeta) (*capacity.APIKey, error) {
-	f.record(call{Method: "RevokeKey", Principal: p, Meta: meta, opCall: opCall{KeyID: keyID}})
+func (f *fakeService) RevokeKey(_ context.Context, p capacity.Principal, req capacity.KeyRevocation, meta capacity.RequestMeta) (*capacity.APIKey, error) {
+	f.record(call{Method: "RevokeKey", Principal: p, Meta: meta, opCall: opCall{KeyID: req.KeyID, Revoke: req}})
 	return orEmpty(f.key, f.err), f.err
 }
 
@@ -430,8 +431,19 @@ func TestOperatorRoutes(t *testing.T) {
 			check: func(t *testing.T, c call, body []byte) {
 				var a wire.KeyGetJSON
 				decodeStrict(t, body, &a)
-				if c.KeyID != "key-1" || !a.Key.Revoked || a.Key.RevokedAt == "" {
+				if c.KeyID != "key-1" || c.Revoke.Reason != "" || !a.Key.Revoked || a.Key.RevokedAt == "" {
 					t.Errorf("call %+v, answer %s", c, body)
+				}
+			},
+		},
+		{
+			name:       "revoke key with a reason",
+			q:          req{method: http.MethodPost, path: "/v1/keys/key-1/revoke", auth: opAuth, body: `{"reason":"leaked"}`},
+			canned:     opResults{key: &capacity.APIKey{KeyID: "key-1", Revoked: true, RevokedAt: &now}},
+			wantMethod: "RevokeKey", wantStatus: 200,
+			check: func(t *testing.T, c call, body []byte) {
+				if c.Revoke != (capacity.KeyRevocation{KeyID: "key-1", Reason: "leaked"}) {
+					t.Errorf("call %+v, want the body's reason passed on", c)
 				}
 			},
 		},

@@ -48,8 +48,8 @@ type Index struct {
 
 // State holds nodes, reservations, VMs, reclaim operations and idempotency records. Every key
 // belongs to one node (pk NODE#<nodeId>, or NODE#<nodeId>#... for its history and its
-// operations), so no write spans nodes; history expires through TTLAttribute. The functions
-// that write here never see API keys, which live in Keys.
+// operations), so no write spans nodes; history expires through TTLAttribute. API keys live
+// in Keys, out of reach of every function but the api function.
 var State = Table{
 	LogicalID: "StateTable",
 	Suffix:    "state",
@@ -57,16 +57,21 @@ var State = Table{
 	TTL:       true,
 }
 
-// Audit is append-only: the functions may put items and never update or delete them.
+// Audit is append-only: the functions may put items and never update or delete them. A node's
+// records are in its partition (NODE#<nodeId>), the keys' in APIKEYS; chained records sort
+// under SEQ#<20-digit seq>, unchained and earlier ones under <time>#<id> (before SEQ#). The
+// heads of the chains are on the node items and in Keys.
 var Audit = Table{
 	LogicalID: "AuditTable",
 	Suffix:    "audit",
 	Indexes:   []Index{{Name: AuditByReservationIndex, PartitionKey: AuditByReservationKey, SortKey: SortKey}},
 }
 
-// Keys holds API keys, by the hash of their secret. It is a table of its own so that IAM can
-// keep every function from writing it: the api function may only GetItem, no other function
-// has any access, and keys are provisioned by an operator outside the functions.
+// Keys holds API keys by the hash of their secret, their id pointers, the idempotency records
+// of key creations and the head of the keys' audit chain. It is a table of its own so that
+// IAM can keep every other function away from it: only the api function reaches it (GetItem,
+// PutItem, UpdateItem, ConditionCheckItem and Scan: key lookups, last use, and key management
+// by operators); the first operator key is created with AWS credentials outside the functions.
 var Keys = Table{
 	LogicalID: "KeysTable",
 	Suffix:    "keys",

@@ -147,6 +147,7 @@ type AuditRecordJSON struct {
 	Via            string       `json:"via"`
 	EventID        string       `json:"eventId"`
 	Victims        []VictimJSON `json:"victims"`
+	TargetKeyID    string       `json:"targetKeyId"`
 }
 
 // VictimJSON is a VM a reclaim evicted, with its buyer org and units.
@@ -165,7 +166,7 @@ func AuditRecord(r capacity.AuditRecord) AuditRecordJSON {
 		DryRun: r.DryRun, Reason: r.Reason, ReclaimID: r.ReclaimID, Terminated: list(r.Terminated),
 		Skipped: list(r.Skipped), ReleasedBefore: list(r.ReleasedBefore), ReleasedAfter: list(r.ReleasedAfter),
 		TopologyGen: r.TopologyGen, VMID: r.VMID, Outcome: r.Outcome, Via: r.Via, EventID: r.EventID,
-		Victims: make([]VictimJSON, 0, len(r.Victims)),
+		Victims: make([]VictimJSON, 0, len(r.Victims)), TargetKeyID: r.TargetKeyID,
 	}
 	for _, v := range r.Victims {
 		out.Victims = append(out.Victims, VictimJSON{VMID: v.VMID, OrgID: v.OrgID, UnitIDs: list(v.UnitIDs)})
@@ -187,7 +188,7 @@ func AuditRecordFrom(j AuditRecordJSON) (capacity.AuditRecord, error) {
 		DryRun: j.DryRun, Reason: j.Reason, ReclaimID: j.ReclaimID, Terminated: nilIfEmpty(j.Terminated),
 		Skipped: nilIfEmpty(j.Skipped), ReleasedBefore: nilIfEmpty(j.ReleasedBefore),
 		ReleasedAfter: nilIfEmpty(j.ReleasedAfter), TopologyGen: j.TopologyGen, VMID: j.VMID,
-		Outcome: j.Outcome, Via: j.Via, EventID: j.EventID,
+		Outcome: j.Outcome, Via: j.Via, EventID: j.EventID, TargetKeyID: j.TargetKeyID,
 	}
 	for _, v := range j.Victims {
 		r.Victims = append(r.Victims, capacity.Victim{VMID: v.VMID, OrgID: v.OrgID, UnitIDs: nilIfEmpty(v.UnitIDs)})

@@ -20,7 +20,7 @@ func fullRecord() capacity.AuditRecord {
 		NodeID: "n1", ReservationID: "r1", UnitIDs: []string{"u1", "u2"}, DryRun: true, Reason: "why ✓",
 		ReclaimID: "rc-1", Terminated: []string{"vm-1"}, Skipped: []string{"vm-2"},
 		ReleasedBefore: []string{"u1"}, ReleasedAfter: []string{"u3"}, TopologyGen: 7, VMID: "vm-9",
-		Outcome: "ok", Via: capacity.ViaEvent, EventID: "ev-1",
+		Outcome: "ok", Via: capacity.ViaEvent, EventID: "ev-1", TargetKeyID: "key-7",
 		Victims: []capacity.Victim{{VMID: "vm-1", OrgID: "buyer", UnitIDs: []string{"u1"}}, {VMID: "vm-3", OrgID: "b2"}},
 		Seq:     42, PrevHash: strings.Repeat("a", 64), Hash: strings.Repeat("b", 64),
 	}
@@ -87,7 +87,7 @@ func TestAuditRecordJSONMembers(t *testing.T) {
 	}
 	want := []string{"id", "seq", "prevHash", "hash", "time", "requestId", "actorKeyId", "callerOrgId", "actingFor",
 		"action", "nodeId", "reservationId", "unitIds", "dryRun", "reason", "reclaimId", "terminated", "skipped",
-		"releasedBefore", "releasedAfter", "topologyGen", "vmId", "outcome", "via", "eventId", "victims"}
+		"releasedBefore", "releasedAfter", "topologyGen", "vmId", "outcome", "via", "eventId", "victims", "targetKeyId"}
 	if len(m) != len(want) {
 		t.Errorf("members %d, want %d: %s", len(m), len(want), data)
 	}
