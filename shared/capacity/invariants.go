@@ -63,13 +63,15 @@ func exclusive(st *NodeState, unit string, now time.Time) bool {
 	return false
 }
 
-// offNodeViolations: an active or pending reservation that has not ended reserves only units
-// of the node (a topology change moves it to needs-review in the node's transaction).
+// offNodeViolations: an active reservation that has not ended reserves only units of the
+// node (a topology change moves it to needs-review in the node's transaction). A pending one
+// keeps its status and units through a change: nothing acts on it, and it may name a removed
+// unit.
 func offNodeViolations(st *NodeState, now time.Time) []string {
 	var out []string
 	for _, r := range st.Reservations {
 		status := r.StatusAt(now)
-		if status != StatusActive && status != StatusPending {
+		if status != StatusActive {
 			continue
 		}
 		for _, u := range r.ReservedUnitIDs {

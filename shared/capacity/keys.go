@@ -136,6 +136,13 @@ func (s *Service) CreateKey(ctx context.Context, p Principal, req KeyRequest, me
 		return nil, err
 	}
 	key := idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(ActionKeyCreate, req)}
+	// pending is set once a round's write was ambiguous: that write may still land (on AWS a
+	// read may not yet see a transaction in flight), so every later round puts the SAME key,
+	// idempotency record and audit record again. The conditional puts let at most one of them
+	// land, and its secret is the one answered. A new key (new secret) is made only after a
+	// definite refusal with nothing in flight.
+	var pending *KeyResult
+	var pendingAudit AuditRecord
 	var last error
 	for range s.attempts() {
 		if key.scope != "" {
@@ -148,13 +155,19 @@ func (s *Service) CreateKey(ctx context.Context, p Principal, req KeyRequest, me
 				if err != nil {
 					return nil, err
 				}
+				if pending != nil && res.Key.KeyID == pending.Key.KeyID {
+					return pending, nil // our own earlier write landed: its secret is ours to show
+				}
 				res.SecretShown, res.Replayed = true, true
 				return &res, nil
 			}
 		}
-		res, err := s.newKey(p, req, meta, key, now)
-		if err != nil {
-			return nil, err
+		res, audit := pending, pendingAudit
+		if res == nil {
+			if res, err = s.newKey(p, req, meta, key, now); err != nil {
+				return nil, err
+			}
+			audit = s.keyAudit(p, meta, ActionKeyCreate, res.Key, "", now)
 		}
 		var idem *IdempotencyRecord
 		if key.scope != "" {
@@ -168,10 +181,10 @@ func (s *Service) CreateKey(ctx context.Context, p Principal, req KeyRequest, me
 			idem = &IdempotencyRecord{Scope: key.scope, Fingerprint: key.fingerprint, Result: body,
 				CreatedAt: now, ExpiresAt: now.Add(s.idempotencyTTL())}
 		}
-		audit := s.keyAudit(p, meta, ActionKeyCreate, res.Key, "", now)
 		err = store.CreateKey(ctx, res.Key, idem, audit)
-		if errors.Is(err, ErrAmbiguous) {
-			// A timeout after the write may have landed: the key's id tells.
+		// A timeout after the write may have landed, and a conflict on a key put before may
+		// be that very write: the key's id tells.
+		if errors.Is(err, ErrAmbiguous) || (pending != nil && errors.Is(err, ErrConflict)) {
 			landed, lerr := s.keyLanded(ctx, store, res.Key.KeyID)
 			if lerr != nil {
 				return nil, fmt.Errorf("create key %s: %w (and checking it: %v)", res.Key.KeyID, err, lerr)
@@ -180,23 +193,30 @@ func (s *Service) CreateKey(ctx context.Context, p Principal, req KeyRequest, me
 				err = nil
 			}
 		}
+		if errors.Is(err, ErrAmbiguous) {
+			pending, pendingAudit = res, audit
+		}
 		last = err
 		switch {
 		case err == nil:
 			return res, nil
 		case errors.Is(err, ErrThrottled):
+			if pending != nil {
+				s.logger().WarnContext(ctx, "key creation throttled after an ambiguous write; the key may still appear (revoke it)", "key_id", pending.Key.KeyID)
+			}
 			return nil, errThrottled()
 		case errors.Is(err, ErrConflict), errors.Is(err, ErrAmbiguous):
-			// Another request under the same key won (the next round replays it), or a
-			// write that did not land: go again with a new secret.
+			// Another request under the same key won (the next round replays it), a write
+			// that did not land, or one whose outcome is unknown: go again.
 			s.logger().InfoContext(ctx, "key creation did not land; trying again", "key_id", res.Key.KeyID, "err", err)
 			continue
 		default:
 			return nil, fmt.Errorf("create key: %w", err)
 		}
 	}
-	if errors.Is(last, ErrAmbiguous) {
-		return nil, fmt.Errorf("create key: outcome still unknown after %d rounds: %w", s.attempts(), last)
+	if pending != nil {
+		s.logger().WarnContext(ctx, "key creation outcome unknown; the key may still appear (revoke it)", "key_id", pending.Key.KeyID, "err", last)
+		return nil, fmt.Errorf("create key %s: outcome still unknown after %d rounds: %w", pending.Key.KeyID, s.attempts(), last)
 	}
 	s.logger().WarnContext(ctx, "key creation kept losing races", "err", last)
 	return nil, Errorf(CodeConcurrentModification, "key management kept changing while the key was created; retrying is safe")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +30,9 @@ type memKeys struct {
 	// beforeRevoke runs inside the next RevokeKey, before its condition is checked.
 	beforeRevoke func(m *memKeys)
 	reads        int
+	// hidden makes the next GetKey calls answer not found (a read that does not yet see a
+	// write in flight).
+	hidden int
 }
 
 func newMemKeys() *memKeys {
@@ -76,6 +80,10 @@ func (m *memKeys) GetKey(_ context.Context, id string) (*capacity.APIKey, error)
 	defer m.mu.Unlock()
 	m.reads++
 	k, ok := m.keys[id]
+	if m.hidden > 0 {
+		m.hidden--
+		ok = false
+	}
 	if !ok {
 		return nil, capacity.Errorf(capacity.CodeNotFound, "no key %s", id)
 	}
@@ -281,6 +289,30 @@ func TestCreateKeyStoreFaults(t *testing.T) {
 			t.Errorf("%d keys, want 1", len(store.keys))
 		}
 	})
+	// The write lands but answers ambiguously, and the read that checks does not see it yet:
+	// the next round puts the same key again, which is refused as existing, and the call
+	// answers that key with its secret; no second key is made.
+	for _, idemKey := range []string{"", "k1"} {
+		t.Run("timeout, landed but not seen yet, idempotency key "+strconv.Quote(idemKey), func(t *testing.T) {
+			store := newMemKeys()
+			store.createErr, store.landed, store.hidden = fmt.Errorf("create: %w", capacity.ErrAmbiguous), true, 1
+			req := req
+			req.IdempotencyKey = idemKey
+			res, err := keyService(store).CreateKey(context.Background(), operator, req, capacity.RequestMeta{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Replayed || res.SecretShown || capacity.CheckKeySecret(res.Secret) != nil {
+				t.Fatalf("answer %+v: want the key with its secret", res)
+			}
+			if len(store.keys) != 1 || len(store.audits) != 1 {
+				t.Fatalf("%d keys, %d audit records; want 1, 1", len(store.keys), len(store.audits))
+			}
+			if store.keys[res.Key.KeyID].Hash != capacity.HashKeySecret(res.Secret) {
+				t.Errorf("answered secret is not the stored key's")
+			}
+		})
+	}
 	t.Run("timeout, not landed: created on the next round", func(t *testing.T) {
 		store := newMemKeys()
 		store.createErr = fmt.Errorf("create: %w", capacity.ErrAmbiguous)

@@ -109,6 +109,11 @@ type TopologyRequest struct {
 	UnitIDs        []string
 	Reason         string
 	IdempotencyKey string
+	// ExpectedTopologyGen, when set, is the generation the change was made against: a node at
+	// another one refuses it (topology_changed), so a stale change delivered late (SQS is
+	// unordered) never undoes a newer one. Left out of the fingerprint when nil, so records
+	// stored before it existed still match.
+	ExpectedTopologyGen *int64 `json:",omitempty"`
 }
 
 // TopologyResult is the answer to SetTopology.
@@ -281,6 +286,9 @@ func (r TopologyRequest) Validate() error {
 	if err := validateUnitIDs(r.UnitIDs); err != nil {
 		return err
 	}
+	if r.ExpectedTopologyGen != nil && *r.ExpectedTopologyGen < 1 {
+		return Errorf(CodeInvalidRequest, "expectedTopologyGen must be at least 1")
+	}
 	if err := validateReason(r.Reason); err != nil {
 		return err
 	}
@@ -332,8 +340,20 @@ func (s *Service) operatorCommits(ops OperatorStore, create bool) committer[Oper
 		},
 		// Found by its audit record, as for capacity commits.
 		probe: func(c *OperatorCommit) Commit { return Commit{Node: c.Node, Audit: c.Audit} },
-		// A commit found to have landed left the head its audit record makes.
-		found: func(c *OperatorCommit) { _, c.Node.AuditHead = ChainAuditRecord(c.Audit, c.Node.AuditHead) },
+		// A commit found to have landed: the store may have chained its record on a head
+		// that moved after the decision's read, so the head is read back (it may be past the
+		// record if more were appended since). Only if that read fails is it computed from
+		// the head as read, right when nothing else was appended.
+		found: func(ctx context.Context, c *OperatorCommit) {
+			n, err := ops.GetNode(ctx, c.Node.ID)
+			if err == nil {
+				c.Node.AuditHead = n.AuditHead
+				return
+			}
+			s.logger().WarnContext(ctx, "read back the audit head of a landed commit failed; answering the head computed from the one read",
+				"node", c.Node.ID, "audit_id", c.Audit.ID, "err", err)
+			_, c.Node.AuditHead = ChainAuditRecord(c.Audit, c.Node.AuditHead)
+		},
 	}
 }
 
@@ -539,7 +559,10 @@ func (s *Service) GetNode(ctx context.Context, p Principal, nodeID string) (*Nod
 
 // ListReservations returns a page of the node's reservations as the caller may see them: all
 // to an operator and to the node's owner; to another caller with reservation.read, those whose
-// audience or managing orgs hold its org (a page may then hold fewer than the limit).
+// audience or managing orgs hold its org (a page may then hold fewer than the limit). Such a
+// caller who sees nothing on the node gets the 404 of a missing node, so it cannot tell a node
+// without reservations for it from no node; its pages are read on until something visible
+// is found, and a next cursor is answered only when something visible follows it.
 func (s *Service) ListReservations(ctx context.Context, p Principal, nodeID string, page PageRequest) (*ReservationPage, error) {
 	if !p.Operator && !p.Can(PermRead) || !ValidID(nodeID) {
 		return nil, nodeNotFound()
@@ -552,21 +575,56 @@ func (s *Service) ListReservations(ctx context.Context, p Principal, nodeID stri
 	if err != nil {
 		return nil, err
 	}
-	rs, next, err := ops.ListReservations(ctx, nodeID, limit, page.Cursor)
-	if err != nil {
-		if e := (*Error)(nil); errors.As(err, &e) {
+	list := func(cursor string) ([]Reservation, string, error) {
+		rs, next, err := ops.ListReservations(ctx, nodeID, limit, cursor)
+		if err != nil {
+			if e := (*Error)(nil); errors.As(err, &e) {
+				return nil, "", err
+			}
+			return nil, "", fmt.Errorf("list reservations of node %s: %w", nodeID, err)
+		}
+		now := s.now()
+		for i := range rs {
+			rs[i].Status = rs[i].StatusAt(now)
+		}
+		return rs, next, nil
+	}
+	if p.Operator || p.OrgID == n.OwnerOrgID {
+		rs, next, err := list(page.Cursor)
+		if err != nil {
 			return nil, err
 		}
-		return nil, fmt.Errorf("list reservations of node %s: %w", nodeID, err)
-	}
-	all := p.Operator || p.OrgID == n.OwnerOrgID
-	now := s.now()
-	out := &ReservationPage{Reservations: []Reservation{}, NextCursor: next}
-	for _, r := range rs {
-		if all || slices.Contains(r.AllowedOrgIDs, p.OrgID) || slices.Contains(r.ManagingOrgIDs, p.OrgID) {
-			r.Status = r.StatusAt(now)
-			out.Reservations = append(out.Reservations, r)
+		if rs == nil {
+			rs = []Reservation{}
 		}
+		return &ReservationPage{Reservations: rs, NextCursor: next}, nil
+	}
+	out := &ReservationPage{Reservations: []Reservation{}}
+	for cursor := page.Cursor; ; {
+		rs, next, err := list(cursor)
+		if err != nil {
+			return nil, err
+		}
+		var visible []Reservation
+		for _, r := range rs {
+			if slices.Contains(r.AllowedOrgIDs, p.OrgID) || slices.Contains(r.ManagingOrgIDs, p.OrgID) {
+				visible = append(visible, r)
+			}
+		}
+		if len(out.Reservations) > 0 && len(out.Reservations)+len(visible) > limit {
+			// This store page does not fit: the next call starts at it (it holds
+			// something visible, so the cursor never leads to an empty page).
+			out.NextCursor = cursor
+			break
+		}
+		out.Reservations = append(out.Reservations, visible...)
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	if len(out.Reservations) == 0 {
+		return nil, nodeNotFound()
 	}
 	return out, nil
 }
@@ -798,8 +856,8 @@ func vmsOn(vms []VM, units []string) []VM {
 }
 
 // SetTopology replaces a node's unit list: the topology generation moves on and every
-// active or pending reservation that has not ended moves to needs-review, in the node's
-// transaction. Nothing is terminated: the answer names the VMs on removed units.
+// active reservation that has not ended moves to needs-review, in the node's transaction
+// (pending ones keep their status and generation). Nothing is terminated: the answer names the VMs on removed units.
 func (s *Service) SetTopology(ctx context.Context, p Principal, req TopologyRequest, meta RequestMeta) (*TopologyResult, error) {
 	if !p.Operator || !ValidID(req.NodeID) {
 		return nil, nodeNotFound()
@@ -823,6 +881,10 @@ func (s *Service) SetTopology(ctx context.Context, p Principal, req TopologyRequ
 
 // DecideTopology decides a topology change on the state read.
 func DecideTopology(st *NodeState, req TopologyRequest, now time.Time) (*OperatorCommit, *TopologyResult, error) {
+	if want := req.ExpectedTopologyGen; want != nil && *want != st.Node.TopologyGen {
+		return nil, nil, Errorf(CodeTopologyChanged,
+			"node %s is at topology generation %d; the change was made against generation %d", st.Node.ID, st.Node.TopologyGen, *want)
+	}
 	res := &TopologyResult{
 		AddedUnitIDs: nonNil(notIn(req.UnitIDs, st.Node.UnitIDs)), RemovedUnitIDs: nonNil(notIn(st.Node.UnitIDs, req.UnitIDs)),
 		NeedsReview: []string{}, VMsOnRemovedUnits: []VM{},
@@ -837,8 +899,9 @@ func DecideTopology(st *NodeState, req TopologyRequest, now time.Time) (*Operato
 	n.UnitIDs, n.TopologyGen, n.Version = slices.Clone(req.UnitIDs), n.TopologyGen+1, n.Version+1
 	var moved []Reservation
 	for _, r := range st.Reservations {
-		switch r.StatusAt(now) {
-		case StatusActive, StatusPending:
+		// Only active ones: a pending reservation keeps its status (reaffirm would otherwise
+		// be a way to activate it).
+		if r.StatusAt(now) == StatusActive {
 			r.Status, r.UpdatedAt = StatusNeedsReview, now
 			r.Reason = fmt.Sprintf("topology changed: gen %d", n.TopologyGen)
 			moved = append(moved, r)

@@ -298,11 +298,18 @@ func TestTopologyAndReaffirm(t *testing.T) {
 			env, svc := world(t)
 			ctx := context.Background()
 			now := t0.Add(time.Hour)
+			// A pending reservation keeps its status and generation through the change, so
+			// reaffirm cannot activate it.
+			later := t0.Add(24 * time.Hour)
+			if _, err := svc.CreateReservation(ctx, op, capacity.ReservationRequest{NodeID: "n1", ID: "rp", Status: capacity.StatusPending,
+				StartsAt: later, ReservedUnitIDs: []string{"u3"}}, capacity.RequestMeta{}); err != nil {
+				t.Fatal(err)
+			}
 			res, err := svc.SetTopology(ctx, op, capacity.TopologyRequest{NodeID: "n1", UnitIDs: tt.units, Reason: "rack swap"}, capacity.RequestMeta{Via: capacity.ViaEvent, EventID: "ev-1"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !res.Changed || res.Node.TopologyGen != 2 || res.Node.Version != 2 ||
+			if !res.Changed || res.Node.TopologyGen != 2 || res.Node.Version != 3 || // created rp: 2
 				!slices.Equal(res.AddedUnitIDs, tt.wantAdded) || !slices.Equal(res.RemovedUnitIDs, tt.wantRemoved) ||
 				!slices.Equal(res.NeedsReview, []string{"r1"}) || !slices.Equal(capacity.VMIDs(res.VMsOnRemovedUnits), tt.wantVMs) {
 				t.Fatalf("topology = %+v", res)
@@ -310,6 +317,12 @@ func TestTopologyAndReaffirm(t *testing.T) {
 			r, err := svc.GetReservation(ctx, op, "n1", "r1")
 			if err != nil || r.Status != capacity.StatusNeedsReview || r.Reason != "topology changed: gen 2" {
 				t.Fatalf("r1 after topology = %+v, %v", r, err)
+			}
+			if rp, err := svc.GetReservation(ctx, op, "n1", "rp"); err != nil || rp.Status != capacity.StatusPending || rp.TopologyGen != 1 {
+				t.Errorf("pending rp after topology = %+v, %v; want pending at gen 1", rp, err)
+			}
+			if _, err := svc.ReaffirmReservation(ctx, op, capacity.ReservationChange{NodeID: "n1", ReservationID: "rp"}, capacity.RequestMeta{}); code(err) != capacity.CodeInvalidTransition {
+				t.Errorf("reaffirm of pending rp: %v, want invalid_transition", err)
 			}
 			checkInvariants(t, env, "n1", now)
 			// The same list again (in another order) changes nothing but the audit trail.
@@ -340,6 +353,65 @@ func TestTopologyAndReaffirm(t *testing.T) {
 	}
 }
 
+// A topology change made against a generation applies only at that generation: a stale one
+// (delivered late) is refused, audited, and writes nothing else.
+func TestTopologyExpectedGeneration(t *testing.T) {
+	gen := func(g int64) *int64 { return &g }
+	tests := []struct {
+		name     string
+		expected *int64
+		want     capacity.Code
+		wantText []string
+	}{
+		{"not given", nil, "", nil},
+		{"current", gen(1), "", nil},
+		{"stale", gen(3), capacity.CodeTopologyChanged, []string{"generation 1", "generation 3"}},
+		{"zero", gen(0), capacity.CodeInvalidRequest, []string{"expectedTopologyGen"}},
+		{"negative", gen(-2), capacity.CodeInvalidRequest, []string{"expectedTopologyGen"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env, svc := world(t)
+			ctx := context.Background()
+			before := stateItems(t, env)
+			req := capacity.TopologyRequest{NodeID: "n1", UnitIDs: []string{"u0", "u1", "u2", "u3", "u4"}, ExpectedTopologyGen: tt.expected}
+			res, err := svc.SetTopology(ctx, op, req, capacity.RequestMeta{})
+			if code(err) != tt.want {
+				t.Fatalf("got %v, want %q", err, tt.want)
+			}
+			for _, w := range tt.wantText {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %q", err, w)
+				}
+			}
+			if tt.want == "" {
+				if !res.Changed || res.Node.TopologyGen != 2 {
+					t.Errorf("topology = %+v", res)
+				}
+				return
+			}
+			if !reflect.DeepEqual(stateItems(t, env), before) {
+				t.Error("a refused change wrote")
+			}
+			if a := opAudits(t, env); !slices.Equal(a, []string{"topology.set:" + string(tt.want)}) {
+				t.Errorf("audit %v, want the one refusal", a)
+			}
+		})
+	}
+	// The expected generation is part of the request: the same Idempotency-Key with another
+	// one is another request.
+	_, svc := world(t)
+	ctx := context.Background()
+	req := capacity.TopologyRequest{NodeID: "n1", UnitIDs: []string{"u0", "u1", "u2", "u3", "u4"}, IdempotencyKey: "t1", ExpectedTopologyGen: gen(1)}
+	if _, err := svc.SetTopology(ctx, op, req, capacity.RequestMeta{}); err != nil {
+		t.Fatal(err)
+	}
+	req.ExpectedTopologyGen = gen(2)
+	if _, err := svc.SetTopology(ctx, op, req, capacity.RequestMeta{}); code(err) != capacity.CodeIdempotencyKeyReused {
+		t.Errorf("same key, other expected generation: %v, want idempotency_key_reused", err)
+	}
+}
+
 // racingOps runs before() once, just before the first operator commit it passes on: a
 // concurrent write between the decision's read and its commit.
 type racingOps struct {
@@ -364,6 +436,41 @@ func (s *racingOps) CommitOperator(ctx context.Context, c capacity.OperatorCommi
 		s.before()
 	}
 	return s.ops.CommitOperator(ctx, c)
+}
+
+// lostAnswerOps reports every operator commit that landed as ambiguous (its answer lost).
+type lostAnswerOps struct{ racingOps }
+
+func (s *lostAnswerOps) CommitOperator(ctx context.Context, c capacity.OperatorCommit) (capacity.AuditHead, error) {
+	if _, err := s.racingOps.CommitOperator(ctx, c); err != nil {
+		return capacity.AuditHead{}, err
+	}
+	return capacity.AuditHead{}, capacity.ErrAmbiguous
+}
+
+// A record is appended between a topology change's read and its commit, which the store
+// then chains on the moved head; the commit's answer is lost and it is found to have landed.
+// The answer's audit head is the node's, not one computed from the head the decision read.
+func TestLandedOperatorCommitAnswersTheStoredHead(t *testing.T) {
+	env, svc := world(t)
+	ctx := context.Background()
+	svc.Store = &lostAnswerOps{racingOps{Store: env.Store, ops: env.Store, before: func() {
+		if err := env.Store.AppendAudit(ctx, capacity.AuditRecord{ID: "dry-1", Time: t0, NodeID: "n1",
+			Action: capacity.ActionReclaim, DryRun: true, Outcome: "ok"}); err != nil {
+			t.Errorf("concurrent append: %v", err)
+		}
+	}}}
+	res, err := svc.SetTopology(ctx, op, capacity.TopologyRequest{NodeID: "n1", UnitIDs: []string{"u0", "u1", "u2", "u3", "u4"}}, capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := env.Store.GetNode(ctx, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Node.AuditHead != n.AuditHead || n.AuditHead.Seq != 2 {
+		t.Errorf("answered head %+v, stored %+v (want seq 2: the append, then the change)", res.Node.AuditHead, n.AuditHead)
+	}
 }
 
 func TestOperatorWritesRedecideAfterARace(t *testing.T) {
@@ -515,12 +622,15 @@ func TestListReservations(t *testing.T) {
 	for i, id := range []string{"ra", "rb", "rc"} {
 		start := t0.Add(time.Duration(i+1) * 1000 * time.Hour)
 		end := start.Add(time.Hour)
-		managing := []string{}
-		if id == "rb" {
+		managing, allowed := []string{}, []string{}
+		switch id {
+		case "rb":
 			managing = []string{"mgr"}
+		case "rc":
+			allowed = []string{"aud"}
 		}
 		if _, err := svc.CreateReservation(ctx, op, capacity.ReservationRequest{NodeID: "n1", ID: id, StartsAt: start, EndsAt: &end,
-			ManagingOrgIDs: managing, ReservedUnitIDs: []string{"u3"}}, capacity.RequestMeta{}); err != nil {
+			AllowedOrgIDs: allowed, ManagingOrgIDs: managing, ReservedUnitIDs: []string{"u3"}}, capacity.RequestMeta{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -536,9 +646,14 @@ func TestListReservations(t *testing.T) {
 	}{
 		{"operator, pages of 2", op, 2, []string{"r1", "ra", "rb", "rc"}, ""},
 		{"owner sees all", read("owner"), 0, []string{"r1", "ra", "rb", "rc"}, ""},
-		{"audience sees its own", read("aud"), 1, []string{"r1"}, ""},
+		{"audience sees its own, pages of 1", read("aud"), 1, []string{"r1", "rc"}, ""},
+		{"audience sees its own", read("aud"), 0, []string{"r1", "rc"}, ""},
 		{"manager sees its own", read("mgr"), 3, []string{"rb"}, ""},
+		{"manager sees its own, pages of 1", read("mgr"), 1, []string{"rb"}, ""},
 		{"no read permission", owner, 0, nil, capacity.CodeNotFound},
+		// Nothing on the node is for it: the same 404 as a missing node.
+		{"read permission, nothing visible", read("stranger"), 0, nil, capacity.CodeNotFound},
+		{"read permission, nothing visible, pages of 1", read("stranger"), 1, nil, capacity.CodeNotFound},
 		{"limit too big", op, 101, nil, capacity.CodeInvalidRequest},
 	}
 	for _, tt := range tests {
@@ -555,6 +670,9 @@ func TestListReservations(t *testing.T) {
 				}
 				if tt.limit > 0 && len(page.Reservations) > tt.limit || pages > 10 {
 					t.Fatalf("page of %d, limit %d", len(page.Reservations), tt.limit)
+				}
+				if len(page.Reservations) == 0 {
+					t.Fatalf("an empty page (cursor %q)", cursor)
 				}
 				for _, r := range page.Reservations {
 					got = append(got, r.ID)
@@ -573,6 +691,14 @@ func TestListReservations(t *testing.T) {
 	}
 	if _, err := svc.ListReservations(ctx, op, "nx", capacity.PageRequest{}); code(err) != capacity.CodeNotFound {
 		t.Errorf("missing node: %v", err)
+	}
+	// A cursor of the node (here an operator's) tells a stranger nothing either.
+	first, err := svc.ListReservations(ctx, op, "n1", capacity.PageRequest{Limit: 1})
+	if err != nil || first.NextCursor == "" {
+		t.Fatalf("operator page = %+v, %v", first, err)
+	}
+	if _, err := svc.ListReservations(ctx, read("stranger"), "n1", capacity.PageRequest{Cursor: first.NextCursor}); code(err) != capacity.CodeNotFound {
+		t.Errorf("stranger with a cursor: %v, want not_found", err)
 	}
 	_ = env
 }

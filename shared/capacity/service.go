@@ -266,7 +266,7 @@ type committer[C any] struct {
 	// probe is c as Store.Landed looks for it: its node and audit record.
 	probe func(c *C) Commit
 	// found, if set, completes a pending commit that turned out to have landed.
-	found func(c *C)
+	found func(ctx context.Context, c *C)
 }
 
 // capacityCommits writes capacity commits with Store.Commit.
@@ -400,7 +400,7 @@ func landed[C any](s *Service, ctx context.Context, w committer[C], pending []*C
 		if ok {
 			s.logger().InfoContext(ctx, w.kind+" write had landed; answering with it", "node", probe.Node.ID, "audit_id", probe.Audit.ID)
 			if w.found != nil {
-				w.found(c)
+				w.found(ctx, c)
 			}
 			return c, nil
 		}

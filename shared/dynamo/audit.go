@@ -173,8 +173,8 @@ func (s *Store) headMoved(ctx context.Context, ref headRef, e *types.Transaction
 
 // appendChained puts rec on its chain together with the other items (which must not write
 // the head item) in one transaction: it reads the head, and goes again when the head moved,
-// up to appendTries. A record for a node that does not exist is put unchained. what
-// names the write in errors; refuse is as for transact.
+// up to appendTries. A record for a node that does not exist is put unchained (conditioned on
+// the node's absence). what names the write in errors; refuse is as for transact.
 func (s *Store) appendChained(ctx context.Context, what string, rec capacity.AuditRecord, ref headRef, others []types.TransactWriteItem,
 	refuse func(*types.TransactionCanceledException) error) error {
 	for try := 1; ; try++ {
@@ -183,11 +183,25 @@ func (s *Store) appendChained(ctx context.Context, what string, rec capacity.Aud
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		if !exists && ref.node {
+			// Unchained, but only while the node still does not exist: one created since the
+			// read has begun its chain, and a record put outside it now would read as
+			// inserted. Then go round again, chained.
+			check, err := s.check(ref.key, expression.Name(attrPK).AttributeNotExists())
+			if err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
 			put, err := s.putNew(s.AuditTable, newAuditItem(rec), nil)
 			if err != nil {
 				return fmt.Errorf("%s: audit record %s: %w", what, rec.ID, err)
 			}
-			return s.transact(ctx, what, append(others, put), refuse)
+			checkAt := len(others)
+			items := append(append([]types.TransactWriteItem{}, others...), check, put)
+			canceled, err := s.transactCanceled(ctx, what, items, refuse)
+			if canceled != nil && checkAt < len(canceled.CancellationReasons) &&
+				aws.ToString(canceled.CancellationReasons[checkAt].Code) == "ConditionalCheckFailed" && try < appendTries {
+				continue
+			}
+			return err
 		}
 		aw, chained, err := s.auditWrites(rec, head, ref, nil, nil)
 		if err != nil {

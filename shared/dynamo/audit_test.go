@@ -232,6 +232,30 @@ func TestAppendForMissingNodeIsUnchained(t *testing.T) {
 	}
 }
 
+// The node is registered between an append's read of the head (none: no node) and its write:
+// the record is not put unchained after the chain began, but goes round again, chained.
+func TestAppendWhileTheNodeIsCreated(t *testing.T) {
+	var other *dynamo.Store
+	created := make(chan error, 1)
+	env := dynamotest.New(t, dynamotest.WithAPIOptions(onFirstTransact(func() {
+		_, err := auditService(other).PutNode(context.Background(), auditOp, capacity.NodeRequest{NodeID: "n9", OwnerOrgID: "owner",
+			UnitIDs: []string{"g0"}, AgentEndpoint: "https://n9.example"}, capacity.RequestMeta{})
+		created <- err
+	})))
+	other = dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable)
+	rec := capacity.AuditRecord{ID: "late", Time: t0.Add(2 * time.Hour), NodeID: "n9", Action: capacity.ActionReclaim, Outcome: "not_found"}
+	if err := env.Store.AppendAudit(context.Background(), rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-created; err != nil {
+		t.Fatalf("concurrent node put: %v", err)
+	}
+	head, recs, rep := wholeChain(t, auditService(env.Store), "n9")
+	if !rep.OK || rep.Unchained != 0 || head.Seq != 2 || len(recs) != 2 || recs[1].ID != "late" {
+		t.Fatalf("chain %+v, head %+v, records %+v", rep, head, recs)
+	}
+}
+
 // The reservation's trail: newest first, paginated, for its owner and managers only.
 func TestListReservationAudit(t *testing.T) {
 	env := newEnv(t, seed(4, 2))

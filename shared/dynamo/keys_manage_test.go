@@ -244,6 +244,67 @@ func TestCreateKeyTimeoutAfterItLanded(t *testing.T) {
 	}
 }
 
+// lateKeys is the store as AWS may show it under a timeout: the first create lands but
+// answers ambiguously, and the first read of the key does not see it yet.
+type lateKeys struct {
+	capacity.KeyStore
+	mu              sync.Mutex
+	creates, hidden int
+}
+
+func (l *lateKeys) CreateKey(ctx context.Context, k capacity.APIKey, idem *capacity.IdempotencyRecord, audit capacity.AuditRecord) error {
+	err := l.KeyStore.CreateKey(ctx, k, idem, audit)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.creates++; l.creates == 1 && err == nil {
+		return fmt.Errorf("create: %w", capacity.ErrAmbiguous)
+	}
+	return err
+}
+
+func (l *lateKeys) GetKey(ctx context.Context, keyID string) (*capacity.APIKey, error) {
+	l.mu.Lock()
+	hide := l.hidden > 0
+	l.hidden--
+	l.mu.Unlock()
+	if hide {
+		return nil, capacity.Errorf(capacity.CodeNotFound, "API key not found")
+	}
+	return l.KeyStore.GetKey(ctx, keyID)
+}
+
+// A create that landed but answered ambiguously, not seen by the read that checks: the next
+// round puts the same key again (refused by its conditions, nothing written twice), and the
+// call answers that key with its secret.
+func TestCreateKeyLandedNotSeenYet(t *testing.T) {
+	for _, idemKey := range []string{"", "i"} {
+		t.Run("idempotency key "+idemKey, func(t *testing.T) {
+			inj := awsfault.New(1, awsfault.Rule{Operation: "TransactWriteItems", Fault: awsfault.AmbiguousTimeout, Rate: 1})
+			env := dynamotest.New(t, dynamotest.WithAPIOptions(inj.APIOption))
+			svc := keyService(env, t0)
+			svc.Keys = &lateKeys{KeyStore: env.Store, hidden: 1}
+			req := capacity.KeyRequest{OrgID: "o", Permissions: []string{capacity.PermRead}, IdempotencyKey: idemKey}
+			res, err := svc.CreateKey(context.Background(), opPrincipal, req, capacity.RequestMeta{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Secret == "" || res.SecretShown || res.Replayed {
+				t.Fatalf("answer %+v: want the key with its secret", res)
+			}
+			got, err := env.Store.Keys().LookupKey(context.Background(), capacity.HashKeySecret(res.Secret))
+			if err != nil || got == nil || got.KeyID != res.Key.KeyID {
+				t.Fatalf("the answered secret does not find the stored key: %+v, %v", got, err)
+			}
+			if n := countPrefix(t, env, "APIKEY#"); n != 1 {
+				t.Errorf("%d keys stored, want 1", n)
+			}
+			if n := len(keyAudits(t, env)); n != 1 {
+				t.Errorf("%d key audit records, want 1", n)
+			}
+		})
+	}
+}
+
 // Two revokes of one key at once: both answer it revoked, one of them wrote.
 func TestRevokeRace(t *testing.T) {
 	env := newEnv(t, dynamo.Seed{Keys: []capacity.APIKey{operatorKey}})
