@@ -85,6 +85,8 @@ func TestUsageErrors(t *testing.T) {
 		{"verify names two chains", false, []string{"audit", "verify", "--node", "n", "--keys"}, "name exactly one chain"},
 		{"audit list of a reservation of the keys", false, []string{"audit", "list", "--keys", "--reservation", "r"}, "name --node N"},
 		{"grace out of range", false, []string{"reclaim", "--node", "n", "--reservation", "r", "--units", "u", "--grace", "121"}, "--grace must be 0..120"},
+		{"expected generation 0", false, []string{"topology", "set", "--node", "n", "--units", "u", "--expected-gen", "0"}, "--expected-gen must be at least 1"},
+		{"expected generation negative", false, []string{"topology", "set", "--node", "n", "--units", "u", "--expected-gen", "-2"}, "--expected-gen must be at least 1"},
 		{"bad expiry", false, []string{"keys", "create", "--org", "o", "--expires", "tomorrow"}, "--expires"},
 		{"bad start", false, []string{"reservations", "create", "--node", "n", "--units", "u", "--allowed-orgs", "o", "--starts", "monday"}, "--starts: want an RFC 3339 time"},
 		{"no endpoint", true, []string{"--key", "k", "nodes", "get", "--node", "n"}, "no API endpoint"},
@@ -558,5 +560,105 @@ func TestAuditVerifyJSON(t *testing.T) {
 	}
 	if v.OK || v.Problem != "altered" || v.Seq != 2 || v.RecordID != "rec-2" || v.Record == nil || v.Record.Action != "release" {
 		t.Errorf("report %+v", v)
+	}
+}
+
+// TestAuditListTables: the key chain's table names the key each record created or revoked;
+// a node's keeps its reservation columns.
+func TestAuditListTables(t *testing.T) {
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var head capacity.AuditHead
+	var keyRecs []wire.AuditRecordJSON
+	for _, r := range []capacity.AuditRecord{
+		{ID: "a1", Time: at, Action: capacity.ActionKeyCreate, Via: "http", CallerOrgID: "org-platform", ActorKeyID: "key-op", TargetKeyID: "key-new", Outcome: "ok"},
+		{ID: "a2", Time: at.Add(time.Second), Action: capacity.ActionKeyRevoke, Via: "http", CallerOrgID: "org-platform", ActorKeyID: "key-op", TargetKeyID: "key-old", Outcome: "ok", Reason: "leaked"},
+	} {
+		var rec capacity.AuditRecord
+		rec, head = capacity.ChainAuditRecord(r, head)
+		keyRecs = append(keyRecs, wire.AuditRecord(rec))
+	}
+	nodeHead, nodeRecs := chain(1)
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		page := wire.AuditChainPageJSON{Head: wire.AuditHead(head), Records: keyRecs}
+		if r.URL.Path == "/dev/v1/nodes/node-1/audit" {
+			page = wire.AuditChainPageJSON{Head: wire.AuditHead(nodeHead), Records: nodeRecs}
+		}
+		_ = json.NewEncoder(w).Encode(page)
+	}))
+	defer api.Close()
+	for _, tt := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"keys", []string{"--keys"}, []string{
+			"SEQ  TIME                  ACTION      VIA   ORG           KEY     TARGET KEY  OUTCOME  REASON",
+			"1    2026-01-01T00:00:00Z  key.create  http  org-platform  key-op  key-new     ok       -",
+			"2    2026-01-01T00:00:01Z  key.revoke  http  org-platform  key-op  key-old     ok       leaked",
+		}},
+		{"node", []string{"--node", "node-1"}, []string{
+			"SEQ  TIME                  ACTION   VIA   ORG        KEY  RESERVATION  UNITS  DRY RUN  OUTCOME  REASON",
+			"1    2026-01-01T00:00:00Z  reclaim  http  org-owner  -    res-1        gpu-2  false    -        -",
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := runCLI(t, api, "", nil, append([]string{"audit", "list"}, tt.args...)...)
+			if got.code != 0 {
+				t.Fatalf("exit %d: %s", got.code, got.err)
+			}
+			var lines []string
+			for _, l := range strings.Split(strings.TrimSuffix(got.stdout, "\n"), "\n")[2:] {
+				lines = append(lines, strings.TrimRight(l, " "))
+			}
+			if strings.Join(lines, "\n") != strings.Join(tt.want, "\n") {
+				t.Errorf("stdout\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(tt.want, "\n"))
+			}
+		})
+	}
+}
+
+// TestTopologySetExpectedGen: --expected-gen reaches the body as expectedTopologyGen; without
+// it the member is left out (any generation), and a refusal prints its code.
+func TestTopologySetExpectedGen(t *testing.T) {
+	var bodies []map[string]any
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var b map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&b); err != nil || r.Method != http.MethodPut || r.URL.Path != "/dev/v1/nodes/node-1/topology" {
+			t.Errorf("%s %s: %v", r.Method, r.URL.Path, err)
+		}
+		bodies = append(bodies, b)
+		if b["expectedTopologyGen"] == float64(2) {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusConflict)
+			_, _ = io.WriteString(w, `{"status":409,"code":"topology_changed","detail":"node node-1 is at topology generation 3"}`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"node":{"nodeId":"node-1","ownerOrgId":"o","unitIds":["gpu-0"],"agentEndpoint":"https://a","topologyGen":4,"version":5,"auditHead":{"seq":1,"hash":"h"}},"changed":true,"addedUnitIds":[],"removedUnitIds":["gpu-1"],"needsReview":[],"vmsOnRemovedUnits":[]}`)
+	}))
+	defer api.Close()
+	for _, tt := range []struct {
+		name string
+		args []string
+		code int
+		want any // the body's expectedTopologyGen; nil: left out
+		err  string
+	}{
+		{"given", []string{"--expected-gen", "3"}, 0, float64(3), ""},
+		{"left out", nil, 0, nil, ""},
+		{"stale", []string{"--expected-gen", "2"}, 1, float64(2), "409 topology_changed"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			bodies = nil
+			got := runCLI(t, api, "", nil, append([]string{"topology", "set", "--node", "node-1", "--units", "gpu-0"}, tt.args...)...)
+			if got.code != tt.code || !strings.Contains(got.err, tt.err) {
+				t.Fatalf("exit %d, stderr %q; want %d and %q", got.code, got.err, tt.code, tt.err)
+			}
+			if len(bodies) != 1 {
+				t.Fatalf("bodies %v", bodies)
+			}
+			if v, ok := bodies[0]["expectedTopologyGen"]; v != tt.want || ok != (tt.want != nil) {
+				t.Errorf("expectedTopologyGen %v (present %v), want %v", v, ok, tt.want)
+			}
+		})
 	}
 }

@@ -38,8 +38,10 @@ func auditList(ctx context.Context, a *app, fs *flag.FlagSet, args []string) err
 	}
 	var out *wire.AuditChainPageJSON
 	var meta *client.Meta
+	columns, row := auditHeader, auditRow
 	if *keys {
 		out, meta, err = c.ListKeyAudit(ctx, page)
+		columns, row = keyAuditHeader, keyAuditRow
 	} else {
 		out, meta, err = c.ListNodeAudit(ctx, *node, page)
 	}
@@ -48,9 +50,9 @@ func auditList(ctx context.Context, a *app, fs *flag.FlagSet, args []string) err
 	}
 	header := func(w io.Writer) {
 		fmt.Fprintf(w, "head: seq %d %s\n\n", out.Head.Seq, dash(out.Head.Hash))
-		auditHeader(w)
+		columns(w)
 	}
-	return emitPage(a, meta, header, out.Records, auditRow, out.NextCursor)
+	return emitPage(a, meta, header, out.Records, row, out.NextCursor)
 }
 
 // verifyResult is audit verify's JSON output.

@@ -231,12 +231,22 @@ func nodesGet(ctx context.Context, a *app, fs *flag.FlagSet, args []string) erro
 func topologySet(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
 	node := fs.String("node", "", "node id")
 	units := fs.String("units", "", "the node's complete new unit list, comma-separated")
+	gen := fs.Int64("expected-gen", 0, "refuse the change unless the node is at this topology generation (nodes get shows it)")
 	reason, idem := writeFlags(fs)
-	c, err := a.connect(ctx, fs, args, "node", "units")
+	if err := a.parseFlags(fs, args, "node", "units"); err != nil {
+		return err
+	}
+	genSet := false
+	fs.Visit(func(f *flag.Flag) { genSet = genSet || f.Name == "expected-gen" })
+	if genSet && *gen < 1 {
+		return usageErr(fs, "--expected-gen must be at least 1")
+	}
+	c, err := a.client(ctx)
 	if err != nil {
 		return err
 	}
-	res, meta, err := c.SetTopology(ctx, *node, client.TopologyRequest{UnitIDs: list(*units), Reason: *reason}, client.Options{IdempotencyKey: *idem})
+	req := client.TopologyRequest{UnitIDs: list(*units), Reason: *reason, ExpectedTopologyGen: *gen}
+	res, meta, err := c.SetTopology(ctx, *node, req, client.Options{IdempotencyKey: *idem})
 	if err != nil {
 		return err
 	}

@@ -122,6 +122,17 @@ func auditRow(w io.Writer, r wire.AuditRecordJSON) {
 		dash(r.ActorKeyID), dash(r.ReservationID), join(r.UnitIDs), r.DryRun, dash(r.Outcome), dash(r.Reason))
 }
 
+// keyAuditHeader and keyAuditRow print the key-management chain: its records name the key
+// created or revoked (targetKeyId) and no reservation, units or dry run.
+func keyAuditHeader(w io.Writer) {
+	fmt.Fprintln(w, "SEQ\tTIME\tACTION\tVIA\tORG\tKEY\tTARGET KEY\tOUTCOME\tREASON")
+}
+
+func keyAuditRow(w io.Writer, r wire.AuditRecordJSON) {
+	fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, r.Time, r.Action, dash(r.Via), dash(r.CallerOrgID),
+		dash(r.ActorKeyID), dash(r.TargetKeyID), dash(r.Outcome), dash(r.Reason))
+}
+
 // planTable prints a dry run's plan.
 func planTable(w io.Writer, p wire.ReservationJSON) {
 	fmt.Fprintf(w, "reservation\t%s on %s (%s, topology gen %d)\n", p.ID, p.NodeID, p.Status, p.TopologyGen)

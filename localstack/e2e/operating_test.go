@@ -200,9 +200,17 @@ func TestOperatingFromNothing(t *testing.T) {
 		Changed     bool     `json:"changed"`
 		NeedsReview []string `json:"needsReview"`
 	}
-	c.json(op, &topo, "topology", "set", "--node", node, "--units", "gpu-0,gpu-1,gpu-2,gpu-3,gpu-4", "--reason", "added gpu-4")
+	c.json(op, &topo, "topology", "set", "--node", node, "--units", "gpu-0,gpu-1,gpu-2,gpu-3,gpu-4", "--expected-gen", "1", "--reason", "added gpu-4")
 	if !topo.Changed || len(topo.NeedsReview) != 1 || topo.NeedsReview[0] != "res-op" {
 		t.Fatalf("topology set: %+v", topo)
+	}
+	// The same change sent again against generation 1 is stale now: refused, nothing moves.
+	if r := c.run(op, "", "topology", "set", "--node", node, "--units", "gpu-0,gpu-1", "--expected-gen", "1", "--reason", "late"); r.code != 1 ||
+		!strings.Contains(r.stderr, "409 topology_changed") {
+		t.Errorf("a stale topology change: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := c.ok(op, "nodes", "get", "--node", node); !strings.Contains(r.stdout, "gpu-0,gpu-1,gpu-2,gpu-3,gpu-4") {
+		t.Errorf("after a stale topology change:\n%s", r.stdout)
 	}
 	if r := c.ok(tenantKey, "reservations", "get", "--node", node, "--reservation", "res-op"); !strings.Contains(r.stdout, "needs-review") {
 		t.Errorf("after the topology change:\n%s", r.stdout)

@@ -68,8 +68,8 @@ func TestRoutes(t *testing.T) {
 			`{"node":{"nodeId":"node-1","ownerOrgId":"o","unitIds":[],"agentEndpoint":"","topologyGen":2,"version":3,"auditHead":{"seq":0,"hash":""}}}`,
 			`{"node":{"nodeId":"node-1","ownerOrgId":"o","unitIds":[],"agentEndpoint":"","topologyGen":2,"version":3,"auditHead":{"seq":0,"hash":""}}}`},
 		{"set topology", func(c *client.Client) (any, *client.Meta, error) {
-			return c.SetTopology(ctx, "node-1", client.TopologyRequest{UnitIDs: []string{"gpu-1"}, Reason: "rma"}, opt)
-		}, "PUT", "/dev/v1/nodes/node-1/topology", "", map[string]any{"unitIds": []any{"gpu-1"}, "reason": "rma"}, "k-1",
+			return c.SetTopology(ctx, "node-1", client.TopologyRequest{UnitIDs: []string{"gpu-1"}, Reason: "rma", ExpectedTopologyGen: 1}, opt)
+		}, "PUT", "/dev/v1/nodes/node-1/topology", "", map[string]any{"unitIds": []any{"gpu-1"}, "reason": "rma", "expectedTopologyGen": float64(1)}, "k-1",
 			`{"node":{"nodeId":"node-1","ownerOrgId":"o","unitIds":["gpu-1"],"agentEndpoint":"","topologyGen":2,"version":3,"auditHead":{"seq":2,"hash":"x"}},"changed":true,"addedUnitIds":["gpu-1"],"removedUnitIds":["gpu-0"],"needsReview":["res-1"],"vmsOnRemovedUnits":[]}`,
 			`{"node":{"nodeId":"node-1","ownerOrgId":"o","unitIds":["gpu-1"],"agentEndpoint":"","topologyGen":2,"version":3,"auditHead":{"seq":2,"hash":"x"}},"changed":true,"addedUnitIds":["gpu-1"],"removedUnitIds":["gpu-0"],"needsReview":["res-1"],"vmsOnRemovedUnits":[]}`},
 		{"create reservation leaves out what is not set", func(c *client.Client) (any, *client.Meta, error) {

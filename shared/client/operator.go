@@ -36,6 +36,9 @@ func (c *Client) GetNode(ctx context.Context, node string) (*wire.NodeGetJSON, *
 type TopologyRequest struct {
 	UnitIDs []string `json:"unitIds"`
 	Reason  string   `json:"reason,omitempty"`
+	// ExpectedTopologyGen, when not 0, is the node's topologyGen the change was made
+	// against: a node at another one refuses it (409 topology_changed).
+	ExpectedTopologyGen int64 `json:"expectedTopologyGen,omitempty"`
 }
 
 // SetTopology sets a node's unit list; its reservations move to needs-review.

@@ -19,6 +19,10 @@ type TopologyDetail struct {
 	UnitIDs        []string `json:"unitIds"`
 	Reason         string   `json:"reason"`
 	IdempotencyKey string   `json:"idempotencyKey"`
+	// ExpectedTopologyGen is the node's generation the sender saw; a node at another one
+	// refuses the change. Senders should set it: the queue delivers out of order, and a
+	// redelivered old change would otherwise undo a newer one.
+	ExpectedTopologyGen *int64 `json:"expectedTopologyGen"`
 }
 
 var topologyRequired = []string{"nodeId", "unitIds"}
@@ -75,7 +79,7 @@ func (h *Handler) setTopology(ctx context.Context, env events.CloudWatchEvent, m
 	}
 	p := capacity.Principal{OrgID: TopologyOrgID, KeyID: "event:" + env.Source, Operator: true}
 	return h.Service.SetTopology(ctx, p, capacity.TopologyRequest{
-		NodeID: d.NodeID, UnitIDs: d.UnitIDs, Reason: d.Reason, IdempotencyKey: key,
+		NodeID: d.NodeID, UnitIDs: d.UnitIDs, Reason: d.Reason, IdempotencyKey: key, ExpectedTopologyGen: d.ExpectedTopologyGen,
 	}, meta)
 }
 

@@ -60,7 +60,8 @@ func TestTopology(t *testing.T) {
 					t.Errorf("principal %+v, want %+v", c.principal, want)
 				}
 				r := c.topology
-				if r.NodeID != "node-a" || strings.Join(r.UnitIDs, ",") != "gpu-0,gpu-1" || r.Reason != "" || r.IdempotencyKey != "event:ev-1" {
+				if r.NodeID != "node-a" || strings.Join(r.UnitIDs, ",") != "gpu-0,gpu-1" || r.Reason != "" || r.IdempotencyKey != "event:ev-1" ||
+					r.ExpectedTopologyGen != nil {
 					t.Errorf("request %+v", r)
 				}
 				if c.meta.Via != capacity.ViaEvent || c.meta.EventID != "ev-1" || c.meta.RequestID != "msg-1" {
@@ -70,9 +71,10 @@ func TestTopology(t *testing.T) {
 		},
 		{
 			name: "every member", called: true, outcome: capacity.DetailTopologyApplied, eventID: "ev-2/applied",
-			body: topologyEnvelope("ev-2", fleet, `{"nodeId":"node-a","unitIds":["gpu-0"],"reason":"gpu-1 failed","idempotencyKey":"fleet-42"}`),
+			body: topologyEnvelope("ev-2", fleet, `{"nodeId":"node-a","unitIds":["gpu-0"],"reason":"gpu-1 failed","idempotencyKey":"fleet-42","expectedTopologyGen":4}`),
 			check: func(t *testing.T, c call) {
-				if r := c.topology; r.Reason != "gpu-1 failed" || r.IdempotencyKey != "fleet-42" || len(r.UnitIDs) != 1 {
+				if r := c.topology; r.Reason != "gpu-1 failed" || r.IdempotencyKey != "fleet-42" || len(r.UnitIDs) != 1 ||
+					r.ExpectedTopologyGen == nil || *r.ExpectedTopologyGen != 4 {
 					t.Errorf("request %+v", r)
 				}
 			},
@@ -126,6 +128,15 @@ func TestTopology(t *testing.T) {
 			svcErr: capacity.Errorf(capacity.CodeInvalidTransition, "more than 90 reservations would move to needs-review"),
 			called: true, outcome: capacity.DetailTopologyRefused, code: "invalid_transition", eventID: "ev-14/refused",
 			inDetail: `"detail":"more than 90 reservations would move to needs-review"`,
+		},
+		{
+			name: "expectedTopologyGen not an integer", body: topologyEnvelope("ev-21", fleet, `{"nodeId":"node-a","unitIds":["gpu-0"],"expectedTopologyGen":"4"}`),
+			outcome: capacity.DetailTopologyRefused, code: "invalid_request", eventID: "ev-21/refused", inDetail: `expectedTopologyGen`,
+		},
+		{
+			name: "a stale change is refused, not retried", body: topologyEnvelope("ev-22", fleet, `{"nodeId":"node-a","unitIds":["gpu-0"],"expectedTopologyGen":1}`),
+			svcErr: capacity.Errorf(capacity.CodeTopologyChanged, "node node-a is at topology generation 2; the change was made against generation 1"),
+			called: true, outcome: capacity.DetailTopologyRefused, code: "topology_changed", eventID: "ev-22/refused", inDetail: `generation 1`,
 		},
 		{
 			name: "an unknown node is refused", body: topologyEnvelope("ev-15", fleet, topologyValid),
@@ -205,7 +216,7 @@ func TestTopologySample(t *testing.T) {
 		pub.published[0].DetailType != capacity.DetailTopologyApplied {
 		t.Fatalf("Handle = %+v, %v; calls %+v; published %+v", resp, err, svc.calls, pub.published)
 	}
-	if r := svc.calls[0].topology; r.NodeID != "node-a" || len(r.UnitIDs) != 7 || r.Reason == "" {
+	if r := svc.calls[0].topology; r.NodeID != "node-a" || len(r.UnitIDs) != 7 || r.Reason == "" || r.ExpectedTopologyGen == nil || *r.ExpectedTopologyGen != 1 {
 		t.Errorf("request %+v", r)
 	}
 	mustMatchSchema(t, pub.published[0])

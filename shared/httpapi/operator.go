@@ -27,6 +27,9 @@ type NodeBody struct {
 type TopologyBody struct {
 	UnitIDs []string `json:"unitIds"`
 	Reason  string   `json:"reason"`
+	// ExpectedTopologyGen, when given, is the generation the change was made against; the
+	// service refuses it (topology_changed) if the node has moved on.
+	ExpectedTopologyGen *int64 `json:"expectedTopologyGen"`
 }
 
 // ReservationBody is the body of POST /v1/nodes/{nodeId}/reservations. Times are RFC 3339.
@@ -59,13 +62,19 @@ type KeyBody struct {
 // admitOperator refuses, before the body is read, a caller who is not an operator or a path
 // id that names nothing: the route's one 404, so neither the body nor its content type tells
 // a non-operator anything, not even that the route exists for others.
+// The operator lists call it before reading their query, for the same reason. what "" is
+// the service's own "not found" of a route that names no object.
 func admitOperator(p capacity.Principal, what string, ids ...string) error {
+	detail := "not found"
+	if what != "" {
+		detail = what + " " + detail
+	}
 	if !p.Operator {
-		return capacity.Errorf(capacity.CodeNotFound, "%s not found", what)
+		return capacity.Errorf(capacity.CodeNotFound, "%s", detail)
 	}
 	for _, id := range ids {
 		if !capacity.ValidID(id) {
-			return capacity.Errorf(capacity.CodeNotFound, "%s not found", what)
+			return capacity.Errorf(capacity.CodeNotFound, "%s", detail)
 		}
 	}
 	return nil
@@ -175,7 +184,8 @@ func (h *Handler) setTopology(w http.ResponseWriter, r *http.Request, p capacity
 	if err := DecodeJSON(r.Header.Get("Content-Type"), r.Body, &body); err != nil {
 		return err
 	}
-	req := capacity.TopologyRequest{NodeID: nodeID, UnitIDs: body.UnitIDs, Reason: body.Reason, IdempotencyKey: r.Header.Get("Idempotency-Key")}
+	req := capacity.TopologyRequest{NodeID: nodeID, UnitIDs: body.UnitIDs, Reason: body.Reason, IdempotencyKey: r.Header.Get("Idempotency-Key"),
+		ExpectedTopologyGen: body.ExpectedTopologyGen}
 	res, err := h.Service.SetTopology(r.Context(), p, req, meta(reqID))
 	if err != nil {
 		return err
@@ -278,6 +288,9 @@ func (h *Handler) listReservationAudit(w http.ResponseWriter, r *http.Request, p
 }
 
 func (h *Handler) listNodeAudit(w http.ResponseWriter, r *http.Request, p capacity.Principal, _ string) error {
+	if err := admitOperator(p, "node", r.PathValue("nodeId")); err != nil {
+		return err
+	}
 	page, err := pageOf(r.URL.Query())
 	if err != nil {
 		return err
@@ -291,6 +304,9 @@ func (h *Handler) listNodeAudit(w http.ResponseWriter, r *http.Request, p capaci
 }
 
 func (h *Handler) listKeyAudit(w http.ResponseWriter, r *http.Request, p capacity.Principal, _ string) error {
+	if err := admitOperator(p, ""); err != nil {
+		return err
+	}
 	page, err := pageOf(r.URL.Query())
 	if err != nil {
 		return err
@@ -334,6 +350,9 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, p capacity.P
 }
 
 func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request, p capacity.Principal, _ string) error {
+	if err := admitOperator(p, ""); err != nil {
+		return err
+	}
 	page, err := pageOf(r.URL.Query())
 	if err != nil {
 		return err

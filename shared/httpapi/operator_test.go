@@ -206,12 +206,13 @@ func TestOperatorRoutes(t *testing.T) {
 		{
 			name: "set topology",
 			q: req{method: http.MethodPut, path: "/v1/nodes/n1/topology", auth: opAuth, header: map[string]string{"Idempotency-Key": "k2"},
-				body: `{"unitIds":["u0","u2"],"reason":"gpu-1 failed"}`},
+				body: `{"unitIds":["u0","u2"],"reason":"gpu-1 failed","expectedTopologyGen":3}`},
 			canned: opResults{topology: &capacity.TopologyResult{Node: testNode, Changed: true, AddedUnitIDs: []string{"u2"},
 				RemovedUnitIDs: []string{"u1"}, NeedsReview: []string{"r1"}, VMsOnRemovedUnits: []capacity.VM{testVM}}},
 			wantMethod: "SetTopology", wantStatus: 200,
 			check: func(t *testing.T, c call, body []byte) {
-				want := capacity.TopologyRequest{NodeID: "n1", UnitIDs: []string{"u0", "u2"}, Reason: "gpu-1 failed", IdempotencyKey: "k2"}
+				want := capacity.TopologyRequest{NodeID: "n1", UnitIDs: []string{"u0", "u2"}, Reason: "gpu-1 failed", IdempotencyKey: "k2",
+					ExpectedTopologyGen: ptr(int64(3))}
 				if !reflect.DeepEqual(c.Topology, want) {
 					t.Errorf("request %+v, want %+v", c.Topology, want)
 				}
@@ -556,7 +557,7 @@ var operatorBodyRoutes = []struct {
 	members      map[string]string
 }{
 	{http.MethodPut, "/v1/nodes/n1", map[string]string{"ownerOrgId": `"o"`, "unitIds": `["u1"]`, "agentEndpoint": `"https://a"`, "reason": `"r"`}},
-	{http.MethodPut, "/v1/nodes/n1/topology", map[string]string{"unitIds": `["u1"]`, "reason": `"r"`}},
+	{http.MethodPut, "/v1/nodes/n1/topology", map[string]string{"unitIds": `["u1"]`, "reason": `"r"`, "expectedTopologyGen": `2`}},
 	{http.MethodPost, "/v1/nodes/n1/reservations", map[string]string{"id": `"r9"`, "status": `"active"`, "startsAt": `"2026-11-01T00:00:00Z"`,
 		"endsAt": `"2027-11-01T00:00:00Z"`, "allowedOrgIds": `["a"]`, "managingOrgIds": `["m"]`, "reservedUnitIds": `["u1"]`, "contractRef": `"c"`, "reason": `"r"`}},
 	{http.MethodPost, reservationPath + "/cancel", map[string]string{"reason": `"r"`}},
@@ -601,6 +602,42 @@ func TestOperatorRoutesAre404ForOthers(t *testing.T) {
 			assertNoCalls(t, svc)
 		})
 	}
+}
+
+// TestOperatorListsAre404ForOthers: the operator-only lists refuse a non-operator before
+// they read the query, so a bad limit, an unknown parameter or none at all all answer the
+// same 404 (the one the service would give), and the service is never called.
+func TestOperatorListsAre404ForOthers(t *testing.T) {
+	for _, list := range []struct{ path, detail string }{
+		{"/v1/nodes/n1/audit", "node not found"}, {"/v1/keys", "not found"}, {"/v1/keys/audit", "not found"},
+	} {
+		for _, who := range []string{secretOwner, secretStranger, secretAudience, secretNoRights} {
+			var first string
+			for _, query := range []string{"", "?limit=0", "?x=1", "?limit=500", "?cursor=", "?limit=1&limit=2"} {
+				t.Run(list.path+query+" as "+who, func(t *testing.T) {
+					// The service's own refusal, so a handler that reached it would differ
+					// only in the answers to a bad query.
+					svc := &fakeService{err: capacity.Errorf(capacity.CodeNotFound, "%s", list.detail)}
+					w := req{method: http.MethodGet, path: list.path + query, auth: ptr("Bearer " + who)}.do(t, newHandler(svc))
+					if p := problem(t, w, http.StatusNotFound, capacity.CodeNotFound); p.Detail != list.detail {
+						t.Errorf("detail %q, want %q", p.Detail, list.detail)
+					}
+					assertNoCalls(t, svc)
+					if first == "" {
+						first = w.Body.String()
+					} else if w.Body.String() != first {
+						t.Errorf("body %s differs from %s", w.Body.String(), first)
+					}
+				})
+			}
+		}
+	}
+	t.Run("operator, bad node id", func(t *testing.T) {
+		svc := &fakeService{}
+		w := req{method: http.MethodGet, path: "/v1/nodes/-x/audit?limit=0", auth: opAuth}.do(t, newHandler(svc))
+		problem(t, w, http.StatusNotFound, capacity.CodeNotFound)
+		assertNoCalls(t, svc)
+	})
 }
 
 // TestOperatorBodiesAreStrict: each operator body refuses what the reclaim body refuses, and
@@ -673,6 +710,16 @@ func TestOperatorBodiesAreStrict(t *testing.T) {
 			if w.Code >= 300 || len(svc.Calls()) != 1 {
 				t.Errorf("status %d, calls %d: %s", w.Code, len(svc.Calls()), w.Body.String())
 			}
+		})
+	}
+	for _, bad := range []string{`1.5`, `"3"`, `true`, `9223372036854775808`} {
+		t.Run("topology expectedTopologyGen "+bad, func(t *testing.T) {
+			svc := &fakeService{}
+			w := req{method: http.MethodPut, path: "/v1/nodes/n1/topology", body: `{"unitIds":["u1"],"expectedTopologyGen":` + bad + `}`, auth: opAuth}.do(t, newHandler(svc))
+			if p := problem(t, w, 400, httpapi.CodeMalformedRequest); !strings.Contains(p.Detail, "expectedTopologyGen") {
+				t.Errorf("detail %q", p.Detail)
+			}
+			assertNoCalls(t, svc)
 		})
 	}
 	t.Run("reservation without startsAt", func(t *testing.T) {
