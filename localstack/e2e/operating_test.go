@@ -151,6 +151,25 @@ func TestOperatingFromNothing(t *testing.T) {
 	if r := c.ok(op, "keys", "list", "--limit", "100"); !strings.Contains(r.stdout, "KEY ID") {
 		t.Errorf("keys list:\n%s", r.stdout)
 	}
+	// The operator key's use is recorded off the request path, within a moment.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var page wire.KeyPageJSON
+		c.json(op, &page, "keys", "list", "--limit", "100")
+		used := ""
+		for _, k := range page.Keys {
+			if k.KeyID == boot.Key.KeyID {
+				used = k.LastUsedAt
+			}
+		}
+		if used != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the operator key %s has no lastUsedAt after being used: %+v", boot.Key.KeyID, page.Keys)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	// A tenant is not an operator: the key routes do not exist for it.
 	if r := c.run(tenantKey, "", "keys", "list"); r.code != 1 || !strings.Contains(r.stderr, "404 not_found") {
 		t.Errorf("keys list as a tenant: exit %d %s", r.code, r.stderr)
