@@ -24,6 +24,10 @@ type Toucher interface {
 	TouchKey(ctx context.Context, keyHash string, at time.Time) error
 }
 
+// LegacyKeyPrefix starts the keys issued before the checksummed ocap_ format; they are still
+// looked up. A bearer with neither prefix is refused without a lookup.
+const LegacyKeyPrefix = "ork_"
+
 // Hash returns the stored form of a key secret: hex SHA-256 (capacity.HashKeySecret).
 func Hash(secret string) string { return capacity.HashKeySecret(secret) }
 
@@ -79,10 +83,17 @@ func (a *Authenticator) Authenticate(ctx context.Context, header string) (capaci
 		return capacity.Principal{}, capacity.Errorf(capacity.CodeUnauthenticated, "an API key is required: Authorization: Bearer <key>")
 	}
 	secret = strings.TrimSpace(secret)
-	// A mistyped or truncated key of the current format is refused without a table read.
-	// Other secrets (the legacy ork_ keys) are looked up as they are.
-	if strings.HasPrefix(secret, capacity.KeyPrefix) && capacity.CheckKeySecret(secret) != nil {
-		return capacity.Principal{}, capacity.Errorf(capacity.CodeUnauthenticated, "the API key is malformed (mistyped or truncated?)")
+	// A mistyped or truncated key of the current format is refused without a table read, and
+	// so is anything that is no key at all: otherwise junk bearers would each cost a read and
+	// a cache entry (and could flush the cache). Legacy ork_ keys are looked up as they are.
+	switch {
+	case strings.HasPrefix(secret, capacity.KeyPrefix):
+		if capacity.CheckKeySecret(secret) != nil {
+			return capacity.Principal{}, capacity.Errorf(capacity.CodeUnauthenticated, "the API key is malformed (mistyped or truncated?)")
+		}
+	case strings.HasPrefix(secret, LegacyKeyPrefix):
+	default:
+		return capacity.Principal{}, capacity.Errorf(capacity.CodeUnauthenticated, "the API key is malformed: keys start with %s", capacity.KeyPrefix)
 	}
 	hash := Hash(secret)
 	key, err := a.lookup(ctx, hash)
@@ -133,6 +144,14 @@ func (a *Authenticator) touch(ctx context.Context, hash, keyID string, now time.
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
 		if err := a.Touch.TouchKey(tctx, hash, now); err != nil {
+			// Forget this attempt so the next use tries again, rather than skipping a minute
+			// (in Lambda a goroutine frozen after the answer fails its deadline on thaw).
+			// Unless a later attempt has taken its place since.
+			a.mu.Lock()
+			if at, ok := a.touched[hash]; ok && at.Equal(now) {
+				delete(a.touched, hash)
+			}
+			a.mu.Unlock()
 			logger.WarnContext(tctx, "recording the API key's last use failed", "key_id", keyID, "err", err)
 		}
 	}()

@@ -159,7 +159,10 @@ func TestAuthenticate(t *testing.T) {
 		{"other scheme", "Token " + secretValid, nil, false},
 		{"scheme glued to key", "Bearer" + secretValid, nil, false},
 		{"unknown key", "Bearer ork_unknown", nil, true},
-		{"key differing in case", "Bearer " + strings.ToUpper(secretValid), nil, true},
+		{"key differing in case (ORK_: no known prefix)", "Bearer " + strings.ToUpper(secretValid), nil, false},
+		{"no known prefix", "Bearer nope", nil, false},
+		{"prefix not at the start", "Bearer x" + secretValid, nil, false},
+		{"legacy prefix only", "Bearer ork_", nil, true},
 		{"key with a suffix", "Bearer " + secretValid + "x", nil, true},
 		{"two keys", "Bearer " + secretValid + " " + secretValid, nil, true},
 		{"revoked", "Bearer " + secretRevoked, nil, true},
@@ -530,5 +533,65 @@ func TestLastUsedNeverDelaysTheAnswer(t *testing.T) {
 	close(c.block)
 	if err := <-c.ctxErr; err != nil {
 		t.Errorf("the touch's context ended with the request: %v", err)
+	}
+}
+
+// Bearers that are no key at all never reach the store, so they cannot flush the cache of
+// real keys either.
+func TestJunkBearersNeitherLookUpNorFlushTheCache(t *testing.T) {
+	keys := standardKeys()
+	a := &auth.Authenticator{Keys: keys, TTL: time.Hour, Now: func() time.Time { return t0 }}
+	ctx := context.Background()
+	if _, err := a.Authenticate(ctx, "Bearer "+secretValid); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10001 {
+		p, err := a.Authenticate(ctx, fmt.Sprintf("Bearer junk-%d", i))
+		if i == 0 {
+			assertUnauthenticated(t, p, err)
+		}
+	}
+	if _, err := a.Authenticate(ctx, "Bearer "+secretValid); err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, n := range keys.lookups {
+		total += n
+	}
+	if total != 1 || keys.hits(secretValid) != 1 {
+		t.Errorf("store lookups = %d (valid key %d), want 1: junk bearers reached the store or flushed the cache", total, keys.hits(secretValid))
+	}
+}
+
+// A recording that failed is forgotten, so the key's next use tries again within the minute
+// instead of leaving a minute unrecorded.
+func TestLastUsedFailedIsRetriedAtNextUse(t *testing.T) {
+	keys := standardKeys()
+	c := &chanToucher{touches: make(chan touch, 10), err: errors.New("context deadline exceeded")}
+	a := &auth.Authenticator{Keys: keys, TTL: time.Hour, Now: func() time.Time { return t0 }, Touch: c}
+	ctx := context.Background()
+	if _, err := a.Authenticate(ctx, "Bearer "+secretValid); err != nil {
+		t.Fatal(err)
+	}
+	expectTouch(t, c, touch{auth.Hash(secretValid), t0})
+	// The failure is forgotten once the goroutine has run: poll with further uses until one
+	// records again.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := a.Authenticate(ctx, "Bearer "+secretValid); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case got := <-c.touches:
+			if got != (touch{auth.Hash(secretValid), t0}) {
+				t.Errorf("touch = %+v", got)
+			}
+			return
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("after a failed recording, later uses within the minute never tried again")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

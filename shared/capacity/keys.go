@@ -116,6 +116,10 @@ func (r KeyRequest) validate(now time.Time) (KeyRequest, error) {
 	if strings.ContainsFunc(r.Description, unicode.IsControl) {
 		return r, Errorf(CodeInvalidRequest, "description must not hold control characters")
 	}
+	// The key is part of the idempotency record's partition key, which the store bounds.
+	if err := ValidateIdempotencyKey(r.IdempotencyKey); err != nil {
+		return r, err
+	}
 	return r, nil
 }
 
@@ -288,6 +292,30 @@ func (s *Service) ListKeys(ctx context.Context, p Principal, page PageRequest) (
 		keys = []APIKey{}
 	}
 	return &KeyPage{Keys: keys, NextCursor: next}, nil
+}
+
+// GetKey returns one API key (never its hash), operators only (anyone else, or an id that
+// names nothing: 404).
+func (s *Service) GetKey(ctx context.Context, p Principal, keyID string) (*APIKey, error) {
+	if !p.Operator {
+		return nil, keysNotFound()
+	}
+	if !ValidID(keyID) {
+		return nil, keyNotFound()
+	}
+	store, err := s.keyStore()
+	if err != nil {
+		return nil, err
+	}
+	k, err := store.GetKey(ctx, keyID)
+	if ErrorCode(err) == CodeNotFound {
+		return nil, keyNotFound()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read key %s: %w", keyID, err)
+	}
+	k.Hash = "" // the stored form of the secret is nobody's business outside the store
+	return k, nil
 }
 
 // KeyRevocation asks to revoke the key KeyID; Reason goes to the audit record.

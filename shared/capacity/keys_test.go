@@ -144,6 +144,11 @@ func TestKeyCallsAreOperatorOnly(t *testing.T) {
 		wantCode(t, err, capacity.CodeNotFound)
 		_, err = svc.ListKeys(ctx, p, capacity.PageRequest{})
 		wantCode(t, err, capacity.CodeNotFound)
+		_, err = svc.GetKey(ctx, p, "key-x")
+		wantCode(t, err, capacity.CodeNotFound)
+	}
+	if store.reads != 0 {
+		t.Errorf("refused calls read the store %d times", store.reads)
 	}
 	if len(store.audits) != 0 || store.keys["key-x"].Revoked || len(store.keys) != 1 {
 		t.Errorf("refused calls changed the store: %+v", store)
@@ -175,6 +180,9 @@ func TestCreateKeyValidation(t *testing.T) {
 		{"description too long", capacity.KeyRequest{OrgID: "org-1", Permissions: read, Description: strings.Repeat("a", 201)}, "200"},
 		{"description with a newline", capacity.KeyRequest{OrgID: "org-1", Permissions: read, Description: "a\nb"}, "control"},
 		{"description not UTF-8", capacity.KeyRequest{OrgID: "org-1", Permissions: read, Description: "\xff"}, "UTF-8"},
+		{"Idempotency-Key too long", capacity.KeyRequest{OrgID: "org-1", Permissions: read, IdempotencyKey: strings.Repeat("k", 5001)}, "Idempotency-Key"},
+		{"Idempotency-Key with a control character", capacity.KeyRequest{OrgID: "org-1", Permissions: read, IdempotencyKey: "k\x01"}, "Idempotency-Key"},
+		{"Idempotency-Key with a space", capacity.KeyRequest{OrgID: "org-1", Permissions: read, IdempotencyKey: "a b"}, "Idempotency-Key"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -411,4 +419,41 @@ func TestRevokeKey(t *testing.T) {
 			t.Errorf("the losing revoke wrote audit records: %+v", store.audits)
 		}
 	})
+}
+
+func TestGetKey(t *testing.T) {
+	ctx := context.Background()
+	store := newMemKeys()
+	at := keyT0.Add(-time.Hour)
+	stored := capacity.APIKey{KeyID: "key-a", Hash: "abc123", OrgID: "org-1", Permissions: []string{capacity.PermRead},
+		Description: "ci", CreatedAt: at, CreatedByKeyID: "key-op", LastUsedAt: &at}
+	store.keys["key-a"] = stored
+	svc := keyService(store)
+	k, err := svc.GetKey(ctx, operator, "key-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := stored
+	want.Hash = ""
+	if !reflect.DeepEqual(*k, want) {
+		t.Errorf("key = %+v, want %+v (without its hash)", *k, want)
+	}
+	for _, id := range []string{"key-none", "", "key#a", strings.Repeat("k", 200)} {
+		_, err := svc.GetKey(ctx, operator, id)
+		wantCode(t, err, capacity.CodeNotFound)
+		if capacity.ErrorMessage(err) != "API key not found" {
+			t.Errorf("GetKey(%q): message %q", id, capacity.ErrorMessage(err))
+		}
+	}
+	failing := &capacity.Service{Keys: errKeys{store}}
+	if _, err := failing.GetKey(ctx, operator, "key-a"); err == nil || capacity.ErrorCode(err) == capacity.CodeNotFound || !strings.Contains(err.Error(), "key-a") {
+		t.Errorf("a failed read = %v, want an error naming the key", err)
+	}
+}
+
+// errKeys fails every read.
+type errKeys struct{ *memKeys }
+
+func (errKeys) GetKey(context.Context, string) (*capacity.APIKey, error) {
+	return nil, errors.New("throttled")
 }

@@ -557,6 +557,28 @@ func (s *Service) GetNode(ctx context.Context, p Principal, nodeID string) (*Nod
 	return n, nil
 }
 
+// AdmitReservationList is ListReservations' first gate, before anything is read: the HTTP
+// layer calls it before the query, so a caller who may not list gets the same 404 whatever
+// the query says. Anyone who is neither an operator nor has reservation.read, or a node id
+// that names nothing, gets the 404 of a missing node.
+func AdmitReservationList(p Principal, nodeID string) error {
+	if !p.Operator && !p.Can(PermRead) || !ValidID(nodeID) {
+		return nodeNotFound()
+	}
+	return nil
+}
+
+// AdmitReservationRead is the first gate of every read of one reservation (itself, its
+// audit), before anything is read: a caller with neither reservation.read nor
+// reservation.capacity, or ids that name nothing, gets the 404 of a missing reservation.
+// The finer checks (owner, managing or audience org) follow once the reservation is read.
+func AdmitReservationRead(p Principal, nodeID, reservationID string) error {
+	if !p.Can(PermRead) && !p.Can(PermCapacity) || !ValidID(nodeID) || !ValidID(reservationID) {
+		return notFound()
+	}
+	return nil
+}
+
 // ListReservations returns a page of the node's reservations as the caller may see them: all
 // to an operator and to the node's owner; to another caller with reservation.read, those whose
 // audience or managing orgs hold its org (a page may then hold fewer than the limit). Such a
@@ -564,8 +586,8 @@ func (s *Service) GetNode(ctx context.Context, p Principal, nodeID string) (*Nod
 // without reservations for it from no node; its pages are read on until something visible
 // is found, and a next cursor is answered only when something visible follows it.
 func (s *Service) ListReservations(ctx context.Context, p Principal, nodeID string, page PageRequest) (*ReservationPage, error) {
-	if !p.Operator && !p.Can(PermRead) || !ValidID(nodeID) {
-		return nil, nodeNotFound()
+	if err := AdmitReservationList(p, nodeID); err != nil {
+		return nil, err
 	}
 	limit, err := page.limit()
 	if err != nil {

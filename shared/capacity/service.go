@@ -564,8 +564,8 @@ func (s *Service) GetReservation(ctx context.Context, p Principal, nodeID, reser
 
 // visibleReservation reads a reservation for a caller who may see it, and the caller's access.
 func (s *Service) visibleReservation(ctx context.Context, p Principal, nodeID, reservationID string) (*Reservation, Access, error) {
-	if !p.Can(PermRead) && !p.Can(PermCapacity) || !ValidID(nodeID) || !ValidID(reservationID) {
-		return nil, AccessNone, notFound()
+	if err := AdmitReservationRead(p, nodeID, reservationID); err != nil {
+		return nil, AccessNone, err
 	}
 	start := time.Now()
 	st, err := s.Store.LoadNode(ctx, nodeID, "")

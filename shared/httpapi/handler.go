@@ -40,6 +40,7 @@ type Service interface {
 	// API keys.
 	CreateKey(ctx context.Context, p capacity.Principal, req capacity.KeyRequest, meta capacity.RequestMeta) (*capacity.KeyResult, error)
 	ListKeys(ctx context.Context, p capacity.Principal, page capacity.PageRequest) (*capacity.KeyPage, error)
+	GetKey(ctx context.Context, p capacity.Principal, keyID string) (*capacity.APIKey, error)
 	RevokeKey(ctx context.Context, p capacity.Principal, req capacity.KeyRevocation, meta capacity.RequestMeta) (*capacity.APIKey, error)
 
 	// Audit trail.
@@ -102,6 +103,7 @@ func (h *Handler) handlers() map[string]handlerFunc {
 		"listReservationAudit":   h.listReservationAudit,
 		"createKey":              h.createKey,
 		"listKeys":               h.listKeys,
+		"getKey":                 h.getKey,
 		"revokeKey":              h.revokeKey,
 		"listKeyAudit":           h.listKeyAudit,
 	}

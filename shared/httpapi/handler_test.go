@@ -601,7 +601,7 @@ func TestUnknownPathIs404Problem(t *testing.T) {
 		"/v1/nodes/n1/units",
 		reclaimPath + "/",
 		reservationPath + "/cancel/x",
-		"/v1/keys/key-1",
+		"/v1/keys/key-1/x",
 		"/v2/nodes/n1/reservations/r1/reclaim",
 	} {
 		for _, method := range []string{http.MethodGet, http.MethodPost} {

@@ -260,8 +260,12 @@ func (h *Handler) changeReservation(action string) handlerFunc {
 	}
 }
 
-// listReservations is scoped by the service to what the caller may see.
+// listReservations is scoped by the service to what the caller may see. The service's first
+// gate runs before the query is read, so a caller who may not list learns nothing from it.
 func (h *Handler) listReservations(w http.ResponseWriter, r *http.Request, p capacity.Principal, _ string) error {
+	if err := capacity.AdmitReservationList(p, r.PathValue("nodeId")); err != nil {
+		return err
+	}
 	page, err := pageOf(r.URL.Query())
 	if err != nil {
 		return err
@@ -274,7 +278,15 @@ func (h *Handler) listReservations(w http.ResponseWriter, r *http.Request, p cap
 	return nil
 }
 
+// listReservationAudit: as listReservations, the service's first gate before the query for
+// anyone but an operator; the finer checks (owner, managing org or operator) stay in the
+// service.
 func (h *Handler) listReservationAudit(w http.ResponseWriter, r *http.Request, p capacity.Principal, _ string) error {
+	if !p.Operator {
+		if err := capacity.AdmitReservationRead(p, r.PathValue("nodeId"), r.PathValue("id")); err != nil {
+			return err
+		}
+	}
 	page, err := pageOf(r.URL.Query())
 	if err != nil {
 		return err
@@ -362,6 +374,20 @@ func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request, p capacity.Pr
 		return err
 	}
 	writeJSON(w, http.StatusOK, wire.KeyPage(res))
+	return nil
+}
+
+// getKey answers one key (the Location of a created key).
+func (h *Handler) getKey(w http.ResponseWriter, r *http.Request, p capacity.Principal, _ string) error {
+	keyID := r.PathValue("keyId")
+	if err := admitOperator(p, "key", keyID); err != nil {
+		return err
+	}
+	k, err := h.Service.GetKey(r.Context(), p, keyID)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wire.KeyGetJSON{Key: wire.Key(*k)})
 	return nil
 }
 

@@ -93,6 +93,11 @@ func (f *fakeService) ListKeys(_ context.Context, p capacity.Principal, page cap
 	return orEmpty(f.keyPage, f.err), f.err
 }
 
+func (f *fakeService) GetKey(_ context.Context, p capacity.Principal, keyID string) (*capacity.APIKey, error) {
+	f.record(call{Method: "GetKey", Principal: p, opCall: opCall{KeyID: keyID}})
+	return orEmpty(f.key, f.err), f.err
+}
+
 func (f *fakeService) RevokeKey(_ context.Context, p capacity.Principal, req capacity.KeyRevocation, meta capacity.RequestMeta) (*capacity.APIKey, error) {
 	f.record(call{Method: "RevokeKey", Principal: p, Meta: meta, opCall: opCall{KeyID: req.KeyID, Revoke: req}})
 	return orEmpty(f.key, f.err), f.err
@@ -425,6 +430,26 @@ func TestOperatorRoutes(t *testing.T) {
 			},
 		},
 		{
+			name:       "get key (the Location of a created one)",
+			q:          req{method: http.MethodGet, path: "/v1/keys/key-1", auth: opAuth},
+			canned:     opResults{key: &testKey},
+			wantMethod: "GetKey", wantStatus: 200,
+			check: func(t *testing.T, c call, body []byte) {
+				var a wire.KeyGetJSON
+				decodeStrict(t, body, &a)
+				if c.KeyID != "key-1" || a.Key.KeyID != testKey.KeyID || a.Key.OrgID != testKey.OrgID || strings.Contains(string(body), "hash") {
+					t.Errorf("call %+v, answer %s", c, body)
+				}
+			},
+		},
+		{
+			name:       "key audit is not a key id",
+			q:          req{method: http.MethodGet, path: "/v1/keys/audit", auth: opAuth},
+			canned:     opResults{chainPage: &capacity.AuditChainPage{}},
+			wantMethod: "ListKeyAudit", wantStatus: 200,
+			check: func(*testing.T, call, []byte) {},
+		},
+		{
 			name:       "revoke key, empty body",
 			q:          req{method: http.MethodPost, path: "/v1/keys/key-1/revoke", auth: opAuth, contentType: ptr("")},
 			canned:     opResults{key: &capacity.APIKey{KeyID: "key-1", Revoked: true, RevokedAt: &now}},
@@ -610,6 +635,7 @@ func TestOperatorRoutesAre404ForOthers(t *testing.T) {
 func TestOperatorListsAre404ForOthers(t *testing.T) {
 	for _, list := range []struct{ path, detail string }{
 		{"/v1/nodes/n1/audit", "node not found"}, {"/v1/keys", "not found"}, {"/v1/keys/audit", "not found"},
+		{"/v1/keys/key-1", "key not found"},
 	} {
 		for _, who := range []string{secretOwner, secretStranger, secretAudience, secretNoRights} {
 			var first string
@@ -638,6 +664,36 @@ func TestOperatorListsAre404ForOthers(t *testing.T) {
 		problem(t, w, http.StatusNotFound, capacity.CodeNotFound)
 		assertNoCalls(t, svc)
 	})
+}
+
+// TestReaderListsAre404WithoutReadBeforeTheQuery: the lists open to other callers than
+// operators refuse one without the permission to read before reading the query, with the
+// service's own 404, and never call the service.
+func TestReaderListsAre404WithoutReadBeforeTheQuery(t *testing.T) {
+	for _, list := range []struct{ path, detail string }{
+		{"/v1/nodes/n1/reservations", "node not found"}, {reservationPath + "/audit", "reservation not found"},
+	} {
+		var first string
+		for _, query := range []string{"", "?limit=0", "?x=1", "?limit=500", "?cursor=", "?limit=1&limit=2"} {
+			t.Run(list.path+query, func(t *testing.T) {
+				svc := &fakeService{err: capacity.Errorf(capacity.CodeNotFound, "%s", list.detail)}
+				w := req{method: http.MethodGet, path: list.path + query, auth: ptr("Bearer " + secretNoRights)}.do(t, newHandler(svc))
+				if p := problem(t, w, http.StatusNotFound, capacity.CodeNotFound); p.Detail != list.detail {
+					t.Errorf("detail %q, want %q", p.Detail, list.detail)
+				}
+				assertNoCalls(t, svc)
+				if first == "" {
+					first = w.Body.String()
+				} else if w.Body.String() != first {
+					t.Errorf("body %s differs from %s", w.Body.String(), first)
+				}
+			})
+		}
+	}
+	// A reader still gets the answers to a bad query (the service decides the rest).
+	svc := &fakeService{}
+	w := req{method: http.MethodGet, path: "/v1/nodes/n1/reservations?x=1", auth: ptr("Bearer " + secretNoPerm)}.do(t, newHandler(svc))
+	problem(t, w, http.StatusBadRequest, httpapi.CodeMalformedRequest)
 }
 
 // TestOperatorBodiesAreStrict: each operator body refuses what the reclaim body refuses, and

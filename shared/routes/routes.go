@@ -39,6 +39,7 @@ var All = []Route{
 	{"GET", "/v1/nodes/{nodeId}/reservations/{id}/audit", "listReservationAudit", true},
 	{"POST", "/v1/keys", "createKey", true},
 	{"GET", "/v1/keys", "listKeys", true},
+	{"GET", "/v1/keys/{keyId}", "getKey", true},
 	{"POST", "/v1/keys/{keyId}/revoke", "revokeKey", true},
 	{"GET", "/v1/keys/audit", "listKeyAudit", true},
 }
