@@ -102,10 +102,10 @@ func commands() []command {
 		{"reservations", "get", "--node N --reservation R", "show a reservation", reservationsGet},
 		{"reservations", "cancel", "--node N --reservation R [--reason TEXT]", "cancel a reservation (terminates nothing; lists the VMs on its units)", reservationsCancel},
 		{"reservations", "reaffirm", "--node N --reservation R [--reason TEXT]", "move a needs-review reservation back to active at the node's topology", reservationsReaffirm},
-		{"topology", "set", "--node N --units U,... [--reason TEXT]", "set a node's unit list (its reservations go to needs-review)", topologySet},
+		{"topology", "set", "--node N --units U,... [--expected-gen N] [--reason TEXT]", "set a node's unit list (its reservations go to needs-review)", topologySet},
 		{"audit", "list", "--node N [--reservation R] | --keys [--limit N] [--cursor C]", "list audit records", auditList},
 		{"audit", "verify", "--node N | --keys", "verify an audit hash chain; names the first altered, inserted or removed record", auditVerify},
-		{"reclaim", "", "--node N --reservation R --units U,... [--reason TEXT] [--grace SECONDS] [--yes]", "dry-run, confirm, reclaim with If-Match, then follow the termination", reclaimCmd},
+		{"reclaim", "", "--node N --reservation R --units U,... [--reason TEXT] [--grace SECONDS] [--yes] [--wait D] [--idempotency-key K]", "dry-run, confirm, reclaim with If-Match, then follow the termination (--idempotency-key resumes an interrupted reclaim)", reclaimCmd},
 	}
 }
 
@@ -144,7 +144,8 @@ func (a *app) main(ctx context.Context, args []string) int {
 	fs.SetOutput(a.io.err)
 	a.globalFlags(fs) // global flags may follow the command too
 	fs.Usage = func() {
-		fmt.Fprintf(a.io.err, "usage: capacityctl %s %s\n  %s\n", name, cmd.args, cmd.help)
+		fmt.Fprintf(a.io.err, "usage: capacityctl %s %s\n  %s\n\nflags (global flags included):\n", name, cmd.args, cmd.help)
+		fs.PrintDefaults()
 	}
 	err := cmd.run(ctx, a, fs, rest)
 	return a.report(err)
@@ -221,7 +222,7 @@ func (a *app) report(err error) int {
 	}
 	var pe *client.Error
 	if errors.As(err, &pe) {
-		fmt.Fprintf(a.io.err, "capacityctl: %s\n", pe.Error())
+		fmt.Fprintf(a.io.err, "capacityctl: %s\n", err) // with what it wraps: which call, how many attempts
 		if pe.RequestID != "" {
 			fmt.Fprintf(a.io.err, "  request id: %s\n", pe.RequestID)
 		}
@@ -393,9 +394,11 @@ func (a *app) client(ctx context.Context) (*client.Client, error) {
 	if key == "" {
 		return nil, &exitError{code: exitUsage, err: errors.New("no API key: pass --key or set CAPACITY_API_KEY")}
 	}
-	hc := a.httpClient
-	if hc == nil {
-		hc = &http.Client{Timeout: a.timeout}
+	hc := &http.Client{Timeout: a.timeout}
+	if a.httpClient != nil { // tests: their transport, with the --timeout still applied
+		c := *a.httpClient
+		c.Timeout = a.timeout
+		hc = &c
 	}
 	return client.New(ep, key, hc), nil
 }

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -31,8 +32,14 @@ type result struct {
 // runCLI runs capacityctl with args against api (may be nil), stdin and env.
 func runCLI(t *testing.T, api *httptest.Server, stdin string, env map[string]string, args ...string) result {
 	t.Helper()
-	var out, errOut bytes.Buffer
-	a := &app{io: stdio{in: strings.NewReader(stdin), out: &out, err: &errOut}, pollEvery: time.Millisecond,
+	return runCLIWith(context.Background(), t, api, strings.NewReader(stdin), env, args...)
+}
+
+// runCLIWith is runCLI with a context (Ctrl-C cancels it) and any stdin.
+func runCLIWith(ctx context.Context, t *testing.T, api *httptest.Server, stdin io.Reader, env map[string]string, args ...string) result {
+	t.Helper()
+	var out, errOut syncBuffer
+	a := &app{io: stdio{in: stdin, out: &out, err: &errOut}, pollEvery: time.Millisecond,
 		getenv: func(k string) string { return env[k] }}
 	if api != nil {
 		a.httpClient = api.Client()
@@ -50,8 +57,26 @@ func runCLI(t *testing.T, api *httptest.Server, stdin string, env map[string]str
 		return map[string]string{"ApiUrl": "https://from-stack.example/dev/", "KeysTableName": "keys-dev"}, nil
 	}
 	a.awsConfig = func(context.Context) (aws.Config, error) { return aws.Config{Region: "eu-west-1"}, nil }
-	code := a.main(context.Background(), args)
+	code := a.main(ctx, args)
 	return result{code, out.String(), errOut.String()}
+}
+
+// syncBuffer is a bytes.Buffer safe for the prompt's reader goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func hasFlag(args []string, name string) bool {
@@ -108,10 +133,25 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestHelp(t *testing.T) {
-	for _, args := range [][]string{{"help"}, {"-h"}, {"reclaim", "-h"}, {"keys", "create", "--help"}} {
-		got := runCLI(t, nil, "", nil, args...)
+	tests := []struct {
+		args []string
+		want []string // flags the help must list
+	}{
+		{[]string{"help"}, nil},
+		{[]string{"-h"}, nil},
+		{[]string{"reclaim", "-h"}, []string{"-idempotency-key", "-wait", "-grace", "-yes", "-endpoint"}},
+		{[]string{"keys", "create", "--help"}, []string{"-bootstrap", "-idempotency-key"}},
+		{[]string{"topology", "set", "--help"}, []string{"-expected-gen", "-idempotency-key"}},
+	}
+	for _, tt := range tests {
+		got := runCLI(t, nil, "", nil, tt.args...)
 		if got.code != exitOK || !strings.Contains(got.err, "sage") || strings.Contains(got.err, "capacityctl: ") {
-			t.Errorf("%v: exit %d\n%s", args, got.code, got.err)
+			t.Errorf("%v: exit %d\n%s", tt.args, got.code, got.err)
+		}
+		for _, f := range tt.want {
+			if !strings.Contains(got.err, "  "+f+" ") && !strings.Contains(got.err, "  "+f+"\n") {
+				t.Errorf("%v: the help does not list %s\n%s", tt.args, f, got.err)
+			}
 		}
 	}
 }
@@ -266,7 +306,7 @@ func TestConfirm(t *testing.T) {
 	}
 	for _, tt := range tests {
 		var out bytes.Buffer
-		got, err := confirm(strings.NewReader(tt.in), &out, "Proceed? [y/N] ")
+		got, err := confirm(context.Background(), strings.NewReader(tt.in), &out, "Proceed? [y/N] ")
 		if err != nil || got != tt.want {
 			t.Errorf("answer %q: %v, %v; want %v", tt.in, got, err, tt.want)
 		}
@@ -310,6 +350,12 @@ type fakeAPI struct {
 	newPlan  bool     // the plan changes between the dry run and the real call
 	outcomes []string // the VMs' outcomes, revealed one per GET
 	throttle int      // answer the real call 503 throttled this many times first
+	// fail are the real call's first answers, in order: an HTTP status sent as API Gateway
+	// sends it (no problem code), "hang" (no answer until the client gives up) or "cancel"
+	// (Ctrl-C during the call: cancels the command's context, then no answer).
+	fail     []string
+	cancel   func()
+	pollFail []int // the GETs' first answers: these statuses
 	polls    int
 	calls    []string // method path If-Match Idempotency-Key
 }
@@ -331,6 +377,29 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			_, _ = io.WriteString(w, f.plan(f.etag))
 			return
 		}
+		if len(f.fail) > 0 {
+			next := f.fail[0]
+			f.fail = f.fail[1:]
+			switch next {
+			case "hang", "cancel":
+				if next == "cancel" {
+					f.cancel()
+				}
+				f.mu.Unlock() // let the retry in while this request waits for its client to go
+				<-r.Context().Done()
+				f.mu.Lock()
+			case "502":
+				w.Header().Set("Content-Type", "text/html")
+				w.WriteHeader(502)
+				_, _ = io.WriteString(w, "<html><body>502 Bad Gateway</body></html>")
+			default:
+				var status int
+				_, _ = fmt.Sscan(next, &status)
+				w.WriteHeader(status)
+				_, _ = fmt.Fprintf(w, `{"message":%q}`, http.StatusText(status))
+			}
+			return
+		}
 		if f.throttle > 0 {
 			f.throttle--
 			w.WriteHeader(503)
@@ -348,6 +417,13 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		_, _ = io.WriteString(w, `{"id":"res-1","nodeId":"node-1","allowedOrgIds":["a"],"reservedUnitIds":["gpu-2","gpu-3"],"startsAt":"2026-01-01T00:00:00Z","status":"active","managingOrgIds":[],"releasedUnitIds":[],"topologyGen":1,"terminated":["vm-1","vm-2"],"skipped":[],"reclaimId":"op-1"}`)
 	case r.Method == "GET" && strings.HasSuffix(r.URL.Path, "/reclaims/op-1"):
+		if len(f.pollFail) > 0 {
+			status := f.pollFail[0]
+			f.pollFail = f.pollFail[1:]
+			w.WriteHeader(status)
+			_, _ = fmt.Fprintf(w, `{"message":%q}`, http.StatusText(status))
+			return
+		}
 		f.polls++
 		op := wire.OperationJSON{ID: "op-1", NodeID: "node-1", ReservationID: "res-1", State: "terminating", UnitIDs: []string{"gpu-2", "gpu-3"}, CreatedAt: "t"}
 		known := min(f.polls-1, len(f.outcomes))
@@ -379,23 +455,40 @@ func TestReclaimFlow(t *testing.T) {
 		extra     []string
 		code      int
 		realCalls int      // real reclaim calls sent
+		key       string   // their Idempotency-Key ("": one generated, capacityctl-…)
 		stdout    []string // must appear, in order
 		stderr    []string
 	}{
-		{"confirmed, all terminated", &fakeAPI{etag: "e1", outcomes: []string{"terminated", "already-gone"}}, "y\n", nil, 0, 1,
+		{"confirmed, all terminated", &fakeAPI{etag: "e1", outcomes: []string{"terminated", "already-gone"}}, "y\n", nil, 0, 1, "",
 			[]string{"would terminate  vm-1,vm-2", `plan ETag        e1`, "reclaim id       op-1", "0/2 VMs done: 0 terminated, 0 already-gone, 0 failed",
 				"1/2 VMs done: 1 terminated, 0 already-gone, 0 failed", "2/2 VMs done: 1 terminated, 1 already-gone, 0 failed"},
 			[]string{"Proceed? [y/N] "}},
-		{"--yes asks nothing", &fakeAPI{etag: "e1", outcomes: []string{"terminated"}}, "", []string{"--yes"}, 0, 1,
+		{"--yes asks nothing", &fakeAPI{etag: "e1", outcomes: []string{"terminated"}}, "", []string{"--yes"}, 0, 1, "",
 			[]string{"1/1 VMs done: 1 terminated"}, nil},
-		{"declined", &fakeAPI{etag: "e1"}, "n\n", nil, 1, 0, []string{"would terminate"}, []string{"not confirmed; nothing changed"}},
-		{"no answer", &fakeAPI{etag: "e1"}, "", nil, 1, 0, nil, []string{"not confirmed"}},
-		{"the plan changed", &fakeAPI{etag: "e1", newPlan: true}, "", []string{"--yes"}, 3, 1,
+		{"declined", &fakeAPI{etag: "e1"}, "n\n", nil, 1, 0, "", []string{"would terminate"}, []string{"not confirmed; nothing changed"}},
+		{"no answer", &fakeAPI{etag: "e1"}, "", nil, 1, 0, "", nil, []string{"not confirmed"}},
+		{"the plan changed", &fakeAPI{etag: "e1", newPlan: true}, "", []string{"--yes"}, 3, 1, "",
 			[]string{"plan ETag        e1", "plan ETag        e2"}, []string{"the plan changed since the dry run", "plan changed"}},
-		{"a VM failed", &fakeAPI{etag: "e1", outcomes: []string{"terminated", "failed"}}, "", []string{"--yes"}, 4, 1,
+		{"a VM failed", &fakeAPI{etag: "e1", outcomes: []string{"terminated", "failed"}}, "", []string{"--yes"}, 4, 1, "",
 			[]string{"2/2 VMs done: 1 terminated, 0 already-gone, 1 failed"}, []string{"vm-2: agent said no", "1 VMs failed"}},
-		{"throttled, retried with the same key", &fakeAPI{etag: "e1", throttle: 2, outcomes: []string{"terminated"}}, "", []string{"--yes"}, 0, 3,
+		{"throttled, retried with the same key", &fakeAPI{etag: "e1", throttle: 2, outcomes: []string{"terminated"}}, "", []string{"--yes"}, 0, 3, "",
 			[]string{"1/1 VMs done"}, nil},
+		{"API Gateway's 504, 429, 502 and 503 retried with the same key", &fakeAPI{etag: "e1", fail: []string{"504", "429", "502", "503"}, outcomes: []string{"terminated"}}, "", []string{"--yes"}, 0, 5, "",
+			[]string{"1/1 VMs done"}, []string{"Idempotency-Key capacityctl-", "attempt 1 of 6: 504 Gateway Timeout", "attempt 4 of 6: 503"}},
+		{"no answer within --timeout, retried with the same key", &fakeAPI{etag: "e1", fail: []string{"hang"}, outcomes: []string{"terminated"}}, "", []string{"--yes", "--timeout", "300ms"}, 0, 2, "",
+			[]string{"reclaim id       op-1", "1/1 VMs done"}, []string{"Idempotency-Key capacityctl-", "attempt 1 of 6"}},
+		{"no answer at all: the key and how to resume", &fakeAPI{etag: "e1", fail: []string{"504", "504", "504", "504", "504", "504"}}, "", []string{"--yes"}, 1, 6, "",
+			nil, []string{"Idempotency-Key capacityctl-", "it may have been made", "capacityctl reclaim --node node-1 --reservation res-1 --units gpu-2,gpu-3 --reason training --idempotency-key capacityctl-", "--yes", "no answer after 6 attempts"}},
+		{"resumed with --idempotency-key", &fakeAPI{etag: "e1", outcomes: []string{"terminated"}}, "", []string{"--yes", "--idempotency-key", "capacityctl-earlier"}, 0, 1, "capacityctl-earlier",
+			[]string{"idempotency key  capacityctl-earlier"}, []string{"Idempotency-Key capacityctl-earlier"}},
+		{"a refusal is not retried", &fakeAPI{etag: "e1", fail: []string{"500"}}, "", []string{"--yes"}, 1, 1, "",
+			nil, []string{"500 Internal Server Error"}},
+		{"polls retried until they answer", &fakeAPI{etag: "e1", pollFail: []int{503, 500, 504, 429}, outcomes: []string{"terminated"}}, "", []string{"--yes"}, 0, 1, "",
+			[]string{"1/1 VMs done"}, nil},
+		{"a poll answered 404 stops", &fakeAPI{etag: "e1", pollFail: []int{404}, outcomes: []string{"terminated"}}, "", []string{"--yes"}, 1, 1, "",
+			nil, []string{"follow reclaim op-1: 404"}},
+		{"polls failing until --wait runs out", &fakeAPI{etag: "e1", pollFail: slices.Repeat([]int{503}, 100000), outcomes: []string{"terminated"}}, "", []string{"--yes", "--wait", "50ms"}, 1, 1, "",
+			nil, []string{"still running after 50ms", "last error", "503"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -420,8 +513,8 @@ func TestReclaimFlow(t *testing.T) {
 			}
 			for _, c := range real {
 				fs := strings.Fields(c)
-				if fs[2] != `"e1"` || !strings.HasPrefix(fs[3], "capacityctl-") || fs[3] != strings.Fields(real[0])[3] {
-					t.Errorf("real call %q: want If-Match \"e1\" and one generated Idempotency-Key for every attempt", c)
+				if fs[2] != `"e1"` || !strings.HasPrefix(fs[3], "capacityctl-") || fs[3] != strings.Fields(real[0])[3] || (tt.key != "" && fs[3] != tt.key) {
+					t.Errorf("real call %q: want If-Match \"e1\" and one Idempotency-Key (%q) for every attempt", c, tt.key)
 				}
 			}
 		})
@@ -660,5 +753,79 @@ func TestTopologySetExpectedGen(t *testing.T) {
 				t.Errorf("expectedTopologyGen %v (present %v), want %v", v, ok, tt.want)
 			}
 		})
+	}
+}
+
+// cancelOnRead is a terminal at the prompt when Ctrl-C comes: its read cancels the command's
+// context (as the signal does) and then never returns, as a terminal read does not.
+type cancelOnRead struct {
+	cancel func()
+	done   <-chan struct{}
+}
+
+func (r cancelOnRead) Read([]byte) (int, error) {
+	r.cancel()
+	<-r.done
+	return 0, io.EOF
+}
+
+// TestReclaimInterrupted: Ctrl-C at the prompt aborts with nothing reclaimed; Ctrl-C during
+// the real call prints the Idempotency-Key and the command that resumes the reclaim.
+func TestReclaimInterrupted(t *testing.T) {
+	args := []string{"reclaim", "--node", "node-1", "--reservation", "res-1", "--units", "gpu-2", "--reason", "make room", "--grace", "30"}
+	t.Run("at the prompt", func(t *testing.T) {
+		f := &fakeAPI{t: t, etag: "e1"}
+		api := httptest.NewServer(f)
+		defer api.Close()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		testDone := make(chan struct{})
+		defer close(testDone)
+		got := make(chan result, 1)
+		go func() { got <- runCLIWith(ctx, t, api, cancelOnRead{cancel, testDone}, nil, args...) }()
+		select {
+		case r := <-got:
+			if r.code != exitFailed || !strings.Contains(r.err, "nothing was reclaimed") {
+				t.Errorf("exit %d, stderr %q; want 1 and nothing was reclaimed", r.code, r.err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Ctrl-C at the prompt did not stop the command")
+		}
+		for _, c := range f.calls {
+			if len(strings.Fields(c)) == 4 {
+				t.Errorf("real call %q sent", c)
+			}
+		}
+	})
+	t.Run("during the real call", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		f := &fakeAPI{t: t, etag: "e1", fail: []string{"cancel"}, cancel: cancel}
+		api := httptest.NewServer(f)
+		defer api.Close()
+		r := runCLIWith(ctx, t, api, strings.NewReader(""), nil, append(args, "--yes")...)
+		if r.code != exitFailed {
+			t.Errorf("exit %d, want 1", r.code)
+		}
+		var key string
+		for _, c := range f.calls {
+			if fs := strings.Fields(c); len(fs) == 4 {
+				key = fs[3]
+			}
+		}
+		if key == "" {
+			t.Fatalf("no real call: %q", f.calls)
+		}
+		assertInOrder(t, "stderr", r.err, []string{"Idempotency-Key " + key, "it may have been made",
+			"capacityctl reclaim --node node-1 --reservation res-1 --units gpu-2 --reason 'make room' --grace 30 --idempotency-key " + key + " --yes",
+			"interrupted"})
+	})
+}
+
+func TestShellQuote(t *testing.T) {
+	for in, want := range map[string]string{"gpu-1,gpu-2": "gpu-1,gpu-2", "": "''", "make room": "'make room'", "it's": `'it'\''s'`, "$(x)": "'$(x)'"} {
+		if got := shellQuote(in); got != want {
+			t.Errorf("shellQuote(%q) = %s, want %s", in, got, want)
+		}
 	}
 }

@@ -31,12 +31,14 @@ func TestBootstrapKey(t *testing.T) {
 		code   int
 		stored bool
 		repeat bool // run the same command (same --idempotency-key) a second time
+		genKey bool // no --idempotency-key: the one generated is printed before the write
 	}{
-		{"plain", nil, 0, true, false},
-		{"throttled throughout", []awsfault.Rule{{Operation: "TransactWriteItems", Fault: awsfault.Throttling, Rate: 1}}, 1, false, false},
+		{"plain", nil, 0, true, false, false},
+		{"throttled throughout", []awsfault.Rule{{Operation: "TransactWriteItems", Fault: awsfault.Throttling, Rate: 1}}, 1, false, false, false},
+		{"throttled throughout, the generated key printed", []awsfault.Rule{{Operation: "TransactWriteItems", Fault: awsfault.Throttling, Rate: 1}}, 1, false, false, true},
 		// Every transaction's answer is lost: the first lands, the SDK's retry meets its items.
-		{"answer lost after the write", []awsfault.Rule{{Operation: "TransactWriteItems", Fault: awsfault.AmbiguousTimeout, Rate: 1}}, 0, true, false},
-		{"run again with the same idempotency key", nil, 0, true, true},
+		{"answer lost after the write", []awsfault.Rule{{Operation: "TransactWriteItems", Fault: awsfault.AmbiguousTimeout, Rate: 1}}, 0, true, false, false},
+		{"run again with the same idempotency key", nil, 0, true, true, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -58,13 +60,25 @@ func TestBootstrapKey(t *testing.T) {
 						},
 					}, nil
 				}
-				code := a.main(context.Background(), []string{"--outputs", outputs, "--output", "json", "keys", "create", "--bootstrap",
-					"--org", "org-platform", "--description", "first", "--idempotency-key", "first-operator-key"})
+				args := []string{"--outputs", outputs, "--output", "json", "keys", "create", "--bootstrap",
+					"--org", "org-platform", "--description", "first"}
+				if !tt.genKey {
+					args = append(args, "--idempotency-key", "first-operator-key")
+				}
+				code := a.main(context.Background(), args)
 				return code, out.String(), errOut.String()
 			}
 			code, out, errOut := run()
 			if code != tt.code {
 				t.Fatalf("exit %d, want %d: %s", code, tt.code, errOut)
+			}
+			// The key is printed before the write, so a failed run can be repeated with it.
+			wantKey := "--idempotency-key first-operator-key"
+			if tt.genKey {
+				wantKey = "--idempotency-key bootstrap-"
+			}
+			if !strings.Contains(errOut, wantKey) {
+				t.Errorf("stderr %q does not name the Idempotency-Key to rerun with (%s)", errOut, wantKey)
 			}
 			for _, f := range tt.faults {
 				if inj.Count(f.Fault) == 0 {

@@ -110,6 +110,9 @@ func (a *app) bootstrapKey(ctx context.Context, org string, perms []string, exp 
 	if idem == "" {
 		idem = "bootstrap-" + capacity.NewID()
 	}
+	// Printed before the write: if it fails, or its answer is lost, a rerun with this key
+	// finds the key it made (showing its secret once) instead of making a second one.
+	fmt.Fprintf(a.io.err, "Idempotency-Key %s (if this fails, rerun with --idempotency-key %s)\n", idem, idem)
 	cfg, err := a.aws(ctx)
 	if err != nil {
 		return err

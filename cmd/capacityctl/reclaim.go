@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"time"
 
@@ -15,10 +16,15 @@ import (
 	"github.com/openrelay/capacity/shared/wire"
 )
 
-// reclaimAttempts bounds the real call's retries of what the API says is safe to retry
-// (throttled, concurrent_modification, no answer), each with the same Idempotency-Key so
-// that a retry whose first attempt landed replays its answer instead of reclaiming again.
-const reclaimAttempts = 3
+// reclaimAttempts bounds the real call's attempts while no definite answer comes (no answer
+// at all, a per-request timeout, API Gateway's 429/502/503/504, the API's throttled or
+// concurrent_modification). Every attempt carries the same Idempotency-Key, so one whose
+// predecessor landed replays the stored answer instead of reclaiming again (If-Match is not
+// part of the request's fingerprint, so a replay is answered whatever the plan is now).
+const reclaimAttempts = 6
+
+// maxBackoff caps the pause between attempts, in poll intervals (1s each by default).
+const maxBackoff = 16
 
 func reclaimCmd(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
 	node, res := reservationFlags(fs)
@@ -27,6 +33,7 @@ func reclaimCmd(ctx context.Context, a *app, fs *flag.FlagSet, args []string) er
 	grace := fs.Int("grace", 0, "seconds the evicted VMs get before their termination (0..120)")
 	yes := fs.Bool("yes", false, "do not ask before the real reclaim")
 	wait := fs.Duration("wait", 15*time.Minute, "how long to follow the termination")
+	idem := fs.String("idempotency-key", "", "Idempotency-Key of the real call: pass the one an interrupted reclaim printed to resume it (default: a new one)")
 	if err := a.parseFlags(fs, args, "node", "reservation", "units"); err != nil {
 		return err
 	}
@@ -60,8 +67,11 @@ func reclaimCmd(ctx context.Context, a *app, fs *flag.FlagSet, args []string) er
 		return err
 	}
 	if !*yes {
-		ok, err := confirm(a.io.in, a.io.err, "Proceed? [y/N] ")
+		ok, err := confirm(ctx, a.io.in, a.io.err, "Proceed? [y/N] ")
 		if err != nil {
+			if ctx.Err() != nil {
+				return failed(exitFailed, errors.New("interrupted; nothing was reclaimed"))
+			}
 			return err
 		}
 		if !ok {
@@ -70,10 +80,21 @@ func reclaimCmd(ctx context.Context, a *app, fs *flag.FlagSet, args []string) er
 	}
 
 	req.DryRun = false
-	opt := client.Options{IdempotencyKey: "capacityctl-" + capacity.NewID(), IfMatch: etag}
-	done, meta, err := reclaimWithRetry(ctx, c, *node, *res, req, opt, a.pollEvery)
+	opt := client.Options{IdempotencyKey: *idem, IfMatch: etag}
+	if opt.IdempotencyKey == "" {
+		opt.IdempotencyKey = "capacityctl-" + capacity.NewID()
+	}
+	// The key is printed before the call: if its answer never comes, the reclaim may still
+	// have landed, and only this key finds out (a rerun with it replays the stored answer).
+	resume := resumeCommand(*node, *res, *units, *reason, *grace, opt.IdempotencyKey)
+	fmt.Fprintf(a.io.err, "Idempotency-Key %s (if no answer comes, resume with: %s)\n", opt.IdempotencyKey, resume)
+	done, meta, err := a.reclaimWithRetry(ctx, c, *node, *res, req, opt)
 	if err != nil {
 		var pe *client.Error
+		if !errors.As(err, &pe) || retryableWrite(context.Background(), err) {
+			// No definite answer: the reclaim may or may not have been made.
+			fmt.Fprintf(a.io.err, "capacityctl: no answer to the reclaim; it may have been made. Resume it (the same Idempotency-Key replays its answer if it landed):\n  %s\n", resume)
+		}
 		if errors.As(err, &pe) && pe.Code == "plan_changed" {
 			fmt.Fprintln(a.io.err, "capacityctl: the plan changed since the dry run; nothing was reclaimed. The new plan:")
 			if a.output == "json" {
@@ -126,10 +147,29 @@ func (a *app) show(w io.Writer, meta *client.Meta, table func(io.Writer)) error 
 	return tw.Flush()
 }
 
-// confirm asks question on out and reads one line of in: y or yes (any case) is yes.
-func confirm(in io.Reader, out io.Writer, question string) (bool, error) {
+// confirm asks question on out and reads one line of in: y or yes (any case) is yes. The
+// line is read in a goroutine so that Ctrl-C (ctx done) aborts the wait: the signal is caught
+// for the context, and a read of a terminal does not return on it.
+func confirm(ctx context.Context, in io.Reader, out io.Writer, question string) (bool, error) {
 	fmt.Fprint(out, question)
-	line, err := bufio.NewReader(in).ReadString('\n')
+	type answer struct {
+		line string
+		err  error
+	}
+	got := make(chan answer, 1) // buffered: an abandoned read does not block its goroutine's send
+	go func() {
+		line, err := bufio.NewReader(in).ReadString('\n')
+		got <- answer{line, err}
+	}()
+	var line string
+	var err error
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(out)
+		return false, ctx.Err()
+	case ans := <-got:
+		line, err = ans.line, ans.err
+	}
 	if err != nil && !errors.Is(err, io.EOF) {
 		return false, fmt.Errorf("read the answer: %w", err)
 	}
@@ -143,30 +183,81 @@ func confirm(in io.Reader, out io.Writer, question string) (bool, error) {
 	return false, nil
 }
 
-// retryable reports whether the API says a write may be retried as is.
-func retryable(err error) bool {
+// retryableWrite reports whether the real reclaim may be sent again with its Idempotency-Key
+// while ctx is alive: no answer (a network error or the per-request timeout, which Go reports
+// as context.DeadlineExceeded of the request, not of ctx), API Gateway's own 429/502/503/504,
+// or the API's throttled and concurrent_modification.
+func retryableWrite(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
 	var pe *client.Error
 	if errors.As(err, &pe) {
-		return pe.Code == "throttled" || pe.Code == "concurrent_modification"
+		return pe.Code == string(capacity.CodeThrottled) || pe.Code == string(capacity.CodeConcurrentModification) || pe.FromGateway()
 	}
-	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	return true
 }
 
-func reclaimWithRetry(ctx context.Context, c *client.Client, node, res string, req client.ReclaimRequest, opt client.Options, pause time.Duration) (*wire.ReservationJSON, *client.Meta, error) {
-	var lastErr error
-	for attempt := 1; attempt <= reclaimAttempts; attempt++ {
-		out, meta, err := c.Reclaim(ctx, node, res, req, opt)
-		if err == nil || !retryable(err) {
-			return out, meta, err
-		}
-		lastErr = err
-		select {
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
-		case <-time.After(pause * time.Duration(attempt)):
+// retryableRead reports whether a poll may be repeated: a read changes nothing, so every
+// failure is retried while ctx is alive except those no retry mends (401, 403, 404).
+func retryableRead(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	var pe *client.Error
+	if errors.As(err, &pe) {
+		switch pe.Status {
+		case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound:
+			return false
 		}
 	}
-	return nil, nil, fmt.Errorf("reclaim: %d attempts: %w", reclaimAttempts, lastErr)
+	return true
+}
+
+// reclaimWithRetry sends the real reclaim, retrying what retryableWrite allows with
+// exponential backoff (from one poll interval, capped at maxBackoff of them).
+func (a *app) reclaimWithRetry(ctx context.Context, c *client.Client, node, res string, req client.ReclaimRequest, opt client.Options) (*wire.ReservationJSON, *client.Meta, error) {
+	pause := a.pollEvery
+	for attempt := 1; ; attempt++ {
+		out, meta, err := c.Reclaim(ctx, node, res, req, opt)
+		if err == nil || !retryableWrite(ctx, err) {
+			if err != nil && ctx.Err() != nil {
+				return nil, nil, fmt.Errorf("reclaim interrupted: %w", ctx.Err())
+			}
+			return out, meta, err
+		}
+		if attempt == reclaimAttempts {
+			return nil, nil, fmt.Errorf("reclaim: no answer after %d attempts: %w", reclaimAttempts, err)
+		}
+		fmt.Fprintf(a.io.err, "reclaim attempt %d of %d: %v; retrying in %s with the same Idempotency-Key\n", attempt, reclaimAttempts, err, pause)
+		select {
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("reclaim interrupted: %w", ctx.Err())
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, maxBackoff*a.pollEvery)
+	}
+}
+
+// resumeCommand is the command line that resumes an interrupted reclaim: the same body (the
+// API refuses a key reused with another one) and the same key, confirmed.
+func resumeCommand(node, res, units, reason string, grace int, key string) string {
+	args := []string{"capacityctl", "reclaim", "--node", shellQuote(node), "--reservation", shellQuote(res), "--units", shellQuote(units)}
+	if reason != "" {
+		args = append(args, "--reason", shellQuote(reason))
+	}
+	if grace != 0 {
+		args = append(args, "--grace", fmt.Sprint(grace))
+	}
+	return strings.Join(append(args, "--idempotency-key", shellQuote(key), "--yes"), " ")
+}
+
+// shellQuote quotes s for a POSIX shell unless it is plainly safe.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.,:/=@+") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // progress counts an operation's VMs by outcome.
@@ -208,7 +299,9 @@ func (a *app) follow(ctx context.Context, c *client.Client, w io.Writer, node, r
 	for {
 		op, meta, err := c.GetReclaim(ctx, node, res, id)
 		switch {
-		case err != nil && !retryable(err):
+		case err != nil && ctx.Err() != nil:
+			return fmt.Errorf("stopped following reclaim %s (its termination goes on): %w", id, ctx.Err())
+		case err != nil && !retryableRead(ctx, err):
 			return fmt.Errorf("follow reclaim %s: %w", id, err)
 		case err != nil:
 			lastErr = err
@@ -247,7 +340,7 @@ func (a *app) follow(ctx context.Context, c *client.Client, w io.Writer, node, r
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("follow reclaim %s: %w", id, ctx.Err())
+			return fmt.Errorf("stopped following reclaim %s (its termination goes on): %w", id, ctx.Err())
 		case <-time.After(a.pollEvery):
 		}
 	}

@@ -69,6 +69,8 @@ type Error struct {
 	// ETag is the header of the answer (412: the new plan's ETag).
 	ETag      string
 	RequestID string
+	// Hint says what to check when the answer alone does not (API Gateway's own errors).
+	Hint string
 	// Body is the answer as sent.
 	Body []byte
 }
@@ -84,7 +86,20 @@ func (e *Error) Error() string {
 	if len(e.UnitIDs) > 0 {
 		msg += " (units " + strings.Join(e.UnitIDs, ", ") + ")"
 	}
+	if e.Hint != "" {
+		msg += " (" + e.Hint + ")"
+	}
 	return msg
+}
+
+// FromGateway reports whether the answer is API Gateway's own (429, 502, 503, 504 without a
+// problem code): the request may never have reached the service, or its answer was lost.
+func (e *Error) FromGateway() bool {
+	switch e.Status {
+	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return e.Code == ""
+	}
+	return false
 }
 
 // IsCode reports whether err is a problem answer with code.
@@ -100,6 +115,8 @@ type problem struct {
 	Code    string                `json:"code"`
 	UnitIDs []string              `json:"unitIds"`
 	Plan    *wire.ReservationJSON `json:"plan"`
+	// Message is what API Gateway's own errors carry instead ({"message":"..."}).
+	Message string `json:"message"`
 }
 
 // do sends one request and decodes a 2xx answer's body into out (nil: ignore it).
@@ -169,10 +186,22 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 func problemError(meta *Meta, raw []byte) *Error {
 	e := &Error{Status: meta.Status, ETag: meta.ETag, RequestID: meta.RequestID, Body: raw}
 	var p problem
+	s := strings.TrimSpace(string(raw))
 	if json.Unmarshal(raw, &p) == nil {
 		e.Code, e.Detail, e.UnitIDs, e.Plan = p.Code, p.Detail, p.UnitIDs, p.Plan
-	} else if s := strings.TrimSpace(string(raw)); s != "" {
+		if e.Code == "" && e.Detail == "" {
+			e.Detail = p.Message
+			if e.Detail == "" && s != "{}" && s != "null" {
+				e.Detail = truncate(s, 200)
+			}
+		}
+	} else if s != "" {
 		e.Detail = truncate(s, 200)
+	}
+	// API Gateway answers 403 "Missing Authentication Token" for a path it has no route for,
+	// which is nearly always a wrong URL or stage rather than a missing key.
+	if e.Status == http.StatusForbidden && e.Code == "" && p.Message == "Missing Authentication Token" {
+		e.Hint = "API Gateway has no such route: check the endpoint URL and its stage, e.g. https://<api>.execute-api.<region>.amazonaws.com/<stage>/"
 	}
 	return e
 }

@@ -206,6 +206,15 @@ func TestErrors(t *testing.T) {
 		{"not a problem document", 502, nil, `Bad Gateway from somewhere`,
 			client.Error{Status: 502, Detail: "Bad Gateway from somewhere"}, "", "502 Bad Gateway: Bad Gateway from somewhere"},
 		{"empty body", 403, nil, ``, client.Error{Status: 403}, "", "403 Forbidden"},
+		{"API Gateway: no such route", 403, nil, `{"message":"Missing Authentication Token"}`,
+			client.Error{Status: 403, Detail: "Missing Authentication Token"}, "",
+			"403 Forbidden: Missing Authentication Token (API Gateway has no such route: check the endpoint URL and its stage, e.g. https://<api>.execute-api.<region>.amazonaws.com/<stage>/)"},
+		{"API Gateway: throttled", 429, nil, `{"message":"Too Many Requests"}`,
+			client.Error{Status: 429, Detail: "Too Many Requests"}, "", "429 Too Many Requests: Too Many Requests"},
+		{"API Gateway: timeout", 504, nil, `{"message": "Endpoint request timed out"}`,
+			client.Error{Status: 504, Detail: "Endpoint request timed out"}, "", "504 Gateway Timeout: Endpoint request timed out"},
+		{"JSON without code, detail or message", 500, nil, `{"error":"boom"}`,
+			client.Error{Status: 500, Detail: `{"error":"boom"}`}, "", `500 Internal Server Error: {"error":"boom"}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -244,5 +253,21 @@ func TestTransportAndDecodeErrors(t *testing.T) {
 	}
 	if _, _, err := client.New("", "k", nil).GetNode(context.Background(), "n"); err == nil {
 		t.Error("no endpoint: no error")
+	}
+}
+
+func TestFromGateway(t *testing.T) {
+	tests := []struct {
+		status int
+		code   string
+		want   bool
+	}{
+		{429, "", true}, {502, "", true}, {503, "", true}, {504, "", true},
+		{503, "throttled", false}, {500, "", false}, {403, "", false}, {409, "concurrent_modification", false},
+	}
+	for _, tt := range tests {
+		if got := (&client.Error{Status: tt.status, Code: tt.code}).FromGateway(); got != tt.want {
+			t.Errorf("%d %q: %v, want %v", tt.status, tt.code, got, tt.want)
+		}
 	}
 }
