@@ -5,21 +5,29 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/openrelay/capacity/localstack/demo"
 	"github.com/openrelay/capacity/shared/agent"
+	"github.com/openrelay/capacity/shared/awsfault"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 	"github.com/openrelay/capacity/shared/emf"
+	"github.com/openrelay/capacity/shared/secrets"
 )
 
 // TestSampleEvents runs each sample API Gateway event in events/ through the wired function
@@ -193,5 +201,123 @@ func TestWiredOperatorRoutes(t *testing.T) {
 				t.Errorf("GET /v1/keys: %d %s", resp.StatusCode, resp.Body)
 			}
 		})
+	}
+}
+
+// switchable is a Secrets Manager client that goes through denied (an IAM refusal injected on
+// every GetSecretValue) while deny is set, else through allowed: a permission taken away and
+// restored.
+type switchable struct {
+	allowed, denied secrets.API
+	deny            atomic.Bool
+}
+
+func (s *switchable) GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, opts ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error) {
+	if s.deny.Load() {
+		return s.denied.GetSecretValue(ctx, in, opts...)
+	}
+	return s.allowed.GetSecretValue(ctx, in, opts...)
+}
+
+// TestPutNodeWithTheMasterSecretDenied: when the function's role may not read the agent
+// master secret (AccessDeniedException from Secrets Manager), registering a node answers 500
+// internal and writes nothing (no node, no audit record claiming it); once the permission is
+// back, the same call registers the node and hands out its key.
+func TestPutNodeWithTheMasterSecretDenied(t *testing.T) {
+	ctx := context.Background()
+	env := dynamotest.New(t)
+	if err := env.Store.Put(ctx, demo.Seed(time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	const master = "0123456789abcdef0123456789abcdef"
+	smOpts := secretsmanager.Options{Region: "us-east-1", BaseEndpoint: aws.String(env.URL),
+		Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")}
+	plain := secretsmanager.New(smOpts)
+	created, err := plain.CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: aws.String("capacity/test/agent-master"), SecretString: aws.String(master)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inj := awsfault.New(1, awsfault.Rule{Operation: "GetSecretValue", Fault: awsfault.AccessDenied, Rate: 1})
+	deniedOpts := smOpts
+	deniedOpts.APIOptions = []func(*middleware.Stack) error{inj.APIOption}
+	api := &switchable{allowed: plain, denied: secretsmanager.New(deniedOpts)}
+	api.deny.Store(true)
+	now := time.Now()
+	var clock atomic.Int64
+	clock.Store(now.UnixNano())
+	masters := &secrets.Rotating{API: api, SecretID: aws.ToString(created.ARN), Now: func() time.Time { return time.Unix(0, clock.Load()) }}
+
+	var logs bytes.Buffer
+	adapter := newAdapter(env.Store, nil, nil, emf.New(io.Discard, "local"), time.Minute,
+		agentConfig{Keys: agent.Derived{Masters: masters}}, slog.New(slog.NewJSONHandler(&logs, nil)))
+	put := func() events.APIGatewayProxyResponse {
+		t.Helper()
+		resp, err := adapter.ProxyWithContext(ctx, events.APIGatewayProxyRequest{
+			HTTPMethod: "PUT", Path: "/v1/nodes/node-new",
+			Body:    `{"ownerOrgId":"org-owner","unitIds":["gpu-0"],"agentEndpoint":"https://agent.example:8443"}`,
+			Headers: map[string]string{"Authorization": "Bearer ork_demo_operator", "Content-Type": "application/json"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	// nodeItems counts the items of node-new's partitions in the state table; claims the audit
+	// records of it that are not failures.
+	nodeItems := func() (items int, claims []string) {
+		for _, it := range env.Items(t, env.Store.Table) {
+			if pk, _ := it["pk"].(*types.AttributeValueMemberS); pk != nil && strings.HasPrefix(pk.Value, "NODE#node-new") {
+				items++
+			}
+		}
+		for _, it := range env.Items(t, env.Store.AuditTable) {
+			node, _ := it["NodeID"].(*types.AttributeValueMemberS)
+			outcome, _ := it["Outcome"].(*types.AttributeValueMemberS)
+			if node != nil && node.Value == "node-new" && (outcome == nil || outcome.Value == "ok") {
+				claims = append(claims, fmt.Sprint(it["ID"]))
+			}
+		}
+		return items, claims
+	}
+
+	resp := put()
+	var out struct {
+		Code     string `json:"code"`
+		AgentKey string `json:"agentKey"`
+	}
+	if err := json.Unmarshal([]byte(resp.Body), &out); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 500 || out.Code != "internal" || out.AgentKey != "" {
+		t.Fatalf("denied: %d %s, want 500 internal and no agentKey", resp.StatusCode, resp.Body)
+	}
+	if inj.Count(awsfault.AccessDenied) != 1 {
+		t.Errorf("GetSecretValue refused %d times, want 1 (a refusal is not retried)", inj.Count(awsfault.AccessDenied))
+	}
+	if n, claims := nodeItems(); n != 0 || len(claims) != 0 {
+		t.Errorf("denied: %d state items of node-new, audit records claiming it %v; want none", n, claims)
+	}
+	if !strings.Contains(logs.String(), "AccessDeniedException") {
+		t.Errorf("the refusal is not in the logs:\n%s", logs.String())
+	}
+
+	// The permission is restored; the secrets cache tries Secrets Manager again after its
+	// back-off.
+	api.deny.Store(false)
+	clock.Store(now.Add(time.Minute).UnixNano())
+	resp = put()
+	out.Code, out.AgentKey = "", ""
+	if err := json.Unmarshal([]byte(resp.Body), &out); err != nil {
+		t.Fatal(err)
+	}
+	key, err := agent.NodeKey([]byte(master), "node-new")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 201 || out.AgentKey != base64.StdEncoding.EncodeToString(key) {
+		t.Fatalf("restored: %d %s, want 201 with the node's key", resp.StatusCode, resp.Body)
+	}
+	if n, claims := nodeItems(); n == 0 || len(claims) != 1 {
+		t.Errorf("restored: %d state items of node-new, audit records %v; want the node and one record", n, claims)
 	}
 }

@@ -60,9 +60,15 @@ const (
 	ExecutionAlreadyExists Fault = "ExecutionAlreadyExists"
 	// StartThrottling: ThrottlingException on StartExecution (the SDK retries it).
 	StartThrottling Fault = "StartThrottling"
+	// AccessDenied: AccessDeniedException (HTTP 400), what any operation of any service
+	// answers when the caller's IAM policy does not allow it (the emulator enforces no IAM).
+	// Nothing is applied. The SDK does not retry it: its retryer retries this code only as a
+	// clock-skew error, when the answer's Date header is far from the signing time, and the
+	// injected answer carries no Date.
+	AccessDenied Fault = "AccessDenied"
 )
 
-var faults = []Fault{TransactionConflict, ProvisionedThroughputExceeded, Throttling, AmbiguousTimeout, ExecutionAlreadyExists, StartThrottling}
+var faults = []Fault{TransactionConflict, ProvisionedThroughputExceeded, Throttling, AmbiguousTimeout, ExecutionAlreadyExists, StartThrottling, AccessDenied}
 
 // Rule injects Fault into a share Rate (0..1) of the attempts of an operation.
 type Rule struct {
@@ -219,7 +225,7 @@ func applies(f Fault, service, op string) bool {
 		return service == dynamodb.ServiceID && (isTransact(op) || isItemWrite(op))
 	case ProvisionedThroughputExceeded:
 		return service == dynamodb.ServiceID && isData(op)
-	case Throttling, AmbiguousTimeout:
+	case Throttling, AmbiguousTimeout, AccessDenied:
 		return true
 	case ExecutionAlreadyExists, StartThrottling:
 		return service == sfn.ServiceID && op == "StartExecution"
@@ -264,12 +270,38 @@ func (i *Injector) answer(service, op string, params any, f Fault, variant bool)
 			return i.errorResponse(400, map[string]any{"__type": ddb + "ThrottlingException", "message": msg})
 		}
 		return i.errorResponse(400, map[string]any{"__type": "ThrottlingException", "message": "Rate exceeded"})
+	case AccessDenied:
+		return i.accessDenied(service, op)
 	case ExecutionAlreadyExists:
 		arn := i.close(params)
 		return i.errorResponse(400, map[string]any{"__type": "ExecutionAlreadyExists",
 			"message": fmt.Sprintf("Execution Already Exists: '%s'", arn)})
 	}
 	return i.errorResponse(500, map[string]any{"__type": "InternalServerError", "message": "awsfault: unknown fault " + string(f)})
+}
+
+// accessDenied is IAM's refusal as the service words it. DynamoDB names the error in the
+// coral namespace, the JSON 1.1 services bare; the SDK strips the namespace either way.
+func (i *Injector) accessDenied(service, op string) middleware.DeserializeOutput {
+	action := iamPrefix(service) + ":" + op
+	typ := "AccessDeniedException"
+	if service == dynamodb.ServiceID {
+		typ = "com.amazon.coral.service#AccessDeniedException"
+	}
+	return i.errorResponse(400, map[string]any{"__type": typ,
+		"Message": "User: arn:aws:sts::000000000000:assumed-role/awsfault/injected is not authorized to perform: " +
+			action + " because no identity-based policy allows the " + action + " action"})
+}
+
+// iamPrefix is the IAM action prefix of an SDK service id ("Secrets Manager" -> "secretsmanager").
+func iamPrefix(service string) string {
+	switch service {
+	case sfn.ServiceID:
+		return "states"
+	case "EventBridge":
+		return "events"
+	}
+	return strings.ToLower(strings.ReplaceAll(service, " ", ""))
 }
 
 // cancelled is TransactionCanceledException with reason code on one action (chosen at

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	sfntypes "github.com/aws/aws-sdk-go-v2/service/sfn/types"
 	"github.com/aws/smithy-go"
@@ -193,6 +195,25 @@ func TestDynamoDBFaultsAsAWSSendsThem(t *testing.T) {
 			},
 			retried: true,
 		},
+		{
+			name: "access denied on a transaction",
+			rule: awsfault.Rule{Operation: "TransactWriteItems", Fault: awsfault.AccessDenied, Rate: 1},
+			call: func(c *dynamodb.Client, pk string) error {
+				_, err := c.TransactWriteItems(ctx, transact(pk, pk+"-b"))
+				return err
+			},
+			check: func(t *testing.T, err error) { checkAccessDenied(t, err, "dynamodb:TransactWriteItems") },
+		},
+		{
+			name: "access denied on a single-item write",
+			rule: awsfault.Rule{Fault: awsfault.AccessDenied, Rate: 1},
+			call: func(c *dynamodb.Client, pk string) error {
+				_, err := c.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(tableName), Key: item(pk),
+					UpdateExpression: aws.String("SET A = :a"), ExpressionAttributeValues: map[string]types.AttributeValue{":a": &types.AttributeValueMemberN{Value: "1"}}})
+				return err
+			},
+			check: func(t *testing.T, err error) { checkAccessDenied(t, err, "dynamodb:UpdateItem") },
+		},
 	}
 	for n, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -202,6 +223,10 @@ func TestDynamoDBFaultsAsAWSSendsThem(t *testing.T) {
 			err := tc.call(c, pk)
 			tc.check(t, err)
 			want := 1
+			var maxAttempts *retry.MaxAttemptsError
+			if !tc.retried && errors.As(err, &maxAttempts) {
+				t.Errorf("error %v was retried; AWS's answer is not", err)
+			}
 			if tc.retried {
 				want = 3
 				var max *retry.MaxAttemptsError
@@ -216,6 +241,54 @@ func TestDynamoDBFaultsAsAWSSendsThem(t *testing.T) {
 				t.Errorf("item %s was written; a fault must apply nothing", pk)
 			}
 		})
+	}
+}
+
+// checkAccessDenied: IAM's refusal arrives as an API error with code AccessDeniedException,
+// HTTP 400, naming the action refused.
+func checkAccessDenied(t *testing.T, err error, action string) {
+	t.Helper()
+	var api smithy.APIError
+	if !errors.As(err, &api) || api.ErrorCode() != "AccessDeniedException" {
+		t.Fatalf("got %T %v, want AccessDeniedException", err, err)
+	}
+	if api.ErrorFault() != smithy.FaultUnknown && api.ErrorFault() != smithy.FaultClient {
+		t.Errorf("fault %v, want a client fault", api.ErrorFault())
+	}
+	if !strings.Contains(api.ErrorMessage(), "not authorized to perform: "+action) {
+		t.Errorf("message %q does not name %s", api.ErrorMessage(), action)
+	}
+	var status interface{ HTTPStatusCode() int }
+	if !errors.As(err, &status) || status.HTTPStatusCode() != 400 {
+		t.Errorf("%v: want HTTP status 400", err)
+	}
+}
+
+// TestAccessDeniedOnSecretsManager: a JSON 1.1 service gets the same refusal, once (not
+// retried), and the secret's value is not answered.
+func TestAccessDeniedOnSecretsManager(t *testing.T) {
+	url := emulator(t)
+	ctx := context.Background()
+	plain := secretsmanager.New(secretsmanager.Options{Region: "us-east-1", BaseEndpoint: aws.String(url),
+		Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")})
+	if _, err := plain.CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: aws.String("denied"), SecretString: aws.String("s3cret")}); err != nil {
+		t.Fatal(err)
+	}
+	inj := awsfault.New(1, awsfault.Rule{Operation: "GetSecretValue", Fault: awsfault.AccessDenied, Rate: 1})
+	c := secretsmanager.New(secretsmanager.Options{Region: "us-east-1", BaseEndpoint: aws.String(url), Retryer: retryer(3)(),
+		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
+		APIOptions:  []func(*middleware.Stack) error{inj.APIOption}})
+	out, err := c.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String("denied")})
+	checkAccessDenied(t, err, "secretsmanager:GetSecretValue")
+	if out != nil {
+		t.Errorf("answered %+v with the refusal", out)
+	}
+	if got := inj.Count(awsfault.AccessDenied); got != 1 {
+		t.Errorf("injected %d times, want 1 (the SDK does not retry a refusal)", got)
+	}
+	// Other operations of the client are allowed.
+	if _, err := c.DescribeSecret(ctx, &secretsmanager.DescribeSecretInput{SecretId: aws.String("denied")}); err != nil {
+		t.Errorf("DescribeSecret: %v, want no fault", err)
 	}
 }
 
@@ -418,6 +491,9 @@ func TestParse(t *testing.T) {
 		{spec: " AmbiguousTimeout=1 , StartExecution:ExecutionAlreadyExists=0", want: []awsfault.Rule{
 			{Fault: awsfault.AmbiguousTimeout, Rate: 1},
 			{Operation: "StartExecution", Fault: awsfault.ExecutionAlreadyExists, Rate: 0},
+		}},
+		{spec: "GetSecretValue:AccessDenied=1", want: []awsfault.Rule{
+			{Operation: "GetSecretValue", Fault: awsfault.AccessDenied, Rate: 1},
 		}},
 		{spec: "", wantErr: true},
 		{spec: "Throttling", wantErr: true},
