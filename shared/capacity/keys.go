@@ -2,7 +2,6 @@ package capacity
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -173,17 +172,12 @@ func (s *Service) CreateKey(ctx context.Context, p Principal, req KeyRequest, me
 			}
 			audit = s.keyAudit(p, meta, ActionKeyCreate, res.Key, "", now)
 		}
-		var idem *IdempotencyRecord
-		if key.scope != "" {
-			stored := *res
-			stored.Key.Hash = "" // the answer as replayed: neither secret nor hash
-			stored.SecretShown = true
-			body, err := json.Marshal(stored)
-			if err != nil {
-				return nil, fmt.Errorf("encode result for idempotency record: %w", err)
-			}
-			idem = &IdempotencyRecord{Scope: key.scope, Fingerprint: key.fingerprint, Result: body,
-				CreatedAt: now, ExpiresAt: now.Add(s.idempotencyTTL())}
+		stored := *res
+		stored.Key.Hash = "" // the answer as replayed: neither secret nor hash
+		stored.SecretShown = true
+		idem, err := s.idempotencyRecord(key, "", stored, now)
+		if err != nil {
+			return nil, err
 		}
 		err = store.CreateKey(ctx, res.Key, idem, audit)
 		// A timeout after the write may have landed, and a conflict on a key put before may

@@ -368,16 +368,6 @@ func (s *Service) applyOperator(ctx context.Context, nodeID string, key idempote
 	return applyRounds(s, ctx, nodeID, key, s.operatorCommits(ops, create), decide)
 }
 
-// rememberOp adds the idempotency record of a request made with a key to an operator commit.
-func (s *Service) rememberOp(c *OperatorCommit, key idempotency, nodeID string, result any, now time.Time) error {
-	var tmp Commit
-	if err := s.remember(&tmp, key, nodeID, result, now); err != nil {
-		return err
-	}
-	c.Idempotency = tmp.Idempotency
-	return nil
-}
-
 // opCall is what one operator write states; runOp does the rest, the same for every write.
 type opCall[R any] struct {
 	rec     AuditRecord // the call's audit record (opAudit); each round completes a copy
@@ -422,7 +412,9 @@ func runOp[R any](s *Service, ctx context.Context, call opCall[R]) (*R, error) {
 		if call.stored != nil {
 			stored = call.stored(r)
 		}
-		return c, s.rememberOp(c, call.key, nodeID, stored, now)
+		idem, err := s.idempotencyRecord(call.key, nodeID, stored, now)
+		c.Idempotency = idem
+		return c, err
 	})
 	if errors.Is(err, errNodeNotFound) {
 		return nil, call.missing()

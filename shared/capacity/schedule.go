@@ -195,15 +195,15 @@ func (s *Service) ScheduleReclaim(ctx context.Context, p Principal, req Capacity
 			CreatedAt: now, UpdatedAt: now,
 		}
 		audit.Outcome, audit.ReclaimID = "ok", sr.ID
-		c := &Commit{Audit: audit} // only to carry the idempotency record built by remember
 		result := ScheduleResult{Scheduled: sr}
-		if err := s.remember(c, key, req.NodeID, result, now); err != nil {
+		idem, err := s.idempotencyRecord(key, req.NodeID, result, now)
+		if err != nil {
 			return nil, err
 		}
 		if err := s.Scheduler.Create(ctx, sr); err != nil {
 			return nil, fmt.Errorf("create schedule of %s: %w", sr.ID, err)
 		}
-		err = s.Schedules.CreateScheduled(ctx, ScheduleCommit{Scheduled: sr, Reservation: *r, Idempotency: c.Idempotency, Audit: audit})
+		err = s.Schedules.CreateScheduled(ctx, ScheduleCommit{Scheduled: sr, Reservation: *r, Idempotency: idem, Audit: audit})
 		if errors.Is(err, ErrAmbiguous) {
 			landed, lerr := s.Store.Landed(ctx, Commit{Node: st.Node, Audit: audit})
 			if lerr != nil {

@@ -217,7 +217,9 @@ func (s *Service) capacityCallWith(ctx context.Context, p Principal, req Capacit
 			}
 		}
 		answers[commit.Audit.ID] = result
-		return commit, s.remember(commit, key, req.NodeID, result, now)
+		idem, err := s.idempotencyRecord(key, req.NodeID, result, now)
+		commit.Idempotency = idem
+		return commit, err
 	})
 	if errors.Is(err, errNodeNotFound) {
 		return nil, notFound()
@@ -419,20 +421,20 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// remember adds the idempotency record of a request made with a key to its commit.
-func (s *Service) remember(c *Commit, key idempotency, nodeID string, result any, now time.Time) error {
+// idempotencyRecord is the record that replays result for a request made with a key (nil for
+// a request without one). Every write that honours Idempotency-Key stores it with its commit.
+func (s *Service) idempotencyRecord(key idempotency, nodeID string, result any, now time.Time) (*IdempotencyRecord, error) {
 	if key.scope == "" {
-		return nil
+		return nil, nil
 	}
 	body, err := json.Marshal(result)
 	if err != nil {
-		return fmt.Errorf("encode result for idempotency record: %w", err)
+		return nil, fmt.Errorf("encode result for idempotency record: %w", err)
 	}
-	c.Idempotency = &IdempotencyRecord{
+	return &IdempotencyRecord{
 		Scope: key.scope, NodeID: nodeID, Fingerprint: key.fingerprint, Result: body,
 		CreatedAt: now, ExpiresAt: now.Add(s.idempotencyTTL()),
-	}
-	return nil
+	}, nil
 }
 
 // decideCapacity decides a reclaim or release and turns the plan into the commit (nil for a
@@ -493,7 +495,9 @@ func (s *Service) place(ctx context.Context, p Principal, req PlacementRequest, 
 		result = &PlacementResult{VM: *vm}
 		c := &Commit{Node: st.Node, BumpNode: true, NewVM: vm, Audit: audit}
 		answers[audit.ID] = result
-		return c, s.remember(c, key, req.NodeID, result, now)
+		idem, err := s.idempotencyRecord(key, req.NodeID, result, now)
+		c.Idempotency = idem
+		return c, err
 	})
 	if landed != nil {
 		result = answers[landed.Audit.ID]
