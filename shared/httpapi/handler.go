@@ -266,9 +266,9 @@ func (h *Handler) schedule(w http.ResponseWriter, r *http.Request, p capacity.Pr
 	if action != ActionReclaim {
 		return capacity.Errorf(capacity.CodeInvalidRequest, "at is for reclaims only")
 	}
-	at, err := time.Parse(time.RFC3339, atText)
+	at, err := parseTime("at", atText)
 	if err != nil {
-		return capacity.Errorf(capacity.CodeInvalidRequest, "at must be an RFC 3339 time, such as 2027-01-02T15:04:05Z")
+		return err
 	}
 	if req.DryRun {
 		res, err := h.Service.Reclaim(r.Context(), p, req, capacity.RequestMeta{RequestID: reqID})

@@ -102,9 +102,6 @@ func parseTime(member, s string) (time.Time, error) {
 	return t, nil
 }
 
-// MaxPageLimit bounds a list's limit query parameter.
-const MaxPageLimit = 100
-
 // pageOf reads a list's query: limit (1..100; absent: the service's default) and cursor (the
 // nextCursor of the previous page, passed on as is: the store refuses one it did not issue).
 // Any other parameter, or one given twice, is refused, as an unknown body member is.
@@ -120,8 +117,8 @@ func pageOf(q url.Values) (capacity.PageRequest, error) {
 	}
 	if v, ok := q["limit"]; ok {
 		n, err := strconv.Atoi(v[0])
-		if err != nil || n < 1 || n > MaxPageLimit {
-			return page, capacity.Errorf(capacity.CodeInvalidRequest, "limit must be an integer from 1 to %d", MaxPageLimit)
+		if err != nil || n < 1 || n > capacity.MaxPageLimit {
+			return page, capacity.Errorf(capacity.CodeInvalidRequest, "limit must be an integer from 1 to %d", capacity.MaxPageLimit)
 		}
 		page.Limit = n
 	}
