@@ -2,7 +2,6 @@ package dynamo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -77,48 +76,21 @@ func (s *Store) GetNode(ctx context.Context, nodeID string) (*capacity.Node, err
 // appended a record; the node's Version is as read) goes again on the new head without a new
 // decision, up to headTries, as Commit does.
 func (s *Store) CommitOperator(ctx context.Context, c capacity.OperatorCommit) (capacity.AuditHead, error) {
-	what := fmt.Sprintf("%s on node %s", c.Audit.Action, c.Node.ID)
-	for try := 1; ; try++ {
-		items, chained, err := s.operatorItems(c)
-		if err != nil {
-			return capacity.AuditHead{}, fmt.Errorf("%s: %w", what, err)
-		}
-		if len(items) > MaxTransactItems {
-			return capacity.AuditHead{}, fmt.Errorf("%s needs %d transaction actions; DynamoDB allows %d", what, len(items), MaxTransactItems)
-		}
-		canceled, err := s.transactCanceled(ctx, what, items, nil)
-		if err == nil {
-			return capacity.AuditHead{Seq: chained.Seq, Hash: chained.Hash}, nil
-		}
-		if c.Create || try >= headTries || canceled == nil || !errors.Is(err, capacity.ErrConflict) {
-			return capacity.AuditHead{}, err
-		}
-		head, item, moved, herr := s.headMoved(ctx, s.nodeHead(c.Node.ID), canceled, 0, c.Node.AuditHead)
-		if herr != nil {
-			return capacity.AuditHead{}, fmt.Errorf("%w (and reading the audit head: %w)", err, herr)
-		}
-		if !moved || attr(item, attrType) != typeNode || versionOf(item) != c.Node.Version || !othersHeld(canceled, len(items)-1) {
-			return capacity.AuditHead{}, err
-		}
-		c.Node.AuditHead = head
+	var chained capacity.AuditRecord
+	err := s.transactAtHead(ctx, fmt.Sprintf("%s on node %s", c.Audit.Action, c.Node.ID), c.Node,
+		func(head capacity.AuditHead) ([]types.TransactWriteItem, error) {
+			c.Node.AuditHead = head
+			items, rec, err := s.operatorItems(c)
+			chained = rec
+			if err != nil {
+				return nil, fmt.Errorf("%s on node %s: %w", c.Audit.Action, c.Node.ID, err)
+			}
+			return items, nil
+		}, nil)
+	if err != nil {
+		return capacity.AuditHead{}, err
 	}
-}
-
-// othersHeld reports whether only the chain failed its conditions: the node item (item 0,
-// whose head moved) and the audit record (item auditAt, whose seq the other record took). A
-// reservation whose version moved needs a new decision even if the node's did not.
-func othersHeld(e *types.TransactionCanceledException, auditAt int) bool {
-	for i, r := range e.CancellationReasons {
-		if i == 0 || i == auditAt {
-			continue
-		}
-		switch aws.ToString(r.Code) {
-		case "", "None":
-		default:
-			return false
-		}
-	}
-	return true
+	return capacity.AuditHead{Seq: chained.Seq, Hash: chained.Hash}, nil
 }
 
 // operatorItems returns the transaction of an operator commit: the node's Update with the

@@ -185,41 +185,78 @@ func addItem(st *capacity.NodeState, item map[string]types.AttributeValue) (bool
 // of another call appended a record; the node's Version is as read) goes again on the new
 // head without a new decision, up to headTries: what the decision read has not changed.
 func (s *Store) Commit(ctx context.Context, c capacity.Commit) error {
+	// A VM id that is taken is not a race a new round could win: the VM holding it is one the
+	// decision could not see (terminated ones, in the node's history).
+	var vmTaken func([]types.TransactWriteItem, *types.TransactionCanceledException) error
+	if c.NewVM != nil {
+		vmTaken = func(items []types.TransactWriteItem, e *types.TransactionCanceledException) error {
+			if vmIDTaken(items, e, c.NewVM.ID) {
+				return fmt.Errorf("VM %s: %w", c.NewVM.ID, capacity.ErrVMExists)
+			}
+			return nil
+		}
+	}
+	return s.transactAtHead(ctx, "commit on node "+c.Node.ID, c.Node, func(head capacity.AuditHead) ([]types.TransactWriteItem, error) {
+		c.Node.AuditHead = head
+		return s.transactItems(c)
+	}, vmTaken)
+}
+
+// transactAtHead runs the transaction of a node's decision that items builds for the node's
+// audit head: the node item's Update first (its Version and head as read), the audit record
+// last. When it fails only because the head moved (another call appended a record: the
+// node's Version is as read and no other item failed), it is built again on the new head and
+// goes again, after a short backoff, up to headTries: what the decision read has not changed,
+// so no new decision is needed. refuse, if set, names a cancellation no round could win.
+func (s *Store) transactAtHead(ctx context.Context, what string, node capacity.Node,
+	items func(capacity.AuditHead) ([]types.TransactWriteItem, error),
+	refuse func([]types.TransactWriteItem, *types.TransactionCanceledException) error) error {
+	head := node.AuditHead
 	for try := 1; ; try++ {
-		items, err := s.transactItems(c)
+		tx, err := items(head)
 		if err != nil {
 			return err
 		}
-		if len(items) > MaxTransactItems {
-			return fmt.Errorf("commit on node %s needs %d transaction actions; DynamoDB allows %d", c.Node.ID, len(items), MaxTransactItems)
+		if len(tx) > MaxTransactItems {
+			return fmt.Errorf("%s needs %d transaction actions; DynamoDB allows %d", what, len(tx), MaxTransactItems)
 		}
-		// A VM id that is taken is not a race a new round could win: the VM holding it is one the
-		// decision could not see (terminated ones, in the node's history).
-		var vmTaken func(*types.TransactionCanceledException) error
-		if c.NewVM != nil {
-			vmTaken = func(e *types.TransactionCanceledException) error {
-				if vmIDTaken(items, e, c.NewVM.ID) {
-					return fmt.Errorf("VM %s: %w", c.NewVM.ID, capacity.ErrVMExists)
-				}
-				return nil
-			}
+		var own func(*types.TransactionCanceledException) error
+		if refuse != nil {
+			own = func(e *types.TransactionCanceledException) error { return refuse(tx, e) }
 		}
-		canceled, err := s.transactCanceled(ctx, "commit on node "+c.Node.ID, items, vmTaken)
-		if err == nil || try >= headTries || canceled == nil || errors.Is(err, capacity.ErrVMExists) {
+		canceled, err := s.transactCanceled(ctx, what, tx, own)
+		if err == nil || try >= headTries || canceled == nil || !errors.Is(err, capacity.ErrConflict) {
 			return err
 		}
-		head, item, moved, herr := s.headMoved(ctx, s.nodeHead(c.Node.ID), canceled, 0, c.Node.AuditHead)
+		newHead, item, moved, herr := s.headMoved(ctx, s.nodeHead(node.ID), canceled, 0, head)
 		if herr != nil {
 			return fmt.Errorf("%w (and reading the audit head: %w)", err, herr)
 		}
-		if !moved || attr(item, attrType) != typeNode || versionOf(item) != c.Node.Version {
+		if !moved || attr(item, attrType) != typeNode || versionOf(item) != node.Version || !othersHeld(canceled, len(tx)-1) {
 			return err
 		}
-		c.Node.AuditHead = head
+		head = newHead
 		if err := headBackoff(ctx, try); err != nil {
 			return err
 		}
 	}
+}
+
+// othersHeld reports whether only the chain failed its conditions: the node item (item 0,
+// whose head moved) and the audit record (item auditAt, whose seq the other record took). A
+// reservation whose version moved needs a new decision even if the node's did not.
+func othersHeld(e *types.TransactionCanceledException, auditAt int) bool {
+	for i, r := range e.CancellationReasons {
+		if i == 0 || i == auditAt {
+			continue
+		}
+		switch aws.ToString(r.Code) {
+		case "", "None":
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // versionOf returns an item's Version (-1 when it has none).
