@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -174,7 +173,7 @@ func (a *app) usage() {
 	fmt.Fprintln(w, "\nglobal flags (before or after the command):")
 	fmt.Fprintln(w, "  --endpoint URL   the API (else $CAPACITY_ENDPOINT, else ApiUrl of --outputs or --stack)")
 	fmt.Fprintln(w, "  --key KEY        the API key (else $CAPACITY_API_KEY)")
-	fmt.Fprintln(w, "  --outputs FILE   stack outputs file (cdk deploy --outputs-file; default "+defaultOutputsFile+" if present)")
+	fmt.Fprintln(w, "  --outputs FILE   stack outputs file (cdk deploy --outputs-file; default "+defaultOutputsFile+" if present and its API is on this machine)")
 	fmt.Fprintln(w, "  --stack NAME     read the outputs of this CloudFormation stack (AWS credentials from the environment)")
 	fmt.Fprintln(w, "  --output FORMAT  table (default) or json")
 	fmt.Fprintln(w, "  --timeout D      per-request timeout (default 30s)")
@@ -310,9 +309,27 @@ func (a *app) stackOutputs(ctx context.Context) (map[string]string, error) {
 		if err != nil {
 			return nil, err
 		}
+		if a.outputsFile == "" {
+			// A file nobody named (one in whatever directory capacityctl runs in) may send
+			// the key only to this machine: the local stack writes it so.
+			if err := localOutputs(path, out["ApiUrl"]); err != nil {
+				return nil, err
+			}
+		}
 		a.outputs = out
 	}
 	return a.outputs, nil
+}
+
+// localOutputs refuses the outputs of a file found by default unless its API is on a
+// loopback address.
+func localOutputs(path, api string) error {
+	u, err := url.Parse(api)
+	if err == nil && u.Host != "" && client.Loopback(u.Hostname()) {
+		return nil
+	}
+	return &exitError{code: exitUsage, err: fmt.Errorf("%s names the API %q, which is not on this machine: "+
+		"an outputs file found in the current directory is used only for a local stack; name it with --outputs %s to use it", path, api, path)}
 }
 
 // readOutputsFile reads `cdk deploy --outputs-file` JSON: {"<stack>": {"<key>": "<value>"}}.
@@ -387,6 +404,9 @@ func (a *app) client(ctx context.Context) (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := client.CheckEndpoint(ep); err != nil {
+		return nil, &exitError{code: exitUsage, err: err}
+	}
 	key := a.key
 	if key == "" {
 		key = a.getenv("CAPACITY_API_KEY")
@@ -399,6 +419,13 @@ func (a *app) client(ctx context.Context) (*client.Client, error) {
 		c := *a.httpClient
 		c.Timeout = a.timeout
 		hc = &c
+	}
+	// Nor may a redirect carry the key to where it would travel in clear.
+	hc.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return client.CheckEndpoint(req.URL.String())
 	}
 	return client.New(ep, key, hc), nil
 }
@@ -444,8 +471,7 @@ func (a *app) localEndpoint(ctx context.Context) string {
 	if err != nil || u.Host == "" {
 		return ""
 	}
-	host := u.Hostname()
-	if ip := net.ParseIP(host); (ip != nil && ip.IsLoopback()) || host == "localhost" {
+	if client.Loopback(u.Hostname()) {
 		return u.Scheme + "://" + u.Host
 	}
 	return ""

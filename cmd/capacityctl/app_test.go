@@ -115,7 +115,7 @@ func TestUsageErrors(t *testing.T) {
 		{"bad expiry", false, []string{"keys", "create", "--org", "o", "--expires", "tomorrow"}, "--expires"},
 		{"bad start", false, []string{"reservations", "create", "--node", "n", "--units", "u", "--allowed-orgs", "o", "--starts", "monday"}, "--starts: want an RFC 3339 time"},
 		{"no endpoint", true, []string{"--key", "k", "nodes", "get", "--node", "n"}, "no API endpoint"},
-		{"no key", true, []string{"--endpoint", "http://x/", "nodes", "get", "--node", "n"}, "no API key"},
+		{"no key", true, []string{"--endpoint", "https://x/", "nodes", "get", "--node", "n"}, "no API key"},
 		{"bootstrap without outputs", true, []string{"keys", "create", "--bootstrap", "--org", "o"}, "KeysTableName"},
 	}
 	for _, tt := range tests {
@@ -208,6 +208,79 @@ func TestEndpointResolution(t *testing.T) {
 		})
 	}
 }
+
+// An outputs file found in the current directory sends the key only to this machine; one
+// named with --outputs is used wherever it points, but never over plain http to another host.
+func TestOutputsFileTrust(t *testing.T) {
+	const local = `{"capacity-local":{"ApiUrl":"http://127.0.0.1:4566/restapis/a/local/_user_request_/"}}`
+	tests := []struct {
+		name    string
+		file    string // .local/outputs.json in the working directory ("": none)
+		args    []string
+		env     map[string]string
+		want    string // the URL the request went to; "" = refused, nothing sent
+		wantErr string
+	}{
+		{"the local stack's file, found", local, nil, nil, "http://127.0.0.1:4566/restapis/a/local/_user_request_/v1/nodes/n1", ""},
+		{"a found file naming another machine", `{"s":{"ApiUrl":"https://api.attacker.example/dev/"}}`, nil, nil, "", "not on this machine"},
+		{"a found file naming a look-alike of localhost", `{"s":{"ApiUrl":"http://localhost.attacker.example/"}}`, nil, nil, "", "not on this machine"},
+		{"a found file without an API", `{"s":{"TableName":"t"}}`, nil, nil, "", "not on this machine"},
+		{"the same file named with --outputs", `{"s":{"ApiUrl":"https://api.example/dev/"}}`, []string{"--outputs", ".local/outputs.json"}, nil, "https://api.example/dev/v1/nodes/n1", ""},
+		{"a named file with plain http to another machine", `{"s":{"ApiUrl":"http://api.example/dev/"}}`, []string{"--outputs", ".local/outputs.json"}, nil, "", "plain http"},
+		{"--endpoint over plain http to another machine", "", []string{"--endpoint", "http://api.example/dev/"}, nil, "", "plain http"},
+		{"CAPACITY_ENDPOINT over plain http to another machine", "", nil, map[string]string{"CAPACITY_ENDPOINT": "http://10.1.2.3/dev/"}, "", "plain http"},
+		{"--endpoint over http to this machine", "", []string{"--endpoint", "http://localhost:4566/dev/"}, nil, "http://localhost:4566/dev/v1/nodes/n1", ""},
+		{"an explicit endpoint wins over a found file", `{"s":{"ApiUrl":"https://api.attacker.example/dev/"}}`, []string{"--endpoint", "https://api.example/dev/"}, nil, "https://api.example/dev/v1/nodes/n1", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Chdir(t.TempDir())
+			if tt.file != "" {
+				if err := os.Mkdir(".local", 0o700); err != nil {
+					t.Fatal(err)
+				}
+				writeFile(t, ".local/outputs.json", tt.file)
+			}
+			var sent []string
+			var errOut bytes.Buffer
+			a := &app{io: stdio{in: strings.NewReader(""), out: io.Discard, err: &errOut},
+				getenv: func(k string) string { return tt.env[k] },
+				httpClient: &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+					sent = append(sent, r.URL.String())
+					return &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(`{"id":"n1"}`))}, nil
+				})}}
+			code := a.main(context.Background(), append(append([]string{"--key", "ocap_secret"}, tt.args...), "nodes", "get", "--node", "n1"))
+			if tt.want == "" {
+				if code != exitUsage || !strings.Contains(errOut.String(), tt.wantErr) || len(sent) != 0 {
+					t.Fatalf("exit %d, sent %v, stderr %s; want exit %d with %q, nothing sent", code, sent, errOut.String(), exitUsage, tt.wantErr)
+				}
+				return
+			}
+			if code != 0 || !slices.Equal(sent, []string{tt.want}) {
+				t.Fatalf("exit %d, sent %v, stderr %s; want %s", code, sent, errOut.String(), tt.want)
+			}
+		})
+	}
+}
+
+// A redirect may not carry the key to plain http.
+func TestRedirectToPlainHTTPRefused(t *testing.T) {
+	var sent []string
+	var errOut bytes.Buffer
+	a := &app{io: stdio{in: strings.NewReader(""), out: io.Discard, err: &errOut}, getenv: func(string) string { return "" },
+		httpClient: &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			sent = append(sent, r.URL.String())
+			return &http.Response{StatusCode: http.StatusFound, Header: http.Header{"Location": {"http://api.example/dev/v1/nodes/n1"}}, Body: http.NoBody}, nil
+		})}}
+	code := a.main(context.Background(), []string{"--key", "ocap_secret", "--endpoint", "https://api.example/dev/", "nodes", "get", "--node", "n1"})
+	if code == 0 || len(sent) != 1 || !strings.Contains(errOut.String(), "plain http") {
+		t.Fatalf("exit %d, sent %v, stderr %s; want a failure after the first request only", code, sent, errOut.String())
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func newFlagSet(a *app) *flag.FlagSet {
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)

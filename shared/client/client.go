@@ -124,6 +124,11 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	if c.Endpoint == "" {
 		return nil, errors.New("no API endpoint")
 	}
+	if c.Key != "" {
+		if err := CheckEndpoint(c.Endpoint); err != nil {
+			return nil, fmt.Errorf("%s %s: %w", method, path, err)
+		}
+	}
 	u := strings.TrimSuffix(c.Endpoint, "/") + path
 	if len(query) > 0 {
 		u += "?" + query.Encode()
