@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/openrelay/capacity/shared/capacity"
 )
 
 // DefaultTimeout bounds one call of a Client whose Timeout is zero.
@@ -159,13 +161,11 @@ func (cl call) fail(status int, retryable bool, err error) *Error {
 // status proves nothing either way and is returned as it is.
 func (cl call) do(ctx context.Context, method, baseURL, rel string) (int, []byte, error) {
 	c := cl.c
-	base, err := parseEndpoint(baseURL)
+	// The check registration applies too, so a registered node's endpoint always passes.
+	// Final: the endpoint is stored on the node and will be the same next round.
+	base, err := capacity.ParseAgentEndpoint(baseURL, c.AllowHTTP)
 	if err != nil {
-		return 0, nil, cl.fail(0, false, fmt.Errorf("malformed endpoint: %w", err))
-	}
-	if base.Scheme != "https" && !c.AllowHTTP {
-		// Final: the endpoint is stored on the node and will be the same next round.
-		return 0, nil, cl.fail(0, false, errors.New("endpoint is not https:// (plain http is allowed only on the local stack)"))
+		return 0, nil, cl.fail(0, false, fmt.Errorf("endpoint refused: %w", err))
 	}
 	switch {
 	case !ValidNodeID(cl.nodeID):
@@ -300,23 +300,6 @@ func (c *Client) httpClient() *http.Client {
 	cp := *hc
 	cp.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &cp
-}
-
-// parseEndpoint accepts an absolute http(s) URL without query or fragment.
-func parseEndpoint(s string) (*url.URL, error) {
-	u, err := url.Parse(s)
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case u.Scheme != "http" && u.Scheme != "https":
-		return nil, fmt.Errorf("scheme %q, want http or https", u.Scheme)
-	case u.Host == "":
-		return nil, errors.New("no host")
-	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
-		return nil, errors.New("query or fragment not allowed")
-	}
-	return u, nil
 }
 
 // redact hides a password in s, if s parses at all.

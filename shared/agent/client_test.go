@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/openrelay/capacity/shared/capacity"
 )
 
 // agentServer is a test agent under /prefix that verifies signatures and answers with h.
@@ -251,5 +253,40 @@ func TestClientReusesConnections(t *testing.T) {
 	}
 	if n := conns.Load(); n != 1 {
 		t.Fatalf("5 sequential calls opened %d connections, want 1", n)
+	}
+}
+
+// TestClientRefusesWhatRegistrationRefuses holds the client and registration to one check:
+// an endpoint registration accepts is one the client calls, and one the client refuses for
+// good is refused at registration, so no node is registered into permanent failure.
+func TestClientRefusesWhatRegistrationRefuses(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		WriteJSON(w, http.StatusNotFound, TerminateResponse{VMID: "vm-1", State: StateUnknown})
+	}))
+	t.Cleanup(srv.Close)
+	tests := []struct {
+		base      string
+		allowHTTP bool
+		callable  bool
+	}{
+		{srv.URL + "/agent", true, true},
+		{srv.URL + "/agent", false, false},
+		{srv.URL + "/agent?x=1", true, false},
+		{srv.URL + "/agent?", true, false},
+		{srv.URL + "/agent#f", true, false},
+		{srv.URL + "/agent#", true, false},
+		{strings.Replace(srv.URL, "http://", "http://u:p@", 1), true, false},
+		{"ftp://h/agent", true, false},
+		{"/agent", true, false},
+		{"", true, false},
+	}
+	for _, tt := range tests {
+		_, regErr := capacity.ParseAgentEndpoint(tt.base, tt.allowHTTP)
+		_, err := (&Client{Keys: testKeys, AllowHTTP: tt.allowHTTP}).Terminate(context.Background(), tt.base, testNode, "vm-1")
+		var ae *Error
+		refused := errors.As(err, &ae) && !ae.Retryable() && ae.StatusCode == 0
+		if (regErr == nil) != tt.callable || refused == tt.callable {
+			t.Errorf("%q (allowHTTP %v): registration err %v, client err %v; want callable %v by both", tt.base, tt.allowHTTP, regErr, err, tt.callable)
+		}
 	}
 }

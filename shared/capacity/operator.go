@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -178,38 +177,13 @@ func (r NodeRequest) Validate(allowHTTP bool) error {
 	if err := validateUnitIDs(r.UnitIDs); err != nil {
 		return err
 	}
-	if err := validateEndpoint(r.AgentEndpoint, allowHTTP); err != nil {
+	if _, err := ParseAgentEndpoint(r.AgentEndpoint, allowHTTP); err != nil {
 		return err
 	}
 	if err := validateReason(r.Reason); err != nil {
 		return err
 	}
 	return ValidateIdempotencyKey(r.IdempotencyKey)
-}
-
-func validateEndpoint(s string, allowHTTP bool) error {
-	want := "an absolute https URL"
-	if allowHTTP {
-		want = "an absolute http or https URL"
-	}
-	bad := Errorf(CodeInvalidRequest, "agentEndpoint must be %s with a host, at most %d characters", want, MaxEndpointLen)
-	if s == "" || len(s) > MaxEndpointLen {
-		return bad
-	}
-	u, err := url.Parse(s)
-	if err != nil || u.Host == "" || u.User != nil || u.Fragment != "" {
-		return bad
-	}
-	switch u.Scheme {
-	case "https":
-	case "http":
-		if !allowHTTP {
-			return bad
-		}
-	default:
-		return bad
-	}
-	return nil
 }
 
 // validateOrgIDs checks an org list: well-formed, unique ids (it may be empty).

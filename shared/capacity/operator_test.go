@@ -155,6 +155,14 @@ func TestPutNodeValidation(t *testing.T) {
 		{"relative endpoint", func(r *capacity.NodeRequest) { r.AgentEndpoint = "/agent" }, true, capacity.CodeInvalidRequest},
 		{"other scheme", func(r *capacity.NodeRequest) { r.AgentEndpoint = "ftp://n2" }, true, capacity.CodeInvalidRequest},
 		{"no endpoint", func(r *capacity.NodeRequest) { r.AgentEndpoint = "" }, false, capacity.CodeInvalidRequest},
+		// The agent client refuses these for good: a node registered with one could never
+		// have a VM terminated.
+		{"query string", func(r *capacity.NodeRequest) { r.AgentEndpoint = "https://n2/agent?token=x" }, false, capacity.CodeInvalidRequest},
+		{"empty query", func(r *capacity.NodeRequest) { r.AgentEndpoint = "https://n2/agent?" }, false, capacity.CodeInvalidRequest},
+		{"fragment", func(r *capacity.NodeRequest) { r.AgentEndpoint = "https://n2/agent#x" }, false, capacity.CodeInvalidRequest},
+		{"empty fragment", func(r *capacity.NodeRequest) { r.AgentEndpoint = "https://n2/agent#" }, false, capacity.CodeInvalidRequest},
+		{"user info", func(r *capacity.NodeRequest) { r.AgentEndpoint = "https://u:p@n2/agent" }, false, capacity.CodeInvalidRequest},
+		{"path and port", func(r *capacity.NodeRequest) { r.AgentEndpoint = "https://n2.example:8443/agent/v2" }, false, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
