@@ -22,9 +22,11 @@ import (
 //	NODE#<nodeId>           VM#<id>       a live VM (running or terminating)
 //	NODE#<nodeId>#HIST      VM#<id>       a terminated VM (TTL: terminated + retention)
 //	NODE#<nodeId>#OP#<id>   OP            a reclaim operation (gsi1: its state, for the reconciler;
-//	                                      TTL once ended: end + retention)
+//	                                      TTL once completed: end + retention; none while live or
+//	                                      failed, when VMs of it may still be terminating)
 //	NODE#<nodeId>#OP#<id>   VM#<vm>       the final outcome of one VM of that operation (TTL:
-//	                                      recorded + retention, extended when a re-driven operation ends)
+//	                                      recorded + retention, none for a failure, extended when
+//	                                      a re-driven operation completes)
 //
 // Every key starts with its node's NODE#<nodeId>, so no write ever names two nodes' items.
 //
@@ -307,12 +309,18 @@ func outcomeKey(op capacity.Operation, vmID string) map[string]types.AttributeVa
 	return itemKey(opPK(op.NodeID, op.ID), prefixVM+vmID)
 }
 
+// newOutcomeItem is a VM's outcome. A failure has no expiry: its VM stays terminating and
+// its operation never expires while it does, so neither does the error that says why (a
+// success replacing it, or the completed operation's end, sets one).
 func newOutcomeItem(op capacity.Operation, vmID string, o capacity.VMOutcome, retention time.Duration) outcomeItem {
-	return outcomeItem{
+	it := outcomeItem{
 		PK: opPK(op.NodeID, op.ID), SK: prefixVM + vmID, Type: typeOutcome,
 		ReclaimID: op.ID, VMID: vmID, Outcome: string(o.Outcome), Error: o.Error, At: o.At, Attempt: o.Attempt,
-		ExpiresAt: expiry(o.At.Add(retention)),
 	}
+	if o.Outcome != capacity.OutcomeFailed {
+		it.ExpiresAt = expiry(o.At.Add(retention))
+	}
+	return it
 }
 
 func (i outcomeItem) outcome() capacity.VMOutcome {

@@ -121,8 +121,10 @@ func TestMarkTerminatedMovesTheVMToHistory(t *testing.T) {
 	}
 }
 
-// An ended operation, and its outcomes, expire a retention after the end: outcomes recorded
-// by an earlier attempt of a re-driven operation are kept as long as the operation.
+// A completed operation, and its outcomes, expire a retention after the end: outcomes
+// recorded by an earlier attempt of a re-driven operation are kept as long as the operation.
+// A failed one, whose failed VMs stay terminating and keep their units, never expires, nor
+// does a failure outcome: else a re-drive would answer 404 and nothing could free the units.
 func TestEndedOperationExpiresWithItsOutcomes(t *testing.T) {
 	ctx := context.Background()
 	_, s, op := committed(t, nil)
@@ -155,9 +157,28 @@ func TestEndedOperationExpiresWithItsOutcomes(t *testing.T) {
 	read, err := s.GetOperation(ctx, "n1", op.ID)
 	must(err)
 	must(s.EndOperation(ctx, *read, capacity.OpFailed, first))
-	if got, want := expiresAt("OP"), first.Add(dynamo.DefaultRetention).Unix(); got != want {
-		t.Errorf("ended operation expires at %d, want %d", got, want)
+	held := func(when string) {
+		t.Helper()
+		for _, sk := range []string{"OP", "VM#vm01"} {
+			if got := expiresAt(sk); got != 0 {
+				t.Errorf("%s: %s, holding a terminating VM, expires at %s", when, sk, time.Unix(got, 0).UTC())
+			}
+		}
 	}
+	held("failed")
+	// Re-driven, and failed again: still held (the re-drive and the end both drop any expiry).
+	read, err = s.GetOperation(ctx, "n1", op.ID)
+	must(err)
+	must(s.RedriveOperation(ctx, *read, capacity.AuditRecord{ID: "a-r1", Time: first, NodeID: "n1", Action: capacity.ActionRetry, Outcome: "ok"}, first))
+	held("re-driven")
+	read, err = s.GetOperation(ctx, "n1", op.ID)
+	must(err)
+	must(s.BeginTermination(ctx, *read, "arn:2", first))
+	must(s.RecordOutcome(ctx, *read, "vm01", capacity.VMOutcome{Outcome: capacity.OutcomeFailed, Error: "refused", At: first, Attempt: 2}))
+	read, err = s.GetOperation(ctx, "n1", op.ID)
+	must(err)
+	must(s.EndOperation(ctx, *read, capacity.OpFailed, first))
+	held("failed again")
 	// Re-driven much later, the failed VM succeeds and the operation ends again.
 	later := first.Add(300 * 24 * time.Hour)
 	read, err = s.GetOperation(ctx, "n1", op.ID)
@@ -165,8 +186,8 @@ func TestEndedOperationExpiresWithItsOutcomes(t *testing.T) {
 	must(s.RedriveOperation(ctx, *read, capacity.AuditRecord{ID: "a-r", Time: later, NodeID: "n1", Action: capacity.ActionRetry, Outcome: "ok"}, later))
 	read, err = s.GetOperation(ctx, "n1", op.ID)
 	must(err)
-	must(s.BeginTermination(ctx, *read, "arn:2", later))
-	must(s.RecordOutcome(ctx, *read, "vm01", capacity.VMOutcome{Outcome: capacity.OutcomeTerminated, At: later, Attempt: 2}))
+	must(s.BeginTermination(ctx, *read, "arn:3", later))
+	must(s.RecordOutcome(ctx, *read, "vm01", capacity.VMOutcome{Outcome: capacity.OutcomeTerminated, At: later, Attempt: 3}))
 	read, err = s.GetOperation(ctx, "n1", op.ID)
 	must(err)
 	must(s.EndOperation(ctx, *read, capacity.OpCompleted, later))

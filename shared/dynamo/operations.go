@@ -201,17 +201,16 @@ func (s *Store) RecordOutcome(ctx context.Context, op capacity.Operation, vmID s
 }
 
 // EndOperation moves an operation terminating at op's attempt to its end state (and, in the
-// byState index, under that state, which the reconciler never reads). Exactly one caller
-// wins; the caller decided from the outcome items it read.
+// byState index, under that state, sorted by the time it ended). Exactly one caller wins;
+// the caller decided from the outcome items it read. A completed operation expires a
+// retention after its end; a failed one keeps VMs terminating, so it never expires (see
+// endUpdate) until they are let go.
 func (s *Store) EndOperation(ctx context.Context, op capacity.Operation, state capacity.OperationState, now time.Time) error {
-	upd := expression.Set(expression.Name(attrState), expression.Value(state)).
-		Set(expression.Name(attrUpdatedAt), expression.Value(now)).
-		Set(expression.Name(attrGSI1PK), expression.Value(opStatePK(state))).
-		Set(expression.Name(attrExpiresAt), expression.Value(expiry(now.Add(s.retention()))))
+	upd := s.endUpdate(op, state, now)
 	if _, err := s.updateItem(ctx, operationKey(op), stateAt(capacity.OpTerminating, op), upd, types.ReturnValueNone); err != nil {
 		return fmt.Errorf("end operation %s as %s: %w", op.ID, state, err)
 	}
-	if op.CurrentAttempt() > 1 {
+	if state == capacity.OpCompleted && op.CurrentAttempt() > 1 {
 		// A re-driven operation may keep outcomes of an earlier attempt, which expire from when
 		// they were recorded: keep them as long as the operation.
 		if err := s.extendOutcomes(ctx, op, now); err != nil {
@@ -219,6 +218,23 @@ func (s *Store) EndOperation(ctx context.Context, op capacity.Operation, state c
 		}
 	}
 	return nil
+}
+
+// endUpdate moves the operation to an end state, listed under it in the byState index by
+// the time it ended (the reconciler reads failed ones oldest first). Only a completed
+// operation gets an expiry: a failed one still holds the units of the VMs whose termination
+// failed (they stay terminating), and if it expired, nothing could re-drive or end it and
+// those units would never free. So it loses any expiry (one an earlier end or re-drive set)
+// until a later end or a force-end completes it.
+func (s *Store) endUpdate(op capacity.Operation, state capacity.OperationState, now time.Time) expression.UpdateBuilder {
+	upd := expression.Set(expression.Name(attrState), expression.Value(state)).
+		Set(expression.Name(attrUpdatedAt), expression.Value(now)).
+		Set(expression.Name(attrGSI1PK), expression.Value(opStatePK(state))).
+		Set(expression.Name(attrGSI1SK), expression.Value(opStateSKAt(now, op.ID)))
+	if state == capacity.OpCompleted {
+		return upd.Set(expression.Name(attrExpiresAt), expression.Value(expiry(now.Add(s.retention()))))
+	}
+	return upd.Remove(expression.Name(attrExpiresAt))
 }
 
 // extendOutcomes moves the expiry of the operation's outcome items to the operation's.
@@ -249,13 +265,9 @@ func (s *Store) RestartOperation(ctx context.Context, op capacity.Operation, now
 }
 
 // FailOperation ends the operation, still in op.State at op's attempt, as failed with the
-// reason.
+// reason. Like any failed operation it does not expire (endUpdate).
 func (s *Store) FailOperation(ctx context.Context, op capacity.Operation, reason string, now time.Time) error {
-	upd := expression.Set(expression.Name(attrState), expression.Value(capacity.OpFailed)).
-		Set(expression.Name(attrReason), expression.Value(reason)).
-		Set(expression.Name(attrUpdatedAt), expression.Value(now)).
-		Set(expression.Name(attrGSI1PK), expression.Value(opStatePK(capacity.OpFailed))).
-		Set(expression.Name(attrExpiresAt), expression.Value(expiry(now.Add(s.retention()))))
+	upd := s.endUpdate(op, capacity.OpFailed, now).Set(expression.Name(attrReason), expression.Value(reason))
 	if _, err := s.updateItem(ctx, operationKey(op), stateAt(op.State, op), upd, types.ReturnValueNone); err != nil {
 		return fmt.Errorf("fail operation %s: %w", op.ID, err)
 	}
@@ -266,8 +278,6 @@ func (s *Store) FailOperation(ctx context.Context, op capacity.Operation, reason
 // pending-start at the next attempt, restarts reset and reason cleared, and appends the
 // audit record, in one transaction. ErrConflict when the operation changed since read.
 func (s *Store) RedriveOperation(ctx context.Context, op capacity.Operation, audit capacity.AuditRecord, now time.Time) error {
-	// SET only (an empty Reason rather than REMOVE): the local emulator drops the SET part of
-	// an expression that mixes SET with REMOVE.
 	upd := expression.Set(expression.Name(attrState), expression.Value(capacity.OpPendingStart)).
 		Set(expression.Name(attrAttempt), expression.Value(op.CurrentAttempt()+1)).
 		Set(expression.Name(attrRestarts), expression.Value(0)).
@@ -275,9 +285,8 @@ func (s *Store) RedriveOperation(ctx context.Context, op capacity.Operation, aud
 		Set(expression.Name(attrUpdatedAt), expression.Value(now)).
 		Set(expression.Name(attrGSI1PK), expression.Value(opStatePK(capacity.OpPendingStart))).
 		Set(expression.Name(attrGSI1SK), expression.Value(opStateSKAt(now, op.ID))).
-		// Live again: its end sets the expiry anew; until then this one only bounds an
-		// operation that is never ended (SET, not REMOVE: see above).
-		Set(expression.Name(attrExpiresAt), expression.Value(expiry(now.Add(s.retention()))))
+		// Live again, its VMs terminating: no expiry until its end sets one.
+		Remove(expression.Name(attrExpiresAt))
 	opUpd, err := s.update(operationKey(op), stateAt(op.State, op), upd)
 	if err != nil {
 		return fmt.Errorf("re-drive operation %s: %w", op.ID, err)

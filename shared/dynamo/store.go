@@ -580,9 +580,13 @@ func (s *Store) update(k map[string]types.AttributeValue, cond expression.Condit
 	if err != nil {
 		return types.TransactWriteItem{}, fmt.Errorf("build update: %w", err)
 	}
+	// The builder puts each clause (SET, REMOVE, ...) on a line of its own; the local
+	// emulator reads only the first clause unless they are separated by a space, which AWS
+	// takes as well. Expressions hold only placeholders, so nothing else changes.
+	update := strings.ReplaceAll(aws.ToString(expr.Update()), "\n", " ")
 	return types.TransactWriteItem{Update: &types.Update{
 		TableName: aws.String(s.Table), Key: k,
-		ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
+		ConditionExpression: expr.Condition(), UpdateExpression: aws.String(update),
 		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
 	}}, nil
 }
