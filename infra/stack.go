@@ -356,9 +356,20 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	// Finds operations by state (byState index), reads each one's outcomes (Query on the
 	// table), asks what became of its execution, starts or restarts it, and ends, restarts or
 	// fails the operation item with conditional updates. Metrics go out as
-	// embedded-metric-format log lines, so no cloudwatch:PutMetricData.
+	// embedded-metric-format log lines, so no cloudwatch:PutMetricData. On the table it
+	// reaches operation partitions only (the operation item and its outcomes, which it reads
+	// and whose expiry it extends): never a node, reservation, VM or idempotency item, so a
+	// compromised reconciler cannot move capacity or its audit head.
 	allowIndex(s.ReconcilerFunction, "StateByStateIndex", state, table.ByStateIndex, "dynamodb:Query")
-	allow(s.ReconcilerFunction, "StateTable", state, "dynamodb:Query", "dynamodb:UpdateItem")
+	s.ReconcilerFunction.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:       jsii.String("StateTableOperations"),
+		Effect:    awsiam.Effect_ALLOW,
+		Actions:   jsii.Strings("dynamodb:Query", "dynamodb:UpdateItem"),
+		Resources: &[]*string{state.TableArn()},
+		Conditions: &map[string]any{"ForAllValues:StringLike": map[string]any{
+			"dynamodb:LeadingKeys": []string{table.OperationPartitions},
+		}},
+	}))
 	allowStateMachine(s.ReconcilerFunction, "StartTermination", s.Termination, "states:StartExecution")
 	allowOn(s.ReconcilerFunction, "DescribeTermination", executionsOf(s.Termination), "states:DescribeExecution")
 	// Publishes an operation's report before it ends or fails the operation itself.

@@ -485,7 +485,8 @@ func TestRolePermissions(t *testing.T) {
 				}},
 				{"reconciler", map[string][]string{
 					toJSON(map[string]any{"Fn::Join": []any{"", []any{getAtt(tableID(t, tp, table.State, env), "Arn"), "/index/byState"}}}): {"dynamodb:Query"},
-					stateArn:              {"dynamodb:Query", "dynamodb:UpdateItem"},
+					// Operation partitions only: no node, reservation, VM or idempotency item.
+					stateArn + " if " + toJSON(map[string]any{"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": []any{"NODE#*#OP#*"}}}): {"dynamodb:Query", "dynamodb:UpdateItem"},
 					smArn:                 {"states:StartExecution"},
 					executionsArn:         {"states:DescribeExecution"},
 					busArn:                publish,

@@ -13,6 +13,12 @@ const (
 	TTLAttribute = "expiresAt"
 )
 
+// OperationPartitions matches (as an IAM StringLike pattern) the partition key of every
+// reclaim operation item and its outcomes, NODE#<nodeId>#OP#<operationId>, and no other
+// item's: ids hold no '#', so a node, its history or its reservations never match. IAM's
+// dynamodb:LeadingKeys condition keeps the reconciler to these partitions.
+const OperationPartitions = "NODE#*#OP#*"
+
 // Secondary index on the state table: items that a background job must find without knowing
 // their node (e.g. reclaim operations still waiting for their workflow to start).
 const (
