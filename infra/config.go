@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+
+	"github.com/openrelay/capacity/shared/capacity"
 )
 
 // EnvironmentsContextKey is the cdk.json context key holding every environment's settings,
@@ -37,13 +39,10 @@ type EnvConfig struct {
 	// AlarmSubscription is who the environment's alarm topic notifies: an email address or an
 	// https endpoint. Required except in local.
 	AlarmSubscription string `json:"alarmSubscription,omitempty"`
-	// AllowedEventSources are the EventBridge "source" values whose reclaim requests the
-	// environment accepts. Required (an empty list accepts none).
-	AllowedEventSources *[]string `json:"allowedEventSources"`
-	// TopologyEventSources are the EventBridge "source" values whose Node Topology Changed
-	// events the environment applies, acting as an operator. Optional: absent means
-	// DefaultTopologyEventSources; [] accepts none.
-	TopologyEventSources *[]string `json:"topologyEventSources,omitempty"`
+	// EventPrincipals are the EventBridge sources whose inbound events the environment
+	// accepts, each with whom it acts as and the IAM roles that alone may send it. Required
+	// (an empty list accepts no inbound event: fail closed).
+	EventPrincipals *[]EventPrincipalConfig `json:"eventPrincipals"`
 	// Retention: history of the store (terminated VMs, finished operations) and logs, in days.
 	// Required.
 	Retention *struct {
@@ -68,20 +67,30 @@ type EnvConfig struct {
 	} `json:"alarms,omitempty"`
 }
 
-// DefaultTopologyEventSources is where topology changes come from when cdk.json names no
-// topologyEventSources: the platform's fleet management (capacity.SourceFleet).
-var DefaultTopologyEventSources = []string{"openrelay.fleet"}
+// EventPrincipalConfig is one source of cdk.json eventPrincipals: the principal its events act
+// as (capacity.EventPrincipal: source, orgId, operator, permissions) and SenderRoles, the ARNs
+// of the IAM roles of the environment's account that alone may put events of that source on
+// the bus (the bus policy denies the source to every other principal).
+type EventPrincipalConfig struct {
+	capacity.EventPrincipal
+	SenderRoles []string `json:"senderRoles"`
+}
+
+// LocalAccount is the account of the local stack (and of LocalStack): the one the local
+// environment's sender roles may name.
+const LocalAccount = "000000000000"
 
 // MinHistoryRetentionDays matches the store's floor (dynamo.MinRetention): a finished
 // operation stays readable for at least 90 days.
 const MinHistoryRetentionDays = 90
 
 var (
-	accountID   = regexp.MustCompile(`^[0-9]{12}$`)
-	regionName  = regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]$`)
-	email       = regexp.MustCompile(`^[^@\s]+@[^@\s]+\.[^@\s]+$`)
-	eventSource = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,255}$`)
-	logLevels   = []string{"debug", "info", "warn", "error"}
+	accountID  = regexp.MustCompile(`^[0-9]{12}$`)
+	regionName = regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]$`)
+	email      = regexp.MustCompile(`^[^@\s]+@[^@\s]+\.[^@\s]+$`)
+	// An IAM role ARN: its account is checked against the environment's.
+	roleARN   = regexp.MustCompile(`^arn:aws[a-z-]*:iam::([0-9]{12}):role/[A-Za-z0-9+=,.@_/-]{1,512}$`)
+	logLevels = []string{"debug", "info", "warn", "error"}
 )
 
 // logRetentions are the retention periods CloudWatch Logs accepts, in days.
@@ -183,26 +192,14 @@ func (c EnvConfig) props(env string) (CapacityStackProps, []error) {
 		}
 	}
 
-	if c.AllowedEventSources == nil {
-		bad("allowedEventSources is required (a list of EventBridge sources; [] accepts none)")
+	if c.EventPrincipals == nil {
+		bad("eventPrincipals is required (a list of {source, orgId, operator, permissions, senderRoles}; [] accepts no event)")
 	} else {
-		for _, src := range *c.AllowedEventSources {
-			// "aws." sources are AWS services' own events; none of them requests a reclaim.
-			if !eventSource.MatchString(src) || strings.HasPrefix(src, "aws.") {
-				bad("allowedEventSources: %q is not a custom EventBridge source", src)
-			}
+		account := c.Account
+		if env == LocalEnv {
+			account = LocalAccount
 		}
-		p.AllowedEventSources = slices.Clone(*c.AllowedEventSources)
-	}
-
-	p.TopologyEventSources = slices.Clone(DefaultTopologyEventSources)
-	if c.TopologyEventSources != nil {
-		for _, src := range *c.TopologyEventSources {
-			if !eventSource.MatchString(src) || strings.HasPrefix(src, "aws.") {
-				bad("topologyEventSources: %q is not a custom EventBridge source", src)
-			}
-		}
-		p.TopologyEventSources = append([]string{}, *c.TopologyEventSources...)
+		p.EventPrincipals, errs = c.eventPrincipals(account, errs)
 	}
 
 	if c.Retention == nil || c.Retention.HistoryDays == nil || c.Retention.LogDays == nil {
@@ -245,6 +242,33 @@ func (c EnvConfig) props(env string) (CapacityStackProps, []error) {
 		}
 	}
 	return p, errs
+}
+
+// eventPrincipals validates cdk.json eventPrincipals: the principals as the service checks them
+// (capacity.ValidateEventPrincipals), and at least one sender role each, in the environment's
+// account (another account's role would need the bus policy to allow it, which it does not).
+func (c EnvConfig) eventPrincipals(account string, errs []error) ([]EventPrincipalConfig, []error) {
+	list := slices.Clone(*c.EventPrincipals)
+	principals := make([]capacity.EventPrincipal, len(list))
+	for i, ep := range list {
+		principals[i] = ep.EventPrincipal
+		if len(ep.SenderRoles) == 0 {
+			errs = append(errs, fmt.Errorf("eventPrincipals %d (%s): senderRoles is required: the IAM roles that may send it", i, ep.Source))
+		}
+		for _, arn := range ep.SenderRoles {
+			m := roleARN.FindStringSubmatch(arn)
+			switch {
+			case m == nil:
+				errs = append(errs, fmt.Errorf("eventPrincipals %d (%s): senderRoles: %q is not an IAM role ARN", i, ep.Source, arn))
+			case account != "" && m[1] != account:
+				errs = append(errs, fmt.Errorf("eventPrincipals %d (%s): senderRoles: %q is not in the environment's account %s", i, ep.Source, arn, account))
+			}
+		}
+	}
+	if err := capacity.ValidateEventPrincipals(principals); err != nil {
+		errs = append(errs, fmt.Errorf("eventPrincipals: %w", err))
+	}
+	return list, errs
 }
 
 func validSubscription(s string) bool {

@@ -2,15 +2,18 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 )
 
 func TestStackPropsFor(t *testing.T) {
 	const good = `{
-		"local": {"throttle": {"rate": 100, "burst": 200}, "allowedEventSources": [], "retention": {"historyDays": 400, "logDays": 7}, "logLevel": "info"},
+		"local": {"throttle": {"rate": 100, "burst": 200}, "eventPrincipals": [], "retention": {"historyDays": 400, "logDays": 7}, "logLevel": "info"},
 		"prod": {"account": "123456789012", "region": "eu-west-1", "throttle": {"rate": 500, "burst": 1000},
-			"alarmSubscription": "ops@example.com", "allowedEventSources": ["openrelay.scheduler"],
+			"alarmSubscription": "ops@example.com",
+			"eventPrincipals": [{"source": "openrelay.scheduler", "orgId": "platform", "operator": true, "permissions": ["reservation.capacity"],
+				"senderRoles": ["arn:aws:iam::123456789012:role/scheduler"]}],
 			"retention": {"historyDays": 400, "logDays": 90}, "logLevel": "warn", "termination": {"rounds": 3}}
 	}`
 	parse := func(s string) any {
@@ -44,14 +47,14 @@ func TestStackPropsFor(t *testing.T) {
 		{"missing region", "prod", prodWithout("region"), "region is required"},
 		{"missing alarm subscription", "prod", prodWithout("alarmSubscription"), "alarmSubscription is required"},
 		{"missing throttle", "prod", prodWithout("throttle"), "throttle.rate and throttle.burst are required"},
-		{"missing event sources", "prod", prodWithout("allowedEventSources"), "allowedEventSources is required"},
+		{"missing event principals", "prod", prodWithout("eventPrincipals"), "eventPrincipals is required"},
 		{"missing retention", "prod", prodWithout("retention"), "retention.historyDays and retention.logDays are required"},
 		{"missing log level", "prod", prodWithout("logLevel"), "logLevel is required"},
-		{"misspelt key", "local", edit("local", `{"throttle": {"rate": 1, "burst": 1}, "allowedEventSources": [], "retention": {"historyDays": 90, "logDays": 7}, "logLevel": "info", "logLvl": "x"}`), `unknown field "logLvl"`},
-		{"local with account", "local", edit("local", `{"account": "123456789012", "throttle": {"rate": 1, "burst": 1}, "allowedEventSources": [], "retention": {"historyDays": 90, "logDays": 7}, "logLevel": "info"}`), "environment-agnostic"},
-		{"bad values", "local", edit("local", `{"throttle": {"rate": 0, "burst": 1}, "alarmSubscription": "http://x", "allowedEventSources": ["aws.ec2"], "retention": {"historyDays": 30, "logDays": 8}, "logLevel": "loud"}`),
+		{"misspelt key", "local", edit("local", `{"throttle": {"rate": 1, "burst": 1}, "eventPrincipals": [], "retention": {"historyDays": 90, "logDays": 7}, "logLevel": "info", "logLvl": "x"}`), `unknown field "logLvl"`},
+		{"local with account", "local", edit("local", `{"account": "123456789012", "throttle": {"rate": 1, "burst": 1}, "eventPrincipals": [], "retention": {"historyDays": 90, "logDays": 7}, "logLevel": "info"}`), "environment-agnostic"},
+		{"bad values", "local", edit("local", `{"throttle": {"rate": 0, "burst": 1}, "alarmSubscription": "http://x", "eventPrincipals": [{"source": "aws.ec2", "orgId": "o", "permissions": ["reservation.capacity"], "senderRoles": ["arn:aws:iam::000000000000:role/r"]}], "retention": {"historyDays": 30, "logDays": 8}, "logLevel": "loud"}`),
 			"throttle rate 0"},
-		{"bad account", "prod", edit("prod", `{"account": "12", "region": "eu-west-1", "throttle": {"rate": 1, "burst": 1}, "alarmSubscription": "https://hooks.example.com/x", "allowedEventSources": [], "retention": {"historyDays": 90, "logDays": 7}, "logLevel": "info"}`), `account "12": want 12 digits`},
+		{"bad account", "prod", edit("prod", `{"account": "12", "region": "eu-west-1", "throttle": {"rate": 1, "burst": 1}, "alarmSubscription": "https://hooks.example.com/x", "eventPrincipals": [], "retention": {"historyDays": 90, "logDays": 7}, "logLevel": "info"}`), `account "12": want 12 digits`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := StackPropsFor(tc.envs, tc.env)
@@ -71,7 +74,7 @@ func TestStackPropsFor(t *testing.T) {
 	}
 	// Alarm thresholds: optional, validated, passed on.
 	alarmsBlock := func(alarms string) any {
-		return edit("local", `{"throttle": {"rate": 1, "burst": 1}, "allowedEventSources": [], "retention": {"historyDays": 90, "logDays": 7}, "logLevel": "info", "alarms": `+alarms+`}`)
+		return edit("local", `{"throttle": {"rate": 1, "burst": 1}, "eventPrincipals": [], "retention": {"historyDays": 90, "logDays": 7}, "logLevel": "info", "alarms": `+alarms+`}`)
 	}
 	if p, err := StackPropsFor(alarmsBlock(`{"apiErrorRate": 0.01, "apiP99Millis": 1500}`), "local"); err != nil || p.AlarmApiErrorRate != 0.01 || p.AlarmApiP99Millis != 1500 {
 		t.Errorf("alarms override: props %+v, error %v", p, err)
@@ -89,35 +92,45 @@ func TestStackPropsFor(t *testing.T) {
 		t.Errorf("misspelt alarms key: error %v", err)
 	}
 
-	// Topology event sources: optional (default openrelay.fleet), validated like
-	// allowedEventSources, [] accepts none.
-	topologyBlock := func(sources string) any {
-		block := `{"throttle": {"rate": 1, "burst": 1}, "allowedEventSources": [], "retention": {"historyDays": 90, "logDays": 7}, "logLevel": "info"`
-		if sources != "" {
-			block += `, "topologyEventSources": ` + sources
+	// Event principals: each validated as the service validates them, with sender roles of the
+	// environment's account (local: 000000000000).
+	principalsBlock := func(env, principals string) any {
+		block := `{"throttle": {"rate": 1, "burst": 1}, "retention": {"historyDays": 90, "logDays": 7}, "logLevel": "info", "eventPrincipals": ` + principals
+		if env == "prod" {
+			block += `, "account": "123456789012", "region": "eu-west-1", "alarmSubscription": "ops@example.com"`
 		}
-		return edit("local", block+`}`)
+		return edit(env, block+`}`)
 	}
+	const fleet = `{"source": "openrelay.fleet", "orgId": "platform", "operator": true, "permissions": ["node.topology"], "senderRoles": [%s]}`
 	for _, tc := range []struct {
-		name, sources string
-		want          []string
+		name, env, principals, wantErr string
 	}{
-		{"default", "", []string{"openrelay.fleet"}},
-		{"listed", `["acme.fleet", "openrelay.fleet"]`, []string{"acme.fleet", "openrelay.fleet"}},
-		{"none", `[]`, []string{}},
+		{"none", "local", `[]`, ""},
+		{"local role", "local", "[" + fmt.Sprintf(fleet, `"arn:aws:iam::000000000000:role/fleet"`) + "]", ""},
+		{"prod role", "prod", "[" + fmt.Sprintf(fleet, `"arn:aws:iam::123456789012:role/path/fleet"`) + "]", ""},
+		{"no sender role", "prod", "[" + fmt.Sprintf(fleet, ``) + "]", "senderRoles is required"},
+		{"not a role", "prod", "[" + fmt.Sprintf(fleet, `"arn:aws:iam::123456789012:user/fleet"`) + "]", "not an IAM role ARN"},
+		{"another account's role", "prod", "[" + fmt.Sprintf(fleet, `"arn:aws:iam::999999999999:role/fleet"`) + "]", "not in the environment's account 123456789012"},
+		{"local names a real account", "local", "[" + fmt.Sprintf(fleet, `"arn:aws:iam::123456789012:role/fleet"`) + "]", "not in the environment's account 000000000000"},
+		{"a source twice", "local", "[" + fmt.Sprintf(fleet, `"arn:aws:iam::000000000000:role/a"`) + "," + fmt.Sprintf(fleet, `"arn:aws:iam::000000000000:role/b"`) + "]", "twice"},
+		{"topology without operator", "local", `[{"source": "acme.fleet", "orgId": "acme", "permissions": ["node.topology"], "senderRoles": ["arn:aws:iam::000000000000:role/a"]}]`, "set operator"},
+		{"the service's own source", "local", `[{"source": "openrelay.capacity", "orgId": "acme", "permissions": ["reservation.capacity"], "senderRoles": ["arn:aws:iam::000000000000:role/a"]}]`, "own source"},
+		{"misspelt member", "local", `[{"source": "acme.x", "orgId": "acme", "permissions": ["reservation.capacity"], "senderRole": []}]`, `unknown field "senderRole"`},
+		{"old allow-list", "local", `[], "allowedEventSources": ["acme.x"]`, `unknown field "allowedEventSources"`},
 	} {
-		p, err := StackPropsFor(topologyBlock(tc.sources), "local")
-		if err != nil || p.TopologyEventSources == nil || strings.Join(p.TopologyEventSources, ",") != strings.Join(tc.want, ",") {
-			t.Errorf("topologyEventSources %s: props %q, error %v; want %q", tc.name, p.TopologyEventSources, err, tc.want)
+		p, err := StackPropsFor(principalsBlock(tc.env, tc.principals), tc.env)
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("eventPrincipals %s: %v", tc.name, err)
+		case tc.wantErr == "" && p.EventPrincipals == nil:
+			t.Errorf("eventPrincipals %s: nil in the props", tc.name)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("eventPrincipals %s: error %v, want one saying %q", tc.name, err, tc.wantErr)
 		}
-	}
-	if _, err := StackPropsFor(topologyBlock(`["aws.ec2", "bad source"]`), "local"); err == nil ||
-		!strings.Contains(err.Error(), `topologyEventSources: "aws.ec2" is not a custom`) || !strings.Contains(err.Error(), `"bad source"`) {
-		t.Errorf("bad topologyEventSources: error %v", err)
 	}
 
 	// Every problem of a block is reported at once.
-	_, err = StackPropsFor(edit("local", `{"throttle": {"rate": 0, "burst": 1}, "alarmSubscription": "http://x", "allowedEventSources": ["aws.ec2"], "retention": {"historyDays": 30, "logDays": 8}, "logLevel": "loud"}`), "local")
+	_, err = StackPropsFor(edit("local", `{"throttle": {"rate": 0, "burst": 1}, "alarmSubscription": "http://x", "eventPrincipals": [{"source": "aws.ec2", "orgId": "o", "permissions": ["reservation.capacity"], "senderRoles": ["arn:aws:iam::000000000000:role/r"]}], "retention": {"historyDays": 30, "logDays": 8}, "logLevel": "loud"}`), "local")
 	for _, want := range []string{"throttle rate 0", `alarmSubscription "http://x"`, `"aws.ec2" is not a custom`, "historyDays 30", "logDays 8", `logLevel "loud"`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v, want it to contain %q", err, want)

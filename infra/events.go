@@ -1,8 +1,8 @@
 package main
 
 import (
-	"slices"
-	"strings"
+	"encoding/json"
+	"fmt"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
@@ -15,13 +15,17 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
+
+	"github.com/openrelay/capacity/shared/capacity"
 )
 
 // Event names shared with the service (shared/capacity/events.go); the stack only routes them.
 const (
+	// ServiceEventSource is the source of everything the service publishes.
+	ServiceEventSource = capacity.SourceCapacity
 	// ScheduleEventSource is the source of our own scheduled reclaims firing (EventBridge
 	// Scheduler puts them on the bus); the intake always accepts it.
-	ScheduleEventSource = "openrelay.capacity.schedule"
+	ScheduleEventSource = capacity.SourceSchedule
 	// ReclaimRequestedDetailType is the detail type of an inbound reclaim request.
 	ReclaimRequestedDetailType = "Capacity Reclaim Requested"
 	// TopologyChangedDetailType is the detail type of an inbound topology change of a node,
@@ -48,19 +52,93 @@ func (s *CapacityStack) newEventBus() awsevents.EventBus {
 	})
 }
 
-// allowPutEvents lets fn publish to the environment's bus, and to no other.
+// allowPutEvents lets fn publish to the environment's bus, and to no other, with the service's
+// own source only: EventBridge does not authenticate a source, this condition does, so no
+// function can pass for the platform's scheduler, the fleet or a schedule firing.
 func (s *CapacityStack) allowPutEvents(fn awslambda.Function) {
-	allowOn(fn, "PublishEvents", s.Bus.EventBusArn(), "events:PutEvents")
+	fn.AddToRolePolicy(putEventsStatement("PublishEvents", s.Bus, ServiceEventSource))
+	s.publishers = append(s.publishers, fn.Role().RoleArn())
 }
 
-// reclaimEventSources are the sources whose reclaim requests the intake accepts: the
-// environment's (cdk.json allowedEventSources) and our own schedules'.
+// putEventsStatement allows events:PutEvents on bus for events of source only.
+func putEventsStatement(sid string, bus awsevents.IEventBus, source string) awsiam.PolicyStatement {
+	return awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String(sid),
+		Effect:     awsiam.Effect_ALLOW,
+		Actions:    jsii.Strings("events:PutEvents"),
+		Resources:  &[]*string{bus.EventBusArn()},
+		Conditions: &map[string]any{"StringEquals": map[string]any{"events:source": source}},
+	})
+}
+
+// reclaimEventSources are the sources whose reclaim requests the intake accepts: those of the
+// event principals that may reclaim, and our own schedules'.
 func (s *CapacityStack) reclaimEventSources() []string {
-	sources := slices.Clone(s.AllowedEventSources)
-	if !slices.Contains(sources, ScheduleEventSource) {
-		sources = append(sources, ScheduleEventSource)
+	var sources []string
+	for _, p := range s.EventPrincipals {
+		if p.CanReclaim() {
+			sources = append(sources, p.Source)
+		}
+	}
+	return append(sources, ScheduleEventSource)
+}
+
+// topologyEventSources are the sources whose Node Topology Changed events the intake applies.
+func (s *CapacityStack) topologyEventSources() []string {
+	var sources []string
+	for _, p := range s.EventPrincipals {
+		if p.CanChangeTopology() {
+			sources = append(sources, p.Source)
+		}
 	}
 	return sources
+}
+
+// eventPrincipalsJSON is what the intake function is told of the event principals: whom each
+// source acts as (capacity.ParseEventPrincipals), without the roles, which only IAM checks.
+func (s *CapacityStack) eventPrincipalsJSON() string {
+	list := make([]capacity.EventPrincipal, 0, len(s.EventPrincipals))
+	for _, p := range s.EventPrincipals {
+		list = append(list, p.EventPrincipal)
+	}
+	b, err := json.Marshal(list)
+	if err != nil {
+		panic(fmt.Sprintf("event principals: %v", err)) // plain strings and bools: cannot fail
+	}
+	return string(b)
+}
+
+// newBusPolicy proves each privileged source by who sends it: an explicit Deny of PutEvents
+// with that source to every principal but its sender roles. An identity policy of the same
+// account (PutEvents on "*") cannot override an explicit Deny, so only the configured roles can
+// act as an event principal, only EventBridge Scheduler's role can fire a schedule, and only
+// the service's functions can publish as the service (which tenants' rules match on).
+func (s *CapacityStack) newBusPolicy() {
+	type sender struct {
+		source string
+		roles  []*string
+	}
+	senders := []sender{
+		{ServiceEventSource, s.publishers},
+		{ScheduleEventSource, []*string{s.SchedulerRole.RoleArn()}},
+	}
+	for _, p := range s.EventPrincipals {
+		senders = append(senders, sender{p.Source, *jsii.Strings(p.SenderRoles...)})
+	}
+	// Each statement becomes an AWS::Events::EventBusPolicy of its own (one statement each).
+	for i, snd := range senders {
+		s.Bus.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid:        jsii.String(fmt.Sprintf("OnlyItsSendersPut%d", i)),
+			Effect:     awsiam.Effect_DENY,
+			Principals: &[]awsiam.IPrincipal{awsiam.NewAnyPrincipal()},
+			Actions:    jsii.Strings("events:PutEvents"),
+			Resources:  &[]*string{s.Bus.EventBusArn()},
+			Conditions: &map[string]any{
+				"StringEquals": map[string]any{"events:source": snd.source},
+				"ArnNotEquals": map[string]any{"aws:PrincipalArn": snd.roles},
+			},
+		}))
+	}
 }
 
 // newOperationEventsFunction creates operation-events, the workflow task that publishes a
@@ -115,7 +193,8 @@ func (s *CapacityStack) newReclaimIntake(state, audit awsdynamodb.ITable) {
 
 	// Only accepted sources reach the queue; anything else put on the bus with this detail
 	// type matches no rule and is dropped by EventBridge.
-	awsevents.NewRule(c, jsii.String("Rule"), &awsevents.RuleProps{
+	rules := []*string{}
+	rule := awsevents.NewRule(c, jsii.String("Rule"), &awsevents.RuleProps{
 		RuleName:    jsii.String(name),
 		Description: jsii.String("Reclaim requests from the accepted sources to the intake queue (" + s.Env + ")"),
 		EventBus:    s.Bus,
@@ -126,29 +205,45 @@ func (s *CapacityStack) newReclaimIntake(state, audit awsdynamodb.ITable) {
 		// The queue policy lets this rule, and only it, send (aws:SourceArn).
 		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewSqsQueue(s.ReclaimRequests, nil)},
 	})
+	rules = append(rules, rule.RuleArn())
 	// Topology changes share the queue, its retries and its dead letters: reclaim-events
-	// dispatches on the detail type. No source configured (topologyEventSources []): no rule,
-	// since a pattern may not list no source.
-	if len(s.TopologyEventSources) > 0 {
-		awsevents.NewRule(c, jsii.String("TopologyRule"), &awsevents.RuleProps{
+	// dispatches on the detail type. No source may change topology: no rule, since a pattern
+	// may not list no source.
+	if topology := s.topologyEventSources(); len(topology) > 0 {
+		rule := awsevents.NewRule(c, jsii.String("TopologyRule"), &awsevents.RuleProps{
 			RuleName:    jsii.String("capacity-" + s.Env + "-topology-changes"),
 			Description: jsii.String("Node topology changes from the accepted sources to the intake queue (" + s.Env + ")"),
 			EventBus:    s.Bus,
 			EventPattern: &awsevents.EventPattern{
-				Source:     jsii.Strings(s.TopologyEventSources...),
+				Source:     jsii.Strings(topology...),
 				DetailType: jsii.Strings(TopologyChangedDetailType),
 			},
 			Targets: &[]awsevents.IRuleTarget{awseventstargets.NewSqsQueue(s.ReclaimRequests, nil)},
 		})
+		rules = append(rules, rule.RuleArn())
 	}
+	// The targets allow EventBridge to send for these rules; this denies every other sender,
+	// including this account's principals whose identity policies allow sqs:SendMessage, so a
+	// request cannot skip the rules (and the bus policy that proves its source). A dead-lettered
+	// request is sent again through the bus, not moved back into the queue.
+	s.ReclaimRequests.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String("OnlyTheBusRulesSend"),
+		Effect:     awsiam.Effect_DENY,
+		Principals: &[]awsiam.IPrincipal{awsiam.NewAnyPrincipal()},
+		Actions:    jsii.Strings("sqs:SendMessage"),
+		Resources:  &[]*string{s.ReclaimRequests.QueueArn()},
+		Conditions: &map[string]any{"ArnNotEquals": map[string]any{"aws:SourceArn": rules}},
+	}))
 
 	fn := s.goFunction(goFunctionSpec{Name: "reclaim-events",
 		Timeout: awscdk.Duration_Seconds(jsii.Number(reclaimEventsTimeoutSeconds)),
 		Environment: map[string]*string{
 			"STATE_TABLE": state.TableName(), "AUDIT_TABLE": audit.TableName(),
 			"STATE_MACHINE_ARN": s.Termination.StateMachineArn(), "EVENT_BUS_NAME": s.Bus.EventBusName(),
-			// The function refuses (forbidden) a topology change from any other source.
-			"TOPOLOGY_EVENT_SOURCES": jsii.String(strings.Join(s.TopologyEventSources, ",")),
+			// Whom each source acts as; any other source is refused (forbidden).
+			"EVENT_PRINCIPALS": jsii.String(s.eventPrincipalsJSON()),
+			// Where a genuine request comes from: the function refuses any other.
+			"INTAKE_QUEUE_ARN": s.ReclaimRequests.QueueArn(), "EVENT_ACCOUNT": awscdk.Aws_ACCOUNT_ID(),
 		}})
 	// Adds sqs:ReceiveMessage, ChangeMessageVisibility, GetQueueUrl, DeleteMessage and
 	// GetQueueAttributes on this queue to the role.
@@ -188,11 +283,8 @@ func (s *CapacityStack) newScheduler() {
 		Description: jsii.String("Assumed by EventBridge Scheduler to put scheduled reclaim requests on capacity-" + s.Env),
 		InlinePolicies: &map[string]awsiam.PolicyDocument{
 			"events": awsiam.NewPolicyDocument(&awsiam.PolicyDocumentProps{
-				Statements: &[]awsiam.PolicyStatement{awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-					Sid:       jsii.String("PutReclaimRequests"),
-					Actions:   jsii.Strings("events:PutEvents"),
-					Resources: &[]*string{s.Bus.EventBusArn()},
-				})},
+				// The schedules' own source only: a schedule cannot pass for another principal.
+				Statements: &[]awsiam.PolicyStatement{putEventsStatement("PutReclaimRequests", s.Bus, ScheduleEventSource)},
 			}),
 		},
 	})

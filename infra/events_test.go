@@ -1,9 +1,13 @@
 package main
 
 import (
+	"maps"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/openrelay/capacity/shared/capacity"
 )
 
 func eventBusID(t *testing.T, tp tmpl, env string) string {
@@ -33,37 +37,103 @@ func schedulerRoleID(t *testing.T, tp tmpl, env string) string {
 	return ids[0]
 }
 
-// TestEventBus: each environment has its own bus, capacity-<env>, with no resource policy
-// (only this account's principals, through IAM, may put events on it).
+// TestEventBus: each environment has its own bus, capacity-<env>, whose policy proves every
+// privileged source by its sender: an explicit Deny of PutEvents with that source to every
+// principal but its configured roles (the service's own source: the publishing functions;
+// the schedules': the scheduler role; each event principal's: its senderRoles).
 func TestEventBus(t *testing.T) {
 	for _, env := range allEnvs {
 		t.Run(env, func(t *testing.T) {
-			tp := synth(t, env)
+			p, err := StackPropsFor(cdkJSONContext(t)[EnvironmentsContextKey], env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, tp := synthProps(t, p)
 			if n := len(tp.resources("AWS::Events::EventBus")); n != 1 {
 				t.Errorf("%d buses, want 1", n)
 			}
-			eventBusID(t, tp, env)
-			if n := len(tp.resources("AWS::Events::EventBusPolicy")); n != 0 {
-				t.Errorf("%d bus policies, want none", n)
+			busID := eventBusID(t, tp, env)
+			account := map[string]string{"local": "000000000000", "dev": "111111111111", "staging": "222222222222", "prod": "333333333333"}[env]
+			var publishers []any
+			for _, fn := range []string{"operation-events", "reconciler", "reclaim-events"} {
+				_, r := functionByName(t, tp, env, fn)
+				publishers = append(publishers, props(r)["Role"])
+			}
+			want := map[string]any{
+				capacity.SourceCapacity:          publishers,
+				capacity.SourceSchedule:          []any{getAtt(schedulerRoleID(t, tp, env), "Arn")},
+				capacity.SourcePlatformScheduler: []any{"arn:aws:iam::" + account + ":role/openrelay-marketplace-scheduler"},
+				capacity.SourceFleet:             []any{"arn:aws:iam::" + account + ":role/openrelay-fleet-manager"},
+			}
+			got := busDenies(t, tp, busID)
+			if toJSON(got) != toJSON(want) {
+				t.Errorf("sources denied to all but their senders\n got %s\nwant %s", toJSON(got), toJSON(want))
 			}
 		})
 	}
 }
 
-// TestReclaimRequestRule: the rule on the bus sends the reclaim requests of the environment's
-// allowed sources (cdk.json allowedEventSources), and of our own schedules, to the intake
-// queue; EventBridge, for this rule only, may send to the queue.
+// busDenies reads the bus's policy statements: each must deny PutEvents on the bus to every
+// principal but some roles, for one source; it returns those roles by source.
+func busDenies(t *testing.T, tp tmpl, busID string) map[string]any {
+	t.Helper()
+	out := map[string]any{}
+	for _, pol := range tp.resources("AWS::Events::EventBusPolicy") {
+		p := props(pol)
+		if !reflect.DeepEqual(p["EventBusName"], ref(busID)) {
+			t.Errorf("a policy of another bus: %s", toJSON(p))
+		}
+		for _, st := range asList(p["Statement"]) {
+			m := st.(map[string]any)
+			cond, _ := m["Condition"].(map[string]any)
+			source, _ := cond["StringEquals"].(map[string]any)["events:source"].(string)
+			roles := cond["ArnNotEquals"].(map[string]any)["aws:PrincipalArn"]
+			if m["Effect"] != "Deny" || toJSON(m["Principal"]) != `{"AWS":"*"}` || m["Action"] != "events:PutEvents" ||
+				!reflect.DeepEqual(m["Resource"], getAtt(busID, "Arn")) || source == "" || roles == nil || len(cond) != 2 {
+				t.Errorf("bus policy statement %s: want a Deny of PutEvents of one source to all but its roles", toJSON(m))
+				continue
+			}
+			if _, dup := out[source]; dup {
+				t.Errorf("source %s denied twice", source)
+			}
+			out[source] = roles
+		}
+	}
+	return out
+}
+
+// withPrincipals is cdk.json's env, its eventPrincipals replaced by sources, each acting as
+// platform with perms and sent by one role.
+func withPrincipals(t *testing.T, env string, perms map[string][]string) CapacityStackProps {
+	t.Helper()
+	p, err := StackPropsFor(cdkJSONContext(t)[EnvironmentsContextKey], env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.EventPrincipals = []EventPrincipalConfig{}
+	for _, src := range slices.Sorted(maps.Keys(perms)) {
+		p.EventPrincipals = append(p.EventPrincipals, EventPrincipalConfig{
+			EventPrincipal: capacity.EventPrincipal{Source: src, OrgID: "platform", Operator: true, Permissions: perms[src]},
+			SenderRoles:    []string{"arn:aws:iam::333333333333:role/" + strings.ReplaceAll(src, ".", "-")},
+		})
+	}
+	return p
+}
+
+// TestReclaimRequestRule: the rule on the bus sends the reclaim requests of the event
+// principals that may reclaim (cdk.json eventPrincipals with reservation.capacity), and of our
+// own schedules, to the intake queue; EventBridge, for this rule only, may send to the queue.
 func TestReclaimRequestRule(t *testing.T) {
-	ctx := cdkJSONContext(t)
 	type tc struct {
 		name, env string
-		allowed   []string // nil: as cdk.json configures env
+		perms     map[string][]string // nil: as cdk.json configures env
 		want      []any
 	}
+	reclaim, topology := []string{capacity.PermCapacity}, []string{capacity.PermTopology}
 	cases := []tc{
-		{"empty", "staging", []string{}, []any{ScheduleEventSource}},
-		{"two", "prod", []string{"acme.billing", "openrelay.scheduler"}, []any{"acme.billing", "openrelay.scheduler", ScheduleEventSource}},
-		{"schedule-listed", "dev", []string{ScheduleEventSource, "openrelay.scheduler"}, []any{ScheduleEventSource, "openrelay.scheduler"}},
+		{"none", "staging", map[string][]string{}, []any{ScheduleEventSource}},
+		{"two", "prod", map[string][]string{"acme.billing": reclaim, "openrelay.scheduler": reclaim, "openrelay.fleet": topology},
+			[]any{"acme.billing", "openrelay.scheduler", ScheduleEventSource}},
 	}
 	for _, env := range allEnvs {
 		// Every environment of cdk.json accepts the platform's scheduler today.
@@ -71,12 +141,9 @@ func TestReclaimRequestRule(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			p, err := StackPropsFor(ctx[EnvironmentsContextKey], c.env)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if c.allowed != nil {
-				p.AllowedEventSources = c.allowed
+			p := withPrincipals(t, c.env, c.perms)
+			if c.perms == nil {
+				p, _ = StackPropsFor(cdkJSONContext(t)[EnvironmentsContextKey], c.env)
 			}
 			_, tp := synthProps(t, p)
 			busID := eventBusID(t, tp, c.env)
@@ -96,13 +163,26 @@ func TestReclaimRequestRule(t *testing.T) {
 			}
 			// Only rules of the service's bus: this one and the topology changes'
 			// (TestTopologyRule). Every other is the reconciler's schedule.
-			topologyID, _ := tp.one(t, "AWS::Events::Rule", "Name", "capacity-"+c.env+"-topology-changes")
+			ruleIDs := []string{ruleID}
 			for id, r := range tp.resources("AWS::Events::Rule") {
-				if id != ruleID && id != topologyID && props(r)["EventBusName"] != nil {
+				switch {
+				case props(r)["Name"] == "capacity-"+c.env+"-topology-changes":
+					ruleIDs = append(ruleIDs, id)
+				case id != ruleID && props(r)["EventBusName"] != nil:
 					t.Errorf("another rule on a bus: %s", toJSON(r))
 				}
 			}
-			checkIntakeQueuePolicy(t, tp, qID, ruleID, topologyID)
+			checkIntakeQueuePolicy(t, tp, qID, ruleIDs...)
+			// Every configured source is proven by its sender roles, whatever it may do.
+			denied := busDenies(t, tp, busID)
+			for _, ep := range p.EventPrincipals {
+				if toJSON(denied[ep.Source]) != toJSON(ep.SenderRoles) {
+					t.Errorf("source %s denied to all but %s, want all but %s", ep.Source, toJSON(denied[ep.Source]), ep.SenderRoles[0])
+				}
+			}
+			if len(denied) != len(p.EventPrincipals)+2 {
+				t.Errorf("%d sources in the bus policy, want the %d principals' and the service's two", len(denied), len(p.EventPrincipals))
+			}
 		})
 	}
 }
@@ -113,6 +193,12 @@ func checkIntakeQueuePolicy(t *testing.T, tp tmpl, qID string, ruleIDs ...string
 	t.Helper()
 	_, pol := tp.one(t, "AWS::SQS::QueuePolicy", "Queues", []any{ref(qID)})
 	wantStatements := []any{denyInsecure(qID)}
+	// EventBridge is allowed for those rules, and everything else denied (explicitly: an
+	// identity policy of the account allowing sqs:SendMessage cannot override it).
+	var rules []any
+	for _, ruleID := range ruleIDs {
+		rules = append(rules, getAtt(ruleID, "Arn"))
+	}
 	for _, ruleID := range ruleIDs {
 		wantStatements = append(wantStatements, map[string]any{
 			"Action":    []any{"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"},
@@ -122,55 +208,59 @@ func checkIntakeQueuePolicy(t *testing.T, tp tmpl, qID string, ruleIDs ...string
 			"Resource":  getAtt(qID, "Arn"),
 		})
 	}
+	wantStatements = append(wantStatements, denyAllBut(qID, rules))
 	if got := props(pol)["PolicyDocument"].(map[string]any)["Statement"]; !reflect.DeepEqual(got, wantStatements) {
 		t.Errorf("queue policy\n got %s\nwant %s", toJSON(got), toJSON(wantStatements))
 	}
 }
 
-// TestTopologyRule: Node Topology Changed events of the environment's topology sources
-// (cdk.json topologyEventSources, default openrelay.fleet) go to the intake queue, and
-// reclaim-events is told the same sources; with no source there is no rule, and the
-// function accepts none.
+// TestTopologyRule: Node Topology Changed events of the event principals that may change
+// topology (operator with node.topology) go to the intake queue; reclaim-events is told every
+// principal (and refuses any other source); with no such principal there is no rule.
 func TestTopologyRule(t *testing.T) {
-	ctx := cdkJSONContext(t)
 	type tc struct {
 		name, env string
-		sources   []string // nil: as cdk.json configures env
-		want      []any    // nil: no rule
-		wantEnv   string
+		perms     map[string][]string // nil: as cdk.json configures env
+		want      []any               // nil: no rule
 	}
+	reclaim, topology := []string{capacity.PermCapacity}, []string{capacity.PermTopology}
 	cases := []tc{
-		{"two", "prod", []string{"acme.fleet", "openrelay.fleet"}, []any{"acme.fleet", "openrelay.fleet"}, "acme.fleet,openrelay.fleet"},
-		{"none", "staging", []string{}, nil, ""},
+		{"two", "prod", map[string][]string{"acme.fleet": topology, "openrelay.fleet": topology, "openrelay.scheduler": reclaim},
+			[]any{"acme.fleet", "openrelay.fleet"}},
+		{"none", "staging", map[string][]string{"openrelay.scheduler": reclaim}, nil},
 	}
 	for _, env := range []string{"local", "prod"} {
-		cases = append(cases, tc{"cdk.json/" + env, env, nil, []any{"openrelay.fleet"}, "openrelay.fleet"})
+		cases = append(cases, tc{"cdk.json/" + env, env, nil, []any{"openrelay.fleet"}})
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			p, err := StackPropsFor(ctx[EnvironmentsContextKey], c.env)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if c.sources != nil {
-				p.TopologyEventSources = c.sources
+			p := withPrincipals(t, c.env, c.perms)
+			if c.perms == nil {
+				p, _ = StackPropsFor(cdkJSONContext(t)[EnvironmentsContextKey], c.env)
 			}
 			_, tp := synthProps(t, p)
 			qID := queueID(t, tp, "capacity-"+c.env+"-reclaim-requests")
 			reclaimRuleID, _ := tp.one(t, "AWS::Events::Rule", "Name", "capacity-"+c.env+"-reclaim-requests")
 			_, fn := functionByName(t, tp, c.env, "reclaim-events")
-			if got := props(fn)["Environment"].(map[string]any)["Variables"].(map[string]any)["TOPOLOGY_EVENT_SOURCES"]; got != c.wantEnv {
-				t.Errorf("TOPOLOGY_EVENT_SOURCES %v, want %q", got, c.wantEnv)
+			// The function is told whom each source acts as, and nothing of the roles.
+			told, err := capacity.ParseEventPrincipals(props(fn)["Environment"].(map[string]any)["Variables"].(map[string]any)["EVENT_PRINCIPALS"].(string))
+			if err != nil || len(told) != len(p.EventPrincipals) {
+				t.Fatalf("EVENT_PRINCIPALS: %v, %v; want the %d configured", told, err, len(p.EventPrincipals))
 			}
-			var topology []string
+			for _, ep := range p.EventPrincipals {
+				if got, _ := told.Lookup(ep.Source); !reflect.DeepEqual(got, ep.EventPrincipal) {
+					t.Errorf("EVENT_PRINCIPALS %s = %+v, want %+v", ep.Source, got, ep.EventPrincipal)
+				}
+			}
+			var topologyRules []string
 			for id, r := range tp.resources("AWS::Events::Rule") {
 				if props(r)["Name"] == "capacity-"+c.env+"-topology-changes" {
-					topology = append(topology, id)
+					topologyRules = append(topologyRules, id)
 				}
 			}
 			if c.want == nil {
-				if len(topology) != 0 {
-					t.Errorf("topology rules %v, want none", topology)
+				if len(topologyRules) != 0 {
+					t.Errorf("topology rules %v, want none", topologyRules)
 				}
 				checkIntakeQueuePolicy(t, tp, qID, reclaimRuleID)
 				return
@@ -190,6 +280,18 @@ func TestTopologyRule(t *testing.T) {
 			}
 			checkIntakeQueuePolicy(t, tp, qID, reclaimRuleID, ruleID)
 		})
+	}
+}
+
+// denyAllBut is the queue policy statement that denies sqs:SendMessage to all but rules.
+func denyAllBut(queueID string, rules any) map[string]any {
+	return map[string]any{
+		"Action":    "sqs:SendMessage",
+		"Condition": map[string]any{"ArnNotEquals": map[string]any{"aws:SourceArn": rules}},
+		"Effect":    "Deny",
+		"Principal": map[string]any{"AWS": "*"},
+		"Resource":  getAtt(queueID, "Arn"),
+		"Sid":       "OnlyTheBusRulesSend",
 	}
 }
 
@@ -306,12 +408,20 @@ func TestScheduler(t *testing.T) {
 				t.Errorf("trust policy\n got %s\nwant %s", toJSON(role["AssumeRolePolicyDocument"]), toJSON(wantTrust))
 			}
 			got := rolePermissions(t, tp, roleID, "scheduler.amazonaws.com")
-			want := map[string][]string{toJSON(getAtt(eventBusID(t, tp, tc.env), "Arn")): {"events:PutEvents"}}
+			// The schedules' own source only: a schedule cannot pass for another principal.
+			want := map[string][]string{publishAs(t, tp, tc.env, capacity.SourceSchedule): {"events:PutEvents"}}
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("scheduler role permissions\n got %v\nwant %v", got, want)
 			}
 		})
 	}
+}
+
+// publishAs is the rolePermissions key of PutEvents on env's bus for events of source only.
+func publishAs(t *testing.T, tp tmpl, env, source string) string {
+	t.Helper()
+	return toJSON(getAtt(eventBusID(t, tp, env), "Arn")) + " if " +
+		toJSON(map[string]any{"StringEquals": map[string]any{"events:source": source}})
 }
 
 // TestEventsPublishers: exactly the functions that publish (reclaim-events, operation-events,
@@ -343,8 +453,14 @@ func TestEventsPublishers(t *testing.T) {
 				}
 				for res, actions := range rolePermissions(t, tp, id, assumedBy(t, role), slices.Concat(logDeliveryActions, stateMachineTraceActions, schedulingActions)...) {
 					if slices.Contains(actions, "events:PutEvents") {
-						if res != toJSON(getAtt(busID, "Arn")) {
-							t.Errorf("role %s may put events on %s", id, res)
+						// The functions publish as the service only; the scheduler role as the
+						// schedules only (TestScheduler).
+						source := capacity.SourceCapacity
+						if assumedBy(t, role) == "scheduler.amazonaws.com" {
+							source = capacity.SourceSchedule
+						}
+						if res != publishAs(t, tp, env, source) {
+							t.Errorf("role %s may put events %s, want only %s", id, res, publishAs(t, tp, env, source))
 						}
 						publishers = append(publishers, id)
 					}

@@ -104,13 +104,11 @@ type CapacityStackProps struct {
 	// environments, three months elsewhere; the store's own default for history).
 	LogRetentionDays, HistoryRetentionDays float64
 	// AlarmSubscription (an email address or an https endpoint) is who the environment's alarms
-	// notify; AllowedEventSources the EventBridge sources whose reclaim requests it accepts.
-	// Validated by StackPropsFor; kept on the stack for the alarms and the event intake.
-	AlarmSubscription   string
-	AllowedEventSources []string
-	// TopologyEventSources are the EventBridge sources whose Node Topology Changed events it
-	// applies as an operator. nil means DefaultTopologyEventSources; an empty list accepts none.
-	TopologyEventSources []string
+	// notify; EventPrincipals the EventBridge sources whose events it accepts, whom each acts
+	// as, and which roles may send each (none: no inbound event is accepted). Validated by
+	// StackPropsFor; kept on the stack for the alarms and the event intake.
+	AlarmSubscription string
+	EventPrincipals   []EventPrincipalConfig
 	// AlarmApiErrorRate (a fraction of requests) and AlarmApiP99Millis are the API alarms'
 	// thresholds. Zero means the default (DefaultAlarm*).
 	AlarmApiErrorRate, AlarmApiP99Millis float64
@@ -149,11 +147,11 @@ type CapacityStack struct {
 	Termination awsstepfunctions.StateMachine
 	// AgentMasterSecret is the secret every node agent's key is derived from (agent contract v2).
 	AgentMasterSecret awssecretsmanager.ISecret
-	// AlarmSubscription, AllowedEventSources and TopologyEventSources as configured (see
-	// CapacityStackProps; TopologyEventSources with its default applied).
-	AlarmSubscription    string
-	AllowedEventSources  []string
-	TopologyEventSources []string
+	// AlarmSubscription and EventPrincipals as configured (see CapacityStackProps).
+	AlarmSubscription string
+	EventPrincipals   []EventPrincipalConfig
+	// publishers are the roles of the functions that publish as the service (allowPutEvents).
+	publishers []*string
 	// AlarmTopic (capacity-<env>-alarms) receives every alarm's ALARM and OK; Alarms are by
 	// what they watch (the part of their name after capacity-<env>-); Dashboard is capacity-<env>.
 	AlarmTopic awssns.Topic
@@ -221,9 +219,6 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	if props.LogLevel == "" {
 		props.LogLevel = "info"
 	}
-	if props.TopologyEventSources == nil {
-		props.TopologyEventSources = DefaultTopologyEventSources
-	}
 	if props.AlarmApiErrorRate == 0 {
 		props.AlarmApiErrorRate = DefaultAlarmApiErrorRate
 	}
@@ -261,18 +256,17 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 		stackProps.Env = &awscdk.Environment{Account: jsii.String(props.Account), Region: jsii.String(props.Region)}
 	}
 	s = &CapacityStack{
-		Stack:                awscdk.NewStack(scope, jsii.String(name), stackProps),
-		Env:                  env,
-		Ephemeral:            ephemeral,
-		Tables:               map[string]awsdynamodb.Table{},
-		Alarms:               map[string]awscloudwatch.Alarm{},
-		AlarmSubscription:    props.AlarmSubscription,
-		AllowedEventSources:  props.AllowedEventSources,
-		TopologyEventSources: props.TopologyEventSources,
-		assetRoot:            props.AssetRoot,
-		logLevel:             props.LogLevel,
-		logRetention:         logRetention,
-		historyWindow:        historyWindow,
+		Stack:             awscdk.NewStack(scope, jsii.String(name), stackProps),
+		Env:               env,
+		Ephemeral:         ephemeral,
+		Tables:            map[string]awsdynamodb.Table{},
+		Alarms:            map[string]awscloudwatch.Alarm{},
+		AlarmSubscription: props.AlarmSubscription,
+		EventPrincipals:   props.EventPrincipals,
+		assetRoot:         props.AssetRoot,
+		logLevel:          props.LogLevel,
+		logRetention:      logRetention,
+		historyWindow:     historyWindow,
 	}
 	s.alarmApi.errorRate, s.alarmApi.p99Millis = props.AlarmApiErrorRate, props.AlarmApiP99Millis
 	awscdk.Tags_Of(s.Stack).Add(jsii.String("project"), jsii.String("capacity"), nil)
@@ -376,6 +370,8 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	s.allowPutEvents(s.ReconcilerFunction)
 
 	s.newReclaimIntake(state, audit)
+	// After every function that publishes: the policy names their roles.
+	s.newBusPolicy()
 
 	// Every minute. The local stack runner creates schedule rules disabled (kumo never fires
 	// them); invoke the reconciler yourself there.

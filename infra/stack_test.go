@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/jsii-runtime-go"
 
+	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/routes"
 	"github.com/openrelay/capacity/shared/table"
 )
@@ -446,7 +447,8 @@ func TestRolePermissions(t *testing.T) {
 			logWrite := []string{"logs:CreateLogStream", "logs:PutLogEvents"}
 			// Active tracing: X-Ray's actions support no resource-level permissions.
 			traceWrite := []string{"xray:PutTelemetryRecords", "xray:PutTraceSegments"}
-			busArn := toJSON(getAtt(eventBusID(t, tp, env), "Arn"))
+			// Publishing: on the service's bus, as the service only.
+			busArn := publishAs(t, tp, env, capacity.SourceCapacity)
 			publish := []string{"events:PutEvents"}
 			queueArn := toJSON(getAtt(queueID(t, tp, "capacity-"+env+"-reclaim-requests"), "Arn"))
 			// The schedules of the environment's group, and no other group's.
@@ -1234,7 +1236,8 @@ func TestWorkerFunctions(t *testing.T) {
 				{"reclaim-events", 60, map[string]any{
 					"STATE_TABLE": state, "AUDIT_TABLE": ref(tableID(t, tp, table.Audit, env)),
 					"STATE_MACHINE_ARN": ref(stateMachineID(t, tp, env)), "EVENT_BUS_NAME": ref(eventBusID(t, tp, env)),
-					"TOPOLOGY_EVENT_SOURCES": "openrelay.fleet",
+					"EVENT_PRINCIPALS": "[]", "EVENT_ACCOUNT": ref("AWS::AccountId"),
+					"INTAKE_QUEUE_ARN": getAtt(queueID(t, tp, "capacity-"+env+"-reclaim-requests"), "Arn"),
 				}},
 				{"operation-events", 30, map[string]any{"STATE_TABLE": state, "EVENT_BUS_NAME": ref(eventBusID(t, tp, env))}},
 			} {

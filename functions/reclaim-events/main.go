@@ -1,15 +1,15 @@
 // Command reclaim-events is the Lambda behind the reclaim request queue: it applies the
-// Capacity Reclaim Requested events the bus routes there (from the allowed sources and the
-// service's own schedules) and the Node Topology Changed events (from the topology sources)
-// through the domain, publishes each outcome on the bus, and reports the records to deliver
-// again (partial batch response).
+// Capacity Reclaim Requested events the bus routes there (from the configured event
+// principals and the service's own schedules) and the Node Topology Changed events through the
+// domain, each as its source's principal (EVENT_PRINCIPALS, from cdk.json eventPrincipals),
+// publishes each outcome on the bus, and reports the records to deliver again (partial batch
+// response).
 package main
 
 import (
 	"context"
 	"log/slog"
 	"os"
-	"strings"
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -27,7 +27,9 @@ import (
 
 func main() {
 	logger := config.Logger()
-	env := config.Must(config.Required("APP_ENV", "STATE_TABLE", "AUDIT_TABLE", "STATE_MACHINE_ARN", "EVENT_BUS_NAME"))
+	env := config.Must(config.Required("APP_ENV", "STATE_TABLE", "AUDIT_TABLE", "STATE_MACHINE_ARN", "EVENT_BUS_NAME",
+		"EVENT_PRINCIPALS", "INTAKE_QUEUE_ARN", "EVENT_ACCOUNT", "AWS_REGION"))
+	principals := config.Must(capacity.ParseEventPrincipals(env["EVENT_PRINCIPALS"]))
 	cfg := config.Must(config.AWS(context.Background()))
 
 	store := dynamo.New(dynamodb.NewFromConfig(cfg), env["STATE_TABLE"], env["AUDIT_TABLE"])
@@ -36,51 +38,21 @@ func main() {
 	workflow := &stepfn.Starter{Client: sfn.NewFromConfig(cfg), StateMachineARN: env["STATE_MACHINE_ARN"]}
 	metrics := emf.New(os.Stdout, env["APP_ENV"])
 	bus := eventbus.New(eventbridge.NewFromConfig(cfg), env["EVENT_BUS_NAME"])
-	h := newHandler(store, workflow, metrics, bus, allowedSources(), logger)
-	h.TopologySources = topologySources()
+	h := newHandler(store, workflow, metrics, bus, principals, logger)
+	h.Origin = eventapi.Origin{
+		QueueARN: env["INTAKE_QUEUE_ARN"], Account: env["EVENT_ACCOUNT"], Region: env["AWS_REGION"], Bus: env["EVENT_BUS_NAME"],
+	}
 	lambda.Start(h.Handle)
 }
 
 // newHandler wires the store, workflow and bus into the event API.
-func newHandler(store *dynamo.Store, workflow capacity.Workflow, metrics capacity.Metrics, bus capacity.Publisher, allowed []string, logger *slog.Logger) *eventapi.Handler {
+func newHandler(store *dynamo.Store, workflow capacity.Workflow, metrics capacity.Metrics, bus capacity.Publisher, principals capacity.EventPrincipals, logger *slog.Logger) *eventapi.Handler {
 	return &eventapi.Handler{
 		Service: &capacity.Service{
 			Store: store, Schedules: store, Workflow: workflow, Logger: logger, Metrics: metrics,
 		},
-		Publisher:      bus,
-		AllowedSources: allowed,
-		Logger:         logger,
+		Publisher:  bus,
+		Principals: principals,
+		Logger:     logger,
 	}
-}
-
-// topologySources reads TOPOLOGY_EVENT_SOURCES (comma-separated): the sources whose topology
-// changes are applied, as an operator. Unset: capacity.SourceFleet; set and empty: none.
-func topologySources() []string {
-	v, ok := os.LookupEnv("TOPOLOGY_EVENT_SOURCES")
-	if !ok {
-		return []string{capacity.SourceFleet}
-	}
-	return splitList(v)
-}
-
-// allowedSources reads ALLOWED_EVENT_SOURCES (comma-separated), if set: the bus rule already
-// admits only the environment's sources, this refuses a misrouted event too. Unset: nil, the
-// rule alone decides.
-func allowedSources() []string {
-	v, ok := os.LookupEnv("ALLOWED_EVENT_SOURCES")
-	if !ok {
-		return nil
-	}
-	return splitList(v)
-}
-
-// splitList splits a comma-separated list, dropping blanks; never nil.
-func splitList(v string) []string {
-	out := []string{}
-	for s := range strings.SplitSeq(v, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			out = append(out, s)
-		}
-	}
-	return out
 }

@@ -68,8 +68,15 @@ func TestSampleRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	bus := &recorder{}
-	h := newHandler(env.Store, nil, emf.New(io.Discard, "local"), bus,
-		[]string{capacity.SourcePlatformScheduler, "example.tenant-automation"}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	// The principals an environment's cdk.json would configure for the samples' sources.
+	principals, err := capacity.ParseEventPrincipals(`[
+		{"source":"openrelay.scheduler","orgId":"org-platform","operator":true,"permissions":["reservation.capacity"]},
+		{"source":"example.tenant-automation","orgId":"org-owner","permissions":["reservation.capacity"]},
+		{"source":"openrelay.fleet","orgId":"platform","operator":true,"permissions":["node.topology"]}]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHandler(env.Store, nil, emf.New(io.Discard, "local"), bus, principals, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 
 	// The platform scheduler's request, delivered twice: applied once, the same outcome twice.
 	for range 2 {
@@ -157,55 +164,5 @@ func TestSampleRequests(t *testing.T) {
 	}
 	if r := st.Reservation(demo.ReservationID); st.Node.TopologyGen != 2 || r == nil || r.Status != capacity.StatusNeedsReview {
 		t.Fatalf("after the change: node generation %d, reservation %+v", st.Node.TopologyGen, r)
-	}
-}
-
-func TestAllowedSources(t *testing.T) {
-	tests := []struct {
-		env  *string
-		want []string
-	}{
-		{nil, nil},
-		{ptr(""), []string{}},
-		{ptr(" openrelay.scheduler, example.a ,"), []string{"openrelay.scheduler", "example.a"}},
-	}
-	for _, tt := range tests {
-		if tt.env != nil {
-			t.Setenv("ALLOWED_EVENT_SOURCES", *tt.env)
-		} else {
-			os.Unsetenv("ALLOWED_EVENT_SOURCES")
-		}
-		got := allowedSources()
-		if (got == nil) != (tt.want == nil) || len(got) != len(tt.want) {
-			t.Errorf("allowedSources() = %#v, want %#v", got, tt.want)
-		}
-		for i := range got {
-			if got[i] != tt.want[i] {
-				t.Errorf("allowedSources() = %#v, want %#v", got, tt.want)
-			}
-		}
-	}
-}
-
-func ptr(s string) *string { return &s }
-
-func TestTopologySources(t *testing.T) {
-	tests := []struct {
-		env  *string
-		want []string
-	}{
-		{nil, []string{capacity.SourceFleet}},
-		{ptr(""), []string{}},
-		{ptr("openrelay.fleet, acme.fleet"), []string{"openrelay.fleet", "acme.fleet"}},
-	}
-	for _, tt := range tests {
-		if tt.env != nil {
-			t.Setenv("TOPOLOGY_EVENT_SOURCES", *tt.env)
-		} else {
-			os.Unsetenv("TOPOLOGY_EVENT_SOURCES")
-		}
-		if got := topologySources(); got == nil || !slices.Equal(got, tt.want) {
-			t.Errorf("topologySources() = %#v, want %#v", got, tt.want)
-		}
 	}
 }

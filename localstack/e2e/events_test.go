@@ -168,7 +168,7 @@ func outcomeWatch(t testing.TB, node string) *busWatch {
 func requestDetail(node string) map[string]any {
 	return map[string]any{
 		"nodeId": node, "reservationId": demo.ReservationID, "unitIds": []string{"gpu-2", "gpu-3", "gpu-0"},
-		"actingOrgId": demo.OrgOwner, "reason": "platform rebalancing",
+		"actingOrgId": demo.OrgPlatform, "reason": "platform rebalancing",
 	}
 }
 
@@ -402,6 +402,13 @@ func TestInvalidEventIsRefusedAndChangesNothing(t *testing.T) {
 		{name: "no acting org", code: "invalid_request", detail: func(node string) any {
 			d := requestDetail(node)
 			delete(d, "actingOrgId")
+			return d
+		}},
+		// The platform's scheduler is the principal (cdk.json eventPrincipals): a detail naming
+		// another org does not make it act for that org.
+		{name: "acting for another org", code: "forbidden", detail: func(node string) any {
+			d := requestDetail(node)
+			d["actingOrgId"] = demo.OrgOwner
 			return d
 		}},
 		{name: "null member", code: "invalid_request", detail: func(node string) any {

@@ -83,14 +83,14 @@ var provisioners = map[string]provisionFunc{
 }
 
 // skippedType reports resource types that nothing local needs: permissions (kumo does not
-// enforce IAM or resource policies), log groups (function output goes to files), CDK's
+// enforce IAM or resource policies, a bus's included), log groups (function output goes to files), CDK's
 // bookkeeping, and alarming (alarms, their topic and its key, the dashboard, API Gateway's
 // account logging role): nothing local notifies or graphs.
 func skippedType(typ string) bool {
 	switch typ {
 	case "AWS::Lambda::Permission", "AWS::Logs::LogGroup", "AWS::CDK::Metadata", "AWS::ApiGateway::Account",
 		"AWS::SNS::Topic", "AWS::SNS::Subscription", "AWS::SNS::TopicPolicy", "AWS::KMS::Key", "AWS::KMS::Alias",
-		"AWS::CloudWatch::Alarm", "AWS::CloudWatch::Dashboard":
+		"AWS::CloudWatch::Alarm", "AWS::CloudWatch::Dashboard", "AWS::Events::EventBusPolicy":
 		return true
 	}
 

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -30,16 +29,13 @@ type Service interface {
 type Handler struct {
 	Service   Service
 	Publisher capacity.Publisher
-	// AllowedSources, when not nil, are the sources whose requests are applied (besides
-	// capacity.SourceSchedule, always accepted); another source's request is refused
-	// (forbidden). The bus rule already filters on them: this keeps a misrouted event from
-	// acting.
-	AllowedSources []string
-	// TopologySources are the sources whose Node Topology Changed events are applied, as an
-	// operator; another source's is refused (forbidden). nil means capacity.SourceFleet only;
-	// an empty list accepts none.
-	TopologySources []string
-	Logger          *slog.Logger
+	// Principals are the accepted sources and whom each acts as; an event from any other
+	// source is refused (forbidden), and none is accepted when it is empty. Our own schedules
+	// (capacity.SourceSchedule) act as the key that created the scheduled reclaim instead.
+	Principals capacity.EventPrincipals
+	// Origin is where a genuine request comes from; records from anywhere else do not act.
+	Origin Origin
+	Logger *slog.Logger
 	// Now is replaceable for tests.
 	Now func() time.Time
 }
@@ -56,6 +52,14 @@ func (h *Handler) Handle(ctx context.Context, batch events.SQSEvent) (events.SQS
 			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
 			continue
 		}
+		if err := h.Origin.checkQueue(rec); err != nil {
+			// Not our queue: nothing in it may act, and it is not ours to delete. It goes back
+			// to its queue (and that queue's dead letters); the error log and the function's
+			// error metric say something is mapped to this function that should not be.
+			h.logger().ErrorContext(ctx, "record refused", "message_id", rec.MessageId, "err", err)
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
+			continue
+		}
 		if err := h.record(ctx, rec); err != nil {
 			h.logger().ErrorContext(ctx, "request will be retried", "message_id", rec.MessageId, "err", err)
 			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
@@ -67,6 +71,7 @@ func (h *Handler) Handle(ctx context.Context, batch events.SQSEvent) (events.SQS
 // request is one decoded record.
 type request struct {
 	envelope    events.CloudWatchEvent
+	body        string // the record's raw event
 	key         string // the request key the outcome's eventId derives from
 	scheduledID string
 	nodeID      string
@@ -84,7 +89,7 @@ func (h *Handler) record(ctx context.Context, rec events.SQSMessage) error {
 	if env.DetailType == capacity.DetailTopologyChanged {
 		return h.topologyRecord(ctx, rec, env)
 	}
-	req := request{envelope: env, key: env.ID}
+	req := request{envelope: env, body: rec.Body, key: env.ID}
 	meta := capacity.RequestMeta{RequestID: rec.MessageId, Via: capacity.ViaEvent, EventID: env.ID}
 	start := time.Now()
 	res, err := h.apply(ctx, &req, &meta)
@@ -115,6 +120,9 @@ func (h *Handler) apply(ctx context.Context, req *request, meta *capacity.Reques
 	// The ids the outcome names, read loosely so that a refused event names them too.
 	ids := looseIDs(env.Detail)
 	req.nodeID, req.reservation = ids["nodeId"], ids["reservationId"]
+	if err := h.Origin.checkEvent(env, req.body); err != nil {
+		return nil, err
+	}
 	if env.Source == capacity.SourceSchedule {
 		meta.Via = capacity.ViaSchedule
 		if sid := ids["scheduledReclaimId"]; sid != "" {
@@ -130,7 +138,8 @@ func (h *Handler) apply(ctx context.Context, req *request, meta *capacity.Reques
 		}
 		return h.Service.FireScheduledReclaim(ctx, d.NodeID, d.ReservationID, d.ScheduledReclaimID, *meta)
 	}
-	if h.AllowedSources != nil && !slices.Contains(h.AllowedSources, env.Source) {
+	principal, ok := h.Principals.Lookup(env.Source)
+	if !ok || !principal.CanReclaim() {
 		return nil, capacity.Errorf(capacity.CodeForbidden, "source %q may not request reclaims", env.Source)
 	}
 	var d RequestDetail
@@ -143,15 +152,15 @@ func (h *Handler) apply(ctx context.Context, req *request, meta *capacity.Reques
 	if !capacity.ValidID(d.ActingOrgID) {
 		return nil, capacity.Errorf(capacity.CodeInvalidRequest, "actingOrgId must be an org id: letters, digits, '.', '_', ':' or '-', at most %d", capacity.MaxIDLen)
 	}
+	// The source is the principal: actingOrgId only confirms whom the sender means to act for.
+	if d.ActingOrgID != principal.OrgID {
+		return nil, capacity.Errorf(capacity.CodeForbidden, "source %q may act only for its own org, not %q", env.Source, d.ActingOrgID)
+	}
 	key := d.IdempotencyKey
 	if key == "" {
 		key = "event:" + env.ID // a redelivered event replays, never evicts twice
 	}
-	p := capacity.Principal{
-		KeyID: "event:" + env.Source, OrgID: d.ActingOrgID, Permissions: []string{capacity.PermCapacity},
-		Operator: env.Source == capacity.SourcePlatformScheduler,
-	}
-	return h.Service.Reclaim(ctx, p, capacity.CapacityRequest{
+	return h.Service.Reclaim(ctx, principal.Principal(), capacity.CapacityRequest{
 		NodeID: d.NodeID, ReservationID: d.ReservationID, UnitIDs: d.UnitIDs, DryRun: d.DryRun,
 		Reason: d.Reason, IdempotencyKey: key, GraceSeconds: d.GraceSeconds,
 	}, *meta)

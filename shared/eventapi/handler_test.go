@@ -89,10 +89,13 @@ func envelope(id, source string, detail string) string {
 		`"account":"111111111111","time":"2026-12-02T15:00:00Z","region":"us-east-1","resources":[],"detail":%s}`, id, source, detail)
 }
 
+// intakeQueue is the queue the test handler accepts records from.
+const intakeQueue = "arn:aws:sqs:us-east-1:111111111111:capacity-test-reclaim-requests"
+
 func batch(bodies ...string) events.SQSEvent {
 	var ev events.SQSEvent
 	for i, b := range bodies {
-		ev.Records = append(ev.Records, events.SQSMessage{MessageId: fmt.Sprintf("msg-%d", i+1), Body: b})
+		ev.Records = append(ev.Records, events.SQSMessage{MessageId: fmt.Sprintf("msg-%d", i+1), Body: b, EventSourceARN: intakeQueue})
 	}
 	return ev
 }
@@ -106,8 +109,14 @@ const (
 func newHandler(svc *fakeService, pub *fakePublisher) *eventapi.Handler {
 	return &eventapi.Handler{
 		Service: svc, Publisher: pub, Now: func() time.Time { return now },
-		AllowedSources: []string{tenant, capacity.SourcePlatformScheduler},
-		Logger:         slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		Principals: capacity.EventPrincipals{
+			tenant: {Source: tenant, OrgID: "org-owner", Permissions: []string{capacity.PermCapacity}},
+			capacity.SourcePlatformScheduler: {Source: capacity.SourcePlatformScheduler, OrgID: "org-platform", Operator: true,
+				Permissions: []string{capacity.PermCapacity}},
+			capacity.SourceFleet: {Source: capacity.SourceFleet, OrgID: "platform", Operator: true, Permissions: []string{capacity.PermTopology}},
+		},
+		Origin: eventapi.Origin{QueueARN: intakeQueue, Account: "111111111111", Region: "us-east-1", Bus: "capacity-test"},
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
 	}
 }
 
@@ -153,13 +162,45 @@ func TestHandle(t *testing.T) {
 			},
 		},
 		{
-			name: "platform scheduler acts as operator", body: envelope("ev-3", capacity.SourcePlatformScheduler, valid),
+			name: "platform scheduler acts as operator", body: envelope("ev-3", capacity.SourcePlatformScheduler, strings.Replace(valid, "org-owner", "org-platform", 1)),
 			calls: "Reclaim", outcome: capacity.DetailReclaimCompleted, eventID: "ev-3/completed",
 			check: func(t *testing.T, c call) {
-				if !c.principal.Operator || c.principal.KeyID != "event:openrelay.scheduler" {
-					t.Errorf("principal %+v, want an operator", c.principal)
+				if !c.principal.Operator || c.principal.KeyID != "event:openrelay.scheduler" || c.principal.OrgID != "org-platform" {
+					t.Errorf("principal %+v, want an operator of org-platform", c.principal)
 				}
 			},
+		},
+		{
+			// The source is the principal: a detail cannot make the platform's scheduler act
+			// for a tenant, nor a tenant's automation for another org.
+			name: "actingOrgId of another org than the source's", body: envelope("ev-30", capacity.SourcePlatformScheduler, valid),
+			outcome: capacity.DetailReclaimRefused, code: "forbidden", eventID: "ev-30/refused",
+		},
+		{
+			name: "a tenant acting for another org", body: envelope("ev-31", tenant, strings.Replace(valid, "org-owner", "org-platform", 1)),
+			outcome: capacity.DetailReclaimRefused, code: "forbidden", eventID: "ev-31/refused",
+		},
+		{
+			name: "an event of another account", body: strings.Replace(envelope("ev-32", tenant, valid), "111111111111", "999999999999", 1),
+			outcome: capacity.DetailReclaimRefused, code: "forbidden", eventID: "ev-32/refused",
+		},
+		{
+			name: "an event of another region", body: strings.Replace(envelope("ev-33", tenant, valid), "us-east-1", "eu-west-1", 1),
+			outcome: capacity.DetailReclaimRefused, code: "forbidden", eventID: "ev-33/refused",
+		},
+		{
+			name: "an event of another bus", body: strings.Replace(envelope("ev-34", tenant, valid), `"version":"0",`, `"version":"0","event-bus-name":"default",`, 1),
+			outcome: capacity.DetailReclaimRefused, code: "forbidden", eventID: "ev-34/refused",
+		},
+		{
+			name: "an event naming this bus", body: strings.Replace(envelope("ev-35", tenant, valid), `"version":"0",`, `"version":"0","event-bus-name":"capacity-test",`, 1),
+			calls: "Reclaim", outcome: capacity.DetailReclaimCompleted, eventID: "ev-35/completed",
+		},
+		{
+			// Its refusal is named by its own event id, not the scheduled reclaim's: a forged
+			// firing must not take the outcome id (consumers deduplicate on it) of the real one.
+			name: "a schedule firing of another account", body: strings.Replace(envelope("ev-36", capacity.SourceSchedule, schedule), "111111111111", "999999999999", 1),
+			outcome: capacity.DetailReclaimRefused, code: "forbidden", eventID: "ev-36/refused",
 		},
 		{
 			name: "schedule firing", body: envelope("ev-4", capacity.SourceSchedule, schedule),
@@ -242,6 +283,10 @@ func TestHandle(t *testing.T) {
 		{name: "publish failure is retried", body: envelope("ev-23", tenant, valid), pubFail: 1, calls: "Reclaim", failed: true},
 		{name: "publish failure of a refusal is retried", body: envelope("ev-24", tenant, `{}`), pubFail: 1, failed: true},
 		{name: "not an EventBridge event", body: `{"hello":"world"}`, failed: true},
+		{
+			name: "a topology source may not request reclaims", body: envelope("ev-37", capacity.SourceFleet, strings.Replace(valid, "org-owner", "platform", 1)),
+			outcome: capacity.DetailReclaimRefused, code: "forbidden", eventID: "ev-37/refused",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -312,6 +357,46 @@ func checkHandled(t *testing.T, resp events.SQSEventResponse, svc *fakeService, 
 	return d
 }
 
+// TestRecordOfAnotherQueue: a record that did not come from the intake queue (another queue
+// mapped to the function) does not act, publishes nothing, and goes back to its queue.
+func TestRecordOfAnotherQueue(t *testing.T) {
+	svc := &fakeService{res: result()}
+	pub := &fakePublisher{}
+	b := batch(envelope("ev-1", tenant, valid), envelope("ev-2", tenant, valid))
+	b.Records[0].EventSourceARN = "arn:aws:sqs:us-east-1:111111111111:someone-elses-queue"
+	resp, err := newHandler(svc, pub).Handle(context.Background(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.BatchItemFailures) != 1 || resp.BatchItemFailures[0].ItemIdentifier != "msg-1" {
+		t.Errorf("failures %+v, want msg-1 back to its queue", resp.BatchItemFailures)
+	}
+	if len(svc.calls) != 1 || svc.calls[0].meta.EventID != "ev-2" || len(pub.published) != 1 {
+		t.Errorf("calls %+v, published %+v: want only ev-2 applied", svc.calls, pub.published)
+	}
+}
+
+// TestNoPrincipals: an intake configured with no event principal refuses every request
+// (fail closed), while our own schedules still fire (they act as their creator's key).
+func TestNoPrincipals(t *testing.T) {
+	for _, principals := range []capacity.EventPrincipals{nil, {}} {
+		svc := &fakeService{res: result()}
+		pub := &fakePublisher{}
+		h := newHandler(svc, pub)
+		h.Principals = principals
+		if _, err := h.Handle(context.Background(), batch(envelope("ev-1", capacity.SourcePlatformScheduler, valid), topologyEnvelope("ev-2", capacity.SourceFleet, topologyValid))); err != nil {
+			t.Fatal(err)
+		}
+		if len(svc.calls) != 0 || len(pub.published) != 2 || pub.published[0].DetailType != capacity.DetailReclaimRefused ||
+			pub.published[1].DetailType != capacity.DetailTopologyRefused {
+			t.Errorf("principals %v: calls %+v, published %+v; want both refused", principals, svc.calls, pub.published)
+		}
+		if _, err := h.Handle(context.Background(), batch(envelope("ev-3", capacity.SourceSchedule, schedule))); err != nil || len(svc.calls) != 1 {
+			t.Errorf("principals %v: a schedule firing: calls %+v, %v", principals, svc.calls, err)
+		}
+	}
+}
+
 // TestDuplicateDelivery: the queue delivers the same event twice (a retry after a lost
 // acknowledgement); both calls carry the same idempotency key, so the domain replays the
 // first answer, and both outcomes carry the same eventId.
@@ -377,9 +462,7 @@ func TestInboundSamples(t *testing.T) {
 			}
 			svc := &fakeService{res: result()}
 			pub := &fakePublisher{}
-			h := newHandler(svc, pub)
-			h.AllowedSources = append(h.AllowedSources, "example.tenant-automation")
-			resp, err := h.Handle(context.Background(), batch(string(raw)))
+			resp, err := newHandler(svc, pub).Handle(context.Background(), batch(string(raw)))
 			if err != nil || len(resp.BatchItemFailures) != 0 || len(svc.calls) != 1 || len(pub.published) != 1 ||
 				pub.published[0].DetailType != capacity.DetailReclaimCompleted {
 				t.Fatalf("Handle = %+v, %v; calls %+v; published %+v", resp, err, svc.calls, pub.published)

@@ -3,7 +3,6 @@ package eventapi
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -27,9 +26,6 @@ type TopologyDetail struct {
 
 var topologyRequired = []string{"nodeId", "unitIds"}
 
-// TopologyOrgID is the org of the operator a topology change event acts as.
-const TopologyOrgID = "platform"
-
 // topologyRecord applies one Node Topology Changed record; an error means it must be
 // delivered again. The rules are a reclaim request's: a refusal is published and
 // acknowledged, a transient failure or a failed publish goes back to the queue, and a
@@ -38,7 +34,7 @@ func (h *Handler) topologyRecord(ctx context.Context, rec events.SQSMessage, env
 	meta := capacity.RequestMeta{RequestID: rec.MessageId, Via: capacity.ViaEvent, EventID: env.ID}
 	nodeID := looseIDs(env.Detail)["nodeId"] // named by a refusal too
 	start := time.Now()
-	res, err := h.setTopology(ctx, env, meta)
+	res, err := h.setTopology(ctx, env, rec.Body, meta)
 	attrs := []any{"event_id", env.ID, "source", env.Source, "via", meta.Via, "node_id", nodeID,
 		"duration_ms", time.Since(start).Milliseconds()}
 	if err != nil {
@@ -60,13 +56,14 @@ func (h *Handler) topologyRecord(ctx context.Context, rec events.SQSMessage, env
 	return nil
 }
 
-// setTopology checks the event and runs it through the domain as an operator.
-func (h *Handler) setTopology(ctx context.Context, env events.CloudWatchEvent, meta capacity.RequestMeta) (*capacity.TopologyResult, error) {
-	sources := h.TopologySources
-	if sources == nil {
-		sources = []string{capacity.SourceFleet}
+// setTopology checks the event and runs it through the domain as its source's principal,
+// which must be an operator (the domain checks what the principal holds).
+func (h *Handler) setTopology(ctx context.Context, env events.CloudWatchEvent, body string, meta capacity.RequestMeta) (*capacity.TopologyResult, error) {
+	if err := h.Origin.checkEvent(env, body); err != nil {
+		return nil, err
 	}
-	if !slices.Contains(sources, env.Source) {
+	principal, ok := h.Principals.Lookup(env.Source)
+	if !ok || !principal.CanChangeTopology() {
 		return nil, capacity.Errorf(capacity.CodeForbidden, "source %q may not change node topology", env.Source)
 	}
 	var d TopologyDetail
@@ -77,8 +74,7 @@ func (h *Handler) setTopology(ctx context.Context, env events.CloudWatchEvent, m
 	if key == "" {
 		key = "event:" + env.ID // a redelivered event replays, never bumps the generation twice
 	}
-	p := capacity.Principal{OrgID: TopologyOrgID, KeyID: "event:" + env.Source, Operator: true}
-	return h.Service.SetTopology(ctx, p, capacity.TopologyRequest{
+	return h.Service.SetTopology(ctx, principal.Principal(), capacity.TopologyRequest{
 		NodeID: d.NodeID, UnitIDs: d.UnitIDs, Reason: d.Reason, IdempotencyKey: key, ExpectedTopologyGen: d.ExpectedTopologyGen,
 	}, meta)
 }

@@ -36,11 +36,11 @@ const topologyValid = `{"nodeId":"node-a","unitIds":["gpu-0","gpu-1"]}`
 func TestTopology(t *testing.T) {
 	fleet := capacity.SourceFleet
 	tests := []struct {
-		name    string
-		body    string
-		sources []string // the handler's TopologySources; nil: the default
-		svcErr  error
-		pubFail int
+		name       string
+		body       string
+		principals capacity.EventPrincipals // the handler's; nil: newHandler's
+		svcErr     error
+		pubFail    int
 		// want
 		failed   bool
 		called   bool
@@ -55,7 +55,7 @@ func TestTopology(t *testing.T) {
 			called: true, outcome: capacity.DetailTopologyApplied, eventID: "ev-1/applied",
 			inDetail: `"removedUnitIds":["gpu-7"]`,
 			check: func(t *testing.T, c call) {
-				want := capacity.Principal{OrgID: "platform", KeyID: "event:openrelay.fleet", Operator: true}
+				want := capacity.Principal{OrgID: "platform", KeyID: "event:openrelay.fleet", Operator: true, Permissions: []string{capacity.PermTopology}}
 				if fmt.Sprint(c.principal) != fmt.Sprint(want) {
 					t.Errorf("principal %+v, want %+v", c.principal, want)
 				}
@@ -80,7 +80,7 @@ func TestTopology(t *testing.T) {
 			},
 		},
 		{
-			name: "a configured source", body: topologyEnvelope("ev-3", "acme.fleet", topologyValid), sources: []string{"acme.fleet"},
+			name: "a configured source", body: topologyEnvelope("ev-3", "acme.fleet", topologyValid), principals: capacity.EventPrincipals{"acme.fleet": {Source: "acme.fleet", OrgID: "acme", Operator: true, Permissions: []string{capacity.PermTopology}}},
 			called: true, outcome: capacity.DetailTopologyApplied, eventID: "ev-3/applied",
 		},
 		{
@@ -88,12 +88,21 @@ func TestTopology(t *testing.T) {
 			outcome: capacity.DetailTopologyRefused, code: "forbidden", eventID: "ev-4/refused", inDetail: `"nodeId":"node-a"`,
 		},
 		{
-			name: "the default source once others are configured", body: topologyEnvelope("ev-5", fleet, topologyValid), sources: []string{"acme.fleet"},
+			name: "the default source once others are configured", body: topologyEnvelope("ev-5", fleet, topologyValid), principals: capacity.EventPrincipals{"acme.fleet": {Source: "acme.fleet", OrgID: "acme", Operator: true, Permissions: []string{capacity.PermTopology}}},
 			outcome: capacity.DetailTopologyRefused, code: "forbidden", eventID: "ev-5/refused",
 		},
 		{
-			name: "no source configured", body: topologyEnvelope("ev-6", fleet, topologyValid), sources: []string{},
+			name: "no source configured", body: topologyEnvelope("ev-6", fleet, topologyValid), principals: capacity.EventPrincipals{},
 			outcome: capacity.DetailTopologyRefused, code: "forbidden", eventID: "ev-6/refused",
+		},
+		{
+			name: "an operator source without node.topology", body: topologyEnvelope("ev-8", "acme.fleet", topologyValid),
+			principals: capacity.EventPrincipals{"acme.fleet": {Source: "acme.fleet", OrgID: "acme", Operator: true, Permissions: []string{capacity.PermCapacity}}},
+			outcome:    capacity.DetailTopologyRefused, code: "forbidden", eventID: "ev-8/refused",
+		},
+		{
+			name: "an event of another account", body: strings.Replace(topologyEnvelope("ev-9", fleet, topologyValid), "111111111111", "999999999999", 1),
+			outcome: capacity.DetailTopologyRefused, code: "forbidden", eventID: "ev-9/refused",
 		},
 		{
 			name: "a reclaim source may not change topology", body: topologyEnvelope("ev-7", capacity.SourcePlatformScheduler, topologyValid),
@@ -157,7 +166,9 @@ func TestTopology(t *testing.T) {
 			svc := &fakeService{topo: topologyResult(), err: tt.svcErr}
 			pub := &fakePublisher{failures: tt.pubFail}
 			h := newHandler(svc, pub)
-			h.TopologySources = tt.sources
+			if tt.principals != nil {
+				h.Principals = tt.principals
+			}
 			resp, err := h.Handle(context.Background(), batch(tt.body))
 			if err != nil {
 				t.Fatalf("Handle: %v", err)
