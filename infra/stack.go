@@ -331,7 +331,7 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	allowIndex(s.ApiFunction, "AuditByReservationIndex", audit, table.AuditByReservationIndex, "dynamodb:Query")
 	// API keys: the lookup of a bearer key (GetItem), and the operator's key management:
 	// create (a transaction of Puts, the key chain's head Update and ConditionChecks), list
-	// (Scan), revoke and the last-use time (UpdateItem). No other function touches this table,
+	// (Scan), revoke and the last-use time (UpdateItem). Only reclaim-events also reads it (below),
 	// and no role may delete a key: a revoked key stays, marked, for its audit.
 	allow(s.ApiFunction, "KeysTable", keys,
 		"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Scan", "dynamodb:ConditionCheckItem")
@@ -372,6 +372,11 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	s.newReclaimIntake(state, audit)
 	// After every function that publishes: the policy names their roles.
 	s.newBusPolicy()
+	// A scheduled reclaim's firing reads the key that scheduled it (its id pointer and the
+	// key: GetItem only) and is refused if the key was revoked, expired or lost what the
+	// reclaim needs. Nothing else on the keys table: no write, no Scan.
+	s.ReclaimEventsFunction.AddEnvironment(jsii.String("KEYS_TABLE"), keys.TableName(), nil)
+	allow(s.ReclaimEventsFunction, "KeysTableCreatorKeyRead", keys, "dynamodb:GetItem")
 
 	// Every minute. The local stack runner creates schedule rules disabled (kumo never fires
 	// them); invoke the reconciler yourself there.

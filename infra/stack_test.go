@@ -496,8 +496,10 @@ func TestRolePermissions(t *testing.T) {
 					`"*"`:                 traceWrite,
 				}},
 				{"reclaim-events", map[string][]string{
-					// The api function's reclaim grants, nothing of its keys or schedules.
+					// The api function's reclaim grants, nothing of its schedules, and of the
+					// keys only the read of a scheduled reclaim's creator key at its firing.
 					stateArn: {"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
+					keysArn:  {"dynamodb:GetItem"},
 					auditArn: {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"},
 					smArn:    {"states:StartExecution"},
 					busArn:   publish,
@@ -620,7 +622,8 @@ func TestEveryRoleIsAsserted(t *testing.T) {
 }
 
 // TestOnlyApiTouchesKeys: API keys decide who may do what, so no role of the stack but the
-// api function's may read or write them (it manages them for operators), none may delete
+// api function's may write them (it manages them for operators), only reclaim-events may also
+// read one (GetItem: a scheduled reclaim's firing checks its creator's key), none may delete
 // one, and no role holds any DynamoDB action on "*".
 func TestOnlyApiTouchesKeys(t *testing.T) {
 	for _, env := range []string{"local", "prod"} {
@@ -628,8 +631,12 @@ func TestOnlyApiTouchesKeys(t *testing.T) {
 			tp := synth(t, env)
 			keysID := tableID(t, tp, table.Keys, env)
 			_, api := apiFunction(t, tp, env)
-			apiRole := roleOf(t, api, "Role")
-			readers := 0
+			_, firing := functionByName(t, tp, env, "reclaim-events")
+			allowed := map[string][]string{ // role -> its only actions on the keys table
+				roleOf(t, api, "Role"):    {"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Scan", "dynamodb:UpdateItem"},
+				roleOf(t, firing, "Role"): {"dynamodb:GetItem"},
+			}
+			statements := map[string]int{}
 			cwRole := apiGatewayCloudWatchRoleID(t, tp) // only a managed policy: TestApiGatewayCloudWatchRole
 			for id, role := range tp.resources("AWS::IAM::Role") {
 				if id == cwRole {
@@ -647,20 +654,23 @@ func TestOnlyApiTouchesKeys(t *testing.T) {
 					if !strings.Contains(res, `"`+keysID+`"`) {
 						continue
 					}
-					want := []string{"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Scan", "dynamodb:UpdateItem"}
-					if id != apiRole || !reflect.DeepEqual(actions, want) {
-						t.Errorf("role %s: %v on the keys table (%s); only the api role may, and only %v", id, actions, res, want)
+					if want, ok := allowed[id]; !ok || !reflect.DeepEqual(actions, want) {
+						t.Errorf("role %s: %v on the keys table (%s); only %v may, each only its own of them", id, actions, res, allowed)
 						continue
 					}
-					readers++
+					statements[id]++
 				}
 			}
-			if readers != 1 {
-				t.Errorf("the api role uses the keys table through %d statements, want 1", readers)
+			for id := range allowed {
+				if statements[id] != 1 {
+					t.Errorf("role %s uses the keys table through %d statements, want 1", id, statements[id])
+				}
 			}
-			// And the function is told where to look.
-			if got := props(api)["Environment"].(map[string]any)["Variables"].(map[string]any)["KEYS_TABLE"]; !reflect.DeepEqual(got, ref(keysID)) {
-				t.Errorf("api KEYS_TABLE = %s, want the keys table %s", toJSON(got), keysID)
+			// And the functions are told where to look.
+			for name, fn := range map[string]map[string]any{"api": api, "reclaim-events": firing} {
+				if got := props(fn)["Environment"].(map[string]any)["Variables"].(map[string]any)["KEYS_TABLE"]; !reflect.DeepEqual(got, ref(keysID)) {
+					t.Errorf("%s KEYS_TABLE = %s, want the keys table %s", name, toJSON(got), keysID)
+				}
 			}
 		})
 	}
@@ -1235,6 +1245,7 @@ func TestWorkerFunctions(t *testing.T) {
 				}},
 				{"reclaim-events", 60, map[string]any{
 					"STATE_TABLE": state, "AUDIT_TABLE": ref(tableID(t, tp, table.Audit, env)),
+					"KEYS_TABLE":        ref(tableID(t, tp, table.Keys, env)),
 					"STATE_MACHINE_ARN": ref(stateMachineID(t, tp, env)), "EVENT_BUS_NAME": ref(eventBusID(t, tp, env)),
 					"EVENT_PRINCIPALS": "[]", "EVENT_ACCOUNT": ref("AWS::AccountId"),
 					"INTAKE_QUEUE_ARN": getAtt(queueID(t, tp, "capacity-"+env+"-reclaim-requests"), "Arn"),

@@ -27,7 +27,7 @@ import (
 
 func main() {
 	logger := config.Logger()
-	env := config.Must(config.Required("APP_ENV", "STATE_TABLE", "AUDIT_TABLE", "STATE_MACHINE_ARN", "EVENT_BUS_NAME",
+	env := config.Must(config.Required("APP_ENV", "STATE_TABLE", "AUDIT_TABLE", "KEYS_TABLE", "STATE_MACHINE_ARN", "EVENT_BUS_NAME",
 		"EVENT_PRINCIPALS", "INTAKE_QUEUE_ARN", "EVENT_ACCOUNT", "AWS_REGION"))
 	principals := config.Must(capacity.ParseEventPrincipals(env["EVENT_PRINCIPALS"]))
 	cfg := config.Must(config.AWS(context.Background()))
@@ -35,6 +35,8 @@ func main() {
 	store := dynamo.New(dynamodb.NewFromConfig(cfg), env["STATE_TABLE"], env["AUDIT_TABLE"])
 	// How long history is kept (the stack sets it per environment; 0: the store's default).
 	store.Retention = config.Must(config.Duration("HISTORY_RETENTION", 0))
+	// Read-only (GetItem): a scheduled reclaim's firing checks the key that scheduled it.
+	store.KeysTable = env["KEYS_TABLE"]
 	workflow := &stepfn.Starter{Client: sfn.NewFromConfig(cfg), StateMachineARN: env["STATE_MACHINE_ARN"]}
 	metrics := emf.New(os.Stdout, env["APP_ENV"])
 	bus := eventbus.New(eventbridge.NewFromConfig(cfg), env["EVENT_BUS_NAME"])
@@ -49,7 +51,7 @@ func main() {
 func newHandler(store *dynamo.Store, workflow capacity.Workflow, metrics capacity.Metrics, bus capacity.Publisher, principals capacity.EventPrincipals, logger *slog.Logger) *eventapi.Handler {
 	return &eventapi.Handler{
 		Service: &capacity.Service{
-			Store: store, Schedules: store, Workflow: workflow, Logger: logger, Metrics: metrics,
+			Store: store, Schedules: store, CreatorKeys: store, Workflow: workflow, Logger: logger, Metrics: metrics,
 		},
 		Publisher:  bus,
 		Principals: principals,

@@ -101,11 +101,11 @@ func (a *Authenticator) Authenticate(ctx context.Context, header string) (capaci
 		return capacity.Principal{}, fmt.Errorf("authenticate: %w", err)
 	}
 	now := a.now()
-	if key == nil || key.Revoked || (key.ExpiresAt != nil && !now.Before(*key.ExpiresAt)) {
+	if key == nil || !key.Usable(now) {
 		return capacity.Principal{}, capacity.Errorf(capacity.CodeUnauthenticated, "the API key is unknown, revoked or expired")
 	}
 	a.touch(ctx, hash, key.KeyID, now)
-	return capacity.Principal{KeyID: key.KeyID, OrgID: key.OrgID, Permissions: key.Permissions, Operator: key.Operator}, nil
+	return key.Principal(), nil
 }
 
 // touch records the key's use, unless this instance did within TouchEvery, in a goroutine

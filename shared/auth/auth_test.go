@@ -147,7 +147,7 @@ func TestAuthenticate(t *testing.T) {
 		{"spaces around the key", "Bearer   " + secretValid + "  ", &valid, true},
 		{"operator key", "Bearer " + secretOperator, &capacity.Principal{KeyID: "key-op", OrgID: "platform",
 			Operator: true, Permissions: []string{capacity.PermPlace}}, true},
-		{"not yet expired", "Bearer " + secretLater, &capacity.Principal{KeyID: "key-later", OrgID: "org-2"}, true},
+		{"not yet expired", "Bearer " + secretLater, &capacity.Principal{KeyID: "key-later", OrgID: "org-2", ExpiresAt: ptr(t0.Add(time.Nanosecond))}, true},
 
 		{"missing header", "", nil, false},
 		{"missing scheme", secretValid, nil, false},

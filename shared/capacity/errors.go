@@ -33,6 +33,12 @@ const (
 	// CodeScheduledReclaimFired: a cancel of a scheduled reclaim that has already fired
 	// (completed or refused).
 	CodeScheduledReclaimFired Code = "scheduled_reclaim_fired"
+	// CodeCreatorKeyInvalid: a scheduled reclaim fired after the key that scheduled it was
+	// revoked, expired or no longer held what the reclaim needs; it ends refused.
+	CodeCreatorKeyInvalid Code = "creator_key_invalid"
+	// CodeScheduledReclaimNotDue: a scheduled reclaim's firing came before its at (beyond
+	// FiringSkew); refused, and the scheduled reclaim stays scheduled.
+	CodeScheduledReclaimNotDue Code = "scheduled_reclaim_not_due"
 	// CodeReservationExists: a reservation with the requested id exists on the node.
 	CodeReservationExists Code = "reservation_exists"
 	// CodeReservationOverlap: units are held by another reservation whose term overlaps.

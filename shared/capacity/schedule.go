@@ -18,6 +18,11 @@ const (
 // MaxScheduleAhead bounds how far ahead a reclaim may be scheduled.
 const MaxScheduleAhead = 365 * 24 * time.Hour
 
+// FiringSkew is how long before its at a scheduled reclaim's firing is still accepted.
+// Scheduler fires on time or late, never early: only the clocks of Scheduler and of the
+// firing function may differ, by far less. An earlier firing did not come from the schedule.
+const FiringSkew = 30 * time.Second
+
 // ScheduledState is the state of a scheduled reclaim.
 type ScheduledState string
 
@@ -72,6 +77,13 @@ func (sr ScheduledReclaim) request() CapacityRequest {
 // FireIdempotencyKey is the Idempotency-Key a scheduled reclaim's firing runs under, so that
 // a schedule delivered twice reclaims once and answers the same.
 func FireIdempotencyKey(id string) string { return "scheduled:" + id }
+
+// KeyReader reads API keys by id: the firing of a scheduled reclaim reads its creator's key
+// through it. Implementations: shared/dynamo.Store (KeyByID: GetItem only).
+type KeyReader interface {
+	// KeyByID returns the key (strongly consistent), or an *Error CodeNotFound.
+	KeyByID(ctx context.Context, keyID string) (*APIKey, error)
+}
 
 // Scheduler creates and deletes the one-time schedules that fire scheduled reclaims.
 // Implementations: shared/scheduler (EventBridge Scheduler).
@@ -184,7 +196,7 @@ func (s *Service) ScheduleReclaim(ctx context.Context, p Principal, req Capacity
 			s.auditRefusal(ctx, audit, err)
 			return nil, err
 		}
-		if err := checkAt(*r, at, now); err != nil {
+		if err := checkAt(p, *r, at, now); err != nil {
 			s.auditRefusal(ctx, audit, err)
 			return nil, err
 		}
@@ -231,8 +243,9 @@ func (s *Service) ScheduleReclaim(ctx context.Context, p Principal, req Capacity
 	return nil, Errorf(CodeConcurrentModification, "the reservation kept changing while this call was applied; retrying is safe")
 }
 
-// checkAt checks a scheduled reclaim's time against now and the reservation's term.
-func checkAt(r Reservation, at, now time.Time) error {
+// checkAt checks a scheduled reclaim's time against now, the reservation's term and the
+// expiry of the key that schedules it: the reclaim runs as that key, so not after it ends.
+func checkAt(p Principal, r Reservation, at, now time.Time) error {
 	switch {
 	case !at.After(now):
 		return Errorf(CodeInvalidRequest, "at must be in the future")
@@ -240,6 +253,8 @@ func checkAt(r Reservation, at, now time.Time) error {
 		return Errorf(CodeInvalidRequest, "at must be at most 365 days ahead")
 	case !r.InTerm(at):
 		return Errorf(CodeInvalidRequest, "at must be inside the reservation's term")
+	case p.ExpiresAt != nil && !at.Before(*p.ExpiresAt):
+		return Errorf(CodeInvalidRequest, "at must be before this API key's expiresAt (%s): the reclaim runs as the key", p.ExpiresAt.UTC().Format(time.RFC3339))
 	}
 	return nil
 }
@@ -353,6 +368,12 @@ func (s *Service) CancelScheduledReclaim(ctx context.Context, p Principal, nodeI
 // moves it to refused and is returned. A cancelled one is refused with
 // CodeScheduledReclaimCancelled, an unknown one with CodeNotFound; a repeated firing answers
 // what the first did.
+//
+// Before the reclaim runs, a pending one's firing is refused and audited when it comes more
+// than FiringSkew before at (CodeScheduledReclaimNotDue; the scheduled reclaim stays
+// scheduled, so a forged early firing cannot cancel the real one), or when the creator's key
+// is revoked, expired, gone, or no longer holds what the scheduled reclaim was created with
+// (CodeCreatorKeyInvalid; it ends refused).
 func (s *Service) FireScheduledReclaim(ctx context.Context, nodeID, reservationID, scheduledID string, meta RequestMeta) (*CapacityResult, error) {
 	if !ValidID(nodeID) || !ValidID(reservationID) {
 		return nil, scheduledNotFound()
@@ -369,6 +390,11 @@ func (s *Service) FireScheduledReclaim(ctx context.Context, nodeID, reservationI
 	}
 	if meta.Via == "" {
 		meta.Via = ViaSchedule
+	}
+	if sr.State == ScheduledPending {
+		if err := s.admitFiring(ctx, *sr, meta); err != nil {
+			return nil, err
+		}
 	}
 	// Each round re-reads the scheduled reclaim: the commit conditions on its state as read.
 	fire := func(c *Commit, res *CapacityResult, now time.Time) error {
@@ -390,18 +416,95 @@ func (s *Service) FireScheduledReclaim(ctx context.Context, nodeID, reservationI
 	res, err := s.capacityCallWith(ctx, sr.creator(), sr.request(), meta, ActionReclaim, fire)
 	s.recordCapacity(ctx, ActionReclaim, meta, res, err)
 	if err != nil && sr.State == ScheduledPending {
-		s.refuse(ctx, *sr, err)
+		s.refuse(ctx, *sr, err, nil)
 	}
 	return res, err
+}
+
+// admitFiring refuses a pending scheduled reclaim's firing that comes too early, or whose
+// creator's key could no longer make the call, and audits the refusal. A key that cannot be
+// read is a transient failure (the firing is retried), never a pass.
+func (s *Service) admitFiring(ctx context.Context, sr ScheduledReclaim, meta RequestMeta) error {
+	now := s.now()
+	if now.Before(sr.At.Add(-FiringSkew)) {
+		err := Errorf(CodeScheduledReclaimNotDue, "scheduled reclaim %s is due at %s; a firing at %s is refused",
+			sr.ID, sr.At.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+		s.logger().WarnContext(ctx, "scheduled reclaim fired before its time", "scheduled_reclaim_id", sr.ID, "node", sr.NodeID, "at", sr.At, "event_id", meta.EventID)
+		s.auditRefusal(ctx, s.firingAudit(ctx, sr, meta, now), err)
+		return err
+	}
+	if s.CreatorKeys == nil {
+		return errors.New("fire scheduled reclaim: no key reader configured (Service.CreatorKeys)")
+	}
+	key, err := s.CreatorKeys.KeyByID(ctx, sr.CreatorKeyID)
+	if err != nil && ErrorCode(err) != CodeNotFound {
+		return fmt.Errorf("read the key %s that scheduled %s: %w", sr.CreatorKeyID, sr.ID, err)
+	}
+	if err := creatorStillMay(sr, key, now); err != nil {
+		audit := s.firingAudit(ctx, sr, meta, now)
+		audit.Outcome = string(ErrorCode(err))
+		s.refuse(ctx, sr, err, &audit)
+		return err
+	}
+	return nil
+}
+
+// creatorStillMay checks that the key that scheduled sr (nil: gone) still authenticates and
+// still holds what sr was created with: reservation.capacity for its org, and the operator
+// flag if its creator was an operator. The reclaim runs as that creator, so a key that lost
+// any of it may not have the reclaim run in its name.
+func creatorStillMay(sr ScheduledReclaim, key *APIKey, now time.Time) error {
+	refuse := func(why string, args ...any) error {
+		return Errorf(CodeCreatorKeyInvalid, "the API key %s that scheduled this reclaim %s", sr.CreatorKeyID, fmt.Sprintf(why, args...))
+	}
+	switch {
+	case key == nil:
+		return refuse("no longer exists")
+	case key.Revoked:
+		return refuse("was revoked%s", atSuffix(key.RevokedAt))
+	case !key.Usable(now):
+		return refuse("expired%s", atSuffix(key.ExpiresAt))
+	}
+	p := key.Principal()
+	switch {
+	case p.OrgID != sr.CreatorOrgID:
+		return refuse("belongs to another org")
+	case !p.Can(PermCapacity):
+		return refuse("no longer holds %s", PermCapacity)
+	case sr.CreatorOperator && !p.Operator:
+		return refuse("is no longer an operator key")
+	}
+	return nil
+}
+
+// atSuffix formats an optional time as " at <RFC 3339>", or nothing.
+func atSuffix(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return " at " + t.UTC().Format(time.RFC3339)
+}
+
+// firingAudit is the audit record of a firing refused before its reclaim ran: as the
+// reclaim's own records, on the node's chain, naming the scheduled reclaim.
+func (s *Service) firingAudit(ctx context.Context, sr ScheduledReclaim, meta RequestMeta, now time.Time) AuditRecord {
+	st, err := s.Store.LoadNode(ctx, sr.NodeID, "")
+	if err != nil {
+		st = &NodeState{} // the record still says who and what; the node's owner is unknown
+	}
+	rec := s.auditRecord(sr.creator(), st, sr.request(), meta, ActionReclaim, now)
+	rec.ReclaimID = sr.ID
+	return rec
 }
 
 func cancelledErr(sr *ScheduledReclaim) *Error {
 	return Errorf(CodeScheduledReclaimCancelled, "scheduled reclaim %s was cancelled", sr.ID)
 }
 
-// refuse records a firing's refusal on the scheduled reclaim. Transient failures are not
-// refusals (the firing is retried), nor are the scheduled reclaim's own states.
-func (s *Service) refuse(ctx context.Context, sr ScheduledReclaim, err error) {
+// refuse records a firing's refusal on the scheduled reclaim, with its audit record if given
+// (in the same transaction). Transient failures are not refusals (the firing is retried), nor
+// are the scheduled reclaim's own states.
+func (s *Service) refuse(ctx context.Context, sr ScheduledReclaim, err error, audit *AuditRecord) {
 	switch code := ErrorCode(err); code {
 	case CodeInternal, CodeThrottled, CodeConcurrentModification,
 		CodeScheduledReclaimCancelled, CodeScheduledReclaimFired:
@@ -410,8 +513,12 @@ func (s *Service) refuse(ctx context.Context, sr ScheduledReclaim, err error) {
 	now := s.now()
 	next := sr
 	next.State, next.Code, next.Detail, next.FiredAt, next.UpdatedAt = ScheduledRefused, ErrorCode(err), ErrorMessage(err), &now, now
-	if uerr := s.Schedules.UpdateScheduled(ctx, sr, next, nil); uerr != nil {
-		// Conditional: a cancel or a firing that won stays; the refusal is still answered.
+	if uerr := s.Schedules.UpdateScheduled(ctx, sr, next, audit); uerr != nil {
+		// Conditional: a cancel or a firing that won stays; the refusal is still answered,
+		// and still audited.
 		s.logger().WarnContext(ctx, "scheduled reclaim refusal not recorded", "scheduled_reclaim_id", sr.ID, "node", sr.NodeID, "err", uerr)
+		if audit != nil {
+			s.append(ctx, *audit)
+		}
 	}
 }

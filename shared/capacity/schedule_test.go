@@ -3,6 +3,7 @@ package capacity_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -77,8 +78,25 @@ func schedWorld(t *testing.T) (*dynamotest.Env, *capacity.Service, *fakeSchedule
 	clock := t0.Add(time.Hour)
 	fs := &fakeScheduler{live: map[string]capacity.ScheduledReclaim{}}
 	svc.Now = func() time.Time { return clock }
-	svc.Scheduler, svc.Schedules = fs, env.Store
+	svc.Scheduler, svc.Schedules, svc.CreatorKeys = fs, env.Store, env.Store
+	putKeys(t, env, keyOf(owner), keyOf(audi), keyOf(opCap))
 	return env, svc, fs, &clock
+}
+
+// opCap is an operator key that may reclaim: it may schedule on any reservation.
+var opCap = capacity.Principal{KeyID: "k-opcap", OrgID: "platform", Operator: true, Permissions: []string{capacity.PermCapacity}}
+
+// keyOf is the stored key a principal authenticated with.
+func keyOf(p capacity.Principal) capacity.APIKey {
+	return capacity.APIKey{KeyID: p.KeyID, Hash: capacity.HashKeySecret("secret-of-" + p.KeyID), OrgID: p.OrgID,
+		Permissions: p.Permissions, Operator: p.Operator, ExpiresAt: p.ExpiresAt}
+}
+
+func putKeys(t *testing.T, env *dynamotest.Env, keys ...capacity.APIKey) {
+	t.Helper()
+	if err := (&dynamo.Keys{Client: env.Store.Client, Table: env.Store.KeysTable}).Put(context.Background(), keys...); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -104,6 +122,10 @@ func TestScheduleReclaimChecks(t *testing.T) {
 		{"no such reservation", owner, capacity.CapacityRequest{NodeID: "n1", ReservationID: "rx", UnitIDs: []string{"u1"}}, hour.Add(time.Hour), capacity.CodeNotFound},
 		{"no permission", sched, reclaim("u1"), hour.Add(time.Hour), capacity.CodeNotFound},
 		{"dry run", owner, capacity.CapacityRequest{NodeID: "n1", ReservationID: "r1", UnitIDs: []string{"u1"}, DryRun: true}, hour.Add(time.Hour), capacity.CodeInvalidRequest},
+		// The reclaim runs as the key: not after the key has expired.
+		{"before the key expires", expiring(hour.Add(2 * time.Hour)), reclaim("u1"), hour.Add(2*time.Hour - time.Second), ""},
+		{"when the key expires", expiring(hour.Add(2 * time.Hour)), reclaim("u1"), hour.Add(2 * time.Hour), capacity.CodeInvalidRequest},
+		{"months after the key expires", expiring(hour.Add(30 * 24 * time.Hour)), reclaim("u1"), hour.Add(200 * 24 * time.Hour), capacity.CodeInvalidRequest},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env, svc, fs, _ := schedWorld(t)
@@ -140,6 +162,13 @@ func TestScheduleReclaimChecks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// expiring is the owner's key with an expiry.
+func expiring(at time.Time) capacity.Principal {
+	p := owner
+	p.ExpiresAt = &at
+	return p
 }
 
 func TestScheduleReclaimIdempotencyKey(t *testing.T) {
@@ -329,7 +358,7 @@ func TestFiringNeedsNoScheduler(t *testing.T) {
 		t.Fatal(err)
 	}
 	*clock = clock.Add(time.Hour)
-	firer := &capacity.Service{Store: env.Store, Schedules: env.Store, Now: svc.Now, Logger: quiet}
+	firer := &capacity.Service{Store: env.Store, Schedules: env.Store, CreatorKeys: env.Store, Now: svc.Now, Logger: quiet}
 	if _, err := firer.CancelScheduledReclaim(ctx, owner, "n1", "r1", res.Scheduled.ID, capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeSchedulingUnavailable {
 		t.Errorf("cancel without a scheduler: %v", err)
 	}
@@ -421,4 +450,177 @@ func TestScheduleReclaimFaults(t *testing.T) {
 			t.Errorf("deleted %v, live %v", fs.deleted, fs.Live())
 		}
 	})
+}
+
+// scheduledAudits returns the outcomes of the audit records of a scheduled reclaim's firing
+// (action reclaim, via schedule, naming the scheduled reclaim).
+func scheduledAudits(t *testing.T, env *dynamotest.Env, id string) []string {
+	t.Helper()
+	var out []string
+	for _, it := range env.Items(t, env.Store.AuditTable) {
+		if attrString(it["Action"]) == capacity.ActionReclaim && attrString(it["via"]) == capacity.ViaSchedule && attrString(it["ReclaimID"]) == id {
+			out = append(out, attrString(it["Outcome"]))
+		}
+	}
+	return out
+}
+
+// TestFiringChecksTheCreatorKey: a scheduled reclaim runs as the key that scheduled it only
+// while that key could still make the call: revoked, expired, gone, or without what the
+// reclaim was created with, the firing is refused (creator_key_invalid) and audited, the
+// scheduled reclaim ends refused with the reason, and nothing is reclaimed.
+func TestFiringChecksTheCreatorKey(t *testing.T) {
+	hour := t0.Add(time.Hour) // the clock when scheduling
+	firing := hour.Add(time.Hour)
+	for _, tc := range []struct {
+		name    string
+		creator capacity.Principal
+		key     func(k *capacity.APIKey) // the key as stored at the firing; nil: gone
+		want    string                   // in the refusal's detail; "" = fires
+	}{
+		{"key as it was", owner, func(*capacity.APIKey) {}, ""},
+		{"operator key still operator", opCap, func(*capacity.APIKey) {}, ""},
+		{"key expiring after the firing", owner, func(k *capacity.APIKey) { k.ExpiresAt = ptr(firing.Add(time.Second)) }, ""},
+		{"revoked", owner, func(k *capacity.APIKey) { k.Revoked, k.RevokedAt = true, ptr(hour.Add(time.Minute)) }, "was revoked at"},
+		{"expired", owner, func(k *capacity.APIKey) { k.ExpiresAt = ptr(firing.Add(-time.Second)) }, "expired at"},
+		{"expired at the firing", owner, func(k *capacity.APIKey) { k.ExpiresAt = ptr(firing) }, "expired at"},
+		{"gone", owner, nil, "no longer exists"},
+		{"without reservation.capacity", owner, func(k *capacity.APIKey) { k.Permissions = []string{capacity.PermRead} }, "no longer holds reservation.capacity"},
+		{"operator key no longer operator", opCap, func(k *capacity.APIKey) { k.Operator = false }, "no longer an operator key"},
+		{"another org's key under the id", owner, func(k *capacity.APIKey) { k.OrgID = "aud" }, "belongs to another org"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env, svc, _, clock := schedWorld(t)
+			ctx := context.Background()
+			res, err := svc.ScheduleReclaim(ctx, tc.creator, reclaim("u1"), firing, capacity.RequestMeta{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := res.Scheduled.ID
+			svc.CreatorKeys = keyReader(func(ctx context.Context, keyID string) (*capacity.APIKey, error) {
+				if tc.key == nil {
+					return env.Store.KeyByID(ctx, "k-nobody") // the store's answer for a key it does not hold
+				}
+				k := keyOf(tc.creator)
+				tc.key(&k)
+				return &k, nil
+			})
+			*clock = firing
+			for range 2 { // a second delivery answers the same
+				fired, err := svc.FireScheduledReclaim(ctx, "n1", "r1", id, capacity.RequestMeta{EventID: "ev-1"})
+				if tc.want == "" {
+					if err != nil || len(fired.Terminated) != 1 {
+						t.Fatalf("fire = %+v, %v", fired, err)
+					}
+					continue
+				}
+				if capacity.ErrorCode(err) != capacity.CodeCreatorKeyInvalid || !strings.Contains(capacity.ErrorMessage(err), tc.want) {
+					t.Fatalf("fire: %v, want creator_key_invalid saying %q", err, tc.want)
+				}
+			}
+			sr, _ := env.Store.GetScheduled(ctx, "n1", id)
+			st, _ := env.Store.LoadNode(ctx, "n1", "")
+			if tc.want == "" {
+				if sr.State != capacity.ScheduledCompleted {
+					t.Errorf("state = %s", sr.State)
+				}
+				return
+			}
+			if sr.State != capacity.ScheduledRefused || sr.Code != capacity.CodeCreatorKeyInvalid || !strings.Contains(sr.Detail, tc.want) || sr.FiredAt == nil {
+				t.Errorf("after refusal: %+v", sr)
+			}
+			if r := st.Reservation("r1"); r.Version != 1 || !slices.Equal(r.ReleasedUnitIDs, []string{"u1", "u2"}) {
+				t.Errorf("reservation changed: %+v", r)
+			}
+			if got := scheduledAudits(t, env, id); !slices.Equal(got, []string{string(capacity.CodeCreatorKeyInvalid)}) {
+				t.Errorf("audit outcomes of the firing %v, want one creator_key_invalid", got)
+			}
+		})
+	}
+}
+
+type keyReader func(ctx context.Context, keyID string) (*capacity.APIKey, error)
+
+func (f keyReader) KeyByID(ctx context.Context, keyID string) (*capacity.APIKey, error) {
+	return f(ctx, keyID)
+}
+
+// TestFiringReadsTheStoredKey: the check reads the key store itself (GetItem on the keys
+// table), so a revoke through key management refuses the firing; a key store that cannot be
+// read fails the firing as transient (retried) and leaves it scheduled.
+func TestFiringReadsTheStoredKey(t *testing.T) {
+	env, svc, _, clock := schedWorld(t)
+	ctx := context.Background()
+	res, err := svc.ScheduleReclaim(ctx, owner, reclaim("u1"), clock.Add(time.Hour), capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Scheduled.ID
+	*clock = clock.Add(time.Hour)
+	svc.CreatorKeys = keyReader(func(context.Context, string) (*capacity.APIKey, error) { return nil, capacity.ErrThrottled })
+	if _, err := svc.FireScheduledReclaim(ctx, "n1", "r1", id, capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeThrottled {
+		t.Fatalf("fire with the key unreadable: %v, want throttled", err)
+	}
+	if sr, _ := env.Store.GetScheduled(ctx, "n1", id); sr.State != capacity.ScheduledPending {
+		t.Fatalf("state = %s after a transient failure", sr.State)
+	}
+	svc.CreatorKeys = env.Store
+	svc.Keys = env.Store
+	if _, err := svc.RevokeKey(ctx, opCap, capacity.KeyRevocation{KeyID: owner.KeyID}, capacity.RequestMeta{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.FireScheduledReclaim(ctx, "n1", "r1", id, capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeCreatorKeyInvalid {
+		t.Fatalf("fire after the revoke: %v", err)
+	}
+}
+
+// TestFiringBeforeItsTime: a firing more than FiringSkew before at did not come from the
+// schedule: it is refused and audited, and the scheduled reclaim stays scheduled, so that the
+// real firing still runs.
+func TestFiringBeforeItsTime(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		early time.Duration // how long before at the firing comes
+		want  capacity.Code
+	}{
+		{"a day early", 24 * time.Hour, capacity.CodeScheduledReclaimNotDue},
+		{"just beyond the skew", capacity.FiringSkew + time.Second, capacity.CodeScheduledReclaimNotDue},
+		{"at the skew", capacity.FiringSkew, ""},
+		{"on time", 0, ""},
+		{"late", -time.Hour, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env, svc, _, clock := schedWorld(t)
+			ctx := context.Background()
+			at := clock.Add(25 * time.Hour)
+			res, err := svc.ScheduleReclaim(ctx, owner, reclaim("u1"), at, capacity.RequestMeta{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := res.Scheduled.ID
+			*clock = at.Add(-tc.early)
+			_, err = svc.FireScheduledReclaim(ctx, "n1", "r1", id, capacity.RequestMeta{EventID: "ev-early"})
+			if capacity.ErrorCode(err) != tc.want && !(tc.want == "" && err == nil) {
+				t.Fatalf("fire: %v, want %q", err, tc.want)
+			}
+			sr, _ := env.Store.GetScheduled(ctx, "n1", id)
+			if tc.want == "" {
+				if sr.State != capacity.ScheduledCompleted {
+					t.Errorf("state = %s", sr.State)
+				}
+				return
+			}
+			if sr.State != capacity.ScheduledPending {
+				t.Errorf("state = %s after an early firing, want still scheduled", sr.State)
+			}
+			if got := scheduledAudits(t, env, id); !slices.Equal(got, []string{string(tc.want)}) {
+				t.Errorf("audit outcomes of the firing %v, want one %s", got, tc.want)
+			}
+			// The real firing, on time, runs.
+			*clock = at
+			if fired, err := svc.FireScheduledReclaim(ctx, "n1", "r1", id, capacity.RequestMeta{}); err != nil || len(fired.Terminated) != 1 {
+				t.Fatalf("firing on time = %+v, %v", fired, err)
+			}
+		})
+	}
 }

@@ -74,6 +74,9 @@ type Service struct {
 	// CodeSchedulingUnavailable).
 	Scheduler Scheduler
 	Schedules ScheduleStore
+	// CreatorKeys reads the key a scheduled reclaim runs as when it fires (nil: firings fail
+	// as internal errors, so they wait in the queue rather than run unchecked).
+	CreatorKeys KeyReader
 	// Keys backs key management (nil: its calls fail as internal errors).
 	Keys KeyStore
 	// AgentKeys hands out a new node's agent key in the answer that registers it (nil: none

@@ -24,6 +24,9 @@ type Principal struct {
 	OrgID       string
 	Permissions []string
 	Operator    bool
+	// ExpiresAt is when the key stops working (nil: never); nothing it schedules may fire
+	// after it.
+	ExpiresAt *time.Time
 }
 
 // Can reports whether the principal holds the permission.
@@ -45,6 +48,16 @@ type APIKey struct {
 	RevokedAt      *time.Time
 	// LastUsedAt is when the key last authenticated a call, recorded at most once a minute.
 	LastUsedAt *time.Time
+}
+
+// Principal is the caller the key authenticates as (whether it still may is Usable's).
+func (k APIKey) Principal() Principal {
+	return Principal{KeyID: k.KeyID, OrgID: k.OrgID, Permissions: k.Permissions, Operator: k.Operator, ExpiresAt: k.ExpiresAt}
+}
+
+// Usable reports whether the key authenticates at now: not revoked, not expired.
+func (k APIKey) Usable(now time.Time) bool {
+	return !k.Revoked && (k.ExpiresAt == nil || now.Before(*k.ExpiresAt))
 }
 
 // Node is a GPU machine and, as the ledger of its units, the item that every write to the

@@ -273,6 +273,17 @@ func refuseOwn(n int) func(*types.TransactionCanceledException) error {
 // GetKey returns the key with the id (consistent reads of its id pointer and the key), or
 // an *Error CodeNotFound. Keys provisioned before id pointers existed are found by a Scan.
 func (s *Store) GetKey(ctx context.Context, keyID string) (*capacity.APIKey, error) {
+	return s.keyByID(ctx, keyID, true)
+}
+
+// KeyByID is GetKey by GetItem alone: a key without an id pointer is not found. The firing
+// of a scheduled reclaim reads its creator's key through it, with read-only GetItem on the
+// keys table and no Scan.
+func (s *Store) KeyByID(ctx context.Context, keyID string) (*capacity.APIKey, error) {
+	return s.keyByID(ctx, keyID, false)
+}
+
+func (s *Store) keyByID(ctx context.Context, keyID string, scanLegacy bool) (*capacity.APIKey, error) {
 	if err := s.keysTable(); err != nil {
 		return nil, fmt.Errorf("get API key %s: %w", keyID, err)
 	}
@@ -285,8 +296,10 @@ func (s *Store) GetKey(ctx context.Context, keyID string) (*capacity.APIKey, err
 	var hash string
 	if out.Item != nil {
 		hash = attr(out.Item, "Hash")
-	} else if hash, err = s.legacyKeyHash(ctx, keyID); err != nil {
-		return nil, err
+	} else if scanLegacy {
+		if hash, err = s.legacyKeyHash(ctx, keyID); err != nil {
+			return nil, err
+		}
 	}
 	if hash == "" {
 		return nil, capacity.Errorf(capacity.CodeNotFound, "API key not found")

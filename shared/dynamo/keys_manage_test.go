@@ -479,3 +479,39 @@ func TestConcurrentKeyCreates(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyByIDIsGetItemOnly: the firing of a scheduled reclaim reads its creator's key with
+// GetItem alone (its role may do nothing else on the keys table): a key with an id pointer is
+// found, one provisioned before pointers existed is not found rather than scanned for.
+func TestKeyByIDIsGetItemOnly(t *testing.T) {
+	env := newEnv(t, dynamo.Seed{Keys: []capacity.APIKey{operatorKey}})
+	ctx := context.Background()
+	legacy := capacity.APIKey{KeyID: "key-legacy", Hash: hashOf("ork_legacy"), OrgID: "org-2", Permissions: []string{capacity.PermCapacity}}
+	item, _ := attributevalue.MarshalMap(map[string]any{"pk": "APIKEY#" + legacy.Hash, "sk": "APIKEY", "type": "apikey",
+		"KeyID": legacy.KeyID, "Hash": legacy.Hash, "OrgID": legacy.OrgID, "Permissions": legacy.Permissions, "Revoked": false})
+	if _, err := env.Plain.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(env.Store.KeysTable), Item: item}); err != nil {
+		t.Fatal(err)
+	}
+	env.Calls.Reset()
+	for _, tc := range []struct {
+		id    string
+		found bool
+	}{{operatorKey.KeyID, true}, {"key-legacy", false}, {"key-none", false}} {
+		k, err := env.Store.KeyByID(ctx, tc.id)
+		switch {
+		case tc.found && (err != nil || k.KeyID != tc.id || !k.Operator):
+			t.Errorf("KeyByID(%s) = %+v, %v", tc.id, k, err)
+		case !tc.found && capacity.ErrorCode(err) != capacity.CodeNotFound:
+			t.Errorf("KeyByID(%s) = %+v, %v; want not found", tc.id, k, err)
+		}
+	}
+	for op, n := range env.Calls.Snapshot() {
+		if op != "GetItem" && n > 0 {
+			t.Errorf("KeyByID made %d %s calls; GetItem only", n, op)
+		}
+	}
+	// GetKey, for key management, still finds the legacy key.
+	if k, err := env.Store.GetKey(ctx, "key-legacy"); err != nil || k.KeyID != "key-legacy" {
+		t.Errorf("GetKey(key-legacy) = %+v, %v", k, err)
+	}
+}

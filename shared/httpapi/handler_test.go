@@ -807,6 +807,8 @@ func TestEveryErrorCodeMapsToItsStatus(t *testing.T) {
 		{capacity.CodeOperationRunning, 409},
 		{capacity.CodeScheduledReclaimCancelled, 409},
 		{capacity.CodeScheduledReclaimFired, 409},
+		{capacity.CodeCreatorKeyInvalid, 409},
+		{capacity.CodeScheduledReclaimNotDue, 409},
 		{capacity.CodeReservationExists, 409},
 		{capacity.CodeReservationOverlap, 409},
 		{capacity.CodeInvalidTransition, 409},

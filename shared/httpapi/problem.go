@@ -34,6 +34,7 @@ func statusOf(code capacity.Code) int {
 		capacity.CodeUnitsInUse, capacity.CodeUnitsUnavailable, capacity.CodeVMExists,
 		capacity.CodeConcurrentModification, capacity.CodeOperationRunning,
 		capacity.CodeScheduledReclaimCancelled, capacity.CodeScheduledReclaimFired,
+		capacity.CodeCreatorKeyInvalid, capacity.CodeScheduledReclaimNotDue,
 		capacity.CodeReservationExists, capacity.CodeReservationOverlap, capacity.CodeInvalidTransition:
 		return http.StatusConflict
 	case capacity.CodePlanChanged:

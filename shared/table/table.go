@@ -77,7 +77,8 @@ var Audit = Table{
 // of key creations and the head of the keys' audit chain. It is a table of its own so that
 // IAM can keep every other function away from it: only the api function reaches it (GetItem,
 // PutItem, UpdateItem, ConditionCheckItem and Scan: key lookups, last use, and key management
-// by operators); the first operator key is created with AWS credentials outside the functions.
+// by operators), and reclaim-events reads it (GetItem only: a scheduled reclaim's firing checks
+// its creator's key); the first operator key is created with AWS credentials outside the functions.
 var Keys = Table{
 	LogicalID: "KeysTable",
 	Suffix:    "keys",
