@@ -338,6 +338,51 @@ func TestScheduledReclaimFires(t *testing.T) {
 	}
 }
 
+// TestScheduledReclaimOfARevokedKeyIsRefused: a key schedules a reclaim and is revoked
+// before it fires; the firing reads the key (reclaim-events' GetItem on the keys table), is
+// refused with creator_key_invalid, and the scheduled reclaim ends refused; no VM is touched.
+func TestScheduledReclaimOfARevokedKeyIsRefused(t *testing.T) {
+	node := newNode(t, nil)
+	w := outcomeWatch(t, node)
+
+	created := call(t, http.MethodPost, "/v1/keys", keyOperator, map[string]any{
+		"orgId": demo.OrgOwner, "permissions": []string{capacity.PermCapacity}, "description": "e2e: revoked before its scheduled reclaim fires",
+	})
+	var k struct {
+		Key    struct{ KeyID string }
+		Secret string
+	}
+	if created.Status != http.StatusCreated || json.Unmarshal(created.Body, &k) != nil || k.Secret == "" {
+		t.Fatalf("create key: %d %s", created.Status, created.Body)
+	}
+	at := time.Now().UTC().Add(4 * time.Second).Truncate(time.Second)
+	r := call(t, http.MethodPost, reclaimPath(node), k.Secret, map[string]any{
+		"unitIds": []string{"gpu-2", "gpu-3", "gpu-0"}, "at": at.Format(time.RFC3339),
+	})
+	sid, _ := r.json(t)["id"].(string)
+	if r.Status != http.StatusAccepted || sid == "" {
+		t.Fatalf("schedule: %d %s", r.Status, r.Body)
+	}
+	if rv := call(t, http.MethodPost, "/v1/keys/"+k.Key.KeyID+"/revoke", keyOperator, map[string]any{"reason": "e2e"}); rv.Status != http.StatusOK {
+		t.Fatalf("revoke: %d %s", rv.Status, rv.Body)
+	}
+
+	ev := w.await("the scheduled reclaim's outcome", 1, 30*time.Second, func(ev busEvent) bool { return ev.detail["scheduledReclaimId"] == sid })[0]
+	if ev.DetailType != capacity.DetailReclaimRefused || ev.detail["code"] != string(capacity.CodeCreatorKeyInvalid) {
+		t.Fatalf("outcome %s: %s", ev.DetailType, ev.Detail)
+	}
+	got := call(t, http.MethodGet, r.Header.Get("Location"), keyOwner, nil)
+	g := got.json(t)
+	if got.Status != http.StatusOK || g["state"] != "refused" || g["code"] != string(capacity.CodeCreatorKeyInvalid) || g["firedAt"] == nil {
+		t.Fatalf("GET after the firing: %d %s", got.Status, got.Body)
+	}
+	for _, vm := range []string{"vm-spot-1", "vm-spot-2"} {
+		if n := agents.TerminateCalls(node, vm); n != 0 {
+			t.Errorf("%s got %d terminate calls", vm, n)
+		}
+	}
+}
+
 func TestGraceNoticeReachesTheTenantBeforeTermination(t *testing.T) {
 	node := newNode(t, nil)
 	// The rule a tenant would write for its own notices.
