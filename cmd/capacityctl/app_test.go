@@ -644,23 +644,46 @@ func chain(n int) (capacity.AuditHead, []wire.AuditRecordJSON) {
 	return head, out
 }
 
-// auditAPI serves a node's chain in pages of at most 2 records.
+// chainAPI is a chain as the API serves it: its records in pages of at most 2, under head;
+// a read of one record (audit verify reading the head again) answers later, if set. It
+// serves keys as the key list.
+type chainAPI struct {
+	head, later *capacity.AuditHead
+	records     []wire.AuditRecordJSON
+	keys        []wire.KeyJSON
+}
+
 func auditAPI(t *testing.T, head capacity.AuditHead, records []wire.AuditRecordJSON) *httptest.Server {
+	return (&chainAPI{head: &head, records: records}).serve(t)
+}
+
+func (c *chainAPI) serve(t *testing.T) *httptest.Server {
 	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/dev/v1/keys" {
+			_ = json.NewEncoder(w).Encode(wire.KeyPageJSON{Keys: append([]wire.KeyJSON{}, c.keys...)})
+			return
+		}
 		if r.URL.Path != "/dev/v1/nodes/node-1/audit" && r.URL.Path != "/dev/v1/keys/audit" {
 			w.WriteHeader(404)
 			return
 		}
-		if r.URL.Query().Get("limit") != "100" {
-			t.Errorf("limit %q, want 100", r.URL.Query().Get("limit"))
+		head := *c.head
+		switch r.URL.Query().Get("limit") {
+		case "100":
+		case "1":
+			if c.later != nil {
+				head = *c.later
+			}
+		default:
+			t.Errorf("limit %q, want 100 (or 1 for the head)", r.URL.Query().Get("limit"))
 		}
 		from := 0
-		if c := r.URL.Query().Get("cursor"); c != "" {
-			_, _ = fmt.Sscanf(c, "p%d", &from)
+		if cur := r.URL.Query().Get("cursor"); cur != "" {
+			_, _ = fmt.Sscanf(cur, "p%d", &from)
 		}
-		to := min(from+2, len(records))
-		page := wire.AuditChainPageJSON{Head: wire.AuditHead(head), Records: records[from:to]}
-		if to < len(records) {
+		to := min(from+2, len(c.records))
+		page := wire.AuditChainPageJSON{Head: wire.AuditHead(head), Records: c.records[from:to]}
+		if to < len(c.records) {
 			page.NextCursor = fmt.Sprintf("p%d", to)
 		}
 		_ = json.NewEncoder(w).Encode(page)
@@ -702,6 +725,103 @@ func TestAuditVerify(t *testing.T) {
 			if args == nil {
 				args = []string{"--node", "node-1"}
 			}
+			got := runCLI(t, api, "", nil, append([]string{"audit", "verify"}, args...)...)
+			if got.code != tt.code {
+				t.Fatalf("exit %d, want %d\n%s\n%s", got.code, tt.code, got.stdout, got.err)
+			}
+			assertInOrder(t, "stdout", got.stdout, tt.stdout)
+		})
+	}
+}
+
+// Each tampering that verification used to pass now fails it: a head moved back (records
+// past it skipped unchecked), an unchained record planted before the chain (as if written
+// before chains existed), and a key whose grants were changed in place. The same chains
+// untampered pass, with what the chain cannot vouch for said aloud.
+func TestAuditVerifyTamperings(t *testing.T) {
+	legacy := capacity.AuditRecord{ID: "old", Time: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), NodeID: "node-1", Action: "release"}
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	exp := at.AddDate(1, 0, 0)
+	key := capacity.APIKey{KeyID: "key-1", OrgID: "acme", Permissions: []string{capacity.PermRead}, ExpiresAt: &exp, CreatedAt: at}
+	// keyChain is the key-management chain of key-1's creation, its start pinned empty.
+	keyChain := func() (capacity.AuditHead, []wire.AuditRecordJSON) {
+		g := capacity.GrantsOf(key)
+		rec, head := capacity.ChainAuditRecord(capacity.AuditRecord{ID: "k1", Time: at, Action: capacity.ActionKeyCreate,
+			TargetKeyID: key.KeyID, ActingFor: key.OrgID, Outcome: "ok", Grants: &g}, capacity.AuditHead{})
+		head.Start = capacity.ChainStartOf(nil)
+		return head, []wire.AuditRecordJSON{wire.AuditRecord(rec)}
+	}
+	// nodeChain is node-1's chain of 5 records after one legacy record, its start pinned.
+	nodeChain := func() (capacity.AuditHead, []wire.AuditRecordJSON) {
+		head, rs := chain(5)
+		head.Start = capacity.ChainStartOf([]capacity.AuditRecord{legacy})
+		return head, append([]wire.AuditRecordJSON{wire.AuditRecord(legacy)}, rs...)
+	}
+	headAt := func(rs []wire.AuditRecordJSON, seq int64, start capacity.ChainStart) *capacity.AuditHead {
+		for _, r := range rs {
+			if r.Seq == seq {
+				return &capacity.AuditHead{Seq: seq, Hash: r.Hash, Start: start}
+			}
+		}
+		t.Fatalf("no record %d", seq)
+		return nil
+	}
+	tests := []struct {
+		name   string
+		keys   bool
+		setup  func(c *chainAPI)
+		code   int
+		stdout []string
+	}{
+		{"node chain untouched", false, func(c *chainAPI) {}, 0, []string{"OK: audit chain of node node-1 verified: 5 records checked, 1 unchained"}},
+		{"records appended while verifying", false, func(c *chainAPI) {
+			c.later, c.head = c.head, headAt(c.records, 3, c.head.Start)
+		}, 0, []string{"verified: 3 records checked", "2 records appended while verifying (seq 4 to 5)"}},
+		{"head rolled back", false, func(c *chainAPI) {
+			c.head = headAt(c.records, 3, c.head.Start)
+		}, 1, []string{"FAILED: audit chain of node node-1: beyond the head", "at record seq 4 id -", "head read after them is at seq 3"}},
+		{"head rolled back and a record past it rewritten", false, func(c *chainAPI) {
+			c.head = headAt(c.records, 3, c.head.Start)
+			c.records[5].Reason = "nothing happened"
+		}, 1, []string{"FAILED: audit chain of node node-1: altered", "record seq 5 id rec-5"}},
+		{"back-dated unchained record planted", false, func(c *chainAPI) {
+			planted := legacy
+			planted.ID, planted.Time, planted.Reason = "planted", legacy.Time.Add(-time.Hour), "approved"
+			c.records = append([]wire.AuditRecordJSON{wire.AuditRecord(planted)}, c.records...)
+		}, 1, []string{"FAILED: audit chain of node node-1: inserted", "before the chain", "2 unchained records precede the chain; its start pins 1"}},
+		{"legacy record rewritten", false, func(c *chainAPI) {
+			c.records[0].Reason = "rewritten"
+		}, 1, []string{"FAILED: audit chain of node node-1: altered", "before the chain"}},
+		{"an unpinned start is said aloud", false, func(c *chainAPI) {
+			c.head.Start = capacity.ChainStart{}
+		}, 0, []string{"OK: audit chain of node node-1", "WARNING: the chain's start is not pinned", "1 unchained records are legacy"}},
+		{"keys untouched", true, func(c *chainAPI) {}, 0, []string{"OK: audit chain of keys verified: 1 records checked", "1 keys grant what their records say"}},
+		{"key made operator in place", true, func(c *chainAPI) {
+			c.keys[0].Operator = true
+		}, 1, []string{"FAILED: audit chain of keys: key key-1 altered", "record seq 1 id k1", "the key grants org acme, permissions [reservation.read], operator true"}},
+		{"key's expiry extended in place", true, func(c *chainAPI) {
+			c.keys[0].ExpiresAt = exp.AddDate(5, 0, 0).Format(time.RFC3339)
+		}, 1, []string{"FAILED: audit chain of keys: key key-1 altered", "expires 2032"}},
+		{"key planted without a record", true, func(c *chainAPI) {
+			c.keys = append(c.keys, wire.Key(capacity.APIKey{KeyID: "key-x", OrgID: "acme", Operator: true}))
+		}, 0, []string{"OK: audit chain of keys", "WARNING: key key-x: no record in the chain"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &chainAPI{}
+			var head capacity.AuditHead
+			args := []string{"--node", "node-1"}
+			if tt.keys {
+				head, c.records = keyChain()
+				c.keys = []wire.KeyJSON{wire.Key(key)}
+				args = []string{"--keys"}
+			} else {
+				head, c.records = nodeChain()
+			}
+			c.head = &head
+			tt.setup(c)
+			api := c.serve(t)
+			defer api.Close()
 			got := runCLI(t, api, "", nil, append([]string{"audit", "verify"}, args...)...)
 			if got.code != tt.code {
 				t.Fatalf("exit %d, want %d\n%s\n%s", got.code, tt.code, got.stdout, got.err)

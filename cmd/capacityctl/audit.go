@@ -57,22 +57,35 @@ func auditList(ctx context.Context, a *app, fs *flag.FlagSet, args []string) err
 
 // verifyResult is audit verify's JSON output.
 type verifyResult struct {
-	Chain     string                `json:"chain"` // "node <id>" or "keys"
-	Head      wire.AuditHeadJSON    `json:"head"`
-	OK        bool                  `json:"ok"`
-	Checked   int                   `json:"checked"`
-	Unchained int                   `json:"unchained"`
-	Problem   string                `json:"problem,omitempty"` // altered | inserted | removed
-	Seq       int64                 `json:"seq,omitempty"`
-	RecordID  string                `json:"recordId,omitempty"`
-	Missing   []int64               `json:"missing,omitempty"` // removed: [from, to]
-	Detail    string                `json:"detail,omitempty"`
-	Record    *wire.AuditRecordJSON `json:"record,omitempty"` // the record the problem names
+	Chain     string             `json:"chain"` // "node <id>" or "keys"
+	Head      wire.AuditHeadJSON `json:"head"`
+	OK        bool               `json:"ok"`
+	Checked   int                `json:"checked"`
+	Unchained int                `json:"unchained"`
+	// Pinned: the chain's start pins its unchained records; false: they are legacy records
+	// nothing verifies.
+	Pinned bool `json:"pinned"`
+	// Past counts the records appended while verifying (past the head first read), checked
+	// like the others and covered by the head read after them.
+	Past int `json:"past"`
+	// Keys (--keys): the keys checked against their records, and those the chain cannot
+	// vouch for.
+	KeysChecked    *int     `json:"keysChecked,omitempty"`
+	LegacyKeys     []string `json:"legacyKeys,omitempty"`
+	UnrecordedKeys []string `json:"unrecordedKeys,omitempty"`
+
+	Problem  string                `json:"problem,omitempty"` // altered | inserted | removed | beyond-head
+	Seq      int64                 `json:"seq,omitempty"`
+	RecordID string                `json:"recordId,omitempty"`
+	KeyID    string                `json:"keyId,omitempty"`   // a key that does not match its records
+	Missing  []int64               `json:"missing,omitempty"` // removed: [from, to]
+	Detail   string                `json:"detail,omitempty"`
+	Record   *wire.AuditRecordJSON `json:"record,omitempty"` // the record the problem names
 }
 
 func newVerifyResult(chain string, head wire.AuditHeadJSON, rep capacity.ChainReport, rec *wire.AuditRecordJSON) verifyResult {
 	out := verifyResult{Chain: chain, Head: head, OK: rep.OK, Checked: rep.Checked, Unchained: rep.Unchained,
-		Problem: rep.Problem, Seq: rep.Seq, RecordID: rep.RecordID, Detail: rep.Detail, Record: rec}
+		Pinned: rep.Pinned, Past: rep.Past, Problem: rep.Problem, Seq: rep.Seq, RecordID: rep.RecordID, Detail: rep.Detail, Record: rec}
 	if rep.MissingFrom != 0 {
 		out.Missing = []int64{rep.MissingFrom, rep.MissingTo}
 	}
@@ -81,7 +94,7 @@ func newVerifyResult(chain string, head wire.AuditHeadJSON, rep capacity.ChainRe
 
 func auditVerify(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
 	node := fs.String("node", "", "node id")
-	keys := fs.Bool("keys", false, "the key-management chain")
+	keys := fs.Bool("keys", false, "the key-management chain, and every key against its records")
 	if err := a.parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -113,17 +126,86 @@ func auditVerify(ctx context.Context, a *app, fs *flag.FlagSet, args []string) e
 		}
 		records = append(records, r)
 	}
-	h := capacity.AuditHead{Seq: head.Seq, Hash: head.Hash}
-	rep := capacity.VerifyAuditChain(h, records)
+	rep := capacity.VerifyAuditChain(wire.AuditHeadFrom(head), records)
+	if rep.OK && rep.Past > 0 {
+		// Records past the head: appended while reading, if the head now covers them; if it
+		// does not, the head was moved back.
+		again, _, err := fetch(client.Page{Limit: 1})
+		if err != nil {
+			return fmt.Errorf("read the head of %s again: %w", chain, err)
+		}
+		rep = capacity.ConfirmHead(rep, wire.AuditHeadFrom(again.Head))
+	}
 	if !rep.OK {
 		return a.verifyFailed(chain, head, rep, named(raw, rep))
 	}
-	if a.output == "json" {
-		return printValue(a.io.out, newVerifyResult(chain, head, rep, nil))
+	out := newVerifyResult(chain, head, rep, nil)
+	if *keys {
+		kr, err := verifyKeys(ctx, c, records)
+		if err != nil {
+			return err
+		}
+		if !kr.OK {
+			rep := capacity.ChainReport{Problem: kr.Problem, Seq: kr.Seq, Detail: kr.Detail}
+			rec := named(raw, rep)
+			if rec != nil {
+				rep.RecordID = rec.ID
+			}
+			return a.verifyFailed(chain, head, rep, rec, kr.KeyID)
+		}
+		out.KeysChecked, out.LegacyKeys, out.UnrecordedKeys = &kr.Checked, kr.Legacy, kr.Unrecorded
 	}
-	fmt.Fprintf(a.io.out, "OK: audit chain of %s verified: %d records checked, %d unchained, head seq %d %s\n",
+	if a.output == "json" {
+		return printValue(a.io.out, out)
+	}
+	w := a.io.out
+	fmt.Fprintf(w, "OK: audit chain of %s verified: %d records checked, %d unchained, head seq %d %s\n",
 		chain, rep.Checked, rep.Unchained, head.Seq, dash(head.Hash))
+	if rep.Past > 0 {
+		fmt.Fprintf(w, "  %d records appended while verifying (seq %d to %d) were checked too, and the head now covers them\n",
+			rep.Past, rep.Last.Seq-int64(rep.Past)+1, rep.Last.Seq)
+	}
+	if !rep.Pinned && (rep.Unchained > 0 || head.Seq > 0) {
+		fmt.Fprintf(w, "WARNING: the chain's start is not pinned (no record appended since pins exist): its %d unchained records are legacy, and nothing verifies them\n", rep.Unchained)
+	}
+	if out.KeysChecked != nil {
+		fmt.Fprintf(w, "  %d keys grant what their records say\n", *out.KeysChecked)
+	}
+	for _, k := range out.LegacyKeys {
+		fmt.Fprintf(w, "WARNING: key %s: its records predate grants in records, so its grants cannot be checked\n", k)
+	}
+	for _, k := range out.UnrecordedKeys {
+		fmt.Fprintf(w, "WARNING: key %s: no record in the chain (created outside the API: seeded, or written to the table); revoke it unless you know it\n", k)
+	}
 	return nil
+}
+
+// verifyKeys reads every key and checks it against the chain's records.
+func verifyKeys(ctx context.Context, c *client.Client, records []capacity.AuditRecord) (capacity.KeyReport, error) {
+	var keys []capacity.APIKey
+	page := client.Page{Limit: verifyPageSize}
+	seen := map[string]bool{}
+	for {
+		out, _, err := c.ListKeys(ctx, page)
+		if err != nil {
+			return capacity.KeyReport{}, fmt.Errorf("list keys: %w", err)
+		}
+		for _, j := range out.Keys {
+			k, err := wire.KeyFrom(j)
+			if err != nil {
+				return capacity.KeyReport{}, err
+			}
+			keys = append(keys, k)
+		}
+		if out.NextCursor == "" {
+			return capacity.VerifyKeyGrants(records, keys), nil
+		}
+		if seen[out.NextCursor] {
+			return capacity.KeyReport{}, fmt.Errorf("key pages loop at cursor %s", out.NextCursor)
+		}
+		seen[out.NextCursor] = true
+		page.Cursor = out.NextCursor
+	}
 }
 
 // fetchChain reads every page of a chain. The head is the last page's: it was read before
@@ -166,25 +248,39 @@ func named(records []wire.AuditRecordJSON, rep capacity.ChainReport) *wire.Audit
 	return nil
 }
 
-func (a *app) verifyFailed(chain string, head wire.AuditHeadJSON, rep capacity.ChainReport, rec *wire.AuditRecordJSON) error {
+// verifyFailed reports a problem of the chain, or (keyID set) of a key that does not match
+// the chain's records.
+func (a *app) verifyFailed(chain string, head wire.AuditHeadJSON, rep capacity.ChainReport, rec *wire.AuditRecordJSON, keyID ...string) error {
+	v := newVerifyResult(chain, head, rep, rec)
+	if len(keyID) > 0 {
+		v.KeyID = keyID[0]
+	}
 	if a.output == "json" {
-		if err := printValue(a.io.out, newVerifyResult(chain, head, rep, rec)); err != nil {
+		if err := printValue(a.io.out, v); err != nil {
 			return err
 		}
 	} else {
-		fmt.Fprintf(a.io.out, "FAILED: audit chain of %s: %s\n", chain, describe(rep, rec))
+		fmt.Fprintf(a.io.out, "FAILED: audit chain of %s: %s\n", chain, describe(rep, rec, v.KeyID))
 	}
 	return failed(exitFailed, fmt.Errorf("audit chain of %s does not verify: %s record (seq %d, id %s)", chain, rep.Problem, rep.Seq, dash(rep.RecordID)))
 }
 
-// describe says what is wrong, naming the record.
-func describe(rep capacity.ChainReport, rec *wire.AuditRecordJSON) string {
+// describe says what is wrong, naming the record (and the key, if one does not match it).
+func describe(rep capacity.ChainReport, rec *wire.AuditRecordJSON, keyID string) string {
 	what := map[string]string{
 		capacity.ChainAltered:  "altered (its hash does not match its content)",
 		capacity.ChainInserted: "inserted (not part of the chain)",
 		capacity.ChainRemoved:  "removed (records missing from the chain)",
+		capacity.ChainBeyondHead: "beyond the head (records past a head that does not cover them: " +
+			"the head was moved back)",
 	}[rep.Problem]
 	s := fmt.Sprintf("%s at record seq %d id %s", orDefault(what, rep.Problem), rep.Seq, dash(rep.RecordID))
+	switch {
+	case keyID != "":
+		s = fmt.Sprintf("key %s %s (the key does not match its records) at record seq %d id %s", keyID, rep.Problem, rep.Seq, dash(rep.RecordID))
+	case rep.Seq == 0 && rep.RecordID == "":
+		s = orDefault(what, rep.Problem) + " before the chain"
+	}
 	if rec != nil {
 		s += fmt.Sprintf(" (time %s, action %s)", rec.Time, rec.Action)
 	}

@@ -179,8 +179,9 @@ func withoutAuditHead(items []map[string]types.AttributeValue) []map[string]type
 	out := make([]map[string]types.AttributeValue, 0, len(items))
 	for _, it := range items {
 		c := maps.Clone(it)
-		delete(c, "AuditSeq")
-		delete(c, "AuditHead")
+		for _, a := range []string{"AuditSeq", "AuditHead", "AuditStartCount", "AuditStartDigest"} {
+			delete(c, a)
+		}
 		out = append(out, c)
 	}
 	return out

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -45,9 +46,33 @@ type canonicalAudit struct {
 	Via            string            `json:"via"`
 	EventID        string            `json:"eventId"`
 	Victims        []canonicalVictim `json:"victims"`
-	// TargetKeyID is the one member left out when empty: it came after chains did, and records
-	// without it (every one but key management's) keep the hash they were written with.
-	TargetKeyID string `json:"targetKeyId,omitempty"`
+	// TargetKeyID and Grants are the members left out when empty: they came after chains did,
+	// and records without them (every one but key management's, and key records written
+	// before) keep the hash they were written with.
+	TargetKeyID string           `json:"targetKeyId,omitempty"`
+	Grants      *canonicalGrants `json:"grants,omitempty"`
+}
+
+// canonicalGrants is KeyGrants in the canonical form: permissions sorted, expiry "" for none.
+type canonicalGrants struct {
+	OrgID       string   `json:"orgId"`
+	Permissions []string `json:"permissions"`
+	Operator    bool     `json:"operator"`
+	ExpiresAt   string   `json:"expiresAt"`
+}
+
+func canonicalGrantsOf(g *KeyGrants) *canonicalGrants {
+	if g == nil {
+		return nil
+	}
+	c := &canonicalGrants{OrgID: g.OrgID, Permissions: slices.Sorted(slices.Values(list(g.Permissions))), Operator: g.Operator}
+	if c.Permissions == nil {
+		c.Permissions = []string{}
+	}
+	if g.ExpiresAt != nil {
+		c.ExpiresAt = g.ExpiresAt.UTC().Format(time.RFC3339Nano)
+	}
+	return c
 }
 
 type canonicalVictim struct {
@@ -73,7 +98,7 @@ func HashAuditRecord(r AuditRecord) string {
 		DryRun: r.DryRun, Reason: r.Reason, ReclaimID: r.ReclaimID, Terminated: list(r.Terminated),
 		Skipped: list(r.Skipped), ReleasedBefore: list(r.ReleasedBefore), ReleasedAfter: list(r.ReleasedAfter),
 		TopologyGen: r.TopologyGen, VMID: r.VMID, Outcome: r.Outcome, Via: r.Via, EventID: r.EventID,
-		Victims: []canonicalVictim{}, TargetKeyID: r.TargetKeyID,
+		Victims: []canonicalVictim{}, TargetKeyID: r.TargetKeyID, Grants: canonicalGrantsOf(r.Grants),
 	}
 	for _, v := range r.Victims {
 		c.Victims = append(c.Victims, canonicalVictim{VMID: v.VMID, OrgID: v.OrgID, UnitIDs: list(v.UnitIDs)})
@@ -94,22 +119,35 @@ func ChainAuditRecord(r AuditRecord, head AuditHead) (AuditRecord, AuditHead) {
 	return r, AuditHead{Seq: r.Seq, Hash: r.Hash}
 }
 
-// Problems VerifyAuditChain reports.
+// Problems VerifyAuditChain and ConfirmHead report.
 const (
 	ChainAltered  = "altered"  // a record's hash does not match its content
 	ChainInserted = "inserted" // a record that is not in the chain where it stands
 	ChainRemoved  = "removed"  // records missing: a seq gap, a broken link, or a short chain
+	// ChainBeyondHead: records past the head that a head read after them still does not
+	// cover. A record is put in the transaction that moves the head to it, so the head was
+	// moved back, or records were put past it by something other than the service.
+	ChainBeyondHead = "beyond-head"
 )
 
 // ChainReport is the outcome of verifying a chain: OK, or the first problem found, naming the
 // record (Seq, RecordID) and, for removed, the seqs missing (MissingFrom..MissingTo).
 type ChainReport struct {
 	OK bool
-	// Checked counts the chained records verified (those up to the head's seq).
+	// Checked counts the chained records verified up to the head's seq.
 	Checked int
-	// Unchained counts the records before the chain began (written before chains existed,
-	// or before the node did); they carry no hash.
-	Unchained   int
+	// Past counts the records read past the head's seq. They are verified like the others
+	// (each links to the one before, the first to the head): appended since the head was
+	// read, or standing past a head moved back, which ConfirmHead tells apart.
+	Past int
+	// Last is the last chained record read (seq and hash).
+	Last AuditHead
+	// Unchained counts the records before the chain began (no seq, no hash). Pinned says the
+	// chain's start pins them (their count and digest match it); when it is false they are
+	// legacy records that nothing covers: counted and reported, never verified.
+	Unchained int
+	Pinned    bool
+
 	Problem     string
 	Seq         int64
 	RecordID    string
@@ -118,45 +156,72 @@ type ChainReport struct {
 	Detail      string
 }
 
+// ChainStartOf returns the pin of the unchained records that precede a chain, given in chain
+// order: their number, and the hex SHA-256 of their hashes (HashAuditRecord), one a line.
+func ChainStartOf(unchained []AuditRecord) ChainStart {
+	h := sha256.New()
+	for _, r := range unchained {
+		fmt.Fprintln(h, HashAuditRecord(r))
+	}
+	return ChainStart{Unchained: int64(len(unchained)), Digest: hex.EncodeToString(h.Sum(nil))}
+}
+
 // VerifyAuditChain checks records (in chain order: unchained ones first, then by seq) against
-// the head read before them. Records past head.Seq were appended after the head was read and
-// are ignored. It reports the first problem: a record whose hash does not match its content
-// (altered); a record that is not where the chain places it, such as a second record with a
-// seq, an unchained record timed after the chain began, or one out of order (inserted); a gap
-// in the seqs, a record whose PrevHash is not the hash of the one before, or a chain that ends
-// before the head (removed).
+// the head read before them. It reports the first problem: an unchained record timed after
+// the chain began, or unchained records that do not match the start the head pins (inserted,
+// removed, altered); a record whose hash does not match its content (altered); a record that
+// is not where the chain places it, such as a second record with a seq or one out of order
+// (inserted); a gap in the seqs, a record whose PrevHash is not the hash of the one before,
+// or a chain that ends before the head or whose record at the head's seq is not the head's
+// (removed). Records past the head are verified too, and counted in Past: run ConfirmHead
+// on the report with the head read again after them.
 func VerifyAuditChain(head AuditHead, records []AuditRecord) ChainReport {
-	rep := ChainReport{}
+	rep := ChainReport{Pinned: head.Start.Pinned()}
 	fail := func(problem string, r AuditRecord, detail string) ChainReport {
 		rep.Problem, rep.Seq, rep.RecordID, rep.Detail = problem, r.Seq, r.ID, detail
 		return rep
 	}
 	// Where the chain began, and which seqs are present (to tell a gap from disorder).
 	var start *time.Time
-	bySeq := map[int64][]AuditRecord{}
+	bySeq := map[int64]bool{}
 	for _, r := range records {
-		if r.Seq <= 0 || r.Seq > head.Seq {
+		if r.Seq <= 0 {
 			continue
 		}
 		if start == nil || r.Time.Before(*start) {
 			t := r.Time
 			start = &t
 		}
-		bySeq[r.Seq] = append(bySeq[r.Seq], r)
+		bySeq[r.Seq] = true
+	}
+	var unchained []AuditRecord
+	for _, r := range records {
+		if r.Seq > 0 {
+			continue
+		}
+		if start != nil && r.Time.After(*start) {
+			return fail(ChainInserted, r, fmt.Sprintf("unchained record timed %s, after the chain began at %s",
+				r.Time.UTC().Format(time.RFC3339Nano), start.UTC().Format(time.RFC3339Nano)))
+		}
+		unchained = append(unchained, r)
+		rep.Unchained++
+	}
+	if rep.Pinned {
+		got, pin := ChainStartOf(unchained), head.Start
+		switch {
+		case got.Unchained > pin.Unchained:
+			return fail(ChainInserted, AuditRecord{}, fmt.Sprintf("%d unchained records precede the chain; its start pins %d", got.Unchained, pin.Unchained))
+		case got.Unchained < pin.Unchained:
+			return fail(ChainRemoved, AuditRecord{}, fmt.Sprintf("%d unchained records precede the chain; its start pins %d", got.Unchained, pin.Unchained))
+		case got.Digest != pin.Digest:
+			return fail(ChainAltered, AuditRecord{}, "the unchained records before the chain are not those its start pins")
+		}
 	}
 	forged := forgedDuplicates(head, records)
 	var last AuditRecord // the last chained record accepted (Seq 0: none yet)
 	for i, r := range records {
 		if r.Seq <= 0 {
-			if start != nil && r.Time.After(*start) {
-				return fail(ChainInserted, r, fmt.Sprintf("unchained record timed %s, after the chain began at %s",
-					r.Time.UTC().Format(time.RFC3339Nano), start.UTC().Format(time.RFC3339Nano)))
-			}
-			rep.Unchained++
 			continue
-		}
-		if r.Seq > head.Seq {
-			continue // appended after the head was read
 		}
 		if forged[i] || r.Seq <= last.Seq {
 			return fail(ChainInserted, r, fmt.Sprintf("a second record with seq %d", r.Seq))
@@ -165,7 +230,7 @@ func VerifyAuditChain(head AuditHead, records []AuditRecord) ChainReport {
 			return fail(ChainAltered, r, "hash does not match the record's content")
 		}
 		if want := last.Seq + 1; r.Seq > want {
-			if _, later := bySeq[want]; later {
+			if bySeq[want] {
 				return fail(ChainInserted, r, fmt.Sprintf("seq %d stands before seq %d", r.Seq, want))
 			}
 			rep.MissingFrom, rep.MissingTo = want, r.Seq-1
@@ -175,37 +240,57 @@ func VerifyAuditChain(head AuditHead, records []AuditRecord) ChainReport {
 			rep.MissingFrom, rep.MissingTo = r.Seq-1, r.Seq-1
 			return fail(ChainRemoved, r, fmt.Sprintf("prevHash is not the hash of record %d", r.Seq-1))
 		}
+		if r.Seq == head.Seq && r.Hash != head.Hash {
+			rep.MissingFrom, rep.MissingTo = head.Seq, head.Seq
+			return fail(ChainRemoved, r, fmt.Sprintf("the head's hash is not the hash of record %d", head.Seq))
+		}
 		last = r
-		rep.Checked++
+		if r.Seq <= head.Seq {
+			rep.Checked++
+		} else {
+			rep.Past++
+		}
 	}
 	if last.Seq < head.Seq {
 		rep.MissingFrom, rep.MissingTo = last.Seq+1, head.Seq
 		return fail(ChainRemoved, last, fmt.Sprintf("the head is at seq %d; records %d to %d are missing", head.Seq, last.Seq+1, head.Seq))
 	}
-	if last.Hash != head.Hash {
-		rep.MissingFrom, rep.MissingTo = head.Seq, head.Seq
-		return fail(ChainRemoved, last, fmt.Sprintf("the head's hash is not the hash of record %d", head.Seq))
-	}
+	rep.Last = AuditHead{Seq: last.Seq, Hash: last.Hash}
 	rep.OK = true
 	return rep
 }
 
-// forgedDuplicates marks, among the chained records (up to the head) that share a seq, those
-// the chain does not link to, by index: the genuine one is named by the PrevHash of a record
-// with the next seq, or by the head.
+// ConfirmHead checks a report with records past its head against the head read again after
+// the records. A record is put in the very transaction that moves the head to it, so that
+// later head must cover every record read: at a later seq, or at the last one read with its
+// hash. Otherwise the head was moved back (or records were put past it): beyond-head.
+func ConfirmHead(rep ChainReport, later AuditHead) ChainReport {
+	if !rep.OK || rep.Past == 0 || later.Seq > rep.Last.Seq || (later.Seq == rep.Last.Seq && later.Hash == rep.Last.Hash) {
+		return rep
+	}
+	first := rep.Last.Seq - int64(rep.Past) + 1
+	rep.OK, rep.Problem, rep.Seq, rep.RecordID = false, ChainBeyondHead, first, ""
+	rep.Detail = fmt.Sprintf("records %d to %d stand past the head read before them (seq %d), and the head read after them is at seq %d: "+
+		"the head was moved back, or records were put past it", first, rep.Last.Seq, first-1, later.Seq)
+	return rep
+}
+
+// forgedDuplicates marks, among the chained records that share a seq, those the chain does not
+// link to, by index: the genuine one is named by the PrevHash of a record with the next seq,
+// or by the head.
 func forgedDuplicates(head AuditHead, records []AuditRecord) map[int]bool {
 	link := func(seq int64, hash string) string { return fmt.Sprintf("%d#%s", seq, hash) }
 	linked := map[string]bool{link(head.Seq, head.Hash): true}
 	count := map[int64]int{}
 	for _, r := range records {
-		if r.Seq > 0 && r.Seq <= head.Seq {
+		if r.Seq > 0 {
 			count[r.Seq]++
 			linked[link(r.Seq-1, r.PrevHash)] = true
 		}
 	}
 	forged := map[int]bool{}
 	for i, r := range records {
-		if r.Seq > 0 && r.Seq <= head.Seq && count[r.Seq] > 1 && !linked[link(r.Seq, r.Hash)] {
+		if r.Seq > 0 && count[r.Seq] > 1 && !linked[link(r.Seq, r.Hash)] {
 			forged[i] = true
 		}
 	}

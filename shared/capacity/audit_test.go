@@ -64,12 +64,21 @@ func TestHashAuditRecordForm(t *testing.T) {
 		`"callerOrgId":"","actingFor":"","action":"key.revoke","nodeId":"","reservationId":"","unitIds":[],` +
 		`"dryRun":false,"reason":"","reclaimId":"","terminated":[],"skipped":[],"releasedBefore":[],` +
 		`"releasedAfter":[],"topologyGen":0,"vmId":"","outcome":"","via":"","eventId":"","victims":[]`
-	for _, tc := range []struct{ target, text string }{
-		{"", form + "}"},
-		{"key-1", form + `,"targetKeyId":"key-1"}`},
+	exp := time.Date(2027, 1, 2, 3, 4, 5, 0, time.FixedZone("x", 3600))
+	for _, tc := range []struct {
+		target string
+		grants *KeyGrants
+		text   string
+	}{
+		{"", nil, form + "}"},
+		{"key-1", nil, form + `,"targetKeyId":"key-1"}`},
+		{"key-1", &KeyGrants{OrgID: "o", Permissions: []string{"vm.place", "reservation.read"}, Operator: true, ExpiresAt: &exp},
+			form + `,"targetKeyId":"key-1","grants":{"orgId":"o","permissions":["reservation.read","vm.place"],"operator":true,"expiresAt":"2027-01-02T02:04:05Z"}}`},
+		{"key-1", &KeyGrants{OrgID: "o"},
+			form + `,"targetKeyId":"key-1","grants":{"orgId":"o","permissions":[],"operator":false,"expiresAt":""}}`},
 	} {
 		r := base
-		r.TargetKeyID = tc.target
+		r.TargetKeyID, r.Grants = tc.target, tc.grants
 		sum := sha256.Sum256([]byte(tc.text))
 		if got, want := HashAuditRecord(r), hex.EncodeToString(sum[:]); got != want {
 			t.Errorf("target %q: hash %s, want the hash of %s", tc.target, got, tc.text)
@@ -98,9 +107,16 @@ func TestVerifyAuditChain(t *testing.T) {
 		{"unchained records before the chain are counted", func(r []AuditRecord, h AuditHead) ([]AuditRecord, AuditHead) {
 			return append([]AuditRecord{legacy}, r...), h
 		}, ChainReport{OK: true, Checked: 5, Unchained: 1}},
-		{"records past the head are ignored", func(r []AuditRecord, _ AuditHead) ([]AuditRecord, AuditHead) {
+		{"records past the head are verified and counted", func(r []AuditRecord, _ AuditHead) ([]AuditRecord, AuditHead) {
 			return r, AuditHead{Seq: r[2].Seq, Hash: r[2].Hash}
-		}, ChainReport{OK: true, Checked: 3}},
+		}, ChainReport{OK: true, Checked: 3, Past: 2}},
+		{"a record past the head altered", func(r []AuditRecord, _ AuditHead) ([]AuditRecord, AuditHead) {
+			r[4].Reason = "rewritten"
+			return r, AuditHead{Seq: r[2].Seq, Hash: r[2].Hash}
+		}, ChainReport{Problem: ChainAltered, Seq: 5, RecordID: "a5", Checked: 3, Past: 1}},
+		{"a record past the head removed", func(r []AuditRecord, _ AuditHead) ([]AuditRecord, AuditHead) {
+			return append(r[:3:3], r[4]), AuditHead{Seq: r[2].Seq, Hash: r[2].Hash}
+		}, ChainReport{Problem: ChainRemoved, Seq: 5, RecordID: "a5", MissingFrom: 4, MissingTo: 4, Checked: 3}},
 		{"one field altered", func(r []AuditRecord, h AuditHead) ([]AuditRecord, AuditHead) {
 			r[2].DryRun = !r[2].DryRun
 			return r, h
@@ -138,7 +154,7 @@ func TestVerifyAuditChain(t *testing.T) {
 		{"last record replaced by one rehashed", func(r []AuditRecord, h AuditHead) ([]AuditRecord, AuditHead) {
 			r[4] = forge(r[4], true)
 			return r, h
-		}, ChainReport{Problem: ChainRemoved, Seq: 5, RecordID: "forged", MissingFrom: 5, MissingTo: 5, Checked: 5}},
+		}, ChainReport{Problem: ChainRemoved, Seq: 5, RecordID: "forged", MissingFrom: 5, MissingTo: 5, Checked: 4}},
 		{"two records swapped in place", func(r []AuditRecord, h AuditHead) ([]AuditRecord, AuditHead) {
 			r[1], r[2] = r[2], r[1]
 			return r, h
@@ -155,7 +171,7 @@ func TestVerifyAuditChain(t *testing.T) {
 			recs, head := testChain(5)
 			recs, head = tt.edit(recs, head)
 			got := VerifyAuditChain(head, recs)
-			got.Detail = ""
+			got.Detail, got.Last = "", AuditHead{}
 			if got != tt.want {
 				t.Errorf("VerifyAuditChain\n got %+v\nwant %+v", got, tt.want)
 			}
@@ -167,4 +183,89 @@ func insert(rs []AuditRecord, at int, r AuditRecord) []AuditRecord {
 	out := append([]AuditRecord{}, rs[:at]...)
 	out = append(out, r)
 	return append(out, rs[at:]...)
+}
+
+// Each tampering of a chain whose start is pinned (one legacy record before it) fails
+// verification: VerifyAuditChain on the head read before the records, then ConfirmHead on
+// the head read after them, as capacityctl audit verify runs them. The untampered cases pass.
+func TestVerifyTamperings(t *testing.T) {
+	legacy := AuditRecord{ID: "old", Time: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), NodeID: "n1", Action: ActionRelease}
+	type state struct {
+		recs          []AuditRecord
+		before, after AuditHead // the head read before the records, and after them
+	}
+	tests := []struct {
+		name    string
+		tamper  func(s *state)
+		problem string // "" = verifies
+		seq     int64
+	}{
+		{"untouched", func(s *state) {}, "", 0},
+		{"records appended while verifying", func(s *state) {
+			s.before = AuditHead{Seq: 3, Hash: s.recs[3].Hash, Start: s.before.Start}
+		}, "", 0},
+		{"head rolled back", func(s *state) {
+			s.before = AuditHead{Seq: 3, Hash: s.recs[3].Hash, Start: s.before.Start}
+			s.after = s.before
+		}, ChainBeyondHead, 4},
+		{"head rolled back, the last record rewritten and rehashed", func(s *state) {
+			s.recs[5].Reason = "nothing happened"
+			s.recs[5].Hash = HashAuditRecord(s.recs[5])
+			s.before = AuditHead{Seq: 3, Hash: s.recs[3].Hash, Start: s.before.Start}
+			s.after = s.before
+		}, ChainBeyondHead, 4},
+		{"head rolled back, a record past it rewritten", func(s *state) {
+			s.recs[5].Reason = "nothing happened"
+			s.before = AuditHead{Seq: 3, Hash: s.recs[3].Hash, Start: s.before.Start}
+			s.after = s.before
+		}, ChainAltered, 5},
+		{"back-dated unchained record planted", func(s *state) {
+			planted := legacy
+			planted.ID, planted.Time, planted.Reason = "planted", legacy.Time.Add(-time.Hour), "approved by ops"
+			s.recs = append([]AuditRecord{planted}, s.recs...)
+		}, ChainInserted, 0},
+		{"unchained record planted just before the chain", func(s *state) {
+			planted := legacy
+			planted.ID, planted.Time = "planted", s.recs[1].Time.Add(-time.Nanosecond)
+			s.recs = insert(s.recs, 1, planted)
+		}, ChainInserted, 0},
+		{"legacy record rewritten", func(s *state) {
+			s.recs[0].Reason = "rewritten"
+		}, ChainAltered, 0},
+		{"legacy record removed", func(s *state) {
+			s.recs = s.recs[1:]
+		}, ChainRemoved, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			chain, head := testChain(5)
+			head.Start = ChainStartOf([]AuditRecord{legacy})
+			s := &state{recs: append([]AuditRecord{legacy}, chain...), before: head, after: head}
+			tt.tamper(s)
+			rep := ConfirmHead(VerifyAuditChain(s.before, s.recs), s.after)
+			if tt.problem == "" {
+				if !rep.OK || !rep.Pinned || rep.Unchained != 1 {
+					t.Fatalf("report %+v, want OK with the one pinned legacy record", rep)
+				}
+				return
+			}
+			if rep.OK || rep.Problem != tt.problem || rep.Seq != tt.seq {
+				t.Fatalf("report %+v, want problem %s at seq %d", rep, tt.problem, tt.seq)
+			}
+		})
+	}
+}
+
+// A chain whose head pins no start (begun before pins, and not appended to since) passes
+// with its unchained records reported as not pinned.
+func TestVerifyUnpinnedStart(t *testing.T) {
+	chain, head := testChain(2)
+	legacy := AuditRecord{ID: "old", Time: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	rep := VerifyAuditChain(head, append([]AuditRecord{legacy}, chain...))
+	if !rep.OK || rep.Pinned || rep.Unchained != 1 {
+		t.Fatalf("report %+v, want OK, 1 unchained, not pinned", rep)
+	}
+	if (ChainStart{}).Pinned() || !ChainStartOf(nil).Pinned() {
+		t.Error("the zero start is pinned, or the start of no records is not")
+	}
 }

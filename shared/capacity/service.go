@@ -624,7 +624,15 @@ func (s *Service) auditRefusal(ctx context.Context, rec AuditRecord, err error) 
 // append writes an audit record outside a transaction. A failure is logged, not returned:
 // the call's answer must not depend on the audit trail of a call that changed nothing.
 func (s *Service) append(ctx context.Context, rec AuditRecord) {
-	if err := s.Store.AppendAudit(ctx, rec); err != nil {
+	err := s.Store.AppendAudit(ctx, rec)
+	switch {
+	case err == nil:
+	case ErrorCode(err) == CodeNotFound:
+		// A call on a node that does not exist (yet) has no chain to go on: the log keeps it.
+		s.logger().WarnContext(ctx, "audit record of a call on a node that does not exist, not kept", "audit_id", rec.ID,
+			"action", rec.Action, "node_id", rec.NodeID, "outcome", rec.Outcome, "actor_key_id", rec.ActorKeyID,
+			"caller_org_id", rec.CallerOrgID, "request_id", rec.RequestID)
+	default:
 		s.logger().ErrorContext(ctx, "audit append failed", "err", err, "audit_id", rec.ID, "action", rec.Action)
 	}
 }

@@ -74,11 +74,27 @@ type Node struct {
 	AuditHead AuditHead
 }
 
-// AuditHead is the last record of an audit hash chain: its Seq and Hash (zero: no record yet).
+// AuditHead is the last record of an audit hash chain: its Seq and Hash (zero: no record yet),
+// and the chain's Start.
 type AuditHead struct {
 	Seq  int64
 	Hash string
+	// Start pins what precedes the chain in its partition (unchained records, written before
+	// chains existed). Zero on a chain begun before pins existed, until its next append.
+	Start ChainStart
 }
+
+// ChainStart pins the unchained records that precede a chain: how many, and the digest of
+// their hashes in chain order (ChainStartOf). It is set once, with the first record the
+// service appends to the chain after pins existed, so no unchained record can be planted
+// later as if it predated the chain.
+type ChainStart struct {
+	Unchained int64
+	Digest    string
+}
+
+// Pinned reports whether the chain's start is pinned.
+func (s ChainStart) Pinned() bool { return s.Digest != "" }
 
 // Status of a reservation.
 type Status string
@@ -377,6 +393,10 @@ type AuditRecord struct {
 	TargetKeyID string
 	// Victims are the VMs a reclaim evicted, with their buyer org and units.
 	Victims []Victim
+	// Grants is what the key of a key.create record grants, so that a key item changed in
+	// place is told from its record; nil on every other record (and on key records written
+	// before it existed).
+	Grants *KeyGrants
 	// Seq numbers the record in its chain (1, 2, 3...); 0 for a record outside any chain.
 	Seq int64
 	// PrevHash is the Hash of record Seq-1 ("" for Seq 1); Hash covers the record's content

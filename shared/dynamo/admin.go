@@ -37,6 +37,10 @@ func (s *Store) Put(ctx context.Context, seed Seed) error {
 	}
 	var items []any
 	for _, n := range seed.Nodes {
+		if n.AuditHead.Seq == 0 && !n.AuditHead.Start.Pinned() {
+			// A new node's chain starts empty: pinned so, nothing can be planted before it.
+			n.AuditHead.Start = capacity.ChainStartOf(nil)
+		}
 		items = append(items, newNodeItem(n))
 	}
 	for _, r := range seed.Reservations {

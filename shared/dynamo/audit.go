@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -27,6 +28,9 @@ import (
 const (
 	attrAuditSeq  = "AuditSeq"
 	attrAuditHead = "AuditHead"
+	// The pin of the chain's start (capacity.ChainStart), on the head item.
+	attrAuditStartCount  = "AuditStartCount"
+	attrAuditStartDigest = "AuditStartDigest"
 
 	// keysAuditPK is the audit partition of key management, and the pk of its head item in
 	// the keys table (sk skAuditHead).
@@ -72,9 +76,11 @@ func headIs(head capacity.AuditHead) expression.ConditionBuilder {
 
 // auditWrites returns the transaction items appending rec to the chain at head (as read):
 // ONE Update of the head item that applies upd (nil: none) under cond (nil: none), sets the
-// new head and conditions on head as read, then the audit record's Put. The transaction must
-// not otherwise write the head item. It returns rec as chained.
-func (s *Store) auditWrites(rec capacity.AuditRecord, head capacity.AuditHead, ref headRef,
+// new head and conditions on head as read, then the audit record's Put. A head that pins no
+// start gets pin (startPin), conditioned on still having none; nil leaves it unpinned (only
+// for TransactInput's copy of a commit). The transaction must not otherwise write the head
+// item. It returns rec as chained.
+func (s *Store) auditWrites(rec capacity.AuditRecord, head capacity.AuditHead, pin *capacity.ChainStart, ref headRef,
 	upd *expression.UpdateBuilder, cond *expression.ConditionBuilder) ([]types.TransactWriteItem, capacity.AuditRecord, error) {
 	rec, next := capacity.ChainAuditRecord(rec, head)
 	u := expression.UpdateBuilder{}
@@ -84,6 +90,11 @@ func (s *Store) auditWrites(rec capacity.AuditRecord, head capacity.AuditHead, r
 	u = u.Set(expression.Name(attrAuditSeq), expression.Value(next.Seq)).
 		Set(expression.Name(attrAuditHead), expression.Value(next.Hash))
 	c := headIs(head)
+	if pin != nil && !head.Start.Pinned() {
+		u = u.Set(expression.Name(attrAuditStartCount), expression.Value(pin.Unchained)).
+			Set(expression.Name(attrAuditStartDigest), expression.Value(pin.Digest))
+		c = c.And(expression.Name(attrAuditStartDigest).AttributeNotExists())
+	}
 	if cond != nil {
 		c = cond.And(c)
 	}
@@ -91,10 +102,12 @@ func (s *Store) auditWrites(rec capacity.AuditRecord, head capacity.AuditHead, r
 	if err != nil {
 		return nil, rec, fmt.Errorf("build audit head update: %w", err)
 	}
+	condition, update := expr.Condition(), expr.Update()
+	names := distinctNames(expr.Names(), condition, update)
 	headUpd := types.TransactWriteItem{Update: &types.Update{
 		TableName: aws.String(ref.table), Key: ref.key,
-		ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
-		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+		ConditionExpression: condition, UpdateExpression: update,
+		ExpressionAttributeNames: names, ExpressionAttributeValues: expr.Values(),
 		// On a failed condition the item comes back: a head that moved is told from a
 		// version that moved without another read.
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
@@ -106,13 +119,35 @@ func (s *Store) auditWrites(rec capacity.AuditRecord, head capacity.AuditHead, r
 	return []types.TransactWriteItem{headUpd, put}, rec, nil
 }
 
+// placeholder is an expression attribute name placeholder as the expression builder makes them.
+var placeholder = regexp.MustCompile(`#([0-9]+)`)
+
+// distinctNames renames the placeholders #0, #1, ... #10 of an expression to #0n, #1n, ...
+// #10n in the expressions and returns the names under them: none is then a prefix of another.
+// AWS needs none of this; the local emulator resolves names by plain text replacement, in
+// which #1 also rewrites #10, and a node's creation with its chain's head and start takes
+// more than ten names.
+func distinctNames(names map[string]string, exprs ...*string) map[string]string {
+	for _, e := range exprs {
+		if e != nil {
+			*e = placeholder.ReplaceAllString(*e, "#${1}n")
+		}
+	}
+	out := make(map[string]string, len(names))
+	for k, v := range names {
+		out[placeholder.ReplaceAllString(k, "#${1}n")] = v
+	}
+	return out
+}
+
 // readHead reads a chain's head with one strongly consistent GetItem; exists is false when
 // the head item does not exist (a node that does not exist, or a key chain not begun).
 func (s *Store) readHead(ctx context.Context, ref headRef) (capacity.AuditHead, bool, error) {
 	out, err := s.Client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: aws.String(ref.table), Key: ref.key, ConsistentRead: aws.Bool(true),
-		ProjectionExpression:     aws.String("#pk, #seq, #head"),
-		ExpressionAttributeNames: map[string]string{"#pk": attrPK, "#seq": attrAuditSeq, "#head": attrAuditHead},
+		ProjectionExpression: aws.String("#pk, #seq, #head, #sc, #sd"),
+		ExpressionAttributeNames: map[string]string{"#pk": attrPK, "#seq": attrAuditSeq, "#head": attrAuditHead,
+			"#sc": attrAuditStartCount, "#sd": attrAuditStartDigest},
 	})
 	if err != nil {
 		return capacity.AuditHead{}, false, fmt.Errorf("read audit head %s: %w", ref.auditPK, classify(err))
@@ -127,15 +162,53 @@ func (s *Store) readHead(ctx context.Context, ref headRef) (capacity.AuditHead, 
 // headOf decodes the head attributes of an item (zero when absent).
 func headOf(item map[string]types.AttributeValue) (capacity.AuditHead, error) {
 	var h capacity.AuditHead
-	if n, ok := item[attrAuditSeq].(*types.AttributeValueMemberN); ok {
-		seq, err := strconv.ParseInt(n.Value, 10, 64)
-		if err != nil {
-			return h, fmt.Errorf("decode audit head seq %q: %w", n.Value, err)
+	for name, to := range map[string]*int64{attrAuditSeq: &h.Seq, attrAuditStartCount: &h.Start.Unchained} {
+		if n, ok := item[name].(*types.AttributeValueMemberN); ok {
+			v, err := strconv.ParseInt(n.Value, 10, 64)
+			if err != nil {
+				return h, fmt.Errorf("decode audit head %s %q: %w", name, n.Value, err)
+			}
+			*to = v
 		}
-		h.Seq = seq
 	}
 	h.Hash = attr(item, attrAuditHead)
+	h.Start.Digest = attr(item, attrAuditStartDigest)
 	return h, nil
+}
+
+// startPin returns the pin for a head that has none (nil when it has one): the unchained
+// records of the chain's partition as they stand, read with a consistent Query of the keys
+// before SEQ#. The service writes no unchained record any more, so the set is final.
+func (s *Store) startPin(ctx context.Context, ref headRef, head capacity.AuditHead) (*capacity.ChainStart, error) {
+	if head.Start.Pinned() {
+		return nil, nil
+	}
+	expr, err := expression.NewBuilder().WithKeyCondition(expression.Key(attrPK).Equal(expression.Value(ref.auditPK)).
+		And(expression.Key(attrSK).LessThan(expression.Value(prefixSeq)))).Build()
+	if err != nil {
+		return nil, fmt.Errorf("build audit start query: %w", err)
+	}
+	in := &dynamodb.QueryInput{
+		TableName: aws.String(s.AuditTable), KeyConditionExpression: expr.KeyCondition(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+		ScanIndexForward: aws.Bool(true), ConsistentRead: aws.Bool(true),
+	}
+	var unchained []capacity.AuditRecord
+	for {
+		recs, next, err := s.auditPage(ctx, in, ref.auditPK)
+		if err != nil {
+			return nil, fmt.Errorf("pin the start of audit chain %s: %w", ref.auditPK, err)
+		}
+		unchained = append(unchained, recs...)
+		if next == "" {
+			break
+		}
+		if in.ExclusiveStartKey, err = decodeCursor(next, ref.auditPK); err != nil {
+			return nil, err
+		}
+	}
+	pin := capacity.ChainStartOf(unchained)
+	return &pin, nil
 }
 
 // headMoved reports whether a cancelled transaction whose item i is the head update failed
@@ -183,27 +256,15 @@ func (s *Store) appendChained(ctx context.Context, what string, rec capacity.Aud
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		if !exists && ref.node {
-			// Unchained, but only while the node still does not exist: one created since the
-			// read has begun its chain, and a record put outside it now would read as
-			// inserted. Then go round again, chained.
-			check, err := s.check(ref.key, expression.Name(attrPK).AttributeNotExists())
-			if err != nil {
-				return fmt.Errorf("%s: %w", what, err)
-			}
-			put, err := s.putNew(s.AuditTable, newAuditItem(rec), nil)
-			if err != nil {
-				return fmt.Errorf("%s: audit record %s: %w", what, rec.ID, err)
-			}
-			checkAt := len(others)
-			items := append(append([]types.TransactWriteItem{}, others...), check, put)
-			canceled, err := s.transactCanceled(ctx, what, items, refuse)
-			if canceled != nil && checkAt < len(canceled.CancellationReasons) &&
-				aws.ToString(canceled.CancellationReasons[checkAt].Code) == "ConditionalCheckFailed" && try < appendTries {
-				continue
-			}
-			return err
+			// A node that does not exist has no chain to append to, and a record put outside
+			// one could not be told from a planted one: nothing is written (the caller logs).
+			return fmt.Errorf("%s: %w", what, capacity.Errorf(capacity.CodeNotFound, "node %s does not exist: its audit chain has not begun", rec.NodeID))
 		}
-		aw, chained, err := s.auditWrites(rec, head, ref, nil, nil)
+		pin, err := s.startPin(ctx, ref, head)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		aw, chained, err := s.auditWrites(rec, head, pin, ref, nil, nil)
 		if err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}

@@ -216,42 +216,25 @@ func TestAppendTimeoutAfterItLanded(t *testing.T) {
 	}
 }
 
-// A record for a node that does not exist is put outside any chain, as before chains.
-func TestAppendForMissingNodeIsUnchained(t *testing.T) {
+// A record for a node that does not exist is not kept: there is no chain to put it on, and
+// one put outside a chain could not be told from a planted one. The node's chain, begun
+// later, starts pinned with nothing before it.
+func TestAppendForMissingNodeKeepsNothing(t *testing.T) {
 	env := newEnv(t, seed(4, 2))
-	rec := capacity.AuditRecord{ID: "x", Time: t0, NodeID: "nope", Action: capacity.ActionReclaim, Outcome: "not_found"}
-	if err := env.Store.AppendAudit(context.Background(), rec); err != nil {
+	rec := capacity.AuditRecord{ID: "x", Time: t0, NodeID: "n9", Action: capacity.ActionNodePut, Outcome: "invalid_request"}
+	if err := env.Store.AppendAudit(context.Background(), rec); capacity.ErrorCode(err) != capacity.CodeNotFound {
+		t.Fatalf("append for a missing node: %v, want not_found", err)
+	}
+	if items := env.Items(t, env.Store.AuditTable); len(items) != 0 {
+		t.Fatalf("audit items %v, want none", items)
+	}
+	svc := auditService(env.Store)
+	if _, err := svc.PutNode(context.Background(), auditOp, capacity.NodeRequest{NodeID: "n9", OwnerOrgID: "owner",
+		UnitIDs: []string{"g0"}, AgentEndpoint: "https://n9.example"}, capacity.RequestMeta{}); err != nil {
 		t.Fatal(err)
 	}
-	items := env.Items(t, env.Store.AuditTable)
-	if len(items) != 1 || fmt.Sprint(items[0]["sk"]) == "" || items[0]["seq"] != nil {
-		t.Fatalf("items %v", items)
-	}
-	if _, _, _, err := env.Store.NodeAudit(context.Background(), "nope", 10, ""); capacity.ErrorCode(err) != capacity.CodeNotFound {
-		t.Errorf("node audit of a missing node: %v", err)
-	}
-}
-
-// The node is registered between an append's read of the head (none: no node) and its write:
-// the record is not put unchained after the chain began, but goes round again, chained.
-func TestAppendWhileTheNodeIsCreated(t *testing.T) {
-	var other *dynamo.Store
-	created := make(chan error, 1)
-	env := dynamotest.New(t, dynamotest.WithAPIOptions(onFirstTransact(func() {
-		_, err := auditService(other).PutNode(context.Background(), auditOp, capacity.NodeRequest{NodeID: "n9", OwnerOrgID: "owner",
-			UnitIDs: []string{"g0"}, AgentEndpoint: "https://n9.example"}, capacity.RequestMeta{})
-		created <- err
-	})))
-	other = dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable)
-	rec := capacity.AuditRecord{ID: "late", Time: t0.Add(2 * time.Hour), NodeID: "n9", Action: capacity.ActionReclaim, Outcome: "not_found"}
-	if err := env.Store.AppendAudit(context.Background(), rec); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-created; err != nil {
-		t.Fatalf("concurrent node put: %v", err)
-	}
-	head, recs, rep := wholeChain(t, auditService(env.Store), "n9")
-	if !rep.OK || rep.Unchained != 0 || head.Seq != 2 || len(recs) != 2 || recs[1].ID != "late" {
+	head, recs, rep := wholeChain(t, svc, "n9")
+	if !rep.OK || !rep.Pinned || rep.Unchained != 0 || head.Seq != 1 || len(recs) != 1 || head.Start != capacity.ChainStartOf(nil) {
 		t.Fatalf("chain %+v, head %+v, records %+v", rep, head, recs)
 	}
 }

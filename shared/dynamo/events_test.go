@@ -68,7 +68,7 @@ func TestOperationKeepsGraceOwnerAndVictims(t *testing.T) {
 // The audit item says how the call came and which event carried it.
 func TestAuditRecordsViaAndEventID(t *testing.T) {
 	ctx := context.Background()
-	env := dynamotest.New(t)
+	env := newEnv(t, seed(1, 0))
 	rec := capacity.AuditRecord{ID: "a9", Time: t0, NodeID: "n1", Action: capacity.ActionReclaim, Outcome: "ok",
 		Via: capacity.ViaSchedule, EventID: "ev-7"}
 	if err := env.Store.AppendAudit(ctx, rec); err != nil {

@@ -119,9 +119,12 @@ type nodeItem struct {
 	AgentEndpoint string   `dynamodbav:"AgentEndpoint"`
 	UnitIDs       []string `dynamodbav:"UnitIDs"`
 	Version       int64    `dynamodbav:"Version"`
-	// The head of the node's audit chain (absent until its first chained record).
-	AuditSeq  int64  `dynamodbav:"AuditSeq,omitempty"`
-	AuditHead string `dynamodbav:"AuditHead,omitempty"`
+	// The head of the node's audit chain (absent until its first chained record), and the
+	// pin of its start (absent on a chain begun before pins, until its next append).
+	AuditSeq         int64  `dynamodbav:"AuditSeq,omitempty"`
+	AuditHead        string `dynamodbav:"AuditHead,omitempty"`
+	AuditStartCount  int64  `dynamodbav:"AuditStartCount,omitempty"`
+	AuditStartDigest string `dynamodbav:"AuditStartDigest,omitempty"`
 }
 
 func newNodeItem(n capacity.Node) nodeItem {
@@ -129,13 +132,15 @@ func newNodeItem(n capacity.Node) nodeItem {
 		PK: nodePK(n.ID), SK: skNode, Type: typeNode,
 		ID: n.ID, OwnerOrgID: n.OwnerOrgID, TopologyGen: n.TopologyGen, AgentEndpoint: n.AgentEndpoint,
 		UnitIDs: n.UnitIDs, Version: n.Version, AuditSeq: n.AuditHead.Seq, AuditHead: n.AuditHead.Hash,
+		AuditStartCount: n.AuditHead.Start.Unchained, AuditStartDigest: n.AuditHead.Start.Digest,
 	}
 }
 
 func (i nodeItem) node() capacity.Node {
 	return capacity.Node{
 		ID: i.ID, OwnerOrgID: i.OwnerOrgID, TopologyGen: i.TopologyGen, AgentEndpoint: i.AgentEndpoint,
-		UnitIDs: i.UnitIDs, Version: i.Version, AuditHead: capacity.AuditHead{Seq: i.AuditSeq, Hash: i.AuditHead},
+		UnitIDs: i.UnitIDs, Version: i.Version, AuditHead: capacity.AuditHead{Seq: i.AuditSeq, Hash: i.AuditHead,
+			Start: capacity.ChainStart{Unchained: i.AuditStartCount, Digest: i.AuditStartDigest}},
 	}
 }
 
@@ -438,6 +443,8 @@ type auditItem struct {
 	Via            string    `dynamodbav:"via,omitempty"`
 	EventID        string    `dynamodbav:"eventId,omitempty"`
 	TargetKeyID    string    `dynamodbav:"targetKeyId,omitempty"`
+	// What the key of a key-management record grants (absent on every other record).
+	Grants *grantsRecord `dynamodbav:"grants,omitempty"`
 	// The hash chain (absent on unchained and earlier records) and the evicted VMs.
 	Seq      int64          `dynamodbav:"seq,omitempty"`
 	PrevHash string         `dynamodbav:"prevHash,omitempty"`
@@ -446,6 +453,14 @@ type auditItem struct {
 	// ResKey keys the byReservation index (table.AuditByReservationKey), on records about a
 	// reservation only.
 	ResKey string `dynamodbav:"resKey,omitempty"`
+}
+
+// grantsRecord is capacity.KeyGrants as an audit item stores it.
+type grantsRecord struct {
+	OrgID       string     `dynamodbav:"orgId"`
+	Permissions []string   `dynamodbav:"permissions"`
+	Operator    bool       `dynamodbav:"operator"`
+	ExpiresAt   *time.Time `dynamodbav:"expiresAt"`
 }
 
 // newAuditItem is the record in its node's audit partition: a chained record (Seq > 0) under
@@ -482,6 +497,9 @@ func newAuditItemIn(pk string, a capacity.AuditRecord) auditItem {
 		Via: a.Via, EventID: a.EventID, TargetKeyID: a.TargetKeyID, Seq: a.Seq, PrevHash: a.PrevHash, Hash: a.Hash,
 		ResKey: auditResKey(a),
 	}
+	if g := a.Grants; g != nil {
+		it.Grants = &grantsRecord{OrgID: g.OrgID, Permissions: g.Permissions, Operator: g.Operator, ExpiresAt: g.ExpiresAt}
+	}
 	for _, v := range a.Victims {
 		it.Victims = append(it.Victims, victimRecord{VMID: v.VMID, OrgID: v.OrgID, UnitIDs: v.UnitIDs})
 	}
@@ -496,6 +514,9 @@ func (i auditItem) record() capacity.AuditRecord {
 		Terminated: i.Terminated, Skipped: i.Skipped, ReleasedBefore: i.ReleasedBefore,
 		ReleasedAfter: i.ReleasedAfter, TopologyGen: i.TopologyGen, VMID: i.VMID, Outcome: i.Outcome,
 		Via: i.Via, EventID: i.EventID, TargetKeyID: i.TargetKeyID, Seq: i.Seq, PrevHash: i.PrevHash, Hash: i.Hash,
+	}
+	if g := i.Grants; g != nil {
+		a.Grants = &capacity.KeyGrants{OrgID: g.OrgID, Permissions: g.Permissions, Operator: g.Operator, ExpiresAt: g.ExpiresAt}
 	}
 	for _, v := range i.Victims {
 		a.Victims = append(a.Victims, capacity.Victim{VMID: v.VMID, OrgID: v.OrgID, UnitIDs: v.UnitIDs})

@@ -77,10 +77,14 @@ func (s *Store) GetNode(ctx context.Context, nodeID string) (*capacity.Node, err
 // decision, up to headTries, as Commit does.
 func (s *Store) CommitOperator(ctx context.Context, c capacity.OperatorCommit) (capacity.AuditHead, error) {
 	var chained capacity.AuditRecord
+	var start capacity.ChainStart
 	err := s.transactAtHead(ctx, fmt.Sprintf("%s on node %s", c.Audit.Action, c.Node.ID), c.Node,
-		func(head capacity.AuditHead) ([]types.TransactWriteItem, error) {
-			c.Node.AuditHead = head
-			items, rec, err := s.operatorItems(c)
+		func(head capacity.AuditHead, pin *capacity.ChainStart) ([]types.TransactWriteItem, error) {
+			c.Node.AuditHead, start = head, head.Start
+			if pin != nil {
+				start = *pin
+			}
+			items, rec, err := s.operatorItems(c, pin)
 			chained = rec
 			if err != nil {
 				return nil, fmt.Errorf("%s on node %s: %w", c.Audit.Action, c.Node.ID, err)
@@ -90,12 +94,12 @@ func (s *Store) CommitOperator(ctx context.Context, c capacity.OperatorCommit) (
 	if err != nil {
 		return capacity.AuditHead{}, err
 	}
-	return capacity.AuditHead{Seq: chained.Seq, Hash: chained.Hash}, nil
+	return capacity.AuditHead{Seq: chained.Seq, Hash: chained.Hash, Start: start}, nil
 }
 
 // operatorItems returns the transaction of an operator commit: the node's Update with the
 // audit record (auditWrites), the new or changed reservations, the idempotency record.
-func (s *Store) operatorItems(c capacity.OperatorCommit) ([]types.TransactWriteItem, capacity.AuditRecord, error) {
+func (s *Store) operatorItems(c capacity.OperatorCommit, pin *capacity.ChainStart) ([]types.TransactWriteItem, capacity.AuditRecord, error) {
 	var upd *expression.UpdateBuilder
 	var cond expression.ConditionBuilder
 	switch {
@@ -129,7 +133,7 @@ func (s *Store) operatorItems(c capacity.OperatorCommit) ([]types.TransactWriteI
 	default:
 		cond = versionIs(c.Node.Version)
 	}
-	audit, chained, err := s.auditWrites(c.Audit, c.Node.AuditHead, s.nodeHead(c.Node.ID), upd, &cond)
+	audit, chained, err := s.auditWrites(c.Audit, c.Node.AuditHead, pin, s.nodeHead(c.Node.ID), upd, &cond)
 	if err != nil {
 		return nil, c.Audit, fmt.Errorf("node %s: %w", c.Node.ID, err)
 	}

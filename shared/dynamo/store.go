@@ -196,9 +196,9 @@ func (s *Store) Commit(ctx context.Context, c capacity.Commit) error {
 			return nil
 		}
 	}
-	return s.transactAtHead(ctx, "commit on node "+c.Node.ID, c.Node, func(head capacity.AuditHead) ([]types.TransactWriteItem, error) {
+	return s.transactAtHead(ctx, "commit on node "+c.Node.ID, c.Node, func(head capacity.AuditHead, pin *capacity.ChainStart) ([]types.TransactWriteItem, error) {
 		c.Node.AuditHead = head
-		return s.transactItems(c)
+		return s.transactItems(c, pin)
 	}, vmTaken)
 }
 
@@ -207,13 +207,18 @@ func (s *Store) Commit(ctx context.Context, c capacity.Commit) error {
 // last. When it fails only because the head moved (another call appended a record: the
 // node's Version is as read and no other item failed), it is built again on the new head and
 // goes again, after a short backoff, up to headTries: what the decision read has not changed,
-// so no new decision is needed. refuse, if set, names a cancellation no round could win.
+// so no new decision is needed. refuse, if set, names a cancellation no round could win. A
+// head that pins no start gets its pin (startPin) in the same transaction.
 func (s *Store) transactAtHead(ctx context.Context, what string, node capacity.Node,
-	items func(capacity.AuditHead) ([]types.TransactWriteItem, error),
+	items func(capacity.AuditHead, *capacity.ChainStart) ([]types.TransactWriteItem, error),
 	refuse func([]types.TransactWriteItem, *types.TransactionCanceledException) error) error {
 	head := node.AuditHead
 	for try := 1; ; try++ {
-		tx, err := items(head)
+		pin, err := s.startPin(ctx, s.nodeHead(node.ID), head)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		tx, err := items(head, pin)
 		if err != nil {
 			return err
 		}
@@ -483,14 +488,14 @@ func reasons(e *types.TransactionCanceledException) string {
 // TransactInput returns the TransactWriteItems input Commit would send for c, so that a
 // benchmark can send the very same items without the store (see BenchmarkReclaim's floor).
 func (s *Store) TransactInput(c capacity.Commit) (*dynamodb.TransactWriteItemsInput, error) {
-	items, err := s.transactItems(c)
+	items, err := s.transactItems(c, nil)
 	if err != nil {
 		return nil, err
 	}
 	return &dynamodb.TransactWriteItemsInput{TransactItems: items}, nil
 }
 
-func (s *Store) transactItems(c capacity.Commit) ([]types.TransactWriteItem, error) {
+func (s *Store) transactItems(c capacity.Commit, pin *capacity.ChainStart) ([]types.TransactWriteItem, error) {
 	var items []types.TransactWriteItem
 	add := func(it types.TransactWriteItem, err error) error {
 		if err != nil {
@@ -507,7 +512,7 @@ func (s *Store) transactItems(c capacity.Commit) ([]types.TransactWriteItem, err
 		upd = &u
 	}
 	cond := versionIs(c.Node.Version)
-	audit, _, err := s.auditWrites(c.Audit, c.Node.AuditHead, s.nodeHead(c.Node.ID), upd, &cond)
+	audit, _, err := s.auditWrites(c.Audit, c.Node.AuditHead, pin, s.nodeHead(c.Node.ID), upd, &cond)
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", c.Node.ID, err)
 	}

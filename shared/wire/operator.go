@@ -19,10 +19,18 @@ type NodeJSON struct {
 	AuditHead     AuditHeadJSON `json:"auditHead"`
 }
 
-// AuditHeadJSON is the head of an audit hash chain: the last record's seq and hash.
+// AuditHeadJSON is the head of an audit hash chain: the last record's seq and hash, and the
+// pin of the chain's start (absent while the chain pins none).
 type AuditHeadJSON struct {
-	Seq  int64  `json:"seq"`
-	Hash string `json:"hash"`
+	Seq   int64           `json:"seq"`
+	Hash  string          `json:"hash"`
+	Start *ChainStartJSON `json:"start,omitempty"`
+}
+
+// ChainStartJSON pins the unchained records before a chain: their number and digest.
+type ChainStartJSON struct {
+	Unchained int64  `json:"unchained"`
+	Digest    string `json:"digest"`
 }
 
 // Node is n as the API shows it.
@@ -34,7 +42,22 @@ func Node(n capacity.Node) NodeJSON {
 }
 
 // AuditHead is h as the API shows it.
-func AuditHead(h capacity.AuditHead) AuditHeadJSON { return AuditHeadJSON{Seq: h.Seq, Hash: h.Hash} }
+func AuditHead(h capacity.AuditHead) AuditHeadJSON {
+	out := AuditHeadJSON{Seq: h.Seq, Hash: h.Hash}
+	if h.Start.Pinned() {
+		out.Start = &ChainStartJSON{Unchained: h.Start.Unchained, Digest: h.Start.Digest}
+	}
+	return out
+}
+
+// AuditHeadFrom is the head j shows: the inverse of AuditHead.
+func AuditHeadFrom(j AuditHeadJSON) capacity.AuditHead {
+	h := capacity.AuditHead{Seq: j.Seq, Hash: j.Hash}
+	if j.Start != nil {
+		h.Start = capacity.ChainStart{Unchained: j.Start.Unchained, Digest: j.Start.Digest}
+	}
+	return h
+}
 
 // NodeAnswerJSON answers PUT /v1/nodes/{nodeId}. AgentKey (base64, standard, padded) is the
 // node agent's key, only in the answer that registered the node; a replay of that answer
@@ -148,6 +171,17 @@ type AuditRecordJSON struct {
 	EventID        string       `json:"eventId"`
 	Victims        []VictimJSON `json:"victims"`
 	TargetKeyID    string       `json:"targetKeyId"`
+	// Grants is on key-management records only (absent elsewhere, and on key records
+	// written before it existed).
+	Grants *GrantsJSON `json:"grants,omitempty"`
+}
+
+// GrantsJSON is what a key grants, as its audit records carry it.
+type GrantsJSON struct {
+	OrgID       string   `json:"orgId"`
+	Permissions []string `json:"permissions"`
+	Operator    bool     `json:"operator"`
+	ExpiresAt   string   `json:"expiresAt,omitempty"`
 }
 
 // VictimJSON is a VM a reclaim evicted, with its buyer org and units.
@@ -171,6 +205,12 @@ func AuditRecord(r capacity.AuditRecord) AuditRecordJSON {
 	for _, v := range r.Victims {
 		out.Victims = append(out.Victims, VictimJSON{VMID: v.VMID, OrgID: v.OrgID, UnitIDs: list(v.UnitIDs)})
 	}
+	if g := r.Grants; g != nil {
+		out.Grants = &GrantsJSON{OrgID: g.OrgID, Permissions: list(g.Permissions), Operator: g.Operator}
+		if g.ExpiresAt != nil {
+			out.Grants.ExpiresAt = g.ExpiresAt.UTC().Format(time.RFC3339Nano)
+		}
+	}
 	return out
 }
 
@@ -192,6 +232,17 @@ func AuditRecordFrom(j AuditRecordJSON) (capacity.AuditRecord, error) {
 	}
 	for _, v := range j.Victims {
 		r.Victims = append(r.Victims, capacity.Victim{VMID: v.VMID, OrgID: v.OrgID, UnitIDs: nilIfEmpty(v.UnitIDs)})
+	}
+	if g := j.Grants; g != nil {
+		r.Grants = &capacity.KeyGrants{OrgID: g.OrgID, Permissions: nilIfEmpty(g.Permissions), Operator: g.Operator}
+		if g.ExpiresAt != "" {
+			at, err := time.Parse(time.RFC3339Nano, g.ExpiresAt)
+			if err != nil {
+				return capacity.AuditRecord{}, fmt.Errorf("audit record %s: grants expiresAt %q: %w", j.ID, g.ExpiresAt, err)
+			}
+			at = at.UTC()
+			r.Grants.ExpiresAt = &at
+		}
 	}
 	return r, nil
 }
@@ -270,6 +321,22 @@ func Key(k capacity.APIKey) KeyJSON {
 		ExpiresAt: optTime(k.ExpiresAt), Revoked: k.Revoked, RevokedAt: optTime(k.RevokedAt),
 		LastUsedAt: optTime(k.LastUsedAt),
 	}
+}
+
+// KeyFrom is the key j shows, as far as it shows it (no hash): what it grants and whether it
+// is revoked, for checking keys against their audit records.
+func KeyFrom(j KeyJSON) (capacity.APIKey, error) {
+	k := capacity.APIKey{KeyID: j.KeyID, OrgID: j.OrgID, Permissions: nilIfEmpty(j.Permissions), Operator: j.Operator,
+		Revoked: j.Revoked, Description: j.Description, CreatedByKeyID: j.CreatedBy}
+	if j.ExpiresAt != "" {
+		at, err := time.Parse(time.RFC3339Nano, j.ExpiresAt)
+		if err != nil {
+			return k, fmt.Errorf("key %s: expiresAt %q: %w", j.KeyID, j.ExpiresAt, err)
+		}
+		at = at.UTC()
+		k.ExpiresAt = &at
+	}
+	return k, nil
 }
 
 func optTime(t *time.Time) string {

@@ -157,14 +157,16 @@ func (c *Calls) Snapshot() map[string]int64 {
 }
 
 // StateItems returns every item of the state table without the audit chain's head (the node
-// items' AuditSeq and AuditHead), which every audited call advances: for comparisons of what
-// a call that should change nothing but the audit trail changed.
+// items' AuditSeq and AuditHead, and the pin of the chain's start set with the first record),
+// which every audited call advances: for comparisons of what a call that should change
+// nothing but the audit trail changed.
 func (e *Env) StateItems(t testing.TB) []map[string]types.AttributeValue {
 	t.Helper()
 	items := e.Items(t, e.Store.Table)
 	for _, it := range items {
-		delete(it, "AuditSeq")
-		delete(it, "AuditHead")
+		for _, a := range []string{"AuditSeq", "AuditHead", "AuditStartCount", "AuditStartDigest"} {
+			delete(it, a)
+		}
 	}
 	return items
 }
