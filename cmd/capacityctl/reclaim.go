@@ -280,7 +280,7 @@ func progressOf(op *wire.OperationJSON) progress {
 		switch v.Outcome {
 		case string(capacity.OutcomeTerminated):
 			p.terminated++
-		case string(capacity.OutcomeAlreadyGone):
+		case string(capacity.OutcomeAlreadyGone), string(capacity.OutcomeForceEnded):
 			p.gone++
 		case string(capacity.OutcomeFailed):
 			p.failed++

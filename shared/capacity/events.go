@@ -285,7 +285,7 @@ func (o Operation) counts() OutcomeCounts {
 			c.Pending++
 		case out.Outcome == OutcomeTerminated:
 			c.Terminated++
-		case out.Outcome == OutcomeAlreadyGone:
+		case out.Outcome == OutcomeAlreadyGone, out.Outcome == OutcomeForceEnded:
 			c.AlreadyGone++
 		default:
 			c.Failed++

@@ -55,6 +55,8 @@ type OperatorCommit struct {
 	Reservations []Reservation
 	Idempotency  *IdempotencyRecord
 	Audit        AuditRecord
+	// ForceEnd, when set, ends a VM's termination on its operation (see ForceEnd).
+	ForceEnd *ForceEnd
 }
 
 // NodeKeySource hands out a node's agent key (agent.Derived satisfies it).

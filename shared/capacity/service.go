@@ -660,6 +660,8 @@ func replay(rec *IdempotencyRecord, fingerprint string, now time.Time, out any) 
 		r.Replayed = true
 	case *TopologyResult:
 		r.Replayed = true
+	case *ForceEndResult:
+		r.Replayed = true
 	}
 	return true, nil
 }

@@ -274,6 +274,9 @@ const (
 	OutcomeTerminated  Outcome = "terminated"
 	OutcomeAlreadyGone Outcome = "already-gone" // the agent no longer knew the VM
 	OutcomeFailed      Outcome = "failed"       // gave up after the workflow's last round
+	// OutcomeForceEnded: an operator confirmed out of band that the VM is gone (ForceEnd);
+	// its agent never did. Counted with already-gone where only counts are shown.
+	OutcomeForceEnded Outcome = "force-ended"
 )
 
 // VMOutcome is the final outcome of one VM's termination.
@@ -284,6 +287,8 @@ type VMOutcome struct {
 	// Attempt is the workflow attempt that recorded it. A failure of an earlier attempt is
 	// not final for a later one: a re-drive runs that VM again.
 	Attempt int
+	// Reason is the operator's, on an outcome a force-end recorded.
+	Reason string
 }
 
 // Ended reports whether every VM of the operation has an outcome final for its attempt.

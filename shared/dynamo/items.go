@@ -308,6 +308,7 @@ type outcomeItem struct {
 	At        time.Time `dynamodbav:"At"`
 	Attempt   int       `dynamodbav:"Attempt"`
 	ExpiresAt int64     `dynamodbav:"expiresAt,omitempty"`
+	Reason    string    `dynamodbav:"Reason,omitempty"` // a force-end's
 }
 
 func outcomeKey(op capacity.Operation, vmID string) map[string]types.AttributeValue {
@@ -321,6 +322,7 @@ func newOutcomeItem(op capacity.Operation, vmID string, o capacity.VMOutcome, re
 	it := outcomeItem{
 		PK: opPK(op.NodeID, op.ID), SK: prefixVM + vmID, Type: typeOutcome,
 		ReclaimID: op.ID, VMID: vmID, Outcome: string(o.Outcome), Error: o.Error, At: o.At, Attempt: o.Attempt,
+		Reason: o.Reason,
 	}
 	if o.Outcome != capacity.OutcomeFailed {
 		it.ExpiresAt = expiry(o.At.Add(retention))
@@ -329,7 +331,7 @@ func newOutcomeItem(op capacity.Operation, vmID string, o capacity.VMOutcome, re
 }
 
 func (i outcomeItem) outcome() capacity.VMOutcome {
-	return capacity.VMOutcome{Outcome: capacity.Outcome(i.Outcome), Error: i.Error, At: i.At, Attempt: i.Attempt}
+	return capacity.VMOutcome{Outcome: capacity.Outcome(i.Outcome), Error: i.Error, At: i.At, Attempt: i.Attempt, Reason: i.Reason}
 }
 
 type idempotencyItem struct {

@@ -3,6 +3,8 @@ package dynamo
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -157,6 +159,13 @@ func (s *Store) operatorItems(c capacity.OperatorCommit, pin *capacity.ChainStar
 		}
 		items = append(items, it)
 	}
+	if c.ForceEnd != nil {
+		fe, err := s.forceEndItems(*c.ForceEnd)
+		if err != nil {
+			return nil, c.Audit, fmt.Errorf("force-end of VM %s: %w", c.ForceEnd.VMID, err)
+		}
+		items = append(items, fe...)
+	}
 	if c.Idempotency != nil {
 		// A record past its expiry may still exist until TTL deletes it; it no longer binds.
 		expired := expression.Name(attrExpiresAt).LessThanEqual(expression.Value(c.Idempotency.CreatedAt.Unix()))
@@ -221,4 +230,56 @@ func (s *Store) ListReservations(ctx context.Context, nodeID string, limit int, 
 		in.Limit = aws.Int32(int32(limit + 1 - len(out)))
 	}
 	return out, "", nil
+}
+
+// forceEndItems are a force-end's writes, each conditioned on what its decision read: the VM
+// terminating for the operation at its version moves to the node's history as terminated
+// (or, no longer live, is checked absent); its outcome replaces nothing but a failure; the
+// operation is still failed at its attempt, and when this outcome is its last, completes
+// with an expiry, which its outcomes (kept without one while it was failed) get too.
+func (s *Store) forceEndItems(fe capacity.ForceEnd) ([]types.TransactWriteItem, error) {
+	op := fe.Operation
+	now := fe.Outcome.At
+	var items []types.TransactWriteItem
+	add := func(it types.TransactWriteItem, err error) error {
+		items = append(items, it)
+		return err
+	}
+	live := itemKey(nodePK(op.NodeID), prefixVM+fe.VMID)
+	if vm := fe.VM; vm != nil {
+		cond := expression.Name(attrState).Equal(expression.Value(capacity.VMTerminating)).
+			And(expression.Name(attrReclaimID).Equal(expression.Value(op.ID))).
+			And(versionIs(vm.Version))
+		if err := add(s.deleteIf(live, cond)); err != nil {
+			return nil, err
+		}
+		done := *vm
+		done.State, done.UpdatedAt, done.Version = capacity.VMTerminated, now, vm.Version+1
+		if err := add(s.putNew(s.Table, newHistoryItem(done, s.retention()), nil)); err != nil {
+			return nil, err
+		}
+	} else if err := add(s.check(live, expression.Name(attrPK).AttributeNotExists())); err != nil {
+		return nil, err
+	}
+	failed := expression.Name(attrOutcome).Equal(expression.Value(capacity.OutcomeFailed))
+	if err := add(s.putNew(s.Table, newOutcomeItem(op, fe.VMID, fe.Outcome, s.retention()), &failed)); err != nil {
+		return nil, err
+	}
+	if !fe.Complete {
+		return items, add(s.check(operationKey(op), stateAt(capacity.OpFailed, op)))
+	}
+	upd := s.endUpdate(op, capacity.OpCompleted, now).Set(expression.Name(attrReason), expression.Value(""))
+	if err := add(s.update(operationKey(op), stateAt(capacity.OpFailed, op), upd)); err != nil {
+		return nil, err
+	}
+	keep := expression.Set(expression.Name(attrExpiresAt), expression.Value(expiry(now.Add(s.retention()))))
+	for _, vmID := range slices.Sorted(maps.Keys(op.Outcomes)) {
+		if vmID == fe.VMID {
+			continue
+		}
+		if err := add(s.update(outcomeKey(op, vmID), expression.Name(attrPK).AttributeExists(), keep)); err != nil {
+			return nil, err
+		}
+	}
+	return items, nil
 }

@@ -34,6 +34,7 @@ type Service interface {
 	CreateReservation(ctx context.Context, p capacity.Principal, req capacity.ReservationRequest, meta capacity.RequestMeta) (*capacity.ReservationResult, error)
 	CancelReservation(ctx context.Context, p capacity.Principal, req capacity.ReservationChange, meta capacity.RequestMeta) (*capacity.ReservationResult, error)
 	ReaffirmReservation(ctx context.Context, p capacity.Principal, req capacity.ReservationChange, meta capacity.RequestMeta) (*capacity.ReservationResult, error)
+	ForceEnd(ctx context.Context, p capacity.Principal, req capacity.ForceEndRequest, meta capacity.RequestMeta) (*capacity.ForceEndResult, error)
 	SetTopology(ctx context.Context, p capacity.Principal, req capacity.TopologyRequest, meta capacity.RequestMeta) (*capacity.TopologyResult, error)
 	ListReservations(ctx context.Context, p capacity.Principal, nodeID string, page capacity.PageRequest) (*capacity.ReservationPage, error)
 
@@ -101,6 +102,7 @@ func (h *Handler) handlers() map[string]handlerFunc {
 		"cancelReservation":      h.changeReservation(capacity.ActionReservationCancel),
 		"reaffirmReservation":    h.changeReservation(capacity.ActionReservationReaffirm),
 		"listReservationAudit":   h.listReservationAudit,
+		"forceEndVM":             h.forceEnd,
 		"createKey":              h.createKey,
 		"listKeys":               h.listKeys,
 		"getKey":                 h.getKey,

@@ -50,6 +50,12 @@ type ReasonBody struct {
 	Reason string `json:"reason"`
 }
 
+// ForceEndBody is the body of POST .../reclaims/{reclaimId}/vms/{vmId}/force-end; the reason
+// is required.
+type ForceEndBody struct {
+	Reason string `json:"reason"`
+}
+
 // KeyBody is the body of POST /v1/keys.
 type KeyBody struct {
 	OrgID       string   `json:"orgId"`
@@ -407,5 +413,27 @@ func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request, p capacity.P
 		return err
 	}
 	writeJSON(w, http.StatusOK, wire.KeyGetJSON{Key: wire.Key(*k)})
+	return nil
+}
+
+// forceEnd ends a VM's termination that an operator confirmed out of band; it answers the
+// operation after it. Its gate runs before the body is read.
+func (h *Handler) forceEnd(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID string) error {
+	req := capacity.ForceEndRequest{NodeID: r.PathValue("nodeId"), ReservationID: r.PathValue("id"),
+		ReclaimID: r.PathValue("reclaimId"), VMID: r.PathValue("vmId"), IdempotencyKey: r.Header.Get("Idempotency-Key")}
+	if err := capacity.AdmitForceEnd(p, req.NodeID, req.ReservationID, req.ReclaimID, req.VMID); err != nil {
+		return err
+	}
+	var body ForceEndBody
+	if err := DecodeJSON(r.Header.Get("Content-Type"), r.Body, &body); err != nil {
+		return err
+	}
+	req.Reason = body.Reason
+	res, err := h.Service.ForceEnd(r.Context(), p, req, meta(reqID))
+	if err != nil {
+		return err
+	}
+	markReplayed(w, res.Replayed)
+	writeJSON(w, http.StatusOK, wire.Operation(&capacity.OperationView{Operation: res.Operation}))
 	return nil
 }

@@ -32,6 +32,7 @@ type opCall struct {
 	KeyID    string
 	Revoke   capacity.KeyRevocation
 	Page     capacity.PageRequest
+	ForceEnd capacity.ForceEndRequest
 }
 
 // opResults are the operator routes' canned answers.
@@ -46,6 +47,7 @@ type opResults struct {
 	key       *capacity.APIKey
 	auditPage *capacity.AuditPage
 	chainPage *capacity.AuditChainPage
+	forceEnd  *capacity.ForceEndResult
 }
 
 func (f *fakeService) PutNode(_ context.Context, p capacity.Principal, req capacity.NodeRequest, meta capacity.RequestMeta) (*capacity.NodeResult, error) {
@@ -71,6 +73,11 @@ func (f *fakeService) CancelReservation(_ context.Context, p capacity.Principal,
 func (f *fakeService) ReaffirmReservation(_ context.Context, p capacity.Principal, req capacity.ReservationChange, meta capacity.RequestMeta) (*capacity.ReservationResult, error) {
 	f.record(call{Method: "ReaffirmReservation", Principal: p, NodeID: req.NodeID, ResID: req.ReservationID, Meta: meta, opCall: opCall{Change: req}})
 	return orEmpty(f.resRes, f.err), f.err
+}
+
+func (f *fakeService) ForceEnd(_ context.Context, p capacity.Principal, req capacity.ForceEndRequest, meta capacity.RequestMeta) (*capacity.ForceEndResult, error) {
+	f.record(call{Method: "ForceEnd", Principal: p, NodeID: req.NodeID, ResID: req.ReservationID, Meta: meta, opCall: opCall{ForceEnd: req}})
+	return orEmpty(f.forceEnd, f.err), f.err
 }
 
 func (f *fakeService) SetTopology(_ context.Context, p capacity.Principal, req capacity.TopologyRequest, meta capacity.RequestMeta) (*capacity.TopologyResult, error) {
@@ -192,6 +199,27 @@ func TestOperatorRoutes(t *testing.T) {
 			check: func(t *testing.T, _ call, body []byte) {
 				if strings.Contains(string(body), "agentKey") || strings.Contains(string(body), "secretShown") {
 					t.Errorf("answer %s carries a secret member", body)
+				}
+			},
+		},
+		{
+			name: "force-end: path ids, reason and Idempotency-Key to the service; the operation with the VM's reason",
+			q: req{method: http.MethodPost, path: reservationPath + "/reclaims/rcl-1/vms/vm-1/force-end", auth: opAuth,
+				header: map[string]string{"Idempotency-Key": "fe-1"}, body: `{"reason":"node wiped, OPS-7"}`},
+			canned: opResults{forceEnd: &capacity.ForceEndResult{Outcome: capacity.OutcomeForceEnded, Ended: true, Operation: capacity.Operation{
+				ID: "rcl-1", NodeID: "n1", ReservationID: "r1", State: capacity.OpCompleted, VMIDs: []string{"vm-1"}, UnitIDs: []string{"u1"},
+				Outcomes:  map[string]capacity.VMOutcome{"vm-1": {Outcome: capacity.OutcomeForceEnded, Reason: "node wiped, OPS-7", At: t0, Attempt: 1}},
+				CreatedAt: t0, UpdatedAt: t0}}},
+			wantMethod: "ForceEnd", wantStatus: 200,
+			check: func(t *testing.T, c call, body []byte) {
+				want := capacity.ForceEndRequest{NodeID: "n1", ReservationID: "r1", ReclaimID: "rcl-1", VMID: "vm-1", Reason: "node wiped, OPS-7", IdempotencyKey: "fe-1"}
+				if c.ForceEnd != want {
+					t.Errorf("request %+v, want %+v", c.ForceEnd, want)
+				}
+				var a wire.OperationJSON
+				decodeStrict(t, body, &a)
+				if a.State != "completed" || len(a.VMs) != 1 || a.VMs[0].Outcome != "force-ended" || a.VMs[0].Reason != "node wiped, OPS-7" {
+					t.Errorf("answer %s", body)
 				}
 			},
 		},
@@ -566,6 +594,8 @@ func TestOperatorRoutesReplayIsMarked(t *testing.T) {
 			opResults{resRes: &capacity.ReservationResult{Replayed: true}}},
 		{req{method: http.MethodPost, path: "/v1/keys", auth: opAuth, body: `{"orgId":"o","permissions":[]}`},
 			opResults{keyRes: &capacity.KeyResult{Replayed: true}}},
+		{req{method: http.MethodPost, path: reservationPath + "/reclaims/rcl-1/vms/vm-1/force-end", auth: opAuth, body: `{"reason":"wiped"}`},
+			opResults{forceEnd: &capacity.ForceEndResult{Replayed: true}}},
 	} {
 		t.Run(tc.q.method+" "+tc.q.path, func(t *testing.T) {
 			w := tc.q.do(t, newHandler(&fakeService{opResults: tc.canned}))
@@ -590,6 +620,7 @@ var operatorBodyRoutes = []struct {
 	{http.MethodPost, "/v1/keys", map[string]string{"orgId": `"o"`, "permissions": `["reservation.read"]`, "operator": `false`,
 		"expiresAt": `"2027-01-01T00:00:00Z"`, "description": `"d"`}},
 	{http.MethodPost, "/v1/keys/key-1/revoke", map[string]string{"reason": `"r"`}},
+	{http.MethodPost, reservationPath + "/reclaims/rcl-1/vms/vm-1/force-end", map[string]string{"reason": `"node wiped, ticket OPS-1"`}},
 }
 
 // TestOperatorRoutesAre404ForOthers: a caller without the operator flag gets one 404, before

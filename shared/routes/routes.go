@@ -37,6 +37,7 @@ var All = []Route{
 	{"POST", "/v1/nodes/{nodeId}/reservations/{id}/cancel", "cancelReservation", true},
 	{"POST", "/v1/nodes/{nodeId}/reservations/{id}/reaffirm", "reaffirmReservation", true},
 	{"GET", "/v1/nodes/{nodeId}/reservations/{id}/audit", "listReservationAudit", true},
+	{"POST", "/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}/vms/{vmId}/force-end", "forceEndVM", true},
 	{"POST", "/v1/keys", "createKey", true},
 	{"GET", "/v1/keys", "listKeys", true},
 	{"GET", "/v1/keys/{keyId}", "getKey", true},

@@ -129,9 +129,10 @@ type OperationJSON struct {
 // VMOutcomeJSON is one evicted VM and, once final, how its termination ended.
 type VMOutcomeJSON struct {
 	VMID    string `json:"vmId"`
-	Outcome string `json:"outcome"` // pending | terminated | already-gone | failed
+	Outcome string `json:"outcome"` // pending | terminated | already-gone | force-ended | failed
 	Error   string `json:"error,omitempty"`
 	At      string `json:"at,omitempty"`
+	Reason  string `json:"reason,omitempty"` // the operator's, on a force-end
 }
 
 // VMCountsJSON counts an operation's VMs by outcome.
@@ -158,7 +159,7 @@ func Operation(view *capacity.OperationView) OperationJSON {
 	for _, vm := range slices.Sorted(slices.Values(op.VMIDs)) {
 		v := VMOutcomeJSON{VMID: vm, Outcome: "pending"}
 		if o, ok := op.Final(vm); ok { // a re-driven VM's old failure is pending again
-			v.Outcome, v.Error, v.At = string(o.Outcome), o.Error, timeString(o.At)
+			v.Outcome, v.Error, v.At, v.Reason = string(o.Outcome), o.Error, timeString(o.At), o.Reason
 		}
 		out.VMs = append(out.VMs, v)
 	}

@@ -1,0 +1,186 @@
+package capacity_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
+)
+
+func forceEnd(opID, vmID, reason, key string) capacity.ForceEndRequest {
+	return capacity.ForceEndRequest{NodeID: "n1", ReservationID: "r1", ReclaimID: opID, VMID: vmID, Reason: reason, IdempotencyKey: key}
+}
+
+// placeOnU2 places a reserved VM on u2, the unit the failed VM s2 holds.
+func placeOnU2(svc *capacity.Service, vmID string) error {
+	_, err := svc.Place(context.Background(), sched, capacity.PlacementRequest{NodeID: "n1", VMID: vmID, OrgID: "aud", Tier: capacity.TierReserved, UnitIDs: []string{"u2"}}, capacity.RequestMeta{})
+	return err
+}
+
+// A VM whose agent never confirms its termination keeps its units, its operation failed,
+// until an operator force-ends it: then the VM is terminated, its outcome says force-ended
+// with the reason, the operation completes, the units take a placement, and the call is
+// audited. A retry under the Idempotency-Key replays; a repeat without one changes nothing.
+func TestForceEndFreesTheUnitsAndCompletesTheOperation(t *testing.T) {
+	env, svc, failed, _ := failedOp(t)
+	ctx := context.Background()
+	if err := placeOnU2(svc, "v-before"); code(err) != capacity.CodeUnitsInUse {
+		t.Fatalf("placement on the failed VM's unit before the force-end: %v, want units_in_use", err)
+	}
+	req := forceEnd(failed.ID, "s2", "node wiped, ticket OPS-7", "fe-1")
+	res, err := svc.ForceEnd(ctx, op, req, capacity.RequestMeta{RequestID: "req-fe"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Outcome != capacity.OutcomeForceEnded || !res.Ended || res.Operation.State != capacity.OpCompleted {
+		t.Fatalf("result = %+v", res)
+	}
+	stored, err := env.Store.GetOperation(ctx, "n1", failed.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := stored.Outcomes["s2"]
+	if stored.State != capacity.OpCompleted || got.Outcome != capacity.OutcomeForceEnded || got.Reason != req.Reason ||
+		stored.Outcomes["s1"].Outcome != capacity.OutcomeTerminated {
+		t.Fatalf("stored operation = %+v", stored)
+	}
+	if vm := liveVM(t, env.Store, "s2"); vm != nil {
+		t.Fatalf("s2 is still live: %+v", vm)
+	}
+	// Completed, the operation and all its outcomes expire in time again.
+	for _, it := range env.Items(t, env.Store.Table) {
+		if attrString(it["pk"]) == "NODE#n1#OP#"+failed.ID && it["expiresAt"] == nil {
+			t.Errorf("%s of the completed operation has no expiry", attrString(it["sk"]))
+		}
+	}
+	audits := auditActions(t, env, capacity.ActionForceEnd)
+	if len(audits) != 1 || attrString(audits[0]["VMID"]) != "s2" || attrString(audits[0]["ReclaimID"]) != failed.ID ||
+		attrString(audits[0]["Reason"]) != req.Reason || attrString(audits[0]["ActorKeyID"]) != op.KeyID || attrString(audits[0]["Outcome"]) != "ok" {
+		t.Fatalf("force-end audit records = %v", audits)
+	}
+
+	again, err := svc.ForceEnd(ctx, op, req, capacity.RequestMeta{})
+	if err != nil || !again.Replayed || !reflect.DeepEqual(again.Operation.Outcomes, res.Operation.Outcomes) {
+		t.Fatalf("replay = %+v, %v", again, err)
+	}
+	req.IdempotencyKey = ""
+	repeat, err := svc.ForceEnd(ctx, op, req, capacity.RequestMeta{})
+	if err != nil || repeat.Outcome != capacity.OutcomeForceEnded || repeat.Ended {
+		t.Fatalf("repeat = %+v, %v", repeat, err)
+	}
+	if after, _ := env.Store.GetOperation(ctx, "n1", failed.ID); !reflect.DeepEqual(after, stored) {
+		t.Errorf("a repeat changed the operation: %+v, was %+v", after, stored)
+	}
+	if err := placeOnU2(svc, "v-after"); err != nil {
+		t.Fatalf("placement on the freed unit: %v", err)
+	}
+	checkInvariants(t, env, "n1", t0)
+}
+
+func liveVM(t *testing.T, env interface {
+	LoadNode(context.Context, string, string) (*capacity.NodeState, error)
+}, id string) *capacity.VM {
+	t.Helper()
+	st, err := env.LoadNode(context.Background(), "n1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, vm := range st.VMs {
+		if vm.ID == id {
+			return &vm
+		}
+	}
+	return nil
+}
+
+// Refusals change nothing: not the VM, not the operation, not the units.
+func TestForceEndRefusals(t *testing.T) {
+	tests := []struct {
+		name    string
+		p       capacity.Principal
+		req     func(opID string) capacity.ForceEndRequest
+		running bool // the operation's workflow has not run yet (pending-start)
+		want    capacity.Code
+	}{
+		{"not an operator", owner, func(id string) capacity.ForceEndRequest { return forceEnd(id, "s2", "wiped", "") }, false, capacity.CodeNotFound},
+		{"no reason", op, func(id string) capacity.ForceEndRequest { return forceEnd(id, "s2", " ", "") }, false, capacity.CodeInvalidRequest},
+		{"unknown operation", op, func(string) capacity.ForceEndRequest { return forceEnd("rcl-none", "s2", "wiped", "") }, false, capacity.CodeNotFound},
+		{"another reservation", op, func(id string) capacity.ForceEndRequest {
+			r := forceEnd(id, "s2", "wiped", "")
+			r.ReservationID = "r2"
+			return r
+		}, false, capacity.CodeNotFound},
+		{"a VM the operation did not evict", op, func(id string) capacity.ForceEndRequest { return forceEnd(id, "v0", "wiped", "") }, false, capacity.CodeNotFound},
+		{"operation still running", op, func(id string) capacity.ForceEndRequest { return forceEnd(id, "s2", "wiped", "") }, true, capacity.CodeOperationRunning},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var env *dynamotest.Env
+			var svc *capacity.Service
+			var o *capacity.Operation
+			if tt.running {
+				env, svc, o = evicted(t)
+			} else {
+				env, svc, o, _ = failedOp(t)
+			}
+			before := stateItems(t, env)
+			_, err := svc.ForceEnd(context.Background(), tt.p, tt.req(o.ID), capacity.RequestMeta{})
+			if code(err) != tt.want {
+				t.Fatalf("got %v, want %s", err, tt.want)
+			}
+			if after := stateItems(t, env); !reflect.DeepEqual(after, before) {
+				t.Errorf("a refused force-end changed the state table")
+			}
+			if vm := liveVM(t, env.Store, "s2"); vm == nil || vm.State != capacity.VMTerminating {
+				t.Errorf("s2 = %+v, want still terminating", vm)
+			}
+		})
+	}
+}
+
+// The force-end's writes condition on what its decision read: an operation re-driven, or a
+// VM changed, after the read makes the commit fail as a whole (the service then reads again
+// and decides anew).
+func TestForceEndCommitConditionsOnTheRead(t *testing.T) {
+	tests := []struct {
+		name  string
+		after func(t *testing.T, svc *capacity.Service, env *dynamotest.Env, o *capacity.Operation)
+	}{
+		{"operation re-driven", func(t *testing.T, svc *capacity.Service, _ *dynamotest.Env, o *capacity.Operation) {
+			if _, err := svc.Redrive(context.Background(), owner, "n1", "r1", o.ID, capacity.RequestMeta{}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"VM marked terminated", func(t *testing.T, _ *capacity.Service, env *dynamotest.Env, o *capacity.Operation) {
+			if err := env.Store.MarkTerminated(context.Background(), *o, "s2", t0); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env, svc, o, _ := failedOp(t)
+			ctx := context.Background()
+			st, err := env.Store.LoadNode(ctx, "n1", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, _, err := capacity.DecideForceEnd(st, o, forceEnd(o.ID, "s2", "wiped", ""), t0)
+			if err != nil || c.ForceEnd == nil || c.ForceEnd.VM == nil {
+				t.Fatalf("decision = %+v, %v", c, err)
+			}
+			c.Audit = capacity.AuditRecord{ID: "a-fe", Time: t0, NodeID: "n1", Action: capacity.ActionForceEnd, Outcome: "ok"}
+			tt.after(t, svc, env, o)
+			before := stateItems(t, env)
+			if _, err := env.Store.CommitOperator(ctx, *c); !errors.Is(err, capacity.ErrConflict) {
+				t.Fatalf("commit on a stale read: %v, want ErrConflict", err)
+			}
+			if after := stateItems(t, env); !reflect.DeepEqual(after, before) {
+				t.Errorf("a failed commit changed the state table")
+			}
+		})
+	}
+}
