@@ -202,6 +202,11 @@ func (s *CapacityStack) newAlarms() {
 		"The reconciler found reclaim operations stuck (started, not ended, past STUCK_AFTER). Look at the reconciler's logs and the "+
 			"operations' executions; their VMs are still running.",
 		s.serviceMetric("StuckReclaimOperations", "Maximum", 5))
+	s.atLeastOnce("held-reclaims",
+		"The reconciler found failed reclaim operations that have held VMs terminating (and their units unusable) for over HELD_AFTER "+
+			"(1 hour). Its ERROR log lines name each operation, node and VM. Re-drive the operation (POST .../reclaims/{reclaimId}/retry); "+
+			"if the node's agent can never answer and the VM is confirmed gone out of band, force-end it (POST .../vms/{vmId}/force-end).",
+		s.serviceMetric("HeldReclaimOperations", "Maximum", 5))
 	s.atLeastOnce("reclaim-restarts",
 		"The reconciler restarted reclaim operations whose workflow had ended without finishing them in the last 15 minutes. Look at "+
 			"the failed or aborted executions and terminate-node's logs.",
@@ -286,7 +291,8 @@ func (s *CapacityStack) newDashboard() awscloudwatch.Dashboard {
 					label(s.Termination.MetricStarted(every(5, "Sum")), "started"), label(s.Termination.MetricSucceeded(every(5, "Sum")), "succeeded"),
 					label(s.Termination.MetricFailed(every(5, "Sum")), "failed"), label(s.Termination.MetricTimedOut(every(5, "Sum")), "timed out")),
 				graph("Reconciler", 12, sum("StartedReclaimOperations"), sum("RestartedReclaimOperations"), sum("StartFailedReclaimOperations"),
-					sum("EndedByReconciler"), sum("ReclaimStartsExhausted"), label(s.serviceMetric("StuckReclaimOperations", "Maximum", 5), "StuckReclaimOperations")),
+					sum("EndedByReconciler"), sum("ReclaimStartsExhausted"), label(s.serviceMetric("StuckReclaimOperations", "Maximum", 5), "StuckReclaimOperations"),
+					label(s.serviceMetric("HeldReclaimOperations", "Maximum", 5), "HeldReclaimOperations"), label(s.serviceMetric("HeldVMs", "Maximum", 5), "HeldVMs")),
 			},
 			{
 				graph("Reclaim requests (queue)", 12,

@@ -239,6 +239,7 @@ func wantAlarms(env string) map[string]wantAlarm {
 		"termination-failed":       {"AWS/States", "ExecutionsFailed", "Sum", 300, 1, 1, ge, 1},
 		"termination-timed-out":    {"AWS/States", "ExecutionsTimedOut", "Sum", 300, 1, 1, ge, 1},
 		"stuck-reclaims":           {"Capacity", "StuckReclaimOperations", "Maximum", 300, 1, 1, ge, 1},
+		"held-reclaims":            {"Capacity", "HeldReclaimOperations", "Maximum", 300, 1, 1, ge, 1},
 		"reclaim-restarts":         {"Capacity", "RestartedReclaimOperations", "Sum", 900, 1, 1, ge, 1},
 		"reclaim-starts-exhausted": {"Capacity", "ReclaimStartsExhausted", "Sum", 300, 1, 1, ge, 1},
 		// The intake's dead-letter queue on its first message; its queue when a request waits 45 minutes.
@@ -409,6 +410,8 @@ func TestDashboard(t *testing.T) {
 				`"Capacity","ReclaimTerminationTime","Environment","` + env + `"`,
 				`SEARCH('{Capacity,Action,Code,Environment} MetricName=\"Refusals\" Environment=\"` + env + `\"', 'Sum', 300)`,
 				`"Capacity","StuckReclaimOperations","Environment","` + env + `"`,
+				`"Capacity","HeldReclaimOperations","Environment","` + env + `"`,
+				`"Capacity","HeldVMs","Environment","` + env + `"`,
 				`"Capacity","RestartedReclaimOperations","Environment","` + env + `"`,
 				`"AWS/States","ExecutionsStarted"`, `"AWS/States","ExecutionsSucceeded"`,
 				`"AWS/Lambda","Duration"`, `"AWS/ApiGateway","Count"`, `"AWS/ApiGateway","4XXError"`,

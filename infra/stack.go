@@ -344,7 +344,7 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 		Timeout: awscdk.Duration_Seconds(jsii.Number(60)),
 		Environment: map[string]*string{
 			"STATE_TABLE": state.TableName(), "STATE_MACHINE_ARN": s.Termination.StateMachineArn(),
-			"START_AFTER": jsii.String("30s"), "STUCK_AFTER": jsii.String("15m"),
+			"START_AFTER": jsii.String("30s"), "STUCK_AFTER": jsii.String("15m"), "HELD_AFTER": jsii.String("1h"),
 			"EVENT_BUS_NAME": s.Bus.EventBusName(),
 		}})
 	// Finds operations by state (byState index), reads each one's outcomes (Query on the

@@ -1,7 +1,8 @@
 // Command reconciler runs on a schedule (every minute in AWS; `make invoke FN=reconciler`
 // locally): it starts termination workflows that a crash or an outage left unstarted,
 // restarts (a bounded number of times) those whose execution closed before the operation
-// ended, ends operations whose outcomes are all recorded, and reports stuck ones.
+// ended, ends operations whose outcomes are all recorded, and reports stuck ones and failed
+// ones that still hold VMs.
 package main
 
 import (
@@ -38,6 +39,7 @@ func main() {
 		Workflow:    &stepfn.Starter{Client: sfn.NewFromConfig(cfg), StateMachineARN: env["STATE_MACHINE_ARN"]},
 		StartAfter:  config.Must(config.Duration("START_AFTER", 30*time.Second)),
 		StuckAfter:  config.Must(config.Duration("STUCK_AFTER", 15*time.Minute)),
+		HeldAfter:   config.Must(config.Duration("HELD_AFTER", capacity.DefaultHeldAfter)),
 		MaxRestarts: 3,
 		Logger:      logger,
 		Metrics:     metrics,
@@ -62,13 +64,15 @@ type Result struct {
 	Ended       []string `json:"ended"`
 	Exhausted   []string `json:"exhausted"`
 	Stuck       []string `json:"stuck"`
+	// Held: failed operations that still hold VMs past HELD_AFTER (re-drive or force-end).
+	Held []string `json:"held"`
 	// PublishFailed: operations due to end whose report was not published (next run).
 	PublishFailed []string `json:"publishFailed"`
 }
 
 // handler runs one reconciliation for any event (the schedule's, or an empty one on demand),
-// and records its counts as metrics (alarms on StuckReclaimOperations and
-// ReclaimStartsExhausted).
+// and records its counts as metrics (alarms on StuckReclaimOperations,
+// ReclaimStartsExhausted and HeldReclaimOperations).
 func handler(r *capacity.Reconciler, metrics *emf.Recorder) func(context.Context, json.RawMessage) (Result, error) {
 	return func(ctx context.Context, _ json.RawMessage) (Result, error) {
 		report, err := r.Run(ctx)
@@ -77,7 +81,7 @@ func handler(r *capacity.Reconciler, metrics *emf.Recorder) func(context.Context
 		}
 		res := Result{
 			Started: nonNil(report.Started), Restarted: nonNil(report.Restarted), StartFailed: nonNil(report.StartFailed),
-			Ended: nonNil(report.Ended), Exhausted: []string{}, Stuck: []string{},
+			Ended: nonNil(report.Ended), Exhausted: []string{}, Stuck: []string{}, Held: []string{},
 			PublishFailed: nonNil(report.PublishFailed),
 		}
 		for _, op := range report.Exhausted {
@@ -85,6 +89,9 @@ func handler(r *capacity.Reconciler, metrics *emf.Recorder) func(context.Context
 		}
 		for _, op := range report.Stuck {
 			res.Stuck = append(res.Stuck, op.ID)
+		}
+		for _, op := range report.Held {
+			res.Held = append(res.Held, op.ID)
 		}
 		metrics.Reconciled(ctx, report)
 		return res, nil

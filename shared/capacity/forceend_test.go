@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
@@ -182,5 +184,39 @@ func TestForceEndCommitConditionsOnTheRead(t *testing.T) {
 				t.Errorf("a failed commit changed the state table")
 			}
 		})
+	}
+}
+
+// A failed operation whose VMs stay terminating is reported by the reconciler once it has held
+// them HeldAfter, every run, until they are let go; a young one, or one re-driven or
+// force-ended, is not.
+func TestReconcilerReportsFailedOperationsThatHoldVMs(t *testing.T) {
+	env, svc, failed, wf := failedOp(t)
+	ctx := context.Background()
+	failedAt := failed.UpdatedAt
+	run := func(after time.Duration) []capacity.Operation {
+		t.Helper()
+		r := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: time.Minute, StuckAfter: time.Hour, HeldAfter: time.Hour,
+			Logger: quiet, Now: func() time.Time { return failedAt.Add(after) }}
+		report, err := r.Run(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return report.Held
+	}
+	if held := run(59 * time.Minute); len(held) != 0 {
+		t.Fatalf("held after 59 minutes: %+v", held)
+	}
+	for _, after := range []time.Duration{time.Hour + time.Second, 30 * 24 * time.Hour} {
+		held := run(after)
+		if len(held) != 1 || held[0].ID != failed.ID || !slices.Equal(held[0].VMIDs, []string{"s2"}) {
+			t.Fatalf("held after %s: %+v, want %s holding s2", after, held, failed.ID)
+		}
+	}
+	if _, err := svc.ForceEnd(ctx, op, forceEnd(failed.ID, "s2", "node wiped", ""), capacity.RequestMeta{}); err != nil {
+		t.Fatal(err)
+	}
+	if held := run(2 * time.Hour); len(held) != 0 {
+		t.Fatalf("held after the force-end: %+v", held)
 	}
 }

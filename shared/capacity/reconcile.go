@@ -18,7 +18,10 @@ import (
 //     execution name, at most MaxRestarts times; past that it fails with a reason;
 //   - a terminating operation whose VMs all have outcomes is ended, as a backstop to the
 //     workflow's own end;
-//   - a terminating operation past StuckAfter whose execution still runs is reported.
+//   - a terminating operation past StuckAfter whose execution still runs is reported;
+//   - a failed operation that still holds VMs (their termination failed, so they stay
+//     terminating and keep their units) HeldAfter after it failed is reported, until a
+//     re-drive or a force-end lets them go.
 //
 // Operations are read oldest first from the byState index, at most Batch per state and run.
 // None stays in those states for long (restarts are bounded, executions time out), so old
@@ -31,6 +34,9 @@ type Reconciler struct {
 	StartAfter time.Duration
 	// StuckAfter: a terminating operation older than this is reported as stuck.
 	StuckAfter time.Duration
+	// HeldAfter: a failed operation that still holds VMs this long after it failed is
+	// reported as held (default DefaultHeldAfter).
+	HeldAfter time.Duration
 	// MaxRestarts bounds the restarts of an operation whose executions keep closing early
 	// (default 3).
 	MaxRestarts int
@@ -54,6 +60,9 @@ type ReconcileReport struct {
 	Ended       []string // terminating operations whose outcomes were all recorded, ended here
 	Exhausted   []Operation
 	Stuck       []Operation
+	// Held are failed operations past HeldAfter that still hold VMs (Held.VMIDs: those VMs),
+	// oldest first, at most Batch.
+	Held []Operation
 	// PublishFailed are operations due to be ended whose report could not be published:
 	// left as they were, for the next run.
 	PublishFailed []string
@@ -92,7 +101,60 @@ func (r *Reconciler) Run(ctx context.Context) (*ReconcileReport, error) {
 			}
 		}
 	}
+	if err := r.reportHeld(ctx, now, batch, report); err != nil {
+		return nil, err
+	}
 	return report, nil
+}
+
+// DefaultHeldAfter is how long a failed operation may hold VMs before it is reported: long
+// enough for its owner to re-drive it, short enough that units nobody can use or sell are
+// seen to within the hour.
+const DefaultHeldAfter = time.Hour
+
+// reportHeld reports the failed operations that still hold VMs HeldAfter after they failed.
+// Their VMs stay terminating, and their units unusable, until a re-drive terminates them or
+// an operator force-ends them: nothing else would ever free them.
+func (r *Reconciler) reportHeld(ctx context.Context, now time.Time, batch int, report *ReconcileReport) error {
+	heldAfter := r.HeldAfter
+	if heldAfter <= 0 {
+		heldAfter = DefaultHeldAfter
+	}
+	ops, err := r.Store.OperationsInState(ctx, OpFailed, now.Add(-heldAfter), batch)
+	if err != nil {
+		return fmt.Errorf("list failed operations: %w", err)
+	}
+	for _, listed := range ops {
+		op, err := r.Store.GetOperation(ctx, listed.NodeID, listed.ID)
+		if err != nil {
+			// Not a reason to skip the others: the next run reads it again.
+			r.logger().ErrorContext(ctx, "read failed reclaim operation", "reclaim_id", listed.ID, "node", listed.NodeID, "err", err)
+			continue
+		}
+		held := op.Held()
+		if op.State != OpFailed || len(held) == 0 || now.Sub(op.UpdatedAt) < heldAfter {
+			continue // moved on since the index was written, or let go
+		}
+		r.logger().ErrorContext(ctx, "failed reclaim operation still holds VMs: re-drive it, or force-end VMs confirmed gone",
+			"reclaim_id", op.ID, "node", op.NodeID, "reservation", op.ReservationID, "vms_held", held,
+			"failed_at", op.UpdatedAt, "age_s", int(now.Sub(op.UpdatedAt).Seconds()), "reason", op.Reason)
+		o := *op
+		o.VMIDs = held
+		report.Held = append(report.Held, o)
+	}
+	return nil
+}
+
+// Held lists the operation's VMs without a success outcome: those whose termination failed
+// or never ran, which it holds terminating (and their units with them) until they have one.
+func (o Operation) Held() []string {
+	out := []string{}
+	for _, vm := range o.VMIDs {
+		if got, ok := o.Outcomes[vm]; !ok || got.Outcome == OutcomeFailed {
+			out = append(out, vm)
+		}
+	}
+	return out
 }
 
 func (r *Reconciler) reconcile(ctx context.Context, op Operation, now time.Time, report *ReconcileReport) error {

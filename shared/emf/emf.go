@@ -90,6 +90,8 @@ func (r *Recorder) Reconciled(ctx context.Context, rep *capacity.ReconcileReport
 		Metric{"EndedByReconciler", Count, float64(len(rep.Ended))},
 		Metric{"ReclaimStartsExhausted", Count, float64(len(rep.Exhausted))},
 		Metric{"StuckReclaimOperations", Count, float64(len(rep.Stuck))},
+		Metric{"HeldReclaimOperations", Count, float64(len(rep.Held))},
+		Metric{"HeldVMs", Count, float64(heldVMs(rep.Held))},
 	)
 }
 
@@ -136,4 +138,13 @@ func (r *Recorder) Put(ctx context.Context, dims []string, props map[string]any,
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	_, _ = r.w.Write(b) // stdout: nowhere better to report a failure
+}
+
+// heldVMs counts the VMs the held operations hold.
+func heldVMs(ops []capacity.Operation) int {
+	n := 0
+	for _, op := range ops {
+		n += len(op.VMIDs)
+	}
+	return n
 }
