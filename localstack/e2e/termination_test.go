@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"maps"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	sfntypes "github.com/aws/aws-sdk-go-v2/service/sfn/types"
@@ -257,5 +259,77 @@ func TestConcurrentReclaimsOnTwoNodes(t *testing.T) {
 			t.Fatalf("node %s: %v", node, op)
 		}
 		assertTerminatedOnce(t, node, "vm-spot-1", "vm-spot-2")
+	}
+}
+
+// TestForceEndFreesTheUnitsOfADeadAgent: a node whose agent never answers fails its
+// reclaim's operation, and the evicted VMs keep their units (no placement there). Once an
+// operator confirms them gone, force-ending each VM (audited, replayable under its
+// Idempotency-Key, refused to anyone else) frees its units; the last one completes the
+// operation, and a placement on the freed units succeeds.
+func TestForceEndFreesTheUnitsOfADeadAgent(t *testing.T) {
+	node := newNode(t, nil)
+	agents.FailAlways(node, "", true)
+	id := reclaimOp(t, node)
+	op := awaitOperation(t, node, id, 90*time.Second)
+	if got := outcomes(op); op["state"] != "failed" || got["vm-spot-1"] != "failed" || got["vm-spot-2"] != "failed" {
+		t.Fatalf("operation: %v", op)
+	}
+	place := func(vmID string) response {
+		return call(t, http.MethodPost, "/v1/nodes/"+node+"/vms", keyOperator,
+			map[string]any{"vmId": vmID, "orgId": "org-buyer", "tier": "spot", "unitIds": []string{"gpu-6"}})
+	}
+	if r := place("vm-new-1"); r.Status != http.StatusConflict {
+		t.Fatalf("placement on a unit of the unterminated VM: %d %s", r.Status, r.Body)
+	}
+	forceEnd := func(vmID, key string, header ...string) response {
+		return call(t, http.MethodPost, "/v1/nodes/"+node+"/reservations/"+demo.ReservationID+"/reclaims/"+id+"/vms/"+vmID+"/force-end",
+			key, map[string]any{"reason": "node wiped and reimaged, ticket OPS-1234"}, header...)
+	}
+	if r := forceEnd("vm-spot-2", keyOwner); r.Status != http.StatusNotFound {
+		t.Fatalf("force-end by the node owner: %d %s", r.Status, r.Body)
+	}
+	r := forceEnd("vm-spot-2", keyOperator, "Idempotency-Key", "fe-"+id)
+	if r.Status != http.StatusOK {
+		t.Fatalf("force-end: %d %s", r.Status, r.Body)
+	}
+	first := r.json(t)
+	if got := outcomes(first); first["state"] != "failed" || got["vm-spot-2"] != "force-ended" || got["vm-spot-1"] != "failed" {
+		t.Fatalf("after the first force-end: %s", r.Body)
+	}
+	if again := forceEnd("vm-spot-2", keyOperator, "Idempotency-Key", "fe-"+id); again.Status != http.StatusOK ||
+		again.Header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(again.Body, r.Body) {
+		t.Fatalf("replay: %d %v %s", again.Status, again.Header, again.Body)
+	}
+	if r := place("vm-new-2"); r.Status != http.StatusCreated {
+		t.Fatalf("placement on gpu-6, freed by the force-end: %d %s", r.Status, r.Body)
+	}
+	r = forceEnd("vm-spot-1", keyOperator)
+	if r.Status != http.StatusOK {
+		t.Fatalf("second force-end: %d %s", r.Status, r.Body)
+	}
+	op = awaitOperation(t, node, id, time.Second)
+	if got := outcomes(op); op["state"] != "completed" || got["vm-spot-1"] != "force-ended" || got["vm-spot-2"] != "force-ended" {
+		t.Fatalf("operation after both force-ends: %v", op)
+	}
+	for _, v := range op["vms"].([]any) {
+		if vm := v.(map[string]any); vm["reason"] != "node wiped and reimaged, ticket OPS-1234" {
+			t.Errorf("%s carries reason %v", vm["vmId"], vm["reason"])
+		}
+	}
+	st := loadNode(t, node)
+	for _, vm := range st.VMs {
+		if vm.ID == "vm-spot-1" || vm.ID == "vm-spot-2" {
+			t.Errorf("%s still live: %s", vm.ID, vm.State)
+		}
+	}
+	audits := 0
+	for _, rec := range auditOf(t, node) {
+		if a, ok := rec["Action"].(*types.AttributeValueMemberS); ok && a.Value == capacity.ActionForceEnd {
+			audits++
+		}
+	}
+	if audits != 2 { // the owner's 404 is a route that does not exist for it: no record
+		t.Errorf("%d force-end audit records, want 2", audits)
 	}
 }
