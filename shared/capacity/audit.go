@@ -46,11 +46,17 @@ type canonicalAudit struct {
 	Via            string            `json:"via"`
 	EventID        string            `json:"eventId"`
 	Victims        []canonicalVictim `json:"victims"`
-	// TargetKeyID and Grants are the members left out when empty: they came after chains did,
+	// TargetKeyID, Grants and Start are the members left out when empty: they came after chains did,
 	// and records without them (every one but key management's, and key records written
 	// before) keep the hash they were written with.
 	TargetKeyID string           `json:"targetKeyId,omitempty"`
 	Grants      *canonicalGrants `json:"grants,omitempty"`
+	Start       *canonicalStart  `json:"start,omitempty"`
+}
+
+type canonicalStart struct {
+	Unchained int64  `json:"unchained"`
+	Digest    string `json:"digest"`
 }
 
 // canonicalGrants is KeyGrants in the canonical form: permissions sorted, expiry "" for none.
@@ -99,6 +105,9 @@ func HashAuditRecord(r AuditRecord) string {
 		Skipped: list(r.Skipped), ReleasedBefore: list(r.ReleasedBefore), ReleasedAfter: list(r.ReleasedAfter),
 		TopologyGen: r.TopologyGen, VMID: r.VMID, Outcome: r.Outcome, Via: r.Via, EventID: r.EventID,
 		Victims: []canonicalVictim{}, TargetKeyID: r.TargetKeyID, Grants: canonicalGrantsOf(r.Grants),
+	}
+	if r.Start != nil {
+		c.Start = &canonicalStart{Unchained: r.Start.Unchained, Digest: r.Start.Digest}
 	}
 	for _, v := range r.Victims {
 		c.Victims = append(c.Victims, canonicalVictim{VMID: v.VMID, OrgID: v.OrgID, UnitIDs: list(v.UnitIDs)})
@@ -176,7 +185,7 @@ func ChainStartOf(unchained []AuditRecord) ChainStart {
 // (removed). Records past the head are verified too, and counted in Past: run ConfirmHead
 // on the report with the head read again after them.
 func VerifyAuditChain(head AuditHead, records []AuditRecord) ChainReport {
-	rep := ChainReport{Pinned: head.Start.Pinned()}
+	var rep ChainReport
 	fail := func(problem string, r AuditRecord, detail string) ChainReport {
 		rep.Problem, rep.Seq, rep.RecordID, rep.Detail = problem, r.Seq, r.ID, detail
 		return rep
@@ -206,8 +215,23 @@ func VerifyAuditChain(head AuditHead, records []AuditRecord) ChainReport {
 		unchained = append(unchained, r)
 		rep.Unchained++
 	}
-	if rep.Pinned {
-		got, pin := ChainStartOf(unchained), head.Start
+	// The pin: the head's, which must be the one the record that set it carries (a chain
+	// pinned before its first record, as a seeded node's, has no such record).
+	pin := head.Start
+	for _, r := range records {
+		if r.Seq <= 0 || r.Start == nil {
+			continue
+		}
+		switch {
+		case !pin.Pinned():
+			return fail(ChainRemoved, r, fmt.Sprintf("record %d pinned the chain's start, and the head has no pin", r.Seq))
+		case *r.Start != pin:
+			return fail(ChainAltered, r, fmt.Sprintf("the head's start pin is not the one record %d set", r.Seq))
+		}
+		break
+	}
+	if rep.Pinned = pin.Pinned(); rep.Pinned {
+		got := ChainStartOf(unchained)
 		switch {
 		case got.Unchained > pin.Unchained:
 			return fail(ChainInserted, AuditRecord{}, fmt.Sprintf("%d unchained records precede the chain; its start pins %d", got.Unchained, pin.Unchained))

@@ -47,6 +47,8 @@ func TestHashAuditRecordCanonical(t *testing.T) {
 		"dryRun":      func(r *AuditRecord) { r.DryRun = true },
 		"via":         func(r *AuditRecord) { r.Via = ViaEvent },
 		"targetKeyId": func(r *AuditRecord) { r.TargetKeyID = "key-1" },
+		"grants":      func(r *AuditRecord) { r.Grants = &KeyGrants{OrgID: "o"} },
+		"start":       func(r *AuditRecord) { r.Start = &ChainStart{Digest: "d"} },
 	} {
 		r := base
 		change(&r)
@@ -235,11 +237,32 @@ func TestVerifyTamperings(t *testing.T) {
 		{"legacy record removed", func(s *state) {
 			s.recs = s.recs[1:]
 		}, ChainRemoved, 0},
+		{"the head's start pin removed", func(s *state) {
+			s.before.Start, s.after.Start = ChainStart{}, ChainStart{}
+		}, ChainRemoved, 1},
+		{"record planted and the head's pin rewritten to cover it", func(s *state) {
+			planted := legacy
+			planted.ID, planted.Time = "planted", legacy.Time.Add(-time.Hour)
+			s.recs = append([]AuditRecord{planted}, s.recs...)
+			s.before.Start = ChainStartOf(s.recs[:2])
+			s.after = s.before
+		}, ChainAltered, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			chain, head := testChain(5)
-			head.Start = ChainStartOf([]AuditRecord{legacy})
+			// Five records after one legacy record; the first record's append pinned the start.
+			pin := ChainStartOf([]AuditRecord{legacy})
+			var head AuditHead
+			var chain []AuditRecord
+			for i, r := range func() []AuditRecord { c, _ := testChain(5); return c }() {
+				r.Seq, r.PrevHash, r.Hash, r.Start = 0, "", "", nil
+				if i == 0 {
+					r.Start = &pin
+				}
+				r, head = ChainAuditRecord(r, head)
+				chain = append(chain, r)
+			}
+			head.Start = pin
 			s := &state{recs: append([]AuditRecord{legacy}, chain...), before: head, after: head}
 			tt.tamper(s)
 			rep := ConfirmHead(VerifyAuditChain(s.before, s.recs), s.after)

@@ -402,6 +402,10 @@ type AuditRecord struct {
 	// place is told from its record; nil on every other record (and on key records written
 	// before it existed).
 	Grants *KeyGrants
+	// Start is set on the one record whose append pinned the chain's start (nil on every
+	// other): the pin inside the chain's hashes, so a head that loses or changes its pin no
+	// longer matches the chain.
+	Start *ChainStart
 	// Seq numbers the record in its chain (1, 2, 3...); 0 for a record outside any chain.
 	Seq int64
 	// PrevHash is the Hash of record Seq-1 ("" for Seq 1); Hash covers the record's content

@@ -82,6 +82,10 @@ func headIs(head capacity.AuditHead) expression.ConditionBuilder {
 // item. It returns rec as chained.
 func (s *Store) auditWrites(rec capacity.AuditRecord, head capacity.AuditHead, pin *capacity.ChainStart, ref headRef,
 	upd *expression.UpdateBuilder, cond *expression.ConditionBuilder) ([]types.TransactWriteItem, capacity.AuditRecord, error) {
+	pinning := pin != nil && !head.Start.Pinned()
+	if pinning {
+		rec.Start = pin // the pin in the chain's hashes too, not only on the head
+	}
 	rec, next := capacity.ChainAuditRecord(rec, head)
 	u := expression.UpdateBuilder{}
 	if upd != nil {
@@ -90,7 +94,7 @@ func (s *Store) auditWrites(rec capacity.AuditRecord, head capacity.AuditHead, p
 	u = u.Set(expression.Name(attrAuditSeq), expression.Value(next.Seq)).
 		Set(expression.Name(attrAuditHead), expression.Value(next.Hash))
 	c := headIs(head)
-	if pin != nil && !head.Start.Pinned() {
+	if pinning {
 		u = u.Set(expression.Name(attrAuditStartCount), expression.Value(pin.Unchained)).
 			Set(expression.Name(attrAuditStartDigest), expression.Value(pin.Digest))
 		c = c.And(expression.Name(attrAuditStartDigest).AttributeNotExists())

@@ -447,6 +447,8 @@ type auditItem struct {
 	TargetKeyID    string    `dynamodbav:"targetKeyId,omitempty"`
 	// What the key of a key-management record grants (absent on every other record).
 	Grants *grantsRecord `dynamodbav:"grants,omitempty"`
+	// The pin of the chain's start, on the record whose append set it.
+	Start *startRecord `dynamodbav:"start,omitempty"`
 	// The hash chain (absent on unchained and earlier records) and the evicted VMs.
 	Seq      int64          `dynamodbav:"seq,omitempty"`
 	PrevHash string         `dynamodbav:"prevHash,omitempty"`
@@ -463,6 +465,12 @@ type grantsRecord struct {
 	Permissions []string   `dynamodbav:"permissions"`
 	Operator    bool       `dynamodbav:"operator"`
 	ExpiresAt   *time.Time `dynamodbav:"expiresAt"`
+}
+
+// startRecord is capacity.ChainStart as an audit item stores it.
+type startRecord struct {
+	Unchained int64  `dynamodbav:"unchained"`
+	Digest    string `dynamodbav:"digest"`
 }
 
 // newAuditItem is the record in its node's audit partition: a chained record (Seq > 0) under
@@ -499,6 +507,9 @@ func newAuditItemIn(pk string, a capacity.AuditRecord) auditItem {
 		Via: a.Via, EventID: a.EventID, TargetKeyID: a.TargetKeyID, Seq: a.Seq, PrevHash: a.PrevHash, Hash: a.Hash,
 		ResKey: auditResKey(a),
 	}
+	if st := a.Start; st != nil {
+		it.Start = &startRecord{Unchained: st.Unchained, Digest: st.Digest}
+	}
 	if g := a.Grants; g != nil {
 		it.Grants = &grantsRecord{OrgID: g.OrgID, Permissions: g.Permissions, Operator: g.Operator, ExpiresAt: g.ExpiresAt}
 	}
@@ -516,6 +527,9 @@ func (i auditItem) record() capacity.AuditRecord {
 		Terminated: i.Terminated, Skipped: i.Skipped, ReleasedBefore: i.ReleasedBefore,
 		ReleasedAfter: i.ReleasedAfter, TopologyGen: i.TopologyGen, VMID: i.VMID, Outcome: i.Outcome,
 		Via: i.Via, EventID: i.EventID, TargetKeyID: i.TargetKeyID, Seq: i.Seq, PrevHash: i.PrevHash, Hash: i.Hash,
+	}
+	if st := i.Start; st != nil {
+		a.Start = &capacity.ChainStart{Unchained: st.Unchained, Digest: st.Digest}
 	}
 	if g := i.Grants; g != nil {
 		a.Grants = &capacity.KeyGrants{OrgID: g.OrgID, Permissions: g.Permissions, Operator: g.Operator, ExpiresAt: g.ExpiresAt}

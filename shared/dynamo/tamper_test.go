@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,7 +56,7 @@ func TestVerifyCatchesTampering(t *testing.T) {
 		name    string
 		tamper  func(t *testing.T, env *dynamotest.Env, key capacity.APIKey)
 		node    string // the problem verify --node n1 reports ("" = OK)
-		keyProb string // the problem verify --keys reports about the key ("" = OK)
+		keyProb string // the problem verify --keys reports about the key ("" = OK; "chain <problem>": of the key chain)
 	}{
 		{"untouched", func(*testing.T, *dynamotest.Env, capacity.APIKey) {}, "", ""},
 		{"node head rolled back", func(t *testing.T, env *dynamotest.Env, _ capacity.APIKey) {
@@ -74,6 +75,10 @@ func TestVerifyCatchesTampering(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, capacity.ChainInserted, ""},
+		{"key chain's head loses its start pin", func(t *testing.T, env *dynamotest.Env, _ capacity.APIKey) {
+			update(t, env, env.Store.KeysTable, "APIKEYS", "AUDITHEAD", "SET AuditStartDigest = :d", map[string]types.AttributeValue{
+				":d": &types.AttributeValueMemberS{Value: ""}})
+		}, "", "chain " + capacity.ChainRemoved},
 		{"key made operator in place", func(t *testing.T, env *dynamotest.Env, k capacity.APIKey) {
 			update(t, env, env.Store.KeysTable, "APIKEY#"+k.Hash, "APIKEY", "SET Operator = :t",
 				map[string]types.AttributeValue{":t": &types.AttributeValueMemberBOOL{Value: true}})
@@ -118,6 +123,12 @@ func TestVerifyCatchesTampering(t *testing.T) {
 			recs, rep := verifyAll(t, func(p capacity.PageRequest) (*capacity.AuditChainPage, error) {
 				return svc.ListKeyAudit(ctx, opPrincipal, p)
 			})
+			if want, ok := strings.CutPrefix(tt.keyProb, "chain "); ok {
+				if rep.OK || rep.Problem != want {
+					t.Errorf("key chain: %+v, want problem %s", rep, want)
+				}
+				return
+			}
 			if !rep.OK || !rep.Pinned || rep.Checked != 1 {
 				t.Fatalf("key chain: %+v", rep)
 			}

@@ -174,6 +174,8 @@ type AuditRecordJSON struct {
 	// Grants is on key-management records only (absent elsewhere, and on key records
 	// written before it existed).
 	Grants *GrantsJSON `json:"grants,omitempty"`
+	// Start is on the one record whose append pinned the chain's start.
+	Start *ChainStartJSON `json:"start,omitempty"`
 }
 
 // GrantsJSON is what a key grants, as its audit records carry it.
@@ -205,6 +207,9 @@ func AuditRecord(r capacity.AuditRecord) AuditRecordJSON {
 	for _, v := range r.Victims {
 		out.Victims = append(out.Victims, VictimJSON{VMID: v.VMID, OrgID: v.OrgID, UnitIDs: list(v.UnitIDs)})
 	}
+	if st := r.Start; st != nil {
+		out.Start = &ChainStartJSON{Unchained: st.Unchained, Digest: st.Digest}
+	}
 	if g := r.Grants; g != nil {
 		out.Grants = &GrantsJSON{OrgID: g.OrgID, Permissions: list(g.Permissions), Operator: g.Operator}
 		if g.ExpiresAt != nil {
@@ -232,6 +237,9 @@ func AuditRecordFrom(j AuditRecordJSON) (capacity.AuditRecord, error) {
 	}
 	for _, v := range j.Victims {
 		r.Victims = append(r.Victims, capacity.Victim{VMID: v.VMID, OrgID: v.OrgID, UnitIDs: nilIfEmpty(v.UnitIDs)})
+	}
+	if st := j.Start; st != nil {
+		r.Start = &capacity.ChainStart{Unchained: st.Unchained, Digest: st.Digest}
 	}
 	if g := j.Grants; g != nil {
 		r.Grants = &capacity.KeyGrants{OrgID: g.OrgID, Permissions: nilIfEmpty(g.Permissions), Operator: g.Operator}

@@ -22,6 +22,7 @@ func fullRecord() capacity.AuditRecord {
 		ReleasedBefore: []string{"u1"}, ReleasedAfter: []string{"u3"}, TopologyGen: 7, VMID: "vm-9",
 		Outcome: "ok", Via: capacity.ViaEvent, EventID: "ev-1", TargetKeyID: "key-7",
 		Victims: []capacity.Victim{{VMID: "vm-1", OrgID: "buyer", UnitIDs: []string{"u1"}}, {VMID: "vm-3", OrgID: "b2"}},
+		Start:   &capacity.ChainStart{Unchained: 2, Digest: strings.Repeat("c", 64)},
 		Grants: &capacity.KeyGrants{OrgID: "org-2", Permissions: []string{"reservation.read"}, Operator: true,
 			ExpiresAt: func() *time.Time { at := time.Date(2027, 1, 2, 3, 4, 5, 6, time.UTC); return &at }()},
 		Seq: 42, PrevHash: strings.Repeat("a", 64), Hash: strings.Repeat("b", 64),
