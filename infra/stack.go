@@ -329,6 +329,8 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	// the audit of a node (the table) and of a reservation (its index).
 	allow(s.ApiFunction, "AuditTableAppendAndRead", audit, "dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:Query")
 	allowIndex(s.ApiFunction, "AuditByReservationIndex", audit, table.AuditByReservationIndex, "dynamodb:Query")
+	// A reservation's scheduled reclaims are listed from the state table's byState index.
+	allowIndex(s.ApiFunction, "StateByStateIndex", state, table.ByStateIndex, "dynamodb:Query")
 	// API keys: the lookup of a bearer key (GetItem), and the operator's key management:
 	// create (a transaction of Puts, the key chain's head Update and ConditionChecks), list
 	// (Scan), revoke and the last-use time (UpdateItem). Only reclaim-events also reads it (below),

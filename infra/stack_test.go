@@ -470,6 +470,8 @@ func TestRolePermissions(t *testing.T) {
 					// list a node's audit (Query) and a reservation's (its index).
 					auditArn: {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"},
 					toJSON(map[string]any{"Fn::Join": []any{"", []any{getAtt(tableID(t, tp, table.Audit, env), "Arn"), "/index/" + table.AuditByReservationIndex}}}): {"dynamodb:Query"},
+					// A reservation's scheduled reclaims (the state table's byState index).
+					toJSON(map[string]any{"Fn::Join": []any{"", []any{getAtt(tableID(t, tp, table.State, env), "Arn"), "/index/" + table.ByStateIndex}}}): {"dynamodb:Query"},
 					// Key lookup and management; never DeleteItem.
 					keysArn:           {"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Scan", "dynamodb:UpdateItem"},
 					masterSecretArn:   {"secretsmanager:GetSecretValue"},

@@ -101,6 +101,7 @@ func commands() []command {
 		{"reservations", "get", "--node N --reservation R", "show a reservation", reservationsGet},
 		{"reservations", "cancel", "--node N --reservation R [--reason TEXT]", "cancel a reservation (terminates nothing; lists the VMs on its units)", reservationsCancel},
 		{"reservations", "reaffirm", "--node N --reservation R [--reason TEXT]", "move a needs-review reservation back to active at the node's topology", reservationsReaffirm},
+		{"scheduled", "list", "--node N --reservation R [--limit N] [--cursor C]", "list a reservation's scheduled reclaims in order of at: pending, and fired or cancelled ones until their retention ends", scheduledList},
 		{"topology", "set", "--node N --units U,... [--expected-gen N] [--reason TEXT]", "set a node's unit list (its reservations go to needs-review)", topologySet},
 		{"audit", "list", "--node N [--reservation R] | --keys [--limit N] [--cursor C]", "list audit records", auditList},
 		{"audit", "verify", "--node N | --keys", "verify an audit hash chain; names the first altered, inserted or removed record", auditVerify},

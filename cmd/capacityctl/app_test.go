@@ -1022,3 +1022,34 @@ func TestShellQuote(t *testing.T) {
 		}
 	}
 }
+
+// TestScheduledList: scheduled list asks for the reservation's scheduled reclaims with the
+// page flags and prints each with its state and how it ended.
+func TestScheduledList(t *testing.T) {
+	var asked string
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked = r.Method + " " + r.URL.RequestURI()
+		_ = json.NewEncoder(w).Encode(wire.ScheduledPageJSON{ScheduledReclaims: []wire.ScheduledReclaimJSON{
+			{ID: "srcl_1", At: "2026-01-01T00:00:00Z", State: "refused", UnitIDs: []string{"gpu-2"}, CreatedByOrgID: "org-owner",
+				FiredAt: "2026-01-01T00:00:01Z", Code: "creator_key_invalid", Detail: "the API key key-1 that scheduled this reclaim was revoked"},
+			{ID: "srcl_2", At: "2026-01-02T00:00:00Z", State: "scheduled", UnitIDs: []string{"gpu-2", "gpu-3"}, GraceSeconds: 30, CreatedByOrgID: "org-owner"},
+		}, NextCursor: "c2"})
+	}))
+	defer api.Close()
+	got := runCLI(t, api, "", nil, "scheduled", "list", "--node", "node-1", "--reservation", "res-1", "--limit", "2", "--cursor", "c1")
+	if got.code != 0 {
+		t.Fatalf("exit %d: %s", got.code, got.err)
+	}
+	if want := "GET /dev/v1/nodes/node-1/reservations/res-1/scheduled-reclaims?cursor=c1&limit=2"; asked != want {
+		t.Errorf("asked %s, want %s", asked, want)
+	}
+	for _, want := range []string{
+		"srcl_1  2026-01-01T00:00:00Z  refused    gpu-2        0      org-owner   2026-01-01T00:00:01Z  creator_key_invalid: the API key key-1 that scheduled this reclaim was revoked",
+		"srcl_2  2026-01-02T00:00:00Z  scheduled  gpu-2,gpu-3  30     org-owner   -",
+		"c2",
+	} {
+		if !strings.Contains(got.stdout, want) {
+			t.Errorf("stdout\n%s\nwant a line with\n%s", got.stdout, want)
+		}
+	}
+}

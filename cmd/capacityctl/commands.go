@@ -319,6 +319,20 @@ func reservationsList(ctx context.Context, a *app, fs *flag.FlagSet, args []stri
 	return emitPage(a, meta, reservationHeader, res.Reservations, reservationRow, res.NextCursor)
 }
 
+func scheduledList(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
+	node, res := reservationFlags(fs)
+	limit, cursor := pageFlags(fs)
+	c, err := a.connect(ctx, fs, args, "node", "reservation")
+	if err != nil {
+		return err
+	}
+	out, meta, err := c.ListScheduledReclaims(ctx, *node, *res, client.Page{Limit: *limit, Cursor: *cursor})
+	if err != nil {
+		return err
+	}
+	return emitPage(a, meta, scheduledHeader, out.ScheduledReclaims, scheduledRow, out.NextCursor)
+}
+
 // reservationFlags are the flags naming one reservation.
 func reservationFlags(fs *flag.FlagSet) (node, res *string) {
 	return fs.String("node", "", "node id"), fs.String("reservation", "", "reservation id")

@@ -122,6 +122,21 @@ func auditRow(w io.Writer, r wire.AuditRecordJSON) {
 		dash(r.ActorKeyID), dash(r.ReservationID), join(r.UnitIDs), r.DryRun, dash(r.Outcome), dash(r.Reason))
 }
 
+// scheduledHeader and scheduledRow print scheduled reclaims: OUTCOME is the reclaim it ran, or
+// why it was refused.
+func scheduledHeader(w io.Writer) {
+	fmt.Fprintln(w, "ID\tAT\tSTATE\tUNITS\tGRACE\tCREATED BY\tFIRED\tOUTCOME")
+}
+
+func scheduledRow(w io.Writer, sr wire.ScheduledReclaimJSON) {
+	outcome := sr.ReclaimID
+	if sr.Code != "" {
+		outcome = sr.Code + ": " + sr.Detail
+	}
+	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", sr.ID, sr.At, sr.State, join(sr.UnitIDs), sr.GraceSeconds,
+		dash(sr.CreatedByOrgID), dash(sr.FiredAt+sr.CancelledAt), dash(outcome))
+}
+
 // keyAuditHeader and keyAuditRow print the key-management chain: its records name the key
 // created or revoked (targetKeyId) and no reservation, units or dry run.
 func keyAuditHeader(w io.Writer) {

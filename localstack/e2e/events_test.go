@@ -340,7 +340,8 @@ func TestScheduledReclaimFires(t *testing.T) {
 
 // TestScheduledReclaimOfARevokedKeyIsRefused: a key schedules a reclaim and is revoked
 // before it fires; the firing reads the key (reclaim-events' GetItem on the keys table), is
-// refused with creator_key_invalid, and the scheduled reclaim ends refused; no VM is touched.
+// refused with creator_key_invalid, and the scheduled reclaim ends refused, as its GET and the
+// reservation's list of scheduled reclaims show; no VM is touched.
 func TestScheduledReclaimOfARevokedKeyIsRefused(t *testing.T) {
 	node := newNode(t, nil)
 	w := outcomeWatch(t, node)
@@ -375,6 +376,20 @@ func TestScheduledReclaimOfARevokedKeyIsRefused(t *testing.T) {
 	g := got.json(t)
 	if got.Status != http.StatusOK || g["state"] != "refused" || g["code"] != string(capacity.CodeCreatorKeyInvalid) || g["firedAt"] == nil {
 		t.Fatalf("GET after the firing: %d %s", got.Status, got.Body)
+	}
+	// The reservation's list (API Gateway, the api function, the byState index) shows it
+	// too, to the owner; the audience gets the reservation's 404.
+	listPath := "/v1/nodes/" + node + "/reservations/" + demo.ReservationID + "/scheduled-reclaims"
+	list := call(t, http.MethodGet, listPath+"?limit=10", keyOwner, nil)
+	var page struct {
+		ScheduledReclaims []map[string]any `json:"scheduledReclaims"`
+	}
+	if list.Status != http.StatusOK || json.Unmarshal(list.Body, &page) != nil || len(page.ScheduledReclaims) != 1 ||
+		page.ScheduledReclaims[0]["id"] != sid || page.ScheduledReclaims[0]["state"] != "refused" {
+		t.Fatalf("list: %d %s", list.Status, list.Body)
+	}
+	if a := call(t, http.MethodGet, listPath, keyAudience, nil); a.Status != http.StatusNotFound {
+		t.Errorf("audience list: %d %s", a.Status, a.Body)
 	}
 	for _, vm := range []string{"vm-spot-1", "vm-spot-2"} {
 		if n := agents.TerminateCalls(node, vm); n != 0 {

@@ -108,6 +108,15 @@ type ScheduleStore interface {
 	// to (written at from.Version+1), with its audit record if any, in one transaction;
 	// ErrConflict if the item changed since read.
 	UpdateScheduled(ctx context.Context, from, to ScheduledReclaim, audit *AuditRecord) error
+	// ListScheduled returns a page of a reservation's scheduled reclaims in order of at, and
+	// the cursor of the next ("" when none); a bad cursor is an *Error CodeInvalidRequest.
+	ListScheduled(ctx context.Context, nodeID, reservationID string, limit int, cursor string) ([]ScheduledReclaim, string, error)
+}
+
+// ScheduledPage is a page of a reservation's scheduled reclaims.
+type ScheduledPage struct {
+	Scheduled  []ScheduledReclaim
+	NextCursor string
 }
 
 // ScheduleCommit is the write of a new scheduled reclaim.
@@ -267,21 +276,67 @@ func sortedUnits(req CapacityRequest) CapacityRequest {
 // GetScheduledReclaim returns a scheduled reclaim to a caller who may reclaim on its
 // reservation, or to an operator; anyone else gets the reservation's 404.
 func (s *Service) GetScheduledReclaim(ctx context.Context, p Principal, nodeID, reservationID, id string) (*ScheduledReclaim, error) {
+	if err := s.mayReadScheduled(ctx, p, nodeID, reservationID); err != nil {
+		return nil, err
+	}
+	return s.scheduled(ctx, nodeID, reservationID, id)
+}
+
+// ListScheduledReclaims returns a page of a reservation's scheduled reclaims, in every state
+// (fired and cancelled ones until their retention ends), in order of at, to those who may
+// read one of them; anyone else gets the reservation's 404.
+func (s *Service) ListScheduledReclaims(ctx context.Context, p Principal, nodeID, reservationID string, page PageRequest) (*ScheduledPage, error) {
+	if err := s.mayReadScheduled(ctx, p, nodeID, reservationID); err != nil {
+		return nil, err
+	}
+	limit, err := page.limit()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.scheduledReads(); err != nil {
+		return nil, err
+	}
+	list, next, err := s.Schedules.ListScheduled(ctx, nodeID, reservationID, limit, page.Cursor)
+	if ErrorCode(err) == CodeInvalidRequest {
+		return nil, err
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list scheduled reclaims of reservation %s: %w", reservationID, err)
+	}
+	if list == nil {
+		list = []ScheduledReclaim{}
+	}
+	return &ScheduledPage{Scheduled: list, NextCursor: next}, nil
+}
+
+// AdmitScheduledRead is the first gate of reading a reservation's scheduled reclaims, before
+// anything of the request is read: a key that may reclaim, or an operator key that may read
+// (anyone else: the reservation's 404). The service checks the reservation after it.
+func AdmitScheduledRead(p Principal, nodeID, reservationID string) error {
 	if !ValidID(nodeID) || !ValidID(reservationID) || !(p.Can(PermCapacity) || p.Operator && p.Can(PermRead)) {
-		return nil, notFound()
+		return notFound()
+	}
+	return nil
+}
+
+// mayReadScheduled admits a caller who may reclaim on the reservation, or an operator who
+// may read it; anyone else gets the reservation's 404.
+func (s *Service) mayReadScheduled(ctx context.Context, p Principal, nodeID, reservationID string) error {
+	if err := AdmitScheduledRead(p, nodeID, reservationID); err != nil {
+		return err
 	}
 	st, err := s.Store.LoadNode(ctx, nodeID, "")
 	if ErrorCode(err) == CodeNotFound {
-		return nil, notFound()
+		return notFound()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("load node %s: %w", nodeID, err)
+		return fmt.Errorf("load node %s: %w", nodeID, err)
 	}
 	r := st.Reservation(reservationID)
 	if r == nil || AccessOf(p, st.Node, *r) != AccessManage {
-		return nil, notFound()
+		return notFound()
 	}
-	return s.scheduled(ctx, nodeID, reservationID, id)
+	return nil
 }
 
 // scheduled reads a scheduled reclaim of the reservation.

@@ -332,7 +332,12 @@ func TestScheduledReclaimVisibility(t *testing.T) {
 	} {
 		_, err := svc.GetScheduledReclaim(ctx, tc.p, "n1", "r1", res.Scheduled.ID)
 		if tc.ok != (err == nil) || !tc.ok && capacity.ErrorMessage(err) != "reservation not found" {
-			t.Errorf("%s: %v", tc.name, err)
+			t.Errorf("get as %s: %v", tc.name, err)
+		}
+		// The reservation's list: the same rule.
+		page, err := svc.ListScheduledReclaims(ctx, tc.p, "n1", "r1", capacity.PageRequest{})
+		if tc.ok != (err == nil) || !tc.ok && capacity.ErrorMessage(err) != "reservation not found" || tc.ok && len(page.Scheduled) != 1 {
+			t.Errorf("list as %s: %+v, %v", tc.name, page, err)
 		}
 	}
 }
@@ -622,5 +627,70 @@ func TestFiringBeforeItsTime(t *testing.T) {
 				t.Fatalf("firing on time = %+v, %v", fired, err)
 			}
 		})
+	}
+}
+
+// TestListScheduledReclaims: a reservation's scheduled reclaims, in every state, in order of
+// at, page by page (who may list them: TestScheduledReclaimVisibility); another reservation's
+// are not listed and its cursor is refused.
+func TestListScheduledReclaims(t *testing.T) {
+	_, svc, _, clock := schedWorld(t)
+	ctx := context.Background()
+	schedule := func(req capacity.CapacityRequest, in time.Duration) string {
+		t.Helper()
+		res, err := svc.ScheduleReclaim(ctx, owner, req, clock.Add(in), capacity.RequestMeta{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Scheduled.ID
+	}
+	third := schedule(reclaim("u1"), 3*time.Hour)
+	first := schedule(reclaim("u1"), time.Hour)
+	second := schedule(reclaim("u1"), 2*time.Hour)
+	other := schedule(capacity.CapacityRequest{NodeID: "n1", ReservationID: "r2", UnitIDs: []string{"u3"}}, time.Hour)
+	if _, err := svc.CancelScheduledReclaim(ctx, owner, "n1", "r1", second, capacity.RequestMeta{}); err != nil {
+		t.Fatal(err)
+	}
+
+	var ids []string
+	var states []capacity.ScheduledState
+	cursor, pages := "", 0
+	for {
+		page, err := svc.ListScheduledReclaims(ctx, owner, "n1", "r1", capacity.PageRequest{Limit: 2, Cursor: cursor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for _, sr := range page.Scheduled {
+			ids, states = append(ids, sr.ID), append(states, sr.State)
+		}
+		if cursor = page.NextCursor; cursor == "" || pages > 3 {
+			break
+		}
+	}
+	if !slices.Equal(ids, []string{first, second, third}) ||
+		!slices.Equal(states, []capacity.ScheduledState{capacity.ScheduledPending, capacity.ScheduledCancelled, capacity.ScheduledPending}) {
+		t.Errorf("listed %v %v, want %v in order of at", ids, states, []string{first, second, third})
+	}
+	if p, err := svc.ListScheduledReclaims(ctx, owner, "n1", "r2", capacity.PageRequest{}); err != nil || len(p.Scheduled) != 1 || p.Scheduled[0].ID != other {
+		t.Errorf("r2's list = %+v, %v", p, err)
+	}
+
+	// A cursor of r2's list does not page r1's; garbage neither.
+	r2page, err := svc.ListScheduledReclaims(ctx, owner, "n1", "r2", capacity.PageRequest{Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{r2page.NextCursor, "garbage"} {
+		if c == "" {
+			continue // the emulator may end the page without a cursor
+		}
+		if _, err := svc.ListScheduledReclaims(ctx, owner, "n1", "r1", capacity.PageRequest{Cursor: c}); capacity.ErrorCode(err) != capacity.CodeInvalidRequest {
+			t.Errorf("cursor %q on r1: %v", c, err)
+		}
+	}
+
+	if _, err := svc.ListScheduledReclaims(ctx, owner, "n1", "rx", capacity.PageRequest{}); capacity.ErrorCode(err) != capacity.CodeNotFound {
+		t.Errorf("unknown reservation: %v", err)
 	}
 }

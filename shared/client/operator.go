@@ -89,6 +89,11 @@ func (c *Client) ListReservationAudit(ctx context.Context, node, res string, pag
 	return call[wire.AuditPageJSON](ctx, c, http.MethodGet, reservationPath(node, res)+"/audit", page.query(), nil, Options{})
 }
 
+// ListScheduledReclaims reads one page of a reservation's scheduled reclaims, in order of at.
+func (c *Client) ListScheduledReclaims(ctx context.Context, node, res string, page Page) (*wire.ScheduledPageJSON, *Meta, error) {
+	return call[wire.ScheduledPageJSON](ctx, c, http.MethodGet, reservationPath(node, res)+"/scheduled-reclaims", page.query(), nil, Options{})
+}
+
 // ListNodeAudit reads one page of a node's audit chain, in chain order.
 func (c *Client) ListNodeAudit(ctx context.Context, node string, page Page) (*wire.AuditChainPageJSON, *Meta, error) {
 	return call[wire.AuditChainPageJSON](ctx, c, http.MethodGet, nodePath(node)+"/audit", page.query(), nil, Options{})

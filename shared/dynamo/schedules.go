@@ -3,6 +3,7 @@ package dynamo
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -12,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/table"
 )
 
 // Scheduled reclaims live in a partition of their own per scheduled reclaim, like reclaim
@@ -19,6 +21,9 @@ import (
 //
 //	NODE#<nodeId>#SCHED#<id>   SCHED   a scheduled reclaim (TTL once fired or cancelled:
 //	                                   then + retention)
+//
+// and are listed per reservation through the byState index: gsi1pk
+// NODE#<nodeId>#RES#<reservationId>#SCHED, gsi1sk <at, RFC 3339 UTC>#<id> (in order of at).
 const (
 	typeScheduled = "scheduled-reclaim"
 	skScheduled   = "SCHED"
@@ -28,6 +33,17 @@ var _ capacity.ScheduleStore = (*Store)(nil)
 
 // schedPK is the partition of one scheduled reclaim.
 func schedPK(nodeID, id string) string { return nodePK(nodeID) + "#SCHED#" + id }
+
+// schedListPK is the byState index partition of a reservation's scheduled reclaims.
+func schedListPK(nodeID, reservationID string) string {
+	return nodePK(nodeID) + "#RES#" + reservationID + "#SCHED"
+}
+
+// schedListSK orders a scheduled reclaim in its reservation's list: by at (whole seconds,
+// UTC, so the strings sort as the times), then id.
+func schedListSK(sr capacity.ScheduledReclaim) string {
+	return sr.At.UTC().Format(time.RFC3339) + "#" + sr.ID
+}
 
 type scheduledItem struct {
 	PK              string     `dynamodbav:"pk"`
@@ -54,6 +70,9 @@ type scheduledItem struct {
 	Version         int64      `dynamodbav:"Version"`
 	// ExpiresAt is set once the scheduled reclaim has fired or was cancelled.
 	ExpiresAt int64 `dynamodbav:"expiresAt,omitempty"`
+	// The reservation's list (the byState index).
+	GSI1PK string `dynamodbav:"gsi1pk"`
+	GSI1SK string `dynamodbav:"gsi1sk"`
 }
 
 func newScheduledItem(sr capacity.ScheduledReclaim, retention time.Duration) scheduledItem {
@@ -64,6 +83,7 @@ func newScheduledItem(sr capacity.ScheduledReclaim, retention time.Duration) sch
 		CreatorOrgID: sr.CreatorOrgID, CreatorOperator: sr.CreatorOperator, CreatedAt: sr.CreatedAt,
 		UpdatedAt: sr.UpdatedAt, ReclaimID: sr.ReclaimID, Code: string(sr.Code), Detail: sr.Detail,
 		FiredAt: sr.FiredAt, CancelledAt: sr.CancelledAt, Version: sr.Version,
+		GSI1PK: schedListPK(sr.NodeID, sr.ReservationID), GSI1SK: schedListSK(sr),
 	}
 	if sr.State != capacity.ScheduledPending {
 		it.ExpiresAt = expiry(sr.UpdatedAt.Add(retention))
@@ -127,6 +147,65 @@ func (s *Store) GetScheduled(ctx context.Context, nodeID, id string) (*capacity.
 	}
 	sr := it.scheduled()
 	return &sr, nil
+}
+
+// ListScheduled returns a page of the reservation's scheduled reclaims in order of at, from
+// the byState index (eventually consistent: one just created may take a moment to appear).
+func (s *Store) ListScheduled(ctx context.Context, nodeID, reservationID string, limit int, cursor string) ([]capacity.ScheduledReclaim, string, error) {
+	listPK := schedListPK(nodeID, reservationID)
+	start, err := decodeCursor(cursor, "")
+	if err != nil {
+		return nil, "", err
+	}
+	if start != nil {
+		// A cursor must name a scheduled reclaim of this list. The index key is set from the
+		// request: the emulator leaves it out of LastEvaluatedKey, which AWS requires back.
+		invalid := capacity.Errorf(capacity.CodeInvalidRequest, "invalid cursor")
+		if !strings.HasPrefix(attr(start, attrPK), nodePK(nodeID)+"#SCHED#") || attr(start, attrSK) != skScheduled {
+			return nil, "", invalid
+		}
+		if k := attr(start, attrGSI1PK); k != "" && k != listPK {
+			return nil, "", invalid
+		}
+		start[attrGSI1PK] = &types.AttributeValueMemberS{Value: listPK}
+		if attr(start, attrGSI1SK) == "" {
+			return nil, "", invalid
+		}
+	}
+	expr, err := expression.NewBuilder().WithKeyCondition(expression.Key(attrGSI1PK).Equal(expression.Value(listPK))).Build()
+	if err != nil {
+		return nil, "", fmt.Errorf("build scheduled reclaims query: %w", err)
+	}
+	out, err := s.Client.Query(ctx, &dynamodb.QueryInput{
+		TableName: aws.String(s.Table), IndexName: aws.String(table.ByStateIndex),
+		KeyConditionExpression: expr.KeyCondition(), ExpressionAttributeNames: expr.Names(),
+		ExpressionAttributeValues: expr.Values(), ScanIndexForward: aws.Bool(true),
+		Limit: aws.Int32(int32(limit)), ExclusiveStartKey: start,
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("list scheduled reclaims of reservation %s: %w", reservationID, classify(err))
+	}
+	list := make([]capacity.ScheduledReclaim, 0, len(out.Items))
+	var last scheduledItem
+	for _, item := range out.Items {
+		if err := attributevalue.UnmarshalMap(item, &last); err != nil {
+			return nil, "", fmt.Errorf("decode scheduled reclaim of reservation %s: %w", reservationID, err)
+		}
+		list = append(list, last.scheduled())
+	}
+	if len(out.LastEvaluatedKey) == 0 || len(list) == 0 {
+		return list, "", nil
+	}
+	// The cursor is the last item's table and index keys, as AWS's LastEvaluatedKey is; the
+	// emulator's lacks the index keys.
+	next, err := encodeCursor(map[string]types.AttributeValue{
+		attrPK: &types.AttributeValueMemberS{Value: last.PK}, attrSK: &types.AttributeValueMemberS{Value: last.SK},
+		attrGSI1PK: &types.AttributeValueMemberS{Value: last.GSI1PK}, attrGSI1SK: &types.AttributeValueMemberS{Value: last.GSI1SK},
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return list, next, nil
 }
 
 // UpdateScheduled replaces the scheduled reclaim read as from with to, conditioned on its

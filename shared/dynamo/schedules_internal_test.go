@@ -27,7 +27,7 @@ func TestScheduledItemLayout(t *testing.T) {
 		names = append(names, k)
 	}
 	slices.Sort(names)
-	want := "At CancelledAt Code CreatedAt CreatorKeyID CreatorOperator CreatorOrgID Detail FiredAt GraceSeconds ID NodeID Reason ReclaimID ReservationID State UnitIDs UpdatedAt Version expiresAt pk sk type"
+	want := "At CancelledAt Code CreatedAt CreatorKeyID CreatorOperator CreatorOrgID Detail FiredAt GraceSeconds ID NodeID Reason ReclaimID ReservationID State UnitIDs UpdatedAt Version expiresAt gsi1pk gsi1sk pk sk type"
 	if got := strings.Join(names, " "); got != want {
 		t.Errorf("attributes\n got %s\nwant %s", got, want)
 	}

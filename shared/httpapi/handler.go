@@ -26,6 +26,7 @@ type Service interface {
 	Redrive(ctx context.Context, p capacity.Principal, nodeID, reservationID, opID string, meta capacity.RequestMeta) (*capacity.RedriveResult, error)
 	ScheduleReclaim(ctx context.Context, p capacity.Principal, req capacity.CapacityRequest, at time.Time, meta capacity.RequestMeta) (*capacity.ScheduleResult, error)
 	GetScheduledReclaim(ctx context.Context, p capacity.Principal, nodeID, reservationID, id string) (*capacity.ScheduledReclaim, error)
+	ListScheduledReclaims(ctx context.Context, p capacity.Principal, nodeID, reservationID string, page capacity.PageRequest) (*capacity.ScheduledPage, error)
 	CancelScheduledReclaim(ctx context.Context, p capacity.Principal, nodeID, reservationID, id string, meta capacity.RequestMeta) (*capacity.ScheduledReclaim, error)
 
 	// Operator routes: nodes, reservations and topology.
@@ -91,6 +92,7 @@ func (h *Handler) handlers() map[string]handlerFunc {
 		"getReclaimOperation":    h.getOperation,
 		"retryReclaimOperation":  h.redrive,
 		"getScheduledReclaim":    h.getScheduledReclaim,
+		"listScheduledReclaims":  h.listScheduledReclaims,
 		"cancelScheduledReclaim": h.cancelScheduledReclaim,
 		"placeVM":                h.place,
 		"putNode":                h.putNode,
@@ -303,6 +305,24 @@ func (h *Handler) getScheduledReclaim(w http.ResponseWriter, r *http.Request, p 
 		return err
 	}
 	writeJSON(w, http.StatusOK, wire.ScheduledReclaim(*sr))
+	return nil
+}
+
+// listScheduledReclaims answers a page of the reservation's scheduled reclaims, in order of
+// at. The service's first gate runs before the query is read.
+func (h *Handler) listScheduledReclaims(w http.ResponseWriter, r *http.Request, p capacity.Principal, _ string) error {
+	if err := capacity.AdmitScheduledRead(p, r.PathValue("nodeId"), r.PathValue("id")); err != nil {
+		return err
+	}
+	page, err := pageOf(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	res, err := h.Service.ListScheduledReclaims(r.Context(), p, r.PathValue("nodeId"), r.PathValue("id"), page)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wire.ScheduledPage(res))
 	return nil
 }
 

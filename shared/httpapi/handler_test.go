@@ -173,6 +173,20 @@ func (f *fakeService) GetScheduledReclaim(_ context.Context, p capacity.Principa
 	return orEmpty(scheduledOf(f.scheduled), f.err), f.err
 }
 
+func (f *fakeService) ListScheduledReclaims(_ context.Context, p capacity.Principal, nodeID, reservationID string, page capacity.PageRequest) (*capacity.ScheduledPage, error) {
+	c := call{Method: "ListScheduledReclaims", Principal: p, NodeID: nodeID, ResID: reservationID}
+	c.Page = page
+	f.record(c)
+	if f.err != nil {
+		return nil, f.err
+	}
+	out := &capacity.ScheduledPage{Scheduled: []capacity.ScheduledReclaim{}, NextCursor: "next-1"}
+	if sr := scheduledOf(f.scheduled); sr != nil {
+		out.Scheduled = append(out.Scheduled, *sr)
+	}
+	return out, nil
+}
+
 func (f *fakeService) CancelScheduledReclaim(_ context.Context, p capacity.Principal, nodeID, reservationID, id string, meta capacity.RequestMeta) (*capacity.ScheduledReclaim, error) {
 	f.record(call{Method: "CancelScheduledReclaim", Principal: p, NodeID: nodeID, ResID: reservationID, ID: id, Meta: meta})
 	return orEmpty(scheduledOf(f.scheduled), f.err), f.err

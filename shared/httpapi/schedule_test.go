@@ -113,6 +113,54 @@ func TestScheduledReclaimRoutes(t *testing.T) {
 	}
 }
 
+// TestListScheduledReclaims: GET .../scheduled-reclaims passes the page on and answers the
+// page; a key that may neither reclaim nor (as operator) read gets the reservation's 404
+// before its query is looked at.
+func TestListScheduledReclaims(t *testing.T) {
+	const listPath = "/v1/nodes/n1/reservations/r1/scheduled-reclaims"
+	noCapacity := "Bearer " + secretNoPerm
+	for _, tc := range []struct {
+		name, query string
+		auth        *string
+		status      int
+		code        capacity.Code
+		page        capacity.PageRequest
+	}{
+		{"first page", "", nil, http.StatusOK, "", capacity.PageRequest{}},
+		{"limit and cursor", "?limit=2&cursor=abc", nil, http.StatusOK, "", capacity.PageRequest{Limit: 2, Cursor: "abc"}},
+		{"limit out of range", "?limit=101", nil, http.StatusUnprocessableEntity, capacity.CodeInvalidRequest, capacity.PageRequest{}},
+		{"unknown parameter", "?state=scheduled", nil, http.StatusBadRequest, "malformed_request", capacity.PageRequest{}},
+		{"key without reservation.capacity", "?state=scheduled", &noCapacity, http.StatusNotFound, capacity.CodeNotFound, capacity.PageRequest{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			svc := &fakeService{scheduled: cannedSchedule()}
+			w := req{method: http.MethodGet, path: listPath + tc.query, auth: tc.auth}.do(t, newHandler(svc))
+			calls := svc.Calls()
+			if tc.code != "" {
+				problem(t, w, tc.status, tc.code)
+				if len(calls) != 0 {
+					t.Errorf("service called: %+v", calls)
+				}
+				return
+			}
+			if w.Code != tc.status {
+				t.Fatalf("status %d: %s", w.Code, w.Body)
+			}
+			if len(calls) != 1 || calls[0].Method != "ListScheduledReclaims" || calls[0].NodeID != "n1" || calls[0].ResID != "r1" || calls[0].Page != tc.page {
+				t.Fatalf("calls = %+v", calls)
+			}
+			var body struct {
+				ScheduledReclaims []map[string]any `json:"scheduledReclaims"`
+				NextCursor        string           `json:"nextCursor"`
+			}
+			if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || len(body.ScheduledReclaims) != 1 ||
+				body.ScheduledReclaims[0]["id"] != "srcl_1" || body.ScheduledReclaims[0]["state"] != "refused" || body.NextCursor != "next-1" {
+				t.Errorf("body = %s", w.Body)
+			}
+		})
+	}
+}
+
 func TestSchedulingErrorsMapToTheirStatus(t *testing.T) {
 	for code, status := range map[capacity.Code]int{
 		capacity.CodeSchedulingUnavailable:     http.StatusNotImplemented,

@@ -24,6 +24,7 @@ var All = []Route{
 	{"POST", "/v1/nodes/{nodeId}/reservations/{id}/release", "release", true},
 	{"GET", "/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}", "getReclaimOperation", true},
 	{"POST", "/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}/retry", "retryReclaimOperation", true},
+	{"GET", "/v1/nodes/{nodeId}/reservations/{id}/scheduled-reclaims", "listScheduledReclaims", true},
 	{"GET", "/v1/nodes/{nodeId}/reservations/{id}/scheduled-reclaims/{scheduledReclaimId}", "getScheduledReclaim", true},
 	{"DELETE", "/v1/nodes/{nodeId}/reservations/{id}/scheduled-reclaims/{scheduledReclaimId}", "cancelScheduledReclaim", true},
 	{"POST", "/v1/nodes/{nodeId}/vms", "placeVM", true},

@@ -19,8 +19,9 @@ const (
 // dynamodb:LeadingKeys condition keeps the reconciler to these partitions.
 const OperationPartitions = "NODE#*#OP#*"
 
-// Secondary index on the state table: items that a background job must find without knowing
-// their node (e.g. reclaim operations still waiting for their workflow to start).
+// Secondary index on the state table: items that must be found without knowing their own
+// partition: reclaim operations by state (the reconciler: e.g. those still waiting for their
+// workflow to start), and a reservation's scheduled reclaims (the api: their list).
 const (
 	ByStateIndex        = "byState"
 	ByStatePartitionKey = "gsi1pk"

@@ -187,6 +187,22 @@ type ScheduledReclaimJSON struct {
 	CancelledAt string `json:"cancelledAt,omitempty"`
 }
 
+// ScheduledPageJSON is a page of a reservation's scheduled reclaims, in order of at;
+// NextCursor is absent on the last page.
+type ScheduledPageJSON struct {
+	ScheduledReclaims []ScheduledReclaimJSON `json:"scheduledReclaims"`
+	NextCursor        string                 `json:"nextCursor,omitempty"`
+}
+
+// ScheduledPage is a page as the API shows it.
+func ScheduledPage(p *capacity.ScheduledPage) ScheduledPageJSON {
+	out := ScheduledPageJSON{ScheduledReclaims: make([]ScheduledReclaimJSON, 0, len(p.Scheduled)), NextCursor: p.NextCursor}
+	for _, sr := range p.Scheduled {
+		out.ScheduledReclaims = append(out.ScheduledReclaims, ScheduledReclaim(sr))
+	}
+	return out
+}
+
 // ScheduledReclaim is sr as the API shows it.
 func ScheduledReclaim(sr capacity.ScheduledReclaim) ScheduledReclaimJSON {
 	out := ScheduledReclaimJSON{
