@@ -115,6 +115,7 @@ func run(ctx context.Context, args []string, std stdio, getenv func(string) stri
 }
 
 func (a *app) main(ctx context.Context, args []string) int {
+	a.io.out, a.io.err = &termSafe{w: a.io.out}, &termSafe{w: a.io.err}
 	global := flag.NewFlagSet("capacityctl", flag.ContinueOnError)
 	global.SetOutput(a.io.err)
 	a.globalFlags(global)

@@ -7,7 +7,9 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"unicode/utf8"
 
+	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/client"
 	"github.com/openrelay/capacity/shared/wire"
 )
@@ -51,14 +53,56 @@ func join(s []string) string {
 	if len(s) == 0 {
 		return "-"
 	}
-	return strings.Join(s, ",")
+	return cell(strings.Join(s, ","))
 }
 
 func dash(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return s
+	return cell(s)
+}
+
+// cellEscapes keeps a value in its table cell: a tab or newline in it (text stored before
+// the API refused them) would otherwise start a column or forge a row.
+var cellEscapes = strings.NewReplacer("\t", `\t`, "\n", `\n`)
+
+func cell(s string) string { return cellEscapes.Replace(s) }
+
+// termSafe is what capacityctl writes through, to stdout and stderr alike: every character
+// that would act on the terminal rather than be shown (ESC and the other C0 and C1 controls
+// but the tab and newline capacityctl lays its own output out with, bidirectional controls,
+// line separators) is written as a \uXXXX escape, and a byte that is not UTF-8 as \xNN. What
+// the API or an error message says can then never clear the screen, recolour, hide or reorder
+// text. Inside JSON strings, the only place a JSON answer can hold such a character, \uXXXX
+// is the same character, so --output json stays valid and means the same.
+type termSafe struct {
+	w    io.Writer
+	rest []byte // the start of a character that the next Write completes
+}
+
+func (t *termSafe) Write(p []byte) (int, error) {
+	buf := append(t.rest, p...)
+	t.rest = nil
+	out := make([]byte, 0, len(buf))
+	for len(buf) > 0 {
+		r, size := utf8.DecodeRune(buf)
+		switch {
+		case r == utf8.RuneError && size <= 1 && !utf8.FullRune(buf):
+			t.rest = bytes.Clone(buf)
+			buf = nil
+			continue
+		case r == utf8.RuneError && size <= 1:
+			out = fmt.Appendf(out, `\x%02x`, buf[0])
+		case r != '\n' && r != '\t' && capacity.UnsafeRune(r):
+			out = fmt.Appendf(out, `\u%04x`, r)
+		default:
+			out = append(out, buf[:size]...)
+		}
+		buf = buf[size:]
+	}
+	_, err := t.w.Write(out)
+	return len(p), err
 }
 
 func derefs(p *[]string) []string {

@@ -31,6 +31,8 @@ func ParseAgentEndpoint(s string, allowHTTP bool) (*url.URL, error) {
 	}
 	u, err := url.Parse(s)
 	switch {
+	case strings.ContainsFunc(s, UnsafeRune):
+		return nil, bad("it holds control characters")
 	case err != nil:
 		return nil, bad("it does not parse")
 	case u.Scheme == "http" && !allowHTTP:

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 )
 
@@ -113,8 +112,8 @@ func (r KeyRequest) validate(now time.Time) (KeyRequest, error) {
 	if !utf8.ValidString(r.Description) || utf8.RuneCountInString(r.Description) > MaxKeyDescription {
 		return r, Errorf(CodeInvalidRequest, "description must be at most %d characters of UTF-8", MaxKeyDescription)
 	}
-	if strings.ContainsFunc(r.Description, unicode.IsControl) {
-		return r, Errorf(CodeInvalidRequest, "description must not hold control characters")
+	if err := validateText("description", r.Description); err != nil {
+		return r, err
 	}
 	// The key is part of the idempotency record's partition key, which the store bounds.
 	if err := ValidateIdempotencyKey(r.IdempotencyKey); err != nil {

@@ -243,6 +243,9 @@ func (r ReservationRequest) Validate(now time.Time) error {
 	if !utf8.ValidString(r.ContractRef) || len(r.ContractRef) > MaxContractRefLen {
 		return Errorf(CodeInvalidRequest, "contractRef must be valid UTF-8 of at most %d bytes", MaxContractRefLen)
 	}
+	if err := validateText("contractRef", r.ContractRef); err != nil {
+		return err
+	}
 	if err := validateReason(r.Reason); err != nil {
 		return err
 	}

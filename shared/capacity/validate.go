@@ -3,6 +3,8 @@ package capacity
 import (
 	"regexp"
 	"slices"
+	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -81,7 +83,33 @@ func validateReason(reason string) error {
 	if !utf8.ValidString(reason) || len(reason) > MaxReasonLen {
 		return Errorf(CodeInvalidRequest, "reason must be valid UTF-8 of at most %d bytes", MaxReasonLen)
 	}
+	return validateText("reason", reason)
+}
+
+// validateText refuses free text (reasons, descriptions, contract references) that holds a
+// character which changes how text around it is shown rather than being shown itself: C0 and
+// C1 controls (newlines forge log and table lines, ESC starts terminal sequences), the
+// bidirectional overrides and isolates ("Trojan Source") and the line and paragraph
+// separators. Such text is stored, audited and printed to operators' terminals.
+func validateText(member, s string) error {
+	if strings.ContainsFunc(s, UnsafeRune) {
+		return Errorf(CodeInvalidRequest, "%s must not hold control characters (C0/C1 controls, bidirectional controls, line separators)", member)
+	}
 	return nil
+}
+
+// UnsafeRune reports whether r is a character validateText refuses (and capacityctl escapes
+// when it prints).
+func UnsafeRune(r rune) bool {
+	switch {
+	case unicode.IsControl(r):
+		return true
+	case r == 0x061C, r == 0x200E, r == 0x200F, r >= 0x202A && r <= 0x202E, r >= 0x2066 && r <= 0x2069:
+		return true // bidirectional marks, embeddings, overrides and isolates
+	case r == 0x2028, r == 0x2029:
+		return true
+	}
+	return false
 }
 
 // ValidateIdempotencyKey checks an Idempotency-Key header value ("" means none was sent).
