@@ -449,9 +449,9 @@ func TestPlanCommit(t *testing.T) {
 		},
 		{
 			name: "dry run: no commit, the same answer without the change", action: ActionReclaim, units: []string{"u2", "u0"}, dryRun: true,
-			// The plan's ETag over v1, the reservation's version 4, topologyGen 3, T and S.
+			// The plan's ETag (v2) over node n1, r1 at version 4, topologyGen 3, units u0,u2, released after, grace, T and S.
 			wantResult: CapacityResult{Reservation: read, DryRun: true, Terminated: []string{"vm-spot-a"}, Skipped: []string{"vm-res"},
-				PlanETag: `"45019871df1bd7ebcb73ddeea4a3bef7"`},
+				PlanETag: `"a798c53a317bd5dc9ab96e541614b69a"`},
 			wantAudit: withVictims(audit(ActionReclaim, []string{"u2", "u0"}, read.ReleasedUnitIDs, []string{"vm-spot-a"}, []string{"vm-res"}, "", true),
 				Victim{VMID: "vm-spot-a", OrgID: "x", UnitIDs: []string{"u2"}}),
 		},

@@ -16,8 +16,10 @@ func TestETagMatches(t *testing.T) {
 		want    bool
 	}{
 		{`"0123abcd"`, true},
-		{`0123abcd`, true},
+		{`0123abcd`, false}, // malformed: never a match (HTTP refuses it with 400)
 		{`W/"0123abcd"`, true},
+		{`"0123abcd,x"`, false}, // one tag holding a comma, not two
+		{`"0123abcd" x`, false},
 		{`*`, true},
 		{`"other", W/"0123abcd"`, true},
 		{` "other" ,"0123abcd" `, true},
@@ -157,4 +159,54 @@ func TestPlanETagReplayAndRelease(t *testing.T) {
 	if capacity.ErrorCode(err) != capacity.CodeInvalidRequest {
 		t.Errorf("release with If-Match: %v, want invalid_request", err)
 	}
+}
+
+// A plan's ETag admits only that plan: a dry run of some units, or with some grace, names
+// nothing a reclaim of other units or with another grace would do, even when the VMs it
+// would terminate and skip are the same. The units are a set: their order does not matter.
+func TestPlanETagCoversTheRequest(t *testing.T) {
+	tests := []struct {
+		name    string
+		dry     capacity.CapacityRequest
+		real    capacity.CapacityRequest
+		matches bool
+	}{
+		{"same units", reclaim("u1", "u2"), reclaim("u1", "u2"), true},
+		{"same units in another order", reclaim("u1", "u2"), reclaim("u2", "u1"), true},
+		{"a unit more, same VMs", reclaim("u1"), reclaim("u1", "u2"), false},
+		{"a unit less, same VMs", reclaim("u1", "u2"), reclaim("u1"), false},
+		{"other grace", reclaim("u1"), withGrace(reclaim("u1"), 30), false},
+		{"grace dropped", withGrace(reclaim("u1"), 30), reclaim("u1"), false},
+		{"same grace", withGrace(reclaim("u1"), 30), withGrace(reclaim("u1"), 30), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env, svc := world(t)
+			ctx := context.Background()
+			tt.dry.DryRun = true
+			plan, err := svc.Reclaim(ctx, owner, tt.dry, capacity.RequestMeta{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := env.Items(t, env.Store.Table)
+			_, err = svc.Reclaim(ctx, owner, withIfMatch(tt.real, plan.PlanETag), capacity.RequestMeta{})
+			if tt.matches {
+				if err != nil {
+					t.Fatalf("the dry run's own plan refused: %v", err)
+				}
+				return
+			}
+			if capacity.ErrorCode(err) != capacity.CodePlanChanged {
+				t.Fatalf("err = %v, want plan_changed", err)
+			}
+			if after := env.Items(t, env.Store.Table); len(after) != len(before) {
+				t.Errorf("a refused reclaim wrote: %d items, then %d", len(before), len(after))
+			}
+		})
+	}
+}
+
+func withGrace(req capacity.CapacityRequest, s int) capacity.CapacityRequest {
+	req.GraceSeconds = s
+	return req
 }

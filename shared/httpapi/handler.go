@@ -230,10 +230,14 @@ func (h *Handler) capacity(action string) handlerFunc {
 		if err := DecodeJSON(r.Header.Get("Content-Type"), r.Body, &body); err != nil {
 			return err
 		}
+		match, err := ifMatch(r)
+		if err != nil {
+			return err
+		}
 		req := capacity.CapacityRequest{
 			NodeID: r.PathValue("nodeId"), ReservationID: r.PathValue("id"),
 			UnitIDs: body.UnitIDs, DryRun: body.DryRun, Reason: body.Reason, GraceSeconds: body.GraceSeconds,
-			IdempotencyKey: r.Header.Get("Idempotency-Key"), IfMatch: ifMatch(r),
+			IdempotencyKey: r.Header.Get("Idempotency-Key"), IfMatch: match,
 		}
 		// Only a reclaim has a plan to match; a precondition the call cannot honour is refused
 		// rather than ignored.
@@ -392,9 +396,19 @@ func (h *Handler) redrive(w http.ResponseWriter, r *http.Request, p capacity.Pri
 }
 
 // ifMatch is the request's If-Match precondition as sent, its header lines joined into one
-// list (RFC 9110 5.3); the domain compares it with the plan's ETag. "" when none was sent.
-func ifMatch(r *http.Request) string {
-	return strings.Join(r.Header.Values("If-Match"), ", ")
+// list (RFC 9110 5.3); the domain compares it with the plan's ETag. "" when none was sent. A
+// value that is not "*" or a list of quoted entity tags (an empty one included) is refused as
+// malformed: it is a client's mistake, and neither a changed plan (412) nor no precondition.
+func ifMatch(r *http.Request) (string, error) {
+	lines, sent := r.Header[http.CanonicalHeaderKey("If-Match")]
+	if !sent {
+		return "", nil
+	}
+	v := strings.Join(lines, ", ")
+	if _, _, ok := capacity.ParseIfMatch(v); !ok {
+		return "", capacity.Errorf(CodeMalformedRequest, `If-Match must be "*" or a list of quoted entity tags, such as a dry run's planEtag`)
+	}
+	return v, nil
 }
 
 // setPlanETag names a dry run's plan in the ETag header, for the real call's If-Match.

@@ -934,17 +934,54 @@ func TestIfMatchIsPassedOn(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			svc := &fakeService{}
-			r := httptestRequest(http.MethodPost, reclaimPath, `{"unitIds":["u1"]}`)
-			for _, v := range tc.values {
-				r.Header.Add("If-Match", v)
-			}
-			w := serve(newHandler(svc), r)
+			w := serve(newHandler(svc), reclaimIfMatch(secretOwner, tc.values))
 			calls := svc.Calls()
 			if w.Code != 200 || len(calls) != 1 || calls[0].Capacity.IfMatch != tc.want {
 				t.Errorf("status %d, calls %+v, want IfMatch %q", w.Code, calls, tc.want)
 			}
 		})
 	}
+}
+
+// TestMalformedIfMatchIsRefused: an If-Match that is not "*" or a list of quoted entity tags
+// is the client's mistake: 400 malformed_request before the domain is called, never a 412
+// (as if the plan had changed) nor a reclaim without a precondition (an empty value). The
+// permission still comes first: a caller without it gets the 404 whatever the header.
+func TestMalformedIfMatchIsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		values []string
+	}{
+		{"unquoted", []string{`abc`}},
+		{"empty", []string{``}},
+		{"only commas", []string{` , ,`}},
+		{"star in a list", []string{`"a", *`}},
+		{"unterminated", []string{`"abc`}},
+		{"junk after a tag", []string{`"abc"x`}},
+		{"a space inside", []string{`"a b"`}},
+		{"weak unquoted", []string{`W/abc`}},
+		{"one bad line of two", []string{`"a"`, `b`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			svc := &fakeService{}
+			w := serve(newHandler(svc), reclaimIfMatch(secretOwner, tc.values))
+			if p := problem(t, w, http.StatusBadRequest, httpapi.CodeMalformedRequest); !strings.Contains(p.Detail, "If-Match") {
+				t.Errorf("detail %q", p.Detail)
+			}
+			assertNoCalls(t, svc)
+			problem(t, serve(newHandler(svc), reclaimIfMatch(secretNoPerm, tc.values)), http.StatusNotFound, capacity.CodeNotFound)
+		})
+	}
+}
+
+// reclaimIfMatch is a reclaim of u1 with the key's secret and each value as an If-Match line.
+func reclaimIfMatch(secret string, values []string) *http.Request {
+	r := httptestRequest(http.MethodPost, reclaimPath, `{"unitIds":["u1"]}`)
+	r.Header.Set("Authorization", "Bearer "+secret)
+	for _, v := range values {
+		r.Header.Add("If-Match", v)
+	}
+	return r
 }
 
 // TestIfMatchWithoutAPlanIsRefused: a release, or a reclaim scheduled for later, has no plan
