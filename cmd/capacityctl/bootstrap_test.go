@@ -138,13 +138,21 @@ func TestBootstrapKey(t *testing.T) {
 			if page, err := svc.ListKeys(ctx, op, capacity.PageRequest{}); err != nil || len(page.Keys) != 1 {
 				t.Errorf("keys: %+v, %v; want the one", page, err)
 			}
-			// One record on the keys' chain, written directly by the bootstrap principal.
+			// One record on the keys' chain, written directly by the bootstrap principal (and,
+			// run again, the replay's).
 			chain, err := svc.ListKeyAudit(ctx, op, capacity.PageRequest{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rep := capacity.VerifyAuditChain(chain.Head, chain.Records); !rep.OK || len(chain.Records) != 1 {
+			records := 1
+			if tt.repeat {
+				records = 2
+			}
+			if rep := capacity.VerifyAuditChain(chain.Head, chain.Records); !rep.OK || len(chain.Records) != records {
 				t.Fatalf("key chain %+v: %+v", chain.Records, rep)
+			}
+			if tt.repeat && (chain.Records[1].Outcome != capacity.OutcomeReplayed || chain.Records[1].Via != capacity.ViaDirect) {
+				t.Errorf("second record %+v, want the replay", chain.Records[1])
 			}
 			rec := chain.Records[0]
 			if rec.Action != capacity.ActionKeyCreate || rec.Via != capacity.ViaDirect || rec.ActorKeyID != bootstrapKeyID ||

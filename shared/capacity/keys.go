@@ -80,6 +80,22 @@ func (s *Service) keyStore() (KeyStore, error) {
 	return s.Keys, nil
 }
 
+// appendKeyAudit appends a key-management record outside a transaction (a replayed
+// creation) to the keys chain: through the key store when it appends records itself (the
+// DynamoDB store does both), else through Store. A failure is logged, as for s.append.
+func (s *Service) appendKeyAudit(ctx context.Context, rec AuditRecord) {
+	a, ok := s.Keys.(interface {
+		AppendAudit(ctx context.Context, rec AuditRecord) error
+	})
+	if !ok {
+		s.append(ctx, rec)
+		return
+	}
+	if err := a.AppendAudit(ctx, rec); err != nil {
+		s.logger().ErrorContext(ctx, "audit append failed", "err", err, "audit_id", rec.ID, "action", rec.Action)
+	}
+}
+
 // validate checks a key request as of now and returns it normalised (permissions sorted).
 func (r KeyRequest) validate(now time.Time) (KeyRequest, error) {
 	if !ValidID(r.OrgID) {
@@ -138,7 +154,10 @@ func (s *Service) CreateKey(ctx context.Context, p Principal, req KeyRequest, me
 	if err != nil {
 		return nil, err
 	}
-	key := idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(ActionKeyCreate, req)}
+	key, err := keyed(p, meta, req.IdempotencyKey, fingerprintOf(ActionKeyCreate, req))
+	if err != nil {
+		return nil, err
+	}
 	// pending is set once a round's write was ambiguous: that write may still land (on AWS a
 	// read may not yet see a transaction in flight), so every later round puts the SAME key,
 	// idempotency record and audit record again. The conditional puts let at most one of them
@@ -162,6 +181,7 @@ func (s *Service) CreateKey(ctx context.Context, p Principal, req KeyRequest, me
 					return pending, nil // our own earlier write landed: its secret is ours to show
 				}
 				res.SecretShown, res.Replayed = true, true
+				s.appendKeyAudit(ctx, *replayAudit(s.keyAudit(p, meta, ActionKeyCreate, res.Key, "", now)))
 				return &res, nil
 			}
 		}

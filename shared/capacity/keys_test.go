@@ -75,6 +75,13 @@ func (m *memKeys) CreateKey(_ context.Context, k capacity.APIKey, idem *capacity
 	return err
 }
 
+func (m *memKeys) AppendAudit(_ context.Context, rec capacity.AuditRecord) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.audits = append(m.audits, rec)
+	return nil
+}
+
 func (m *memKeys) GetKey(_ context.Context, id string) (*capacity.APIKey, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -262,8 +269,10 @@ func TestCreateKey(t *testing.T) {
 	other.Description = "other"
 	_, err = svc.CreateKey(context.Background(), operator, other, meta)
 	wantCode(t, err, capacity.CodeIdempotencyKeyReused)
-	if len(store.keys) != 1 || len(store.audits) != 1 {
-		t.Errorf("store holds %d keys, %d audit records; want 1, 1", len(store.keys), len(store.audits))
+	// The replay is on record (nothing created); the refusal is not.
+	if len(store.keys) != 1 || len(store.audits) != 2 || store.audits[1].Outcome != capacity.OutcomeReplayed ||
+		store.audits[1].TargetKeyID != res.Key.KeyID || store.audits[1].ActorKeyID != "key-op" {
+		t.Errorf("store holds %d keys, audit records %+v; want 1 key, its creation and the replay", len(store.keys), store.audits)
 	}
 }
 

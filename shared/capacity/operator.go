@@ -1,6 +1,7 @@
 package capacity
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -371,11 +372,15 @@ func runOp[R any](s *Service, ctx context.Context, call opCall[R]) (*R, error) {
 	}
 	nodeID := call.rec.NodeID
 	var result *R
+	var replayed *AuditRecord  // a replay's audit record, appended after the rounds
 	answers := map[string]*R{} // each round's answer, by its commit's audit id
 	landed, err := s.applyOperator(ctx, nodeID, call.key, call.create, func(st *NodeState, now time.Time) (*OperatorCommit, error) {
 		var res R
-		if replayed, err := replay(st.Idempotency, call.key.fingerprint, now, &res); replayed || err != nil {
+		if ok, err := replay(st.Idempotency, call.key.fingerprint, now, &res); ok || err != nil {
 			result = &res
+			if ok {
+				replayed = replayAudit(s.roundAudit(call.rec, st, now))
+			}
 			return nil, err
 		}
 		audit := s.roundAudit(call.rec, st, now)
@@ -397,6 +402,9 @@ func runOp[R any](s *Service, ctx context.Context, call opCall[R]) (*R, error) {
 	})
 	if errors.Is(err, errNodeNotFound) {
 		return nil, call.missing()
+	}
+	if replayed != nil && err == nil {
+		s.append(ctx, *replayed)
 	}
 	if landed != nil {
 		result = answers[landed.Audit.ID]
@@ -440,10 +448,11 @@ func (s *Service) PutNode(ctx context.Context, p Principal, req NodeRequest, met
 	fp := req
 	fp.UnitIDs = sortedSet(req.UnitIDs)
 	var agentKey []byte // read once per call, before the node is created
+	key, kerr := keyed(p, meta, req.IdempotencyKey, fingerprintOf(ActionNodePut, fp))
 	return runOp(s, ctx, opCall[NodeResult]{
 		rec:     s.opAudit(p, meta, ActionNodePut, req.NodeID, "", req.UnitIDs, req.Reason),
-		invalid: req.Validate(s.AllowHTTPAgents),
-		key:     idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(ActionNodePut, fp)},
+		invalid: cmp.Or(req.Validate(s.AllowHTTPAgents), kerr),
+		key:     key,
 		create:  true, missing: nodeNotFound,
 		decide: func(st *NodeState, audit *AuditRecord, now time.Time) (*OperatorCommit, *NodeResult, error) {
 			c, r, err := DecideNodePut(st, req, now)
@@ -637,10 +646,11 @@ func (s *Service) CreateReservation(ctx context.Context, p Principal, req Reserv
 	if req.EndsAt != nil {
 		fp.EndsAt = ptrTo(req.EndsAt.UTC())
 	}
+	key, kerr := keyed(p, meta, req.IdempotencyKey, fingerprintOf(ActionReservationCreate, fp))
 	return runOp(s, ctx, opCall[ReservationResult]{
 		rec:     s.opAudit(p, meta, ActionReservationCreate, req.NodeID, id, req.ReservedUnitIDs, req.Reason),
-		invalid: req.Validate(s.now()),
-		key:     idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(ActionReservationCreate, fp)},
+		invalid: cmp.Or(req.Validate(s.now()), kerr),
+		key:     key,
 		missing: nodeNotFound,
 		decide: func(st *NodeState, _ *AuditRecord, now time.Time) (*OperatorCommit, *ReservationResult, error) {
 			return DecideCreateReservation(st, req, id, now)
@@ -748,10 +758,11 @@ func (s *Service) changeReservation(ctx context.Context, p Principal, req Reserv
 	if !p.Operator || !ValidID(req.NodeID) || !ValidID(req.ReservationID) {
 		return nil, notFound()
 	}
+	key, kerr := keyed(p, meta, req.IdempotencyKey, fingerprintOf(action, req))
 	return runOp(s, ctx, opCall[ReservationResult]{
 		rec:     s.opAudit(p, meta, action, req.NodeID, req.ReservationID, nil, req.Reason),
-		invalid: req.Validate(),
-		key:     idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(action, req)},
+		invalid: cmp.Or(req.Validate(), kerr),
+		key:     key,
 		missing: notFound,
 		decide: func(st *NodeState, audit *AuditRecord, now time.Time) (*OperatorCommit, *ReservationResult, error) {
 			if r := st.Reservation(req.ReservationID); r != nil {
@@ -857,10 +868,11 @@ func (s *Service) SetTopology(ctx context.Context, p Principal, req TopologyRequ
 	}
 	fp := req
 	fp.UnitIDs = sortedSet(req.UnitIDs)
+	key, kerr := keyed(p, meta, req.IdempotencyKey, fingerprintOf(ActionTopologySet, fp))
 	return runOp(s, ctx, opCall[TopologyResult]{
 		rec:     s.opAudit(p, meta, ActionTopologySet, req.NodeID, "", req.UnitIDs, req.Reason),
-		invalid: req.Validate(),
-		key:     idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(ActionTopologySet, fp)},
+		invalid: cmp.Or(req.Validate(), kerr),
+		key:     key,
 		missing: nodeNotFound,
 		decide: func(st *NodeState, audit *AuditRecord, now time.Time) (*OperatorCommit, *TopologyResult, error) {
 			c, r, err := DecideTopology(st, req, now)

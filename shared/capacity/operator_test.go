@@ -130,7 +130,7 @@ func TestPutNode(t *testing.T) {
 	if _, err := svc.GetNode(ctx, capacity.Principal{OrgID: "acme", Permissions: []string{capacity.PermRead}}, "n2"); code(err) != capacity.CodeNotFound {
 		t.Errorf("other org GetNode: %v, want not_found", err)
 	}
-	want := []string{"node.put:invalid_transition", "node.put:ok", "node.put:ok"}
+	want := []string{"node.put:invalid_transition", "node.put:ok", "node.put:ok", "node.put:replayed"}
 	if got := opAudits(t, env); !reflect.DeepEqual(got, want) {
 		t.Errorf("audit = %v, want %v", got, want)
 	}
@@ -599,7 +599,7 @@ func TestOperatorWriteThrottledWritesNothing(t *testing.T) {
 
 // TestAmbiguousNodeCreate: the registration's transaction lands and its answer is lost. The
 // call still answers created (with the agent key), and a retry under the same key replays
-// it: one node, one create audited.
+// it: one node, one create audited, and the replay on record as such.
 func TestAmbiguousNodeCreate(t *testing.T) {
 	env, svc, inj := faultyWorld(t, 3, awsfault.Rule{Operation: "TransactWriteItems", Fault: awsfault.AmbiguousTimeout, Rate: 1})
 	svc.AgentKeys = fixedKeys("k")
@@ -619,8 +619,8 @@ func TestAmbiguousNodeCreate(t *testing.T) {
 	if err != nil || !again.Replayed || !again.Created || !again.SecretShown || again.AgentKey != nil {
 		t.Fatalf("retry = %+v, %v", again, err)
 	}
-	if got := opAudits(t, env); !reflect.DeepEqual(got, []string{"node.put:ok"}) {
-		t.Errorf("audit = %v, want one node.put", got)
+	if got := opAudits(t, env); !reflect.DeepEqual(got, []string{"node.put:ok", "node.put:replayed"}) {
+		t.Errorf("audit = %v, want one node.put and its replay", got)
 	}
 }
 

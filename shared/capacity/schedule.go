@@ -173,10 +173,13 @@ func (s *Service) ScheduleReclaim(ctx context.Context, p Principal, req Capacity
 		return nil, err
 	}
 	at = at.UTC().Truncate(time.Second) // the schedule's resolution
-	key := idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(ActionScheduleReclaim, struct {
+	key, err := keyed(p, meta, req.IdempotencyKey, fingerprintOf(ActionScheduleReclaim, struct {
 		Request CapacityRequest
 		At      time.Time
-	}{sortedUnits(req), at})}
+	}{sortedUnits(req), at}))
+	if err != nil {
+		return nil, err
+	}
 	for range s.attempts() {
 		now := s.now()
 		st, err := s.Store.LoadNode(ctx, req.NodeID, key.scope)
@@ -196,6 +199,7 @@ func (s *Service) ScheduleReclaim(ctx context.Context, p Principal, req Capacity
 		if ok, err := replay(st.Idempotency, key.fingerprint, now, &replayed); ok || err != nil {
 			if ok {
 				replayed.Replayed = true
+				s.append(ctx, *replayAudit(audit))
 			}
 			return &replayed, err
 		}

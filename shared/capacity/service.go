@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -188,10 +189,13 @@ func (s *Service) capacityCallWith(ctx context.Context, p Principal, req Capacit
 	if err := req.validateFor(action); err != nil {
 		return nil, err
 	}
-	key := idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(action, req)}
+	key, err := keyed(p, meta, req.IdempotencyKey, fingerprintOf(action, req))
+	if err != nil {
+		return nil, err
+	}
 	var result *CapacityResult
 	answers := map[string]*CapacityResult{} // each round's answer, by its commit's audit id
-	var dryRun *AuditRecord                 // a dry run's audit record, appended after the rounds
+	var dryRun *AuditRecord                 // a dry run's or replay's audit record, appended after the rounds
 	landed, err := s.apply(ctx, req.NodeID, key, func(st *NodeState, now time.Time) (*Commit, error) {
 		// Access first: a caller who has lost access since gets the 404 (or 403), not the
 		// answer stored under its key.
@@ -202,6 +206,9 @@ func (s *Service) capacityCallWith(ctx context.Context, p Principal, req Capacit
 		var res CapacityResult
 		if replayed, err := replay(st.Idempotency, key.fingerprint, now, &res); replayed || err != nil {
 			result = &res
+			if replayed {
+				dryRun = replayAudit(s.auditRecord(p, st, req, meta, action, now))
+			}
 			return nil, err
 		}
 		commit, decided, audit, err := s.decideCapacity(p, st, req, action, now, s.auditRecord(p, st, req, meta, action, now))
@@ -228,7 +235,7 @@ func (s *Service) capacityCallWith(ctx context.Context, p Principal, req Capacit
 		return nil, notFound()
 	}
 	if dryRun != nil && err == nil {
-		// Outside the decide phase: appending the record is a dry run's write.
+		// Outside the decide phase: appending the record is a dry run's (or replay's) write.
 		start := time.Now()
 		s.append(ctx, *dryRun)
 		CallStatsFrom(ctx).Since(PhaseCommit, start)
@@ -472,21 +479,28 @@ func (s *Service) place(ctx context.Context, p Principal, req PlacementRequest, 
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	key := idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(ActionPlace, req)}
+	key, err := keyed(p, meta, req.IdempotencyKey, fingerprintOf(ActionPlace, req))
+	if err != nil {
+		return nil, err
+	}
 	var result *PlacementResult
-	var last AuditRecord // the audit record of the last round's decision
+	var last AuditRecord      // the audit record of the last round's decision
+	var replayed *AuditRecord // a replay's, appended after the rounds
 	// each round's answer, by its commit's audit id
 	answers := map[string]*PlacementResult{}
 	landed, err := s.apply(ctx, req.NodeID, key, func(st *NodeState, now time.Time) (*Commit, error) {
-		var res PlacementResult
-		if replayed, err := replay(st.Idempotency, key.fingerprint, now, &res); replayed || err != nil {
-			result = &res
-			return nil, err
-		}
 		audit := AuditRecord{
 			ID: s.newID(), Time: now, RequestID: meta.RequestID, ActorKeyID: p.KeyID, CallerOrgID: p.OrgID,
 			ActingFor: st.Node.OwnerOrgID, Action: ActionPlace, NodeID: st.Node.ID, UnitIDs: req.UnitIDs,
 			TopologyGen: st.Node.TopologyGen, VMID: req.VMID, Via: meta.via(), EventID: meta.EventID,
+		}
+		var res PlacementResult
+		if ok, err := replay(st.Idempotency, key.fingerprint, now, &res); ok || err != nil {
+			result = &res
+			if ok {
+				replayed = replayAudit(audit)
+			}
+			return nil, err
 		}
 		vm, err := DecidePlacement(p, st, req, now)
 		if err != nil {
@@ -504,6 +518,9 @@ func (s *Service) place(ctx context.Context, p Principal, req PlacementRequest, 
 	})
 	if landed != nil {
 		result = answers[landed.Audit.ID]
+	}
+	if replayed != nil && err == nil {
+		s.append(ctx, *replayed)
 	}
 	if errors.Is(err, errNodeNotFound) {
 		return nil, nodeNotFound()
@@ -637,6 +654,17 @@ func (s *Service) append(ctx context.Context, rec AuditRecord) {
 	}
 }
 
+// OutcomeReplayed is the audit outcome of a call answered from its Idempotency-Key record:
+// nothing was applied, but who asked again for the stored answer is on record.
+const OutcomeReplayed = "replayed"
+
+// replayAudit is the audit record of a replayed call: the call's own facts, with nothing
+// moved.
+func replayAudit(rec AuditRecord) *AuditRecord {
+	rec.Outcome = OutcomeReplayed
+	return &rec
+}
+
 // replay decodes a stored result into out when the record matches the request. An expired
 // record (TTL deletion lags expiry by up to days) no longer binds the key.
 func replay(rec *IdempotencyRecord, fingerprint string, now time.Time, out any) (bool, error) {
@@ -666,12 +694,69 @@ func replay(rec *IdempotencyRecord, fingerprint string, now time.Time, out any) 
 	return true, nil
 }
 
-// idempotencyScope keys a caller's Idempotency-Key by org, so two orgs never collide.
+// Prefixes of the Idempotency-Keys the service chooses itself: a scheduled reclaim fires
+// under "scheduled:<id>" (FireIdempotencyKey), an event without a key of its own runs under
+// "event:<event id>". A client may not choose them.
+const (
+	ScheduledKeyPrefix = "scheduled:"
+	EventKeyPrefix     = "event:"
+)
+
+// keyed is the idempotency of a request made with Idempotency-Key key (none when ""). A key
+// with one of the service's own prefixes is refused unless the service chose it: were a
+// client to take "scheduled:<id>" first, the scheduled reclaim's firing would replay the
+// client's answer (or be refused as a reuse) instead of running.
+func keyed(p Principal, meta RequestMeta, key, fingerprint string) (idempotency, error) {
+	reserved := false
+	switch {
+	case strings.HasPrefix(key, ScheduledKeyPrefix):
+		reserved = meta.via() != ViaSchedule
+	case strings.HasPrefix(key, EventKeyPrefix):
+		reserved = meta.via() != ViaEvent || key != EventKeyPrefix+meta.EventID
+	}
+	if reserved {
+		return idempotency{}, Errorf(CodeInvalidRequest, "Idempotency-Key may not start with %q or %q: the service keys its own scheduled reclaims and events with them",
+			ScheduledKeyPrefix, EventKeyPrefix)
+	}
+	return idempotency{scope: idempotencyScope(p, key), fingerprint: fingerprint}, nil
+}
+
+// idempotencyScope keys a caller's Idempotency-Key by the calling key and its org: a retry
+// by the same key replays, and the same Idempotency-Key sent with another key (of the same
+// org or not) is another request, which neither replays nor is refused by the first one's
+// record. Events act as "event:<source>" for an org, scheduled reclaims as the key that
+// created them. The "@" that starts it is no first character of an org id, so a scope never
+// equals one written before keys were in it (LegacyIdempotencyScope).
 func idempotencyScope(p Principal, key string) string {
 	if key == "" {
 		return ""
 	}
-	return p.OrgID + "#" + key
+	return "@" + scopePart.Replace(p.KeyID) + "#" + scopePart.Replace(p.OrgID) + "#" + key
+}
+
+// scopePart escapes the separator (and the escape) in a scope's key id and org id, so that
+// no two (key, org, Idempotency-Key) share a scope.
+var scopePart = strings.NewReplacer("%", "%25", "#", "%23")
+
+// LegacyIdempotencyScope is the scope that the same call had before scopes named the calling
+// key (org "#" Idempotency-Key), "" for a scope of no such form. Records under it are still
+// honoured until they expire (24 h after they were written), so that a retry across the
+// change replays rather than applies again; the store reads them alongside.
+func LegacyIdempotencyScope(scope string) string {
+	rest, ok := strings.CutPrefix(scope, "@")
+	if !ok {
+		return ""
+	}
+	_, rest, ok = strings.Cut(rest, "#")
+	if !ok {
+		return ""
+	}
+	org, key, ok := strings.Cut(rest, "#")
+	if !ok {
+		return ""
+	}
+	org = strings.NewReplacer("%23", "#", "%25", "%").Replace(org)
+	return org + "#" + key
 }
 
 // fingerprintOf hashes what a request asks for, to tell a retry from a reuse of its key.

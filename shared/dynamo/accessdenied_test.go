@@ -79,10 +79,12 @@ func TestCreateKeyAccessDenied(t *testing.T) {
 		name      string
 		operation string
 		idemKey   string
+		denials   int // one per request the refused step sends
 	}{
-		{"transaction denied", "TransactWriteItems", "i1"},
-		{"transaction denied, no idempotency key", "TransactWriteItems", ""},
-		{"idempotency read denied", "GetItem", "i1"},
+		{"transaction denied", "TransactWriteItems", "i1", 1},
+		{"transaction denied, no idempotency key", "TransactWriteItems", "", 1},
+		// The record and its legacy scope are read together.
+		{"idempotency read denied", "GetItem", "i1", 2},
 	}
 	for n, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -105,8 +107,8 @@ func TestCreateKeyAccessDenied(t *testing.T) {
 			if err == nil || capacity.ErrorCode(err) != capacity.CodeInternal || !strings.Contains(err.Error(), "AccessDeniedException") {
 				t.Fatalf("err = %v (code %s), want internal naming AccessDeniedException", err, capacity.ErrorCode(err))
 			}
-			if got := inj.Count(awsfault.AccessDenied); got != 1 {
-				t.Errorf("refused %d times, want 1: a refusal is neither retried nor tried again", got)
+			if got := inj.Count(awsfault.AccessDenied); got != tt.denials {
+				t.Errorf("refused %d times, want %d: a refusal is neither retried nor tried again", got, tt.denials)
 			}
 			if retried := logs.lines(t, "key creation did not land; trying again"); len(retried) != 0 {
 				t.Errorf("went another round after a refusal: %v", retried)

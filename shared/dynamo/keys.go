@@ -201,27 +201,30 @@ func (s *Store) keysTable() error {
 	return nil
 }
 
-// KeyIdempotency returns the record of a key creation made under the scope, or nil (one
-// consistent GetItem).
+// KeyIdempotency returns the record of a key creation made under the scope (or its legacy
+// scope), or nil: consistent GetItems.
 func (s *Store) KeyIdempotency(ctx context.Context, scope string) (*capacity.IdempotencyRecord, error) {
 	if err := s.keysTable(); err != nil {
 		return nil, fmt.Errorf("read key idempotency record: %w", err)
 	}
-	out, err := s.Client.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: aws.String(s.KeysTable), Key: itemKey(keyIdemPK(scope), skKeyIdem), ConsistentRead: aws.Bool(true),
+	// As for the node's records: one written before scopes named the calling key still binds.
+	return readScoped(ctx, scope, func(scope string) (*capacity.IdempotencyRecord, error) {
+		out, err := s.Client.GetItem(ctx, &dynamodb.GetItemInput{
+			TableName: aws.String(s.KeysTable), Key: itemKey(keyIdemPK(scope), skKeyIdem), ConsistentRead: aws.Bool(true),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read key idempotency record: %w", classify(err))
+		}
+		if out.Item == nil {
+			return nil, nil
+		}
+		var it idempotencyItem
+		if err := attributevalue.UnmarshalMap(out.Item, &it); err != nil {
+			return nil, fmt.Errorf("decode key idempotency record: %w", err)
+		}
+		rec := it.record()
+		return &rec, nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("read key idempotency record: %w", classify(err))
-	}
-	if out.Item == nil {
-		return nil, nil
-	}
-	var it idempotencyItem
-	if err := attributevalue.UnmarshalMap(out.Item, &it); err != nil {
-		return nil, fmt.Errorf("decode key idempotency record: %w", err)
-	}
-	rec := it.record()
-	return &rec, nil
 }
 
 // CreateKey puts the key, its id pointer, its idempotency record (if any) and its audit

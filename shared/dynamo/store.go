@@ -130,24 +130,59 @@ func (s *Store) queryNode(ctx context.Context, nodeID string) (*capacity.NodeSta
 	return st, nil
 }
 
-// idempotencyRecord reads the caller's Idempotency-Key record, or nil.
+// idempotencyRecord reads the caller's Idempotency-Key record, or nil: the record under the
+// scope, else one under the scope the same call had before scopes named the calling key
+// (capacity.LegacyIdempotencyScope), read alongside so that a retry across that change
+// replays. Legacy records expire within 24 h of the change, and no new one is written.
 func (s *Store) idempotencyRecord(ctx context.Context, nodeID, scope string) (*capacity.IdempotencyRecord, error) {
-	out, err := s.Client.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: aws.String(s.Table), Key: idempotencyKey(nodeID, scope), ConsistentRead: aws.Bool(true),
+	return readScoped(ctx, scope, func(scope string) (*capacity.IdempotencyRecord, error) {
+		out, err := s.Client.GetItem(ctx, &dynamodb.GetItemInput{
+			TableName: aws.String(s.Table), Key: idempotencyKey(nodeID, scope), ConsistentRead: aws.Bool(true),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read idempotency record of node %s: %w", nodeID, classify(err))
+		}
+		if out.Item == nil {
+			return nil, nil
+		}
+		capacity.CallStatsFrom(ctx).AddRead(1, ItemSize(out.Item))
+		var it idempotencyItem
+		if err := attributevalue.UnmarshalMap(out.Item, &it); err != nil {
+			return nil, fmt.Errorf("decode idempotency record of node %s: %w", nodeID, err)
+		}
+		rec := it.record()
+		return &rec, nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("read idempotency record of node %s: %w", nodeID, classify(err))
+}
+
+// readScoped reads the record under scope and, concurrently, the one under its legacy scope
+// (if it has one); the first wins.
+func readScoped(ctx context.Context, scope string, read func(scope string) (*capacity.IdempotencyRecord, error)) (*capacity.IdempotencyRecord, error) {
+	legacy := capacity.LegacyIdempotencyScope(scope)
+	if legacy == "" {
+		return read(scope)
 	}
-	if out.Item == nil {
-		return nil, nil
+	var (
+		old    *capacity.IdempotencyRecord
+		oldErr error
+		wg     sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		old, oldErr = read(legacy)
+	}()
+	rec, err := read(scope)
+	wg.Wait()
+	switch {
+	case err != nil:
+		return nil, err
+	case rec != nil:
+		return rec, nil
+	case oldErr != nil:
+		return nil, fmt.Errorf("legacy scope: %w", oldErr)
 	}
-	capacity.CallStatsFrom(ctx).AddRead(1, ItemSize(out.Item))
-	var it idempotencyItem
-	if err := attributevalue.UnmarshalMap(out.Item, &it); err != nil {
-		return nil, fmt.Errorf("decode idempotency record of node %s: %w", nodeID, err)
-	}
-	rec := it.record()
-	return &rec, nil
+	return old, nil
 }
 
 // addItem decodes one decision-partition item into the state; it reports whether it was the
