@@ -3,6 +3,12 @@ package e2e
 import (
 	"net/http"
 	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/openrelay/capacity/localstack/demo"
+	"github.com/openrelay/capacity/shared/capacity"
 )
 
 // TestIfMatchThroughTheAPI: through API Gateway, a malformed If-Match is 400 malformed_request
@@ -40,4 +46,49 @@ func TestIfMatchThroughTheAPI(t *testing.T) {
 	if r := call(t, http.MethodPost, reclaimPath(node), keyOwner, map[string]any{"unitIds": []string{"gpu-2"}}, "If-Match", etag); r.Status != http.StatusOK {
 		t.Fatalf("reclaim with its own plan's ETag: %d %s", r.Status, r.Body)
 	}
+}
+
+// TestIdempotencyKeyPerAPIKeyThroughTheAPI: a second key of the node owner's org that sends
+// the same Idempotency-Key is a request of its own (not the first key's stored answer), the
+// first key's retry replays and leaves an audit record of the replay, and a client key
+// with the service's own prefix is refused.
+func TestIdempotencyKeyPerAPIKeyThroughTheAPI(t *testing.T) {
+	created := call(t, http.MethodPost, "/v1/keys", keyOperator,
+		map[string]any{"orgId": demo.OrgOwner, "permissions": []string{capacity.PermCapacity}, "description": "second owner key"})
+	if created.Status != http.StatusCreated {
+		t.Fatalf("create key: %d %s", created.Status, created.Body)
+	}
+	second, _ := created.json(t)["secret"].(string)
+	node := newNode(t, nil)
+	body := map[string]any{"unitIds": []string{"gpu-2"}}
+	first := call(t, http.MethodPost, reclaimPath(node), keyOwner, body, "Idempotency-Key", "shared-idem")
+	if first.Status != http.StatusOK || first.json(t)["reclaimId"] == nil {
+		t.Fatalf("first: %d %s", first.Status, first.Body)
+	}
+	awaitOperation(t, node, first.json(t)["reclaimId"].(string), 30*time.Second) // its workflow writes too
+	other := call(t, http.MethodPost, reclaimPath(node), second, map[string]any{"unitIds": []string{"gpu-4"}}, "Idempotency-Key", "shared-idem")
+	if other.Status != http.StatusOK || other.Header.Get("Idempotent-Replayed") != "" || string(other.Body) == string(first.Body) {
+		t.Fatalf("another key, same Idempotency-Key: %d %q %s", other.Status, other.Header.Get("Idempotent-Replayed"), other.Body)
+	}
+	again := call(t, http.MethodPost, reclaimPath(node), keyOwner, body, "Idempotency-Key", "shared-idem")
+	if again.Status != http.StatusOK || again.Header.Get("Idempotent-Replayed") != "true" || string(again.Body) != string(first.Body) {
+		t.Fatalf("retry: %d %q %s", again.Status, again.Header.Get("Idempotent-Replayed"), again.Body)
+	}
+	replays := 0
+	for _, it := range auditOf(t, node) {
+		if s, ok := it["Outcome"].(*types.AttributeValueMemberS); ok && s.Value == capacity.OutcomeReplayed {
+			replays++
+		}
+	}
+	if replays != 1 {
+		t.Errorf("%d audit records of a replay, want 1", replays)
+	}
+	state := partition(t, node)
+	for _, key := range []string{"scheduled:srcl_x", "event:e1"} {
+		r := call(t, http.MethodPost, reclaimPath(node), keyOwner, body, "Idempotency-Key", key)
+		if r.Status != http.StatusUnprocessableEntity || r.json(t)["code"] != "invalid_request" {
+			t.Errorf("Idempotency-Key %s: %d %s", key, r.Status, r.Body)
+		}
+	}
+	assertUnchanged(t, node, state)
 }
