@@ -1,6 +1,7 @@
 package capacity
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -83,10 +84,11 @@ func (s *Service) ForceEnd(ctx context.Context, p Principal, req ForceEndRequest
 	}
 	rec := s.opAudit(p, meta, ActionForceEnd, req.NodeID, req.ReservationID, nil, req.Reason)
 	rec.ReclaimID, rec.VMID = req.ReclaimID, req.VMID
+	key, kerr := keyed(p, meta, req.IdempotencyKey, fingerprintOf(ActionForceEnd, req))
 	return runOp(s, ctx, opCall[ForceEndResult]{
 		rec:     rec,
-		invalid: req.Validate(),
-		key:     idempotency{scope: idempotencyScope(p, req.IdempotencyKey), fingerprint: fingerprintOf(ActionForceEnd, req)},
+		invalid: cmp.Or(req.Validate(), kerr),
+		key:     key,
 		missing: opNotFound,
 		decide: func(st *NodeState, audit *AuditRecord, now time.Time) (*OperatorCommit, *ForceEndResult, error) {
 			op, err := s.Store.GetOperation(ctx, req.NodeID, req.ReclaimID)
