@@ -354,7 +354,7 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	// fails the operation item with conditional updates. Metrics go out as
 	// embedded-metric-format log lines, so no cloudwatch:PutMetricData. On the table it
 	// reaches operation partitions only (the operation item and its outcomes, which it reads
-	// and whose expiry it extends): never a node, reservation, VM or idempotency item, so a
+	// and whose expiry it extends, or removes from a failed one that holds VMs): never a node, reservation, VM or idempotency item, so a
 	// compromised reconciler cannot move capacity or its audit head.
 	allowIndex(s.ReconcilerFunction, "StateByStateIndex", state, table.ByStateIndex, "dynamodb:Query")
 	s.ReconcilerFunction.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{

@@ -5,8 +5,13 @@ import (
 	"errors"
 	"reflect"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
@@ -218,5 +223,36 @@ func TestReconcilerReportsFailedOperationsThatHoldVMs(t *testing.T) {
 	}
 	if held := run(2 * time.Hour); len(held) != 0 {
 		t.Fatalf("held after the force-end: %+v", held)
+	}
+}
+
+// A failed operation ended before failed operations were kept still carries an expiry, as do
+// its failure outcomes: the reconciler, finding it holding VMs, removes them.
+func TestReconcilerKeepsAHeldOperationThatWouldExpire(t *testing.T) {
+	env, _, failed, wf := failedOp(t)
+	ctx := context.Background()
+	expiring := failed.UpdatedAt.Add(90 * 24 * time.Hour).Unix()
+	for _, sk := range []string{"OP", "VM#s2"} {
+		_, err := env.Plain.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: aws.String(env.Store.Table),
+			Key: map[string]types.AttributeValue{
+				"pk": &types.AttributeValueMemberS{Value: "NODE#n1#OP#" + failed.ID}, "sk": &types.AttributeValueMemberS{Value: sk}},
+			UpdateExpression:          aws.String("SET expiresAt = :e"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":e": &types.AttributeValueMemberN{Value: strconv.FormatInt(expiring, 10)}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: time.Minute, StuckAfter: time.Hour, HeldAfter: time.Hour,
+		Logger: quiet, Now: func() time.Time { return failed.UpdatedAt.Add(2 * time.Hour) }}
+	report, err := r.Run(ctx)
+	if err != nil || len(report.Held) != 1 {
+		t.Fatalf("report = %+v, %v", report, err)
+	}
+	for _, it := range env.Items(t, env.Store.Table) {
+		if attrString(it["pk"]) == "NODE#n1#OP#"+failed.ID && attrString(it["sk"]) != "VM#s1" && it["expiresAt"] != nil {
+			t.Errorf("%s of the held operation still expires", attrString(it["sk"]))
+		}
 	}
 }

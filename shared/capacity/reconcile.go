@@ -135,6 +135,12 @@ func (r *Reconciler) reportHeld(ctx context.Context, now time.Time, batch int, r
 		if op.State != OpFailed || len(held) == 0 || now.Sub(op.UpdatedAt) < heldAfter {
 			continue // moved on since the index was written, or let go
 		}
+		if op.Expiring {
+			// Failed before failed operations were kept: it would expire with its VMs held.
+			if err := r.Store.HoldOperation(ctx, *op); err != nil && !errors.Is(err, ErrConflict) {
+				r.logger().ErrorContext(ctx, "remove the expiry of a held reclaim operation", "reclaim_id", op.ID, "node", op.NodeID, "err", err)
+			}
+		}
 		r.logger().ErrorContext(ctx, "failed reclaim operation still holds VMs: re-drive it, or force-end VMs confirmed gone",
 			"reclaim_id", op.ID, "node", op.NodeID, "reservation", op.ReservationID, "vms_held", held,
 			"failed_at", op.UpdatedAt, "age_s", int(now.Sub(op.UpdatedAt).Seconds()), "reason", op.Reason)

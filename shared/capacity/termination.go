@@ -116,6 +116,10 @@ type TerminationStore interface {
 	// FailOperation ends an operation still in op.State at op's attempt as failed with the
 	// reason; ErrConflict if it changed since read.
 	FailOperation(ctx context.Context, op Operation, reason string, now time.Time) error
+	// HoldOperation removes the expiry of an operation still failed at op's attempt and of
+	// its failed VMs' outcomes: a failed operation holds those VMs terminating, and must stay
+	// readable and re-drivable until they are let go. ErrConflict if it changed since read.
+	HoldOperation(ctx context.Context, op Operation) error
 	// OperationsInState lists operations in a state that entered it (were created, or
 	// re-driven) before the time, oldest first, at most limit, without their outcomes.
 	OperationsInState(ctx context.Context, state OperationState, before time.Time, limit int) ([]Operation, error)

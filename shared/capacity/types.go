@@ -247,6 +247,9 @@ type Operation struct {
 	// Victims are the evicted VMs as they were at commit (buyer org, units), so the notices
 	// and reports name them after the VMs themselves have moved to history.
 	Victims []Victim
+	// Expiring: the store will let the operation expire. Only a completed one should, but
+	// failed ones ended before that rule still do (the reconciler keeps them).
+	Expiring bool `json:"-"`
 }
 
 // Victim is a VM a reclaim evicted, as it was at commit.

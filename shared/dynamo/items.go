@@ -290,6 +290,7 @@ func (i operationItem) operation() capacity.Operation {
 	if i.TerminateAfter != nil {
 		o.TerminateAfter = *i.TerminateAfter
 	}
+	o.Expiring = i.ExpiresAt != 0
 	for _, v := range i.Victims {
 		o.Victims = append(o.Victims, capacity.Victim{VMID: v.VMID, OrgID: v.OrgID, UnitIDs: v.UnitIDs})
 	}

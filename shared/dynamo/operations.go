@@ -274,6 +274,27 @@ func (s *Store) FailOperation(ctx context.Context, op capacity.Operation, reason
 	return nil
 }
 
+// HoldOperation removes the expiry of an operation still failed at op's attempt (an end
+// before failed operations were kept set one) and of its failure outcomes, which held their
+// recorded one then. The operation's update conditions on the state read; an outcome that is
+// gone has nothing to keep.
+func (s *Store) HoldOperation(ctx context.Context, op capacity.Operation) error {
+	upd := expression.Remove(expression.Name(attrExpiresAt))
+	if _, err := s.updateItem(ctx, operationKey(op), stateAt(capacity.OpFailed, op), upd, types.ReturnValueNone); err != nil {
+		return fmt.Errorf("hold operation %s: %w", op.ID, err)
+	}
+	for _, vmID := range op.Held() {
+		if _, ok := op.Outcomes[vmID]; !ok {
+			continue
+		}
+		_, err := s.updateItem(ctx, outcomeKey(op, vmID), expression.Name(attrPK).AttributeExists(), upd, types.ReturnValueNone)
+		if err != nil && !errors.Is(err, capacity.ErrConflict) {
+			return fmt.Errorf("hold outcome of VM %s on operation %s: %w", vmID, op.ID, err)
+		}
+	}
+	return nil
+}
+
 // RedriveOperation moves an ended operation (still in op.State at op's attempt) to
 // pending-start at the next attempt, restarts reset and reason cleared, and appends the
 // audit record, in one transaction. ErrConflict when the operation changed since read.
