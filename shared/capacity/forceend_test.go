@@ -256,3 +256,23 @@ func TestReconcilerKeepsAHeldOperationThatWouldExpire(t *testing.T) {
 		}
 	}
 }
+
+// A VM whose record left the live state without its outcome (marked terminated, the outcome
+// never recorded) holds no units; its force-end records already-gone with the reason, which
+// lets the operation complete, and writes no VM.
+func TestForceEndOfAVMNoLongerLiveRecordsAlreadyGone(t *testing.T) {
+	env, svc, failed, _ := failedOp(t)
+	ctx := context.Background()
+	if err := env.Store.MarkTerminated(ctx, *failed, "s2", t0); err != nil {
+		t.Fatal(err)
+	}
+	res, err := svc.ForceEnd(ctx, op, forceEnd(failed.ID, "s2", "terminated, outcome lost", ""), capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, _ := env.Store.GetOperation(ctx, "n1", failed.ID)
+	if res.Outcome != capacity.OutcomeAlreadyGone || stored.State != capacity.OpCompleted ||
+		stored.Outcomes["s2"].Outcome != capacity.OutcomeAlreadyGone || stored.Outcomes["s2"].Reason != "terminated, outcome lost" {
+		t.Fatalf("result %+v, stored %+v", res, stored)
+	}
+}
