@@ -25,6 +25,7 @@ type MigrationReport struct {
 	Operations    int // moved to their own partition
 	Outcomes      int // moved to their operation's partition
 	Superseded    int // old outcomes dropped: the new layout already held a newer one
+	Scheduled     int // scheduled reclaims given their place in their reservation's list
 	Skipped       int // changed during the move, or not of the first layout: left for a re-run
 }
 
@@ -35,11 +36,13 @@ type MigrationReport struct {
 // idempotent and resumable: a re-run finds only what is still to move; an item that changed
 // under it is skipped and moved by the next run. Ended operations, terminated VMs and outcomes
 // get their expiry (from when they ended, were terminated or recorded) as they move.
+// Scheduled reclaims written before their reservation's list existed get its index keys.
 func (s *Store) Migrate(ctx context.Context, dryRun bool, logger *slog.Logger) (MigrationReport, error) {
 	var rep MigrationReport
 	sk, typ := expression.Name(attrSK), expression.Name(attrType)
 	filter := sk.BeginsWith(legacyPrefixOperation).Or(
-		typ.Equal(expression.Value(typeVM)).And(expression.Name(attrState).Equal(expression.Value(capacity.VMTerminated))))
+		typ.Equal(expression.Value(typeVM)).And(expression.Name(attrState).Equal(expression.Value(capacity.VMTerminated))),
+		typ.Equal(expression.Value(typeScheduled)).And(expression.Name(attrGSI1PK).AttributeNotExists()))
 	expr, err := expression.NewBuilder().WithFilter(filter).Build()
 	if err != nil {
 		return rep, fmt.Errorf("build migration scan: %w", err)
@@ -62,13 +65,16 @@ func (s *Store) Migrate(ctx context.Context, dryRun bool, logger *slog.Logger) (
 	}
 	logger.InfoContext(ctx, "migration done", "table", s.Table, "dry_run", dryRun, "scanned", rep.Scanned,
 		"terminated_vms", rep.TerminatedVMs, "operations", rep.Operations, "outcomes", rep.Outcomes,
-		"superseded", rep.Superseded, "skipped", rep.Skipped)
+		"superseded", rep.Superseded, "scheduled", rep.Scheduled, "skipped", rep.Skipped)
 	return rep, nil
 }
 
 // migrateItem moves one first-layout item, if it is one.
 func (s *Store) migrateItem(ctx context.Context, item map[string]types.AttributeValue, dryRun bool, rep *MigrationReport) error {
 	pk, sk := attr(item, attrPK), attr(item, attrSK)
+	if attr(item, attrType) == typeScheduled {
+		return s.listScheduled(ctx, item, dryRun, rep)
+	}
 	node := nodeOfPK(pk)
 	if node == "" || pk != nodePK(node) {
 		rep.Skipped++ // already in the new layout, or no node's: nothing to do
@@ -139,6 +145,46 @@ func (s *Store) migrateItem(ctx context.Context, item map[string]types.Attribute
 		rep.Skipped++ // changed while moving: the next run moves it
 	default:
 		return fmt.Errorf("move %s %s: %w", pk, sk, err)
+	}
+	return nil
+}
+
+// listScheduled gives a scheduled reclaim its reservation's list keys (the byState index), if
+// it has none, conditioned on its version as read: a firing or cancel meanwhile writes them
+// itself.
+func (s *Store) listScheduled(ctx context.Context, item map[string]types.AttributeValue, dryRun bool, rep *MigrationReport) error {
+	var it scheduledItem
+	if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+		return fmt.Errorf("decode scheduled reclaim %s: %w", attr(item, attrPK), err)
+	}
+	if it.GSI1PK != "" {
+		rep.Skipped++
+		return nil
+	}
+	if dryRun {
+		rep.Scheduled++
+		return nil
+	}
+	keyed := newScheduledItem(it.scheduled(), s.retention())
+	cond := versionIs(it.Version).And(expression.Name(attrGSI1PK).AttributeNotExists())
+	upd := expression.Set(expression.Name(attrGSI1PK), expression.Value(keyed.GSI1PK)).
+		Set(expression.Name(attrGSI1SK), expression.Value(keyed.GSI1SK))
+	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
+	if err != nil {
+		return fmt.Errorf("build scheduled reclaim update: %w", err)
+	}
+	_, err = s.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(s.Table), Key: itemKey(it.PK, it.SK), ConditionExpression: expr.Condition(),
+		UpdateExpression: expr.Update(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+	})
+	var ccf *types.ConditionalCheckFailedException
+	switch {
+	case err == nil:
+		rep.Scheduled++
+	case errors.As(err, &ccf):
+		rep.Skipped++ // changed meanwhile: rewritten whole, with its keys
+	default:
+		return fmt.Errorf("list scheduled reclaim %s: %w", it.PK, classify(err))
 	}
 	return nil
 }

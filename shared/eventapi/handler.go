@@ -193,8 +193,14 @@ func checkType(env events.CloudWatchEvent) error {
 func (h *Handler) publish(ctx context.Context, req request, res *capacity.CapacityResult, err error) error {
 	now := h.now()
 	if err != nil {
+		key := req.key
+		if capacity.ErrorCode(err) == capacity.CodeScheduledReclaimNotDue {
+			// Not the scheduled reclaim's outcome (it stays scheduled): named by the refused
+			// event, so that an early firing cannot take the id of the real firing's outcome.
+			key = req.envelope.ID
+		}
 		d := capacity.ReclaimRefusedDetail{
-			EventID: req.key + "/refused", RequestEventID: req.envelope.ID, RequestSource: req.envelope.Source,
+			EventID: key + "/refused", RequestEventID: req.envelope.ID, RequestSource: req.envelope.Source,
 			ScheduledReclaimID: req.scheduledID, NodeID: req.nodeID, ReservationID: req.reservation,
 			Code: string(capacity.ErrorCode(err)), Detail: capacity.ErrorMessage(err),
 		}

@@ -272,6 +272,11 @@ func TestHandle(t *testing.T) {
 			svcErr: capacity.Errorf(capacity.CodeReservationNotActive, "the reservation is cancelled"),
 			calls:  "FireScheduledReclaim", outcome: capacity.DetailReclaimRefused, code: "reservation_not_active", eventID: "scheduled/sr-1/refused",
 		},
+		{
+			name: "a schedule firing before its time", body: envelope("ev-38", capacity.SourceSchedule, schedule),
+			svcErr: capacity.Errorf(capacity.CodeScheduledReclaimNotDue, "scheduled reclaim sr-1 is due at …"),
+			calls:  "FireScheduledReclaim", outcome: capacity.DetailReclaimRefused, code: "scheduled_reclaim_not_due", eventID: "ev-38/refused",
+		},
 		{name: "conflict rounds used up are retried", body: envelope("ev-19", tenant, valid), svcErr: conflict, calls: "Reclaim", failed: true},
 		{name: "throttling is retried", body: envelope("ev-20", tenant, valid), svcErr: fmt.Errorf("commit: %w", capacity.ErrThrottled), calls: "Reclaim", failed: true},
 		{name: "internal is retried", body: envelope("ev-21", tenant, valid), svcErr: capacity.Errorf(capacity.CodeInternal, "x"), calls: "Reclaim", failed: true},
