@@ -398,6 +398,47 @@ func TestScheduledReclaimOfARevokedKeyIsRefused(t *testing.T) {
 	}
 }
 
+// TestEarlyScheduledFiringIsRefused: a firing event put on the bus long before the scheduled
+// reclaim's at (the local stack does not enforce the bus policy that keeps other senders from
+// the schedule's source) is refused with scheduled_reclaim_not_due under its own event id and
+// audited; the scheduled reclaim stays scheduled and its real firing runs on time.
+func TestEarlyScheduledFiringIsRefused(t *testing.T) {
+	node := newNode(t, nil)
+	w := outcomeWatch(t, node)
+	at := time.Now().UTC().Add(45 * time.Second).Truncate(time.Second)
+	r := call(t, http.MethodPost, reclaimPath(node), keyOwner, map[string]any{
+		"unitIds": []string{"gpu-2", "gpu-3", "gpu-0"}, "at": at.Format(time.RFC3339),
+	})
+	sid, _ := r.json(t)["id"].(string)
+	if r.Status != http.StatusAccepted || sid == "" {
+		t.Fatalf("schedule: %d %s", r.Status, r.Body)
+	}
+
+	id := putRequest(t, capacity.SourceSchedule, map[string]any{"nodeId": node, "reservationId": demo.ReservationID, "scheduledReclaimId": sid})
+	ev := w.await("the early firing's refusal", 1, 30*time.Second, byRequest(id))[0]
+	if ev.DetailType != capacity.DetailReclaimRefused || ev.detail["code"] != string(capacity.CodeScheduledReclaimNotDue) || ev.detail["eventId"] != id+"/refused" {
+		t.Fatalf("outcome %s: %s", ev.DetailType, ev.Detail)
+	}
+	if recs := auditByEvent(t, node, id); len(recs) != 1 || recs[0]["Outcome"] != string(capacity.CodeScheduledReclaimNotDue) {
+		t.Errorf("audit records of the early firing: %v", recs)
+	}
+	if got := call(t, http.MethodGet, r.Header.Get("Location"), keyOwner, nil).json(t); got["state"] != "scheduled" {
+		t.Fatalf("after the early firing: %v", got)
+	}
+	for _, vm := range []string{"vm-spot-1", "vm-spot-2"} {
+		if n := agents.TerminateCalls(node, vm); n != 0 {
+			t.Errorf("%s got %d terminate calls before the reclaim's time", vm, n)
+		}
+	}
+
+	real := w.await("the scheduled firing's outcome", 1, 90*time.Second, func(ev busEvent) bool {
+		return ev.detail["eventId"] == "scheduled/"+sid+"/completed"
+	})[0]
+	if real.received.Before(at) {
+		t.Errorf("completed at %s, before its at %s", real.received, at)
+	}
+}
+
 func TestGraceNoticeReachesTheTenantBeforeTermination(t *testing.T) {
 	node := newNode(t, nil)
 	// The rule a tenant would write for its own notices.
