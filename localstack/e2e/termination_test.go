@@ -323,13 +323,17 @@ func TestForceEndFreesTheUnitsOfADeadAgent(t *testing.T) {
 			t.Errorf("%s still live: %s", vm.ID, vm.State)
 		}
 	}
-	audits := 0
+	// The two force-ends and the replay; the owner's 404 is a route that does not exist for
+	// it: no record.
+	audits := map[string]int{}
 	for _, rec := range auditOf(t, node) {
 		if a, ok := rec["Action"].(*types.AttributeValueMemberS); ok && a.Value == capacity.ActionForceEnd {
-			audits++
+			if o, ok := rec["Outcome"].(*types.AttributeValueMemberS); ok {
+				audits[o.Value]++
+			}
 		}
 	}
-	if audits != 2 { // the owner's 404 is a route that does not exist for it: no record
-		t.Errorf("%d force-end audit records, want 2", audits)
+	if want := map[string]int{"ok": 2, capacity.OutcomeReplayed: 1}; !maps.Equal(audits, want) {
+		t.Errorf("force-end audit records by outcome %v, want %v", audits, want)
 	}
 }
