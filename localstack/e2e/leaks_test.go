@@ -1,14 +1,18 @@
 package e2e
 
 import (
+	"encoding/base64"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/openrelay/capacity/localstack/demo"
+	"github.com/openrelay/capacity/shared/auth"
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/dynamo"
 )
 
 // TestIfMatchThroughTheAPI: through API Gateway, a malformed If-Match is 400 malformed_request
@@ -91,4 +95,37 @@ func TestIdempotencyKeyPerAPIKeyThroughTheAPI(t *testing.T) {
 		}
 	}
 	assertUnchanged(t, node, state)
+}
+
+// TestListCursorsThroughTheAPI: a caller with reservation.read that sees nothing on a node
+// gets, whatever its cursor, the very 404 of a node that does not exist; the keys list's
+// cursor carries no key hash.
+func TestListCursorsThroughTheAPI(t *testing.T) {
+	hidden := newNode(t, func(s *dynamo.Seed) {
+		s.Nodes[0].OwnerOrgID = "org-else"
+		s.Reservations[0].AllowedOrgIDs = []string{"org-else"}
+		s.Reservations[0].ManagingOrgIDs = nil
+	})
+	missing := call(t, http.MethodGet, "/v1/nodes/node-404/reservations", keyAudience, nil)
+	if missing.Status != http.StatusNotFound {
+		t.Fatalf("missing node: %d %s", missing.Status, missing.Body)
+	}
+	for _, cursor := range []string{"garbage", "eyJwayI6Ik5PREUjeCJ9", "WyJ2MSIsInJlc2VydmF0aW9ucyIsIngiLCJ5Il0"} {
+		r := call(t, http.MethodGet, "/v1/nodes/"+hidden+"/reservations?cursor="+cursor, keyAudience, nil)
+		if r.Status != http.StatusNotFound || string(r.Body) != string(missing.Body) {
+			t.Errorf("cursor %s: %d %s, want the missing node's %s", cursor, r.Status, r.Body, missing.Body)
+		}
+	}
+	page := call(t, http.MethodGet, "/v1/keys?limit=1", keyOperator, nil)
+	if page.Status != http.StatusOK {
+		t.Fatalf("keys: %d %s", page.Status, page.Body)
+	}
+	next, _ := page.json(t)["nextCursor"].(string)
+	decoded, _ := base64.RawURLEncoding.DecodeString(next)
+	if next == "" || strings.Contains(string(decoded), "APIKEY") || strings.Contains(string(decoded), auth.Hash(keyOperator)) {
+		t.Errorf("keys cursor %q (%s)", next, decoded)
+	}
+	if r := call(t, http.MethodGet, "/v1/keys?limit=1&cursor="+next, keyOperator, nil); r.Status != http.StatusOK {
+		t.Errorf("next keys page: %d %s", r.Status, r.Body)
+	}
 }

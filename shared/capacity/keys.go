@@ -32,9 +32,10 @@ type KeyStore interface {
 	CreateKey(ctx context.Context, key APIKey, idem *IdempotencyRecord, audit AuditRecord) error
 	// GetKey returns the key with the id (strongly consistent), or an *Error CodeNotFound.
 	GetKey(ctx context.Context, keyID string) (*APIKey, error)
-	// ListKeys returns a page of keys in the store's order and the cursor of the next
-	// ("" when none); a bad cursor is an *Error CodeInvalidRequest.
-	ListKeys(ctx context.Context, limit int, cursor string) ([]APIKey, string, error)
+	// ListKeys returns up to limit keys in the store's order, starting after the key
+	// afterKeyID ("" from the first), and whether more may follow (a page may be short). An
+	// afterKeyID that names no key is an *Error CodeInvalidRequest "invalid cursor".
+	ListKeys(ctx context.Context, limit int, afterKeyID string) ([]APIKey, bool, error)
 	// RevokeKey marks the key (as read, not revoked) revoked at `at` and appends the audit
 	// record, in one transaction. ErrConflict: the key changed (was revoked) since read.
 	RevokeKey(ctx context.Context, key APIKey, at time.Time, audit AuditRecord) error
@@ -399,14 +400,26 @@ func (s *Service) ListKeys(ctx context.Context, p Principal, page PageRequest) (
 	if err != nil {
 		return nil, err
 	}
-	keys, next, err := store.ListKeys(ctx, limit, page.Cursor)
+	var after string
+	if parts, err := parseCursor(page.Cursor, "keys", 1); err != nil {
+		return nil, err
+	} else if parts != nil {
+		after = parts[0]
+	}
+	keys, more, err := store.ListKeys(ctx, limit, after)
 	if err != nil {
 		return nil, fmt.Errorf("list keys: %w", err)
 	}
-	if keys == nil {
-		keys = []APIKey{}
+	out := &KeyPage{Keys: keys}
+	if out.Keys == nil {
+		out.Keys = []APIKey{}
 	}
-	return &KeyPage{Keys: keys, NextCursor: next}, nil
+	if more && len(keys) > 0 {
+		// The next page starts after the last key shown: the cursor names its id, never the
+		// hash it is stored under.
+		out.NextCursor = listCursor("keys", keys[len(keys)-1].KeyID)
+	}
+	return out, nil
 }
 
 // GetKey returns one API key (never its hash), operators only (anyone else, or an id that

@@ -97,8 +97,8 @@ func (m *memKeys) GetKey(_ context.Context, id string) (*capacity.APIKey, error)
 	return &k, nil
 }
 
-func (m *memKeys) ListKeys(context.Context, int, string) ([]capacity.APIKey, string, error) {
-	return nil, "", errors.New("not used")
+func (m *memKeys) ListKeys(context.Context, int, string) ([]capacity.APIKey, bool, error) {
+	return nil, false, errors.New("not used")
 }
 
 func (m *memKeys) RevokeKey(_ context.Context, k capacity.APIKey, at time.Time, audit capacity.AuditRecord) error {

@@ -31,10 +31,9 @@ type OperatorStore interface {
 	// on what the decision read, and returns the node's audit head after it. Failures wrap
 	// ErrConflict, ErrAmbiguous or ErrThrottled as Commit's do.
 	CommitOperator(ctx context.Context, c OperatorCommit) (AuditHead, error)
-	// ListReservations returns up to limit reservations of the node in id order, starting
-	// after cursor, and the cursor of the next page ("" when there is none). A cursor that is
-	// malformed or names another node is an *Error invalid_request.
-	ListReservations(ctx context.Context, nodeID string, limit int, cursor string) ([]Reservation, string, error)
+	// ListReservations returns up to limit reservations of the node in id order, after the
+	// reservation afterID ("" from the first; it need not exist), and whether more follow.
+	ListReservations(ctx context.Context, nodeID string, limit int, afterID string) ([]Reservation, bool, error)
 }
 
 // OperatorCommit is one operator decision's writes.
@@ -561,10 +560,11 @@ func AdmitReservationRead(p Principal, nodeID, reservationID string) error {
 
 // ListReservations returns a page of the node's reservations as the caller may see them: all
 // to an operator and to the node's owner; to another caller with reservation.read, those whose
-// audience or managing orgs hold its org (a page may then hold fewer than the limit). Such a
-// caller who sees nothing on the node gets the 404 of a missing node, so it cannot tell a node
-// without reservations for it from no node; its pages are read on until something visible
-// is found, and a next cursor is answered only when something visible follows it.
+// audience or managing orgs hold its org (its pages are read on until they are full). Such a
+// caller who sees nothing on the node gets the 404 of a missing node, whatever its cursor
+// says, so it cannot tell a node without reservations for it from no node. The next cursor
+// names the last reservation on the page (one the caller may see) and is answered only when
+// something the caller may see follows it.
 func (s *Service) ListReservations(ctx context.Context, p Principal, nodeID string, page PageRequest) (*ReservationPage, error) {
 	if err := AdmitReservationList(p, nodeID); err != nil {
 		return nil, err
@@ -577,58 +577,79 @@ func (s *Service) ListReservations(ctx context.Context, p Principal, nodeID stri
 	if err != nil {
 		return nil, err
 	}
-	list := func(cursor string) ([]Reservation, string, error) {
-		rs, next, err := ops.ListReservations(ctx, nodeID, limit, cursor)
+	all := p.Operator || p.OrgID == n.OwnerOrgID
+	visible := func(r Reservation) bool {
+		return all || slices.Contains(r.AllowedOrgIDs, p.OrgID) || slices.Contains(r.ManagingOrgIDs, p.OrgID)
+	}
+	after, cerr := "", error(nil)
+	if parts, err := parseCursor(page.Cursor, "reservations", 2); err != nil {
+		cerr = err
+	} else if parts != nil {
+		if parts[0] != nodeID || !ValidID(parts[1]) {
+			cerr = Errorf(CodeInvalidRequest, "invalid cursor")
+		}
+		after = parts[1]
+	}
+	if cerr == nil {
+		rs, more, err := s.visibleReservations(ctx, ops, nodeID, after, limit, visible)
+		if err != nil {
+			return nil, err
+		}
+		if len(rs) > 0 || all {
+			out := &ReservationPage{Reservations: rs}
+			if more {
+				out.NextCursor = listCursor("reservations", nodeID, rs[len(rs)-1].ID)
+			}
+			return out, nil
+		}
+	}
+	// Nothing to show, or a cursor this list never hands out: whether the caller sees anything
+	// on the node at all decides between the node's 404 and the cursor's answer.
+	if !all {
+		first, _, err := s.visibleReservations(ctx, ops, nodeID, "", 1, visible)
+		if err != nil {
+			return nil, err
+		}
+		if len(first) == 0 {
+			return nil, nodeNotFound()
+		}
+	}
+	if cerr != nil {
+		return nil, cerr
+	}
+	return &ReservationPage{Reservations: []Reservation{}}, nil
+}
+
+// visibleReservations reads the node's reservations after afterID in id order and keeps the
+// visible ones, until it has limit of them and knows whether another visible one follows
+// (more), or the node has no more.
+func (s *Service) visibleReservations(ctx context.Context, ops OperatorStore, nodeID, afterID string, limit int,
+	visible func(Reservation) bool) ([]Reservation, bool, error) {
+	out := []Reservation{}
+	now := s.now()
+	for {
+		rs, more, err := ops.ListReservations(ctx, nodeID, limit+1, afterID)
 		if err != nil {
 			if e := (*Error)(nil); errors.As(err, &e) {
-				return nil, "", err
+				return nil, false, err
 			}
-			return nil, "", fmt.Errorf("list reservations of node %s: %w", nodeID, err)
+			return nil, false, fmt.Errorf("list reservations of node %s: %w", nodeID, err)
 		}
-		now := s.now()
-		for i := range rs {
-			rs[i].Status = rs[i].StatusAt(now)
-		}
-		return rs, next, nil
-	}
-	if p.Operator || p.OrgID == n.OwnerOrgID {
-		rs, next, err := list(page.Cursor)
-		if err != nil {
-			return nil, err
-		}
-		if rs == nil {
-			rs = []Reservation{}
-		}
-		return &ReservationPage{Reservations: rs, NextCursor: next}, nil
-	}
-	out := &ReservationPage{Reservations: []Reservation{}}
-	for cursor := page.Cursor; ; {
-		rs, next, err := list(cursor)
-		if err != nil {
-			return nil, err
-		}
-		var visible []Reservation
 		for _, r := range rs {
-			if slices.Contains(r.AllowedOrgIDs, p.OrgID) || slices.Contains(r.ManagingOrgIDs, p.OrgID) {
-				visible = append(visible, r)
+			if !visible(r) {
+				continue
 			}
+			if len(out) == limit {
+				return out, true, nil
+			}
+			r.Status = r.StatusAt(now)
+			out = append(out, r)
 		}
-		if len(out.Reservations) > 0 && len(out.Reservations)+len(visible) > limit {
-			// This store page does not fit: the next call starts at it (it holds
-			// something visible, so the cursor never leads to an empty page).
-			out.NextCursor = cursor
-			break
+		if !more || len(rs) == 0 {
+			return out, false, nil
 		}
-		out.Reservations = append(out.Reservations, visible...)
-		if next == "" {
-			break
-		}
-		cursor = next
+		afterID = rs[len(rs)-1].ID
 	}
-	if len(out.Reservations) == 0 {
-		return nil, nodeNotFound()
-	}
-	return out, nil
 }
 
 // CreateReservation creates a reservation on a node's units (see DecideCreateReservation).

@@ -2,6 +2,8 @@ package capacity_test
 
 import (
 	"context"
+	"encoding/base64"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -435,8 +437,8 @@ func (s *racingOps) LoadNodeOrNew(ctx context.Context, id, scope string) (*capac
 func (s *racingOps) GetNode(ctx context.Context, id string) (*capacity.Node, error) {
 	return s.ops.GetNode(ctx, id)
 }
-func (s *racingOps) ListReservations(ctx context.Context, id string, limit int, cursor string) ([]capacity.Reservation, string, error) {
-	return s.ops.ListReservations(ctx, id, limit, cursor)
+func (s *racingOps) ListReservations(ctx context.Context, id string, limit int, after string) ([]capacity.Reservation, bool, error) {
+	return s.ops.ListReservations(ctx, id, limit, after)
 }
 func (s *racingOps) CommitOperator(ctx context.Context, c capacity.OperatorCommit) (capacity.AuditHead, error) {
 	if !s.done {
@@ -624,7 +626,10 @@ func TestAmbiguousNodeCreate(t *testing.T) {
 	}
 }
 
-func TestListReservations(t *testing.T) {
+// listWorld is world plus ra (no audience), rb (managed by mgr) and rc (audience aud), all
+// on u3 at later terms.
+func listWorld(t *testing.T) (*dynamotest.Env, *capacity.Service) {
+	t.Helper()
 	env, svc := world(t)
 	ctx := context.Background()
 	for i, id := range []string{"ra", "rb", "rc"} {
@@ -642,9 +647,16 @@ func TestListReservations(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	read := func(org string) capacity.Principal {
-		return capacity.Principal{OrgID: org, Permissions: []string{capacity.PermRead}}
-	}
+	return env, svc
+}
+
+func read(org string) capacity.Principal {
+	return capacity.Principal{OrgID: org, Permissions: []string{capacity.PermRead}}
+}
+
+func TestListReservations(t *testing.T) {
+	env, svc := listWorld(t)
+	ctx := context.Background()
 	tests := []struct {
 		name  string
 		p     capacity.Principal
@@ -709,6 +721,93 @@ func TestListReservations(t *testing.T) {
 		t.Errorf("stranger with a cursor: %v, want not_found", err)
 	}
 	_ = env
+}
+
+// A reservation list's cursor names nothing the caller may not see: for every caller and
+// page size, no cursor holds (read as it is or decoded) the id of a reservation hidden from
+// that caller.
+func TestListReservationsCursorsNameOnlyWhatWasShown(t *testing.T) {
+	_, svc := listWorld(t)
+	ctx := context.Background()
+	tests := []struct {
+		name   string
+		p      capacity.Principal
+		hidden []string
+	}{
+		{"audience", read("aud"), []string{"ra", "rb"}},
+		{"manager", read("mgr"), []string{"r1", "ra", "rc"}},
+		{"owner", read("owner"), nil},
+	}
+	for _, tt := range tests {
+		for _, limit := range []int{1, 2, 3} {
+			t.Run(fmt.Sprintf("%s/%d", tt.name, limit), func(t *testing.T) {
+				for cursor, pages := "", 0; pages < 10; pages++ {
+					page, err := svc.ListReservations(ctx, tt.p, "n1", capacity.PageRequest{Limit: limit, Cursor: cursor})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if cursor = page.NextCursor; cursor == "" {
+						break
+					}
+					decoded, _ := base64.RawURLEncoding.DecodeString(cursor)
+					for _, id := range tt.hidden {
+						if strings.Contains(cursor, id) || strings.Contains(string(decoded), `"`+id+`"`) || strings.Contains(string(decoded), "#"+id) {
+							t.Errorf("cursor %q (%s) names hidden reservation %s", cursor, decoded, id)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// A caller who may not list the node's reservations (no reservation.read, or nothing on the
+// node for it) gets the one 404 of a missing node whatever its cursor says: garbage, another
+// node's cursor, an operator's cursor of this node, one naming a reservation hidden from it,
+// or a cursor made before cursors changed. A caller who may list gets 422 for a bad cursor.
+func TestListReservationsCursorTellsNothing(t *testing.T) {
+	_, svc := listWorld(t)
+	ctx := context.Background()
+	opPage, err := svc.ListReservations(ctx, op, "n1", capacity.PageRequest{Limit: 1})
+	if err != nil || opPage.NextCursor == "" {
+		t.Fatalf("operator page %+v, %v", opPage, err)
+	}
+	made := func(text string) string { return base64.RawURLEncoding.EncodeToString([]byte(text)) }
+	cursors := map[string]string{
+		"none":                 "",
+		"garbage":              "garbage!",
+		"an operator's cursor": opPage.NextCursor,
+		"another node's":       made(`["v1","reservations","n2","r1"]`),
+		"naming a hidden one":  made(`["v1","reservations","n1","ra"]`),
+		"of the old format":    made(`{"pk":"NODE#n1","sk":"RES#ra"}`),
+		"of another list":      made(`["v1","keys","key-1"]`),
+	}
+	notFound := func(t *testing.T, p capacity.Principal, node, cursor string) {
+		t.Helper()
+		_, err := svc.ListReservations(ctx, p, node, capacity.PageRequest{Cursor: cursor})
+		if code(err) != capacity.CodeNotFound || capacity.ErrorMessage(err) != "node not found" {
+			t.Errorf("got %v, want the node's 404", err)
+		}
+	}
+	for name, cursor := range cursors {
+		t.Run(name, func(t *testing.T) {
+			notFound(t, read("stranger"), "n1", cursor)
+			notFound(t, owner, "n1", cursor) // capacity but no read permission
+			notFound(t, read("stranger"), "n404", cursor)
+			// The audience sees r1 and rc: a cursor past them is an empty page, a bad one 422.
+			page, err := svc.ListReservations(ctx, read("aud"), "n1", capacity.PageRequest{Cursor: cursor})
+			switch name {
+			case "garbage", "another node's", "of the old format", "of another list":
+				if code(err) != capacity.CodeInvalidRequest {
+					t.Errorf("audience: %v, want invalid_request", err)
+				}
+			default:
+				if err != nil || page == nil {
+					t.Errorf("audience: %+v, %v", page, err)
+				}
+			}
+		})
+	}
 }
 
 func TestViolationsOfTheLifecycle(t *testing.T) {

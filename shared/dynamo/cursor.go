@@ -10,7 +10,8 @@ import (
 	"github.com/openrelay/capacity/shared/capacity"
 )
 
-// Pagination cursors are the LastEvaluatedKey of a Query or Scan, made opaque: base64url
+// The audit lists' cursors are the LastEvaluatedKey of their Query, which is the key of the
+// last record the page showed (no filter, so nothing unshown), made opaque: base64url
 // (unpadded) of a JSON object of its string attributes. Every key attribute of our tables and
 // indexes is a string, so nothing else needs encoding. A cursor carries no authority: the
 // caller is checked on every page, and decodeCursor refuses one naming another partition, so a

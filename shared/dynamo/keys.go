@@ -290,24 +290,14 @@ func (s *Store) keyByID(ctx context.Context, keyID string, scanLegacy bool) (*ca
 	if err := s.keysTable(); err != nil {
 		return nil, fmt.Errorf("get API key %s: %w", keyID, err)
 	}
-	out, err := s.Client.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: aws.String(s.KeysTable), Key: itemKey(keyIDPK(keyID), skKeyID), ConsistentRead: aws.Bool(true),
-	})
+	hash, err := s.keyHash(ctx, keyID, scanLegacy)
 	if err != nil {
-		return nil, fmt.Errorf("get API key %s: %w", keyID, classify(err))
-	}
-	var hash string
-	if out.Item != nil {
-		hash = attr(out.Item, "Hash")
-	} else if scanLegacy {
-		if hash, err = s.legacyKeyHash(ctx, keyID); err != nil {
-			return nil, err
-		}
+		return nil, err
 	}
 	if hash == "" {
 		return nil, capacity.Errorf(capacity.CodeNotFound, "API key not found")
 	}
-	out, err = s.Client.GetItem(ctx, &dynamodb.GetItemInput{
+	out, err := s.Client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: aws.String(s.KeysTable), Key: itemKey(apiKeyPK(hash), skAPIKey), ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
@@ -322,6 +312,22 @@ func (s *Store) keyByID(ctx context.Context, keyID string, scanLegacy bool) (*ca
 	}
 	key := it.apiKey()
 	return &key, nil
+}
+
+// keyHash returns the hash the key with the id is stored under ("" if none): its id pointer
+// (a consistent GetItem), or, with scanLegacy, for a key provisioned before pointers existed,
+// a Scan.
+func (s *Store) keyHash(ctx context.Context, keyID string, scanLegacy bool) (string, error) {
+	out, err := s.Client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.KeysTable), Key: itemKey(keyIDPK(keyID), skKeyID), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return "", fmt.Errorf("get API key %s: %w", keyID, classify(err))
+	}
+	if out.Item != nil || !scanLegacy {
+		return attr(out.Item, "Hash"), nil
+	}
+	return s.legacyKeyHash(ctx, keyID)
 }
 
 // legacyKeyHash finds the hash of a key without an id pointer ("" if none).
@@ -352,50 +358,58 @@ func (s *Store) legacyKeyHash(ctx context.Context, keyID string) (string, error)
 // page is answered short, with a cursor.
 const maxKeyScanPages = 10
 
-// ListKeys returns up to limit keys in the table's (hash) order: a consistent Scan filtered
-// on the key items, read on until the page is full or the table ends.
-func (s *Store) ListKeys(ctx context.Context, limit int, cursor string) ([]capacity.APIKey, string, error) {
+// ListKeys returns up to limit keys in the table's (hash) order after the key afterKeyID: a
+// consistent Scan filtered on the key items, started after that key's item (found by its id
+// pointer: the hash never leaves the store), read on until the page is full and one more key
+// is seen, or the table ends, or maxKeyScanPages were read with at least one key to answer
+// (a short page; more is then true).
+func (s *Store) ListKeys(ctx context.Context, limit int, afterKeyID string) ([]capacity.APIKey, bool, error) {
 	if err := s.keysTable(); err != nil {
-		return nil, "", fmt.Errorf("list API keys: %w", err)
+		return nil, false, fmt.Errorf("list API keys: %w", err)
 	}
-	start, err := decodeCursor(cursor, "")
-	if err != nil {
-		return nil, "", err
-	}
-	if start != nil && (len(start) != 2 || attr(start, attrPK) == "" || attr(start, attrSK) == "") {
-		return nil, "", capacity.Errorf(capacity.CodeInvalidRequest, "invalid cursor")
+	var start map[string]types.AttributeValue
+	if afterKeyID != "" {
+		hash, err := s.keyHash(ctx, afterKeyID, true)
+		if err != nil {
+			return nil, false, err
+		}
+		if hash == "" {
+			return nil, false, capacity.Errorf(capacity.CodeInvalidRequest, "invalid cursor")
+		}
+		start = itemKey(apiKeyPK(hash), skAPIKey)
 	}
 	expr, err := expression.NewBuilder().WithFilter(expression.Name(attrType).Equal(expression.Value(typeAPIKey))).Build()
 	if err != nil {
-		return nil, "", fmt.Errorf("list API keys: build scan: %w", err)
+		return nil, false, fmt.Errorf("list API keys: build scan: %w", err)
 	}
 	keys := []capacity.APIKey{}
-	for range maxKeyScanPages {
+	for pages := 1; ; pages++ {
 		out, err := s.Client.Scan(ctx, &dynamodb.ScanInput{
-			TableName: aws.String(s.KeysTable), ConsistentRead: aws.Bool(true), Limit: aws.Int32(int32(limit - len(keys))),
+			TableName: aws.String(s.KeysTable), ConsistentRead: aws.Bool(true), Limit: aws.Int32(int32(limit + 1 - len(keys))),
 			ExclusiveStartKey: start, FilterExpression: expr.Filter(),
 			ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
 		})
 		if err != nil {
-			return nil, "", fmt.Errorf("list API keys: %w", classify(err))
+			return nil, false, fmt.Errorf("list API keys: %w", classify(err))
 		}
 		for _, item := range out.Items {
+			if len(keys) == limit {
+				return keys, true, nil
+			}
 			var it apiKeyItem
 			if err := attributevalue.UnmarshalMap(item, &it); err != nil {
-				return nil, "", fmt.Errorf("decode API key %s: %w", attr(item, attrPK), err)
+				return nil, false, fmt.Errorf("decode API key %s: %w", attr(item, attrPK), err)
 			}
 			keys = append(keys, it.apiKey())
 		}
 		start = out.LastEvaluatedKey
-		if len(start) == 0 || len(keys) >= limit {
-			break
+		if len(start) == 0 {
+			return keys, false, nil
+		}
+		if pages >= maxKeyScanPages && len(keys) > 0 {
+			return keys, true, nil
 		}
 	}
-	next, err := encodeCursor(start)
-	if err != nil {
-		return nil, "", fmt.Errorf("list API keys: %w", err)
-	}
-	return keys, next, nil
 }
 
 // RevokeKey marks the key revoked, conditioned on it existing unrevoked, and appends the

@@ -2,6 +2,7 @@ package dynamo_test
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"slices"
 	"strings"
@@ -516,5 +517,51 @@ func TestKeyByIDIsGetItemOnly(t *testing.T) {
 	// GetKey, for key management, still finds the legacy key.
 	if k, err := env.Store.GetKey(ctx, "key-legacy"); err != nil || k.KeyID != "key-legacy" {
 		t.Errorf("GetKey(key-legacy) = %+v, %v", k, err)
+	}
+}
+
+// A key list's cursor never carries what a key is stored under: for every page size, no
+// cursor holds (in any encoding the cursor could be read in) the hash of any key, and every
+// key is still listed once. A cursor naming a key that does not exist is refused.
+func TestListKeysCursorHoldsNoHash(t *testing.T) {
+	var keys []capacity.APIKey
+	for i := range 5 {
+		keys = append(keys, capacity.APIKey{KeyID: fmt.Sprintf("key-%d", i), Hash: hashOf(fmt.Sprint(i)), OrgID: "o",
+			Permissions: []string{capacity.PermRead}})
+	}
+	env := newEnv(t, dynamo.Seed{Keys: keys})
+	svc := keyService(env, t0)
+	ctx := context.Background()
+	for _, limit := range []int{1, 2, 4, 5} {
+		t.Run(fmt.Sprint(limit), func(t *testing.T) {
+			seen := 0
+			for cursor, pages := "", 0; pages < 10; pages++ {
+				page, err := svc.ListKeys(ctx, opPrincipal, capacity.PageRequest{Limit: limit, Cursor: cursor})
+				if err != nil {
+					t.Fatal(err)
+				}
+				seen += len(page.Keys)
+				if cursor = page.NextCursor; cursor == "" {
+					break
+				}
+				decoded, _ := base64.RawURLEncoding.DecodeString(cursor)
+				text := strings.ToLower(cursor + " " + string(decoded))
+				if strings.Contains(text, "apikey#") {
+					t.Errorf("cursor %q (%s) holds a storage key", cursor, decoded)
+				}
+				for _, k := range keys {
+					if strings.Contains(text, k.Hash[:16]) {
+						t.Errorf("cursor %q (%s) holds key %s's hash", cursor, decoded, k.KeyID)
+					}
+				}
+			}
+			if seen != len(keys) {
+				t.Errorf("listed %d keys, want %d", seen, len(keys))
+			}
+		})
+	}
+	made := base64.RawURLEncoding.EncodeToString([]byte(`["v1","keys","key-404"]`))
+	if _, err := svc.ListKeys(ctx, opPrincipal, capacity.PageRequest{Cursor: made}); capacity.ErrorCode(err) != capacity.CodeInvalidRequest {
+		t.Errorf("cursor of a key that does not exist: %v, want invalid_request", err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -178,58 +177,53 @@ func (s *Store) operatorItems(c capacity.OperatorCommit, pin *capacity.ChainStar
 	return append(items, audit[1:]...), chained, nil
 }
 
-// ListReservations reads one page of the node's reservations, in id order, with a strongly
-// consistent Query. It asks for one item more than the page, so that the cursor is only
-// handed out when another reservation follows.
-func (s *Store) ListReservations(ctx context.Context, nodeID string, limit int, cursor string) ([]capacity.Reservation, string, error) {
-	start, err := decodeCursor(cursor, nodePK(nodeID))
-	if err != nil {
-		return nil, "", err
+// ListReservations reads up to limit reservations of the node after afterID, in id order,
+// with a strongly consistent Query. It asks for one item more than the page, so that more is
+// true only when another reservation follows.
+func (s *Store) ListReservations(ctx context.Context, nodeID string, limit int, afterID string) ([]capacity.Reservation, bool, error) {
+	sk := expression.Key(attrSK).BeginsWith(prefixReserv)
+	if afterID != "" {
+		// The range after afterID, which need not exist (the emulator would start an
+		// ExclusiveStartKey that names no item from the top): ids are of capacity.ValidID's
+		// characters, so the first id after x is x+"-" at the least, and every id sorts
+		// before "~".
+		sk = expression.Key(attrSK).Between(expression.Value(prefixReserv+afterID+"-"), expression.Value(prefixReserv+"~"))
 	}
-	if start != nil && !strings.HasPrefix(attr(start, attrSK), prefixReserv) {
-		return nil, "", capacity.Errorf(capacity.CodeInvalidRequest, "invalid cursor")
-	}
-	keyCond := expression.Key(attrPK).Equal(expression.Value(nodePK(nodeID))).
-		And(expression.Key(attrSK).BeginsWith(prefixReserv))
+	keyCond := expression.Key(attrPK).Equal(expression.Value(nodePK(nodeID))).And(sk)
 	expr, err := expression.NewBuilder().WithKeyCondition(keyCond).Build()
 	if err != nil {
-		return nil, "", fmt.Errorf("build reservations query: %w", err)
+		return nil, false, fmt.Errorf("build reservations query: %w", err)
 	}
 	in := &dynamodb.QueryInput{
 		TableName: aws.String(s.Table), KeyConditionExpression: expr.KeyCondition(),
 		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-		ConsistentRead: aws.Bool(true), Limit: aws.Int32(int32(limit + 1)), ExclusiveStartKey: start,
+		ConsistentRead: aws.Bool(true), Limit: aws.Int32(int32(limit + 1)),
 	}
 	var out []capacity.Reservation
-	var lastKey map[string]types.AttributeValue
 	stats := capacity.CallStatsFrom(ctx)
 	// A page may come back short (1 MB), so read on until limit+1 items or the end.
-	for len(out) <= limit {
+	for {
 		page, err := s.Client.Query(ctx, in)
 		if err != nil {
-			return nil, "", fmt.Errorf("query reservations of node %s: %w", nodeID, classify(err))
+			return nil, false, fmt.Errorf("query reservations of node %s: %w", nodeID, classify(err))
 		}
 		for _, item := range page.Items {
 			stats.AddRead(1, ItemSize(item))
 			if len(out) == limit {
-				// One more exists: the page ends at the last one kept.
-				next, err := encodeCursor(lastKey)
-				return out, next, err
+				return out, true, nil
 			}
 			var it reservationItem
 			if err := attributevalue.UnmarshalMap(item, &it); err != nil {
-				return nil, "", fmt.Errorf("decode reservation of node %s: %w", nodeID, err)
+				return nil, false, fmt.Errorf("decode reservation of node %s: %w", nodeID, err)
 			}
 			out = append(out, it.reservation())
-			lastKey = itemKey(attr(item, attrPK), attr(item, attrSK))
 		}
 		if page.LastEvaluatedKey == nil {
-			break
+			return out, false, nil
 		}
 		in.ExclusiveStartKey = page.LastEvaluatedKey
 		in.Limit = aws.Int32(int32(limit + 1 - len(out)))
 	}
-	return out, "", nil
 }
 
 // forceEndItems are a force-end's writes, each conditioned on what its decision read: the VM

@@ -257,10 +257,10 @@ func TestListReservationsPages(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprint(tt.limit), func(t *testing.T) {
-			cursor := ""
+			after := ""
 			var pages [][]string
 			for range 10 {
-				rs, next, err := env.Store.ListReservations(ctx, "n1", tt.limit, cursor)
+				rs, more, err := env.Store.ListReservations(ctx, "n1", tt.limit, after)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -269,24 +269,36 @@ func TestListReservationsPages(t *testing.T) {
 					ids = append(ids, r.ID)
 				}
 				pages = append(pages, ids)
-				if cursor = next; cursor == "" {
+				if !more {
 					break
 				}
+				after = ids[len(ids)-1]
 			}
 			if !reflect.DeepEqual(pages, tt.pages) {
 				t.Errorf("pages %v, want %v", pages, tt.pages)
 			}
 		})
 	}
-	// A cursor of another node's listing is refused, not followed.
-	_, next, err := env.Store.ListReservations(ctx, "n1", 1, "")
-	if err != nil || next == "" {
-		t.Fatal(next, err)
-	}
-	if _, _, err := env.Store.ListReservations(ctx, "n2", 1, next); capacity.ErrorCode(err) != capacity.CodeInvalidRequest {
-		t.Errorf("cursor of n1 on n2: %v, want invalid_request", err)
-	}
-	if rs, _, err := env.Store.ListReservations(ctx, "n2", 10, ""); err != nil || len(rs) != 1 || !slices.Equal([]string{rs[0].ID}, []string{"other"}) {
-		t.Errorf("n2 = %v, %v", rs, err)
+	// A page starts after the id named, whether or not a reservation has it, and never
+	// leaves the node.
+	for _, tc := range []struct {
+		node, after string
+		want        []string
+	}{
+		{"n1", "r2", []string{"r3", "r4", "r5"}},
+		{"n1", "r2a", []string{"r3", "r4", "r5"}},
+		{"n1", "r0", []string{"r1", "r2", "r3", "r4", "r5"}},
+		{"n1", "r5", nil},
+		{"n1", "zzz", nil},
+		{"n2", "a", []string{"other"}},
+	} {
+		rs, more, err := env.Store.ListReservations(ctx, tc.node, 10, tc.after)
+		var ids []string
+		for _, r := range rs {
+			ids = append(ids, r.ID)
+		}
+		if err != nil || more || !slices.Equal(ids, tc.want) {
+			t.Errorf("%s after %q = %v (more %v), %v; want %v", tc.node, tc.after, ids, more, err, tc.want)
+		}
 	}
 }
