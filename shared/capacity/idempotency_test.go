@@ -201,3 +201,32 @@ func replayRecords(t *testing.T, env *dynamotest.Env) []map[string]string {
 	}
 	return out
 }
+
+// A scheduled reclaim fires under "scheduled:<id>" as its creator. Were the creator's key
+// (or, before keys were scoped per API key, anyone of its org) allowed to send that key first,
+// the firing would replay that call's answer and never run, leaving the scheduled reclaim
+// pending forever. The call is refused, and the firing runs.
+func TestScheduledFiringKeyCannotBeTakenFirst(t *testing.T) {
+	env, svc, _, clock := schedWorld(t)
+	ctx := context.Background()
+	res, err := svc.ScheduleReclaim(ctx, owner, reclaim("u1"), clock.Add(time.Hour), capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Scheduled.ID
+	for _, p := range []capacity.Principal{owner, owner2} {
+		taken := reclaim("u1")
+		taken.IdempotencyKey = capacity.FireIdempotencyKey(id)
+		if _, err := svc.Reclaim(ctx, p, taken, capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeInvalidRequest {
+			t.Fatalf("%s taking the firing's key: %v, want invalid_request", p.KeyID, err)
+		}
+	}
+	*clock = clock.Add(time.Hour)
+	fired, err := svc.FireScheduledReclaim(ctx, "n1", "r1", id, capacity.RequestMeta{EventID: "ev-1"})
+	if err != nil || fired.Replayed || fired.ReclaimID == "" {
+		t.Fatalf("fire = %+v, %v", fired, err)
+	}
+	if sr, err := env.Store.GetScheduled(ctx, "n1", id); err != nil || sr.State != capacity.ScheduledCompleted {
+		t.Errorf("after the firing: %+v, %v", sr, err)
+	}
+}

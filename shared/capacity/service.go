@@ -721,6 +721,16 @@ func keyed(p Principal, meta RequestMeta, key, fingerprint string) (idempotency,
 	return idempotency{scope: idempotencyScope(p, key), fingerprint: fingerprint}, nil
 }
 
+// ValidateClientIdempotencyKey checks an Idempotency-Key a client sent to a call that keeps
+// no record of it (a key revocation): its form, and that it is none of the service's own.
+func ValidateClientIdempotencyKey(key string) error {
+	if err := ValidateIdempotencyKey(key); err != nil {
+		return err
+	}
+	_, err := keyed(Principal{}, RequestMeta{}, key, "")
+	return err
+}
+
 // idempotencyScope keys a caller's Idempotency-Key by the calling key and its org: a retry
 // by the same key replays, and the same Idempotency-Key sent with another key (of the same
 // org or not) is another request, which neither replays nor is refused by the first one's

@@ -405,7 +405,7 @@ func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request, p capacity.P
 	if err := decodeOptional(r, &body); err != nil {
 		return err
 	}
-	if err := capacity.ValidateIdempotencyKey(r.Header.Get("Idempotency-Key")); err != nil {
+	if err := capacity.ValidateClientIdempotencyKey(r.Header.Get("Idempotency-Key")); err != nil {
 		return err
 	}
 	k, err := h.Service.RevokeKey(r.Context(), p, capacity.KeyRevocation{KeyID: keyID, Reason: body.Reason}, meta(reqID))

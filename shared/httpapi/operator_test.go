@@ -871,13 +871,15 @@ func TestListQuery(t *testing.T) {
 	}
 }
 
-// TestRevokeChecksIdempotencyKeyForm: revoke is repeat-safe, but a malformed key is refused
-// as on every other call.
+// TestRevokeChecksIdempotencyKeyForm: revoke is repeat-safe, but a malformed key, or one
+// with the service's own prefixes, is refused as on every other call.
 func TestRevokeChecksIdempotencyKeyForm(t *testing.T) {
-	svc := &fakeService{}
-	w := req{method: http.MethodPost, path: "/v1/keys/key-1/revoke", auth: opAuth, header: map[string]string{"Idempotency-Key": "bad key\x01"}}.do(t, newHandler(svc))
-	problem(t, w, 422, capacity.CodeInvalidRequest)
-	assertNoCalls(t, svc)
+	for _, key := range []string{"bad key\x01", "scheduled:srcl_1", "event:e1"} {
+		svc := &fakeService{}
+		w := req{method: http.MethodPost, path: "/v1/keys/key-1/revoke", auth: opAuth, header: map[string]string{"Idempotency-Key": key}}.do(t, newHandler(svc))
+		problem(t, w, 422, capacity.CodeInvalidRequest)
+		assertNoCalls(t, svc)
+	}
 }
 
 // ---------------------------------------------------------------------------------------
