@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsscheduler"
@@ -145,8 +146,13 @@ type CapacityStack struct {
 	SchedulerRole awsiam.Role
 	// Termination is the STANDARD state machine that terminates a reclaim's VMs, node by node.
 	Termination awsstepfunctions.StateMachine
-	// AgentMasterSecret is the secret every node agent's key is derived from (agent contract v2).
+	// AgentMasterSecret is the secret the keys of nodes still at key generation 0 are derived
+	// from (agent contract v2); only terminate-node reads it.
 	AgentMasterSecret awssecretsmanager.ISecret
+	// AgentKeysKey is the KMS key node agents' random keys are sealed under (encryption
+	// context: purpose and node id): the api function may only Encrypt, terminate-node only
+	// Decrypt.
+	AgentKeysKey awskms.Key
 	// AlarmSubscription and EventPrincipals as configured (see CapacityStackProps).
 	AlarmSubscription string
 	EventPrincipals   []EventPrincipalConfig
@@ -280,8 +286,10 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	// Functions: one goFunction call each, then its grants. The workflow comes between the
 	// terminate-node function (its task) and the functions that start it.
 	secretID, secretResource := s.agentMasterSecret(props.AgentMasterSecretName)
+	s.AgentKeysKey = s.newAgentKeysKey()
 	terminateEnv := map[string]*string{
 		"STATE_TABLE": state.TableName(), "AGENT_MASTER_SECRET_ID": secretID, "AGENT_TIMEOUT": jsii.String("5s"),
+		"AGENT_KEYS_KMS_KEY_ID": s.AgentKeysKey.KeyArn(),
 	}
 	if env == "local" {
 		// The local stack's agents listen on loopback, over plain http. Nowhere else.
@@ -289,9 +297,10 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	}
 	s.TerminateNodeFunction = s.goFunction(goFunctionSpec{Name: "terminate-node", MemoryMB: 256,
 		Timeout: awscdk.Duration_Seconds(jsii.Number(60)), Environment: terminateEnv})
-	// Reads the agent master secret at run time (current and previous versions); nothing else
-	// in Secrets Manager.
+	// Reads the agent master secret at run time (current and previous versions), for nodes
+	// still at key generation 0; nothing else in Secrets Manager. Opens the nodes' sealed keys.
 	allowOn(s.TerminateNodeFunction, "AgentMasterSecretRead", secretResource, "secretsmanager:GetSecretValue")
+	allowAgentKeys(s.TerminateNodeFunction, "AgentKeysOpen", s.AgentKeysKey, "kms:Decrypt")
 	// Reads the operation and the node, moves each terminated VM from the node's decision
 	// partition to its history (one transaction: a conditional delete and a put), moves the
 	// operation on with conditional updates, and puts each VM's outcome item (a conditional
@@ -311,8 +320,9 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 		// Scheduled reclaims: one-time schedules in this group put a request on the bus as this role.
 		"SCHEDULE_GROUP": s.ScheduleGroup.ScheduleGroupName(), "SCHEDULE_ROLE_ARN": s.SchedulerRole.RoleArn(),
 		"EVENT_BUS_ARN": s.Bus.EventBusArn(),
-		// A node's registration answers the agent key derived from this secret, once.
-		"AGENT_MASTER_SECRET_ID": secretID,
+		// Registration, an owner change and a rotation make a node a random agent key,
+		// sealed under this key, and hand it out once.
+		"AGENT_KEYS_KMS_KEY_ID": s.AgentKeysKey.KeyArn(),
 	}})
 	if env == "local" {
 		// The local stack's agents listen on loopback, over plain http: a node may be
@@ -337,8 +347,11 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	// and no role may delete a key: a revoked key stays, marked, for its audit.
 	allow(s.ApiFunction, "KeysTable", keys,
 		"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Scan", "dynamodb:ConditionCheckItem")
-	// The agent key handed out once at a node's registration is derived from the current master.
-	allowOn(s.ApiFunction, "AgentMasterSecretRead", secretResource, "secretsmanager:GetSecretValue")
+	// Seals the agent keys it makes, and can open none: no kms:Decrypt here, no read of the
+	// master secret, and the key's policy denies this role Decrypt (denyAgentKeysOpen), so
+	// whoever takes over the internet-facing function obtains no existing node's key.
+	allowAgentKeys(s.ApiFunction, "AgentKeysSeal", s.AgentKeysKey, "kms:Encrypt")
+	s.denyAgentKeysOpen(s.ApiFunction)
 	allowStateMachine(s.ApiFunction, "StartTermination", s.Termination, "states:StartExecution")
 	s.allowScheduling(s.ApiFunction)
 
@@ -589,6 +602,52 @@ func allowOn(fn awslambda.Function, sid string, resource *string, actions ...str
 		Actions:   jsii.Strings(actions...),
 		Resources: &[]*string{resource},
 	}))
+}
+
+// newAgentKeysKey is the KMS key the nodes' agent keys are sealed under (capacity-<env>-agent-keys),
+// rotated yearly, kept with the stack's data (a lost key loses every sealed agent key).
+func (s *CapacityStack) newAgentKeysKey() awskms.Key {
+	return awskms.NewKey(s.Stack, jsii.String("AgentKeysKey"), &awskms.KeyProps{
+		Alias:             jsii.String("alias/capacity-" + s.Env + "-agent-keys"),
+		Description:       jsii.String("Seals the node agents' keys (encryption context purpose=" + agentKeyPurpose + ", nodeId), " + s.Env),
+		EnableKeyRotation: jsii.Bool(true),
+		RemovalPolicy:     s.removalPolicy(),
+	})
+}
+
+// agentKeyPurpose is the encryption context purpose of every sealed agent key (shared/kmsseal).
+const agentKeyPurpose = "capacity-agent-key"
+
+// agentKeyContext conditions a grant on the key to agent keys: the purpose, and a node id.
+func agentKeyContext() map[string]any {
+	return map[string]any{
+		"StringEquals": map[string]any{"kms:EncryptionContext:purpose": agentKeyPurpose},
+		"Null":         map[string]any{"kms:EncryptionContext:nodeId": "false"},
+	}
+}
+
+// allowAgentKeys grants fn these actions on the agent keys' KMS key, for agent keys only.
+func allowAgentKeys(fn awslambda.Function, sid string, key awskms.Key, actions ...string) {
+	cond := agentKeyContext()
+	fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String(sid),
+		Effect:     awsiam.Effect_ALLOW,
+		Actions:    jsii.Strings(actions...),
+		Resources:  &[]*string{key.KeyArn()},
+		Conditions: &cond,
+	}))
+}
+
+// denyAgentKeysOpen denies fn's role, in the key's own policy, every action that would give it
+// an agent key in clear or under another key, so no grant added to the role later can.
+func (s *CapacityStack) denyAgentKeysOpen(fn awslambda.Function) {
+	s.AgentKeysKey.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String("ApiMayNotOpenAgentKeys"),
+		Effect:     awsiam.Effect_DENY,
+		Principals: &[]awsiam.IPrincipal{awsiam.NewArnPrincipal(fn.Role().RoleArn())},
+		Actions:    jsii.Strings("kms:Decrypt", "kms:ReEncryptFrom", "kms:ReEncryptTo", "kms:GenerateDataKey*", "kms:CreateGrant"),
+		Resources:  jsii.Strings("*"),
+	}), jsii.Bool(false))
 }
 
 // agentMasterSecret is the secret the node agents' keys are derived from: the existing secret

@@ -441,6 +441,11 @@ func TestRolePermissions(t *testing.T) {
 				"arn:", ref("AWS::Partition"), ":states:", ref("AWS::Region"), ":", ref("AWS::AccountId"), ":execution:",
 				getAtt(stateMachineID(t, tp, env), "Name"), ":*"}}})
 			masterSecretArn := toJSON(ref(agentMasterSecretID(t, tp, env))) // Ref of a secret is its ARN
+			// The agent keys' KMS key, for agent keys only (purpose and a node id in the context).
+			agentKeys := toJSON(getAtt(agentKeysKeyID(t, tp), "Arn")) + " if " + toJSON(map[string]any{
+				"Null":         map[string]any{"kms:EncryptionContext:nodeId": "false"},
+				"StringEquals": map[string]any{"kms:EncryptionContext:purpose": "capacity-agent-key"},
+			})
 			ownLogs := func(fn string) string {
 				return toJSON(getAtt(logGroupID(t, tp, "/aws/lambda/capacity-"+env+"-"+fn), "Arn"))
 			}
@@ -473,8 +478,9 @@ func TestRolePermissions(t *testing.T) {
 					// A reservation's scheduled reclaims (the state table's byState index).
 					toJSON(map[string]any{"Fn::Join": []any{"", []any{getAtt(tableID(t, tp, table.State, env), "Arn"), "/index/" + table.ByStateIndex}}}): {"dynamodb:Query"},
 					// Key lookup and management; never DeleteItem.
-					keysArn:           {"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Scan", "dynamodb:UpdateItem"},
-					masterSecretArn:   {"secretsmanager:GetSecretValue"},
+					keysArn: {"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Scan", "dynamodb:UpdateItem"},
+					// Seals the agent keys it makes; opens none, reads no master secret.
+					agentKeys:         {"kms:Encrypt"},
 					smArn:             {"states:StartExecution"},
 					schedulesArn:      {"scheduler:CreateSchedule", "scheduler:DeleteSchedule", "scheduler:GetSchedule"},
 					passSchedulerRole: {"iam:PassRole"},
@@ -484,6 +490,7 @@ func TestRolePermissions(t *testing.T) {
 				{"terminate-node", map[string][]string{
 					stateArn:                  {"dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
 					masterSecretArn:           {"secretsmanager:GetSecretValue"},
+					agentKeys:                 {"kms:Decrypt"},
 					ownLogs("terminate-node"): logWrite,
 					`"*"`:                     traceWrite,
 				}},
@@ -1364,17 +1371,103 @@ func TestExistingAgentMasterSecret(t *testing.T) {
 	if n := len(tp.resources("AWS::SecretsManager::Secret")); n != 0 {
 		t.Errorf("%d secrets created, want 0", n)
 	}
-	// terminate-node (the agents' keys) and api (a registered node's key, handed out once).
-	for _, name := range []string{"terminate-node", "api"} {
-		_, fn := functionByName(t, tp, "prod", name)
-		if got := props(fn)["Environment"].(map[string]any)["Variables"].(map[string]any)["AGENT_MASTER_SECRET_ID"]; got != "ops/agent-master" {
-			t.Errorf("%s AGENT_MASTER_SECRET_ID = %s", name, toJSON(got))
+	// terminate-node alone (the keys of nodes still at generation 0).
+	_, fn := functionByName(t, tp, "prod", "terminate-node")
+	if got := props(fn)["Environment"].(map[string]any)["Variables"].(map[string]any)["AGENT_MASTER_SECRET_ID"]; got != "ops/agent-master" {
+		t.Errorf("terminate-node AGENT_MASTER_SECRET_ID = %s", toJSON(got))
+	}
+	got := rolePermissions(t, tp, roleOf(t, fn, "Role"), "lambda.amazonaws.com", slices.Concat(schedulingActions, []string{"xray:PutTelemetryRecords", "xray:PutTraceSegments"})...)
+	arn := toJSON(map[string]any{"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:ops/agent-master-??????"})
+	if !reflect.DeepEqual(got[arn], []string{"secretsmanager:GetSecretValue"}) {
+		t.Errorf("terminate-node permissions %v, want GetSecretValue on %s", got, arn)
+	}
+	_, api := functionByName(t, tp, "prod", "api")
+	for res, actions := range rolePermissions(t, tp, roleOf(t, api, "Role"), "lambda.amazonaws.com", slices.Concat(schedulingActions, []string{"xray:PutTelemetryRecords", "xray:PutTraceSegments"})...) {
+		if slices.Contains(actions, "secretsmanager:GetSecretValue") {
+			t.Errorf("api may read %s", res)
 		}
-		got := rolePermissions(t, tp, roleOf(t, fn, "Role"), "lambda.amazonaws.com", slices.Concat(schedulingActions, []string{"xray:PutTelemetryRecords", "xray:PutTraceSegments"})...)
-		arn := toJSON(map[string]any{"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:ops/agent-master-??????"})
-		if !reflect.DeepEqual(got[arn], []string{"secretsmanager:GetSecretValue"}) {
-			t.Errorf("%s permissions %v, want GetSecretValue on %s", name, got, arn)
+	}
+}
+
+func agentKeysKeyID(t *testing.T, tp tmpl) string {
+	t.Helper()
+	for id, r := range tp.resources("AWS::KMS::Key") {
+		if strings.Contains(toJSON(props(r)["Description"]), "agent") {
+			return id
 		}
+	}
+	t.Fatal("no agent keys KMS key")
+	return ""
+}
+
+// TestApiCannotOpenAgentKeys: the internet-facing api function can seal a new node's agent key
+// but obtain no existing one: no action of its role decrypts or re-encrypts under the agent
+// keys' KMS key or reads any secret, the key's policy denies it those actions whatever its role
+// says, and of all the stack's roles only terminate-node's may Decrypt (agent keys only). The
+// key rotates and is kept with the stack's data.
+func TestApiCannotOpenAgentKeys(t *testing.T) {
+	for _, env := range []string{"local", "prod"} {
+		t.Run(env, func(t *testing.T) {
+			tp := synth(t, env)
+			keyID := agentKeysKeyID(t, tp)
+			_, api := functionByName(t, tp, env, "api")
+			apiRole := roleOf(t, api, "Role")
+			_, tn := functionByName(t, tp, env, "terminate-node")
+			tnRole := roleOf(t, tn, "Role")
+			opening := []string{"kms:Decrypt", "kms:ReEncryptFrom", "kms:ReEncryptTo", "kms:GenerateDataKey", "kms:GenerateDataKeyWithoutPlaintext", "kms:CreateGrant", "kms:Encrypt"}
+			cwRole := apiGatewayCloudWatchRoleID(t, tp)
+			for id, role := range tp.resources("AWS::IAM::Role") {
+				if id == cwRole {
+					continue
+				}
+				for res, actions := range rolePermissions(t, tp, id, assumedBy(t, role), slices.Concat(logDeliveryActions, stateMachineTraceActions, schedulingActions)...) {
+					for _, a := range actions {
+						switch {
+						case id == apiRole && (strings.HasPrefix(a, "secretsmanager:") || strings.HasPrefix(a, "kms:") && a != "kms:Encrypt"):
+							t.Errorf("api role: %s on %s", a, res)
+						case strings.HasPrefix(a, "kms:") && id != apiRole && !(id == tnRole && a == "kms:Decrypt"):
+							t.Errorf("role %s: %s on %s; only terminate-node may open agent keys", id, a, res)
+						case slices.Contains(opening, a) && !strings.Contains(res, `"`+keyID+`"`):
+							t.Errorf("role %s: %s on %s, not the agent keys' key", id, a, res)
+						}
+					}
+				}
+			}
+			vars := props(api)["Environment"].(map[string]any)["Variables"].(map[string]any)
+			if _, ok := vars["AGENT_MASTER_SECRET_ID"]; ok {
+				t.Error("the api function is told the agent master secret")
+			}
+			for name, fn := range map[string]map[string]any{"api": api, "terminate-node": tn} {
+				got := props(fn)["Environment"].(map[string]any)["Variables"].(map[string]any)["AGENT_KEYS_KMS_KEY_ID"]
+				if !reflect.DeepEqual(got, getAtt(keyID, "Arn")) {
+					t.Errorf("%s AGENT_KEYS_KMS_KEY_ID = %s", name, toJSON(got))
+				}
+			}
+
+			// The key's own policy denies the api role every way to an agent key in clear.
+			key := tp.resources("AWS::KMS::Key")[keyID]
+			var denied []string
+			for _, st := range asList(props(key)["KeyPolicy"].(map[string]any)["Statement"]) {
+				st := st.(map[string]any)
+				if st["Effect"] == "Deny" && reflect.DeepEqual(st["Principal"], map[string]any{"AWS": getAtt(apiRole, "Arn")}) {
+					for _, a := range asList(st["Action"]) {
+						denied = append(denied, a.(string))
+					}
+				}
+			}
+			for _, a := range []string{"kms:Decrypt", "kms:ReEncryptFrom", "kms:ReEncryptTo", "kms:GenerateDataKey*", "kms:CreateGrant"} {
+				if !slices.Contains(denied, a) {
+					t.Errorf("the key policy does not deny the api role %s (denies %v)", a, denied)
+				}
+			}
+			if props(key)["EnableKeyRotation"] != true {
+				t.Error("the agent keys' key does not rotate")
+			}
+			want := map[string]string{"local": "Delete", "prod": "Retain"}[env]
+			if key["DeletionPolicy"] != want {
+				t.Errorf("DeletionPolicy %v, want %s", key["DeletionPolicy"], want)
+			}
+		})
 	}
 }
 

@@ -1,10 +1,12 @@
 // Command api is the Lambda behind the REST API: it wires configuration, the DynamoDB store,
 // the domain service and the HTTP handler, then serves API Gateway proxy events.
 //
-// Environment beyond the store's and the workflow's: AGENT_MASTER_SECRET_ID, the Secrets
-// Manager secret the node agents' keys are derived from (as terminate-node reads it), so that
-// registering a node hands out its agent's key (unset: no key is handed out);
-// ALLOW_HTTP_AGENTS=true only in env local, whose agents are plain http on loopback.
+// Environment beyond the store's and the workflow's: AGENT_KEYS_KMS_KEY_ID, the KMS key node
+// agents' keys are sealed under, so that registering a node, changing its owner or rotating
+// its key makes a random key, stores it sealed and hands it out once (unset: none is handed
+// out). The function may only encrypt under that key: it can open no stored key, and it has
+// no access to the agent master secret. ALLOW_HTTP_AGENTS=true only in env local, whose
+// agents are plain http on loopback.
 package main
 
 import (
@@ -18,21 +20,20 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/kms"
 	awsscheduler "github.com/aws/aws-sdk-go-v2/service/scheduler"
-	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/awslabs/aws-lambda-go-api-proxy/core"
 	"github.com/awslabs/aws-lambda-go-api-proxy/httpadapter"
 
-	"github.com/openrelay/capacity/shared/agent"
 	"github.com/openrelay/capacity/shared/auth"
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/config"
 	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/emf"
 	"github.com/openrelay/capacity/shared/httpapi"
+	"github.com/openrelay/capacity/shared/kmsseal"
 	"github.com/openrelay/capacity/shared/scheduler"
-	"github.com/openrelay/capacity/shared/secrets"
 	"github.com/openrelay/capacity/shared/stepfn"
 )
 
@@ -50,18 +51,18 @@ func main() {
 	metrics := emf.New(os.Stdout, env["APP_ENV"])
 	sched := config.Must(schedulerFromEnv(cfg))
 	agents := agentConfig{AllowHTTP: config.Must(allowHTTPAgents(os.Getenv("ALLOW_HTTP_AGENTS"), env["APP_ENV"]))}
-	if id := os.Getenv("AGENT_MASTER_SECRET_ID"); id != "" {
-		agents.Keys = agent.Derived{Masters: secrets.New(secretsmanager.NewFromConfig(cfg), id)}
+	if id := os.Getenv("AGENT_KEYS_KMS_KEY_ID"); id != "" {
+		agents.Sealer = kmsseal.New(kms.NewFromConfig(cfg), id)
 	} else {
-		logger.Warn("AGENT_MASTER_SECRET_ID is not set: registering a node hands out no agent key")
+		logger.Warn("AGENT_KEYS_KMS_KEY_ID is not set: registering a node hands out no agent key, and none can be rotated")
 	}
 	lambda.Start(newAdapter(store, workflow, sched, metrics, keyTTL, agents, logger).ProxyWithContext)
 }
 
-// agentConfig is what the API needs of the node agents: the source of a new node's agent key
+// agentConfig is what the API needs of the node agents: the sealer of the keys it makes
 // (nil: none is handed out) and whether plain http agent endpoints are accepted.
 type agentConfig struct {
-	Keys      capacity.NodeKeySource
+	Sealer    capacity.AgentKeySealer
 	AllowHTTP bool
 }
 
@@ -99,7 +100,7 @@ func schedulerFromEnv(cfg aws.Config) (capacity.Scheduler, error) {
 // A nil scheduler leaves scheduled reclaims unavailable.
 func newAdapter(store *dynamo.Store, workflow capacity.Workflow, sched capacity.Scheduler, metrics capacity.Metrics, keyTTL time.Duration, agents agentConfig, logger *slog.Logger) *httpadapter.HandlerAdapter {
 	svc := &capacity.Service{Store: store, Workflow: workflow, Logger: logger, Metrics: metrics,
-		Keys: store, AgentKeys: agents.Keys, AllowHTTPAgents: agents.AllowHTTP}
+		Keys: store, AgentKeySealer: agents.Sealer, AllowHTTPAgents: agents.AllowHTTP}
 	if sched != nil {
 		svc.Scheduler, svc.Schedules = sched, store
 	}

@@ -19,15 +19,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/aws/aws-sdk-go-v2/service/kms"
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/openrelay/capacity/localstack/demo"
-	"github.com/openrelay/capacity/shared/agent"
 	"github.com/openrelay/capacity/shared/awsfault"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 	"github.com/openrelay/capacity/shared/emf"
-	"github.com/openrelay/capacity/shared/secrets"
+	"github.com/openrelay/capacity/shared/kmsseal"
 )
 
 // TestSampleEvents runs each sample API Gateway event in events/ through the wired function
@@ -129,16 +128,40 @@ func TestAllowHTTPAgents(t *testing.T) {
 	}
 }
 
-// staticMasters is a fixed agent master secret.
-type staticMasters []byte
+// kmsOn returns a KMS client of the emulator at url (with the given API options) and a new
+// key's id.
+func kmsOn(t *testing.T, url string, apiOptions ...func(*middleware.Stack) error) (*kms.Client, string) {
+	t.Helper()
+	c := kms.New(kms.Options{Region: "us-east-1", BaseEndpoint: aws.String(url),
+		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""), APIOptions: apiOptions})
+	out, err := c.CreateKey(context.Background(), &kms.CreateKeyInput{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, aws.ToString(out.KeyMetadata.KeyId)
+}
 
-func (m staticMasters) Secrets(context.Context) ([]byte, [][]byte, error) { return m, nil, nil }
+// storedAgentKey opens the agent key stored on node's item with opener ("" when it has none).
+func storedAgentKey(t *testing.T, env *dynamotest.Env, opener *kmsseal.Sealer, node string) string {
+	t.Helper()
+	n, err := env.Store.GetNode(context.Background(), node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.AgentKeyGen == 0 {
+		return ""
+	}
+	k, err := opener.OpenAgentKey(context.Background(), node, n.AgentKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return base64.StdEncoding.EncodeToString(k)
+}
 
-// TestWiredOperatorRoutes: the function wires node registration to the agent keys (the 201
-// hands out the node's derived key), ALLOW_HTTP_AGENTS to the endpoint check, and key
-// management to the keys table.
+// TestWiredOperatorRoutes: the function wires node registration to the agent key sealer (the
+// 201 hands out a random key, which is stored only sealed), ALLOW_HTTP_AGENTS to the endpoint
+// check, and key management to the keys table.
 func TestWiredOperatorRoutes(t *testing.T) {
-	master := staticMasters("0123456789abcdef0123456789abcdef")
 	call := func(t *testing.T, adapter interface {
 		ProxyWithContext(context.Context, events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error)
 	}, method, path, body string) events.APIGatewayProxyResponse {
@@ -154,23 +177,30 @@ func TestWiredOperatorRoutes(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name      string
-		agents    agentConfig
+		sealer    bool
+		allowHTTP bool
 		endpoint  string
 		status    int
 		wantKey   bool
 		wantError string
 	}{
-		{"https agent, key handed out", agentConfig{Keys: agent.Derived{Masters: master}}, "https://agent.example:8443", 201, true, ""},
-		{"no key source: no key", agentConfig{}, "https://agent.example:8443", 201, false, ""},
-		{"http agent refused outside local", agentConfig{Keys: agent.Derived{Masters: master}}, "http://127.0.0.1:9000", 422, false, "invalid_request"},
-		{"http agent allowed in local", agentConfig{Keys: agent.Derived{Masters: master}, AllowHTTP: true}, "http://127.0.0.1:9000", 201, true, ""},
+		{"https agent, key handed out", true, false, "https://agent.example:8443", 201, true, ""},
+		{"no sealer: no key", false, false, "https://agent.example:8443", 201, false, ""},
+		{"http agent refused outside local", true, false, "http://127.0.0.1:9000", 422, false, "invalid_request"},
+		{"http agent allowed in local", true, true, "http://127.0.0.1:9000", 201, true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := dynamotest.New(t)
 			if err := env.Store.Put(context.Background(), demo.Seed(time.Now())); err != nil {
 				t.Fatal(err)
 			}
-			adapter := newAdapter(env.Store, nil, nil, emf.New(io.Discard, "local"), time.Minute, tc.agents, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+			kc, keyID := kmsOn(t, env.URL)
+			sealer := kmsseal.New(kc, keyID)
+			agents := agentConfig{AllowHTTP: tc.allowHTTP}
+			if tc.sealer {
+				agents.Sealer = sealer
+			}
+			adapter := newAdapter(env.Store, nil, nil, emf.New(io.Discard, "local"), time.Minute, agents, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 			resp := call(t, adapter, "PUT", "/v1/nodes/node-b", `{"ownerOrgId":"org-owner","unitIds":["gpu-0"],"agentEndpoint":"`+tc.endpoint+`"}`)
 			if resp.StatusCode != tc.status {
 				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, resp.Body)
@@ -185,16 +215,17 @@ func TestWiredOperatorRoutes(t *testing.T) {
 			if out.Code != tc.wantError {
 				t.Errorf("code %q, want %q", out.Code, tc.wantError)
 			}
-			want := ""
-			if tc.wantKey {
-				k, err := agent.NodeKey(master, "node-b")
-				if err != nil {
-					t.Fatal(err)
-				}
-				want = base64.StdEncoding.EncodeToString(k)
+			if k, err := base64.StdEncoding.DecodeString(out.AgentKey); tc.wantKey && (err != nil || len(k) != 32) {
+				t.Errorf("agentKey %q, want 32 bytes in base64", out.AgentKey)
 			}
-			if out.AgentKey != want {
-				t.Errorf("agentKey %q, want %q", out.AgentKey, want)
+			if !tc.wantKey && out.AgentKey != "" {
+				t.Errorf("agentKey %q, want none", out.AgentKey)
+			}
+			if tc.status == 201 {
+				// What is stored opens (for the terminating function) to the key handed out.
+				if got := storedAgentKey(t, env, sealer, "node-b"); got != out.AgentKey {
+					t.Errorf("stored key opens to %q, handed out %q", got, out.AgentKey)
+				}
 			}
 			// Key management reaches the keys table.
 			if resp := call(t, adapter, "GET", "/v1/keys", ""); resp.StatusCode != 200 || !strings.Contains(resp.Body, "key-operator") {
@@ -204,52 +235,25 @@ func TestWiredOperatorRoutes(t *testing.T) {
 	}
 }
 
-// switchable is a Secrets Manager client that goes through denied (an IAM refusal injected on
-// every GetSecretValue) while deny is set, else through allowed: a permission taken away and
-// restored.
-type switchable struct {
-	allowed, denied secrets.API
-	deny            atomic.Bool
-}
-
-func (s *switchable) GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, opts ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error) {
-	if s.deny.Load() {
-		return s.denied.GetSecretValue(ctx, in, opts...)
-	}
-	return s.allowed.GetSecretValue(ctx, in, opts...)
-}
-
-// TestPutNodeWithTheMasterSecretDenied: when the function's role may not read the agent
-// master secret (AccessDeniedException from Secrets Manager), registering a node answers 500
-// internal and writes nothing (no node, no audit record claiming it); once the permission is
-// back, the same call registers the node and hands out its key.
-func TestPutNodeWithTheMasterSecretDenied(t *testing.T) {
+// TestPutNodeWithKMSEncryptDenied: when the function's role may not encrypt under the agent
+// keys' KMS key (AccessDeniedException), registering a node answers 500 internal and writes
+// nothing (no node, no audit record claiming it); once the permission is back, the same call
+// registers the node and hands out its key.
+func TestPutNodeWithKMSEncryptDenied(t *testing.T) {
 	ctx := context.Background()
 	env := dynamotest.New(t)
 	if err := env.Store.Put(ctx, demo.Seed(time.Now())); err != nil {
 		t.Fatal(err)
 	}
-	const master = "0123456789abcdef0123456789abcdef"
-	smOpts := secretsmanager.Options{Region: "us-east-1", BaseEndpoint: aws.String(env.URL),
-		Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")}
-	plain := secretsmanager.New(smOpts)
-	created, err := plain.CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: aws.String("capacity/test/agent-master"), SecretString: aws.String(master)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	inj := awsfault.New(1, awsfault.Rule{Operation: "GetSecretValue", Fault: awsfault.AccessDenied, Rate: 1})
-	deniedOpts := smOpts
-	deniedOpts.APIOptions = []func(*middleware.Stack) error{inj.APIOption}
-	api := &switchable{allowed: plain, denied: secretsmanager.New(deniedOpts)}
+	inj := awsfault.New(1, awsfault.Rule{Operation: "Encrypt", Fault: awsfault.AccessDenied, Rate: 1})
+	plain, keyID := kmsOn(t, env.URL)
+	denied, _ := kmsOn(t, env.URL, inj.APIOption)
+	api := &switchable{allowed: plain, denied: denied}
 	api.deny.Store(true)
-	now := time.Now()
-	var clock atomic.Int64
-	clock.Store(now.UnixNano())
-	masters := &secrets.Rotating{API: api, SecretID: aws.ToString(created.ARN), Now: func() time.Time { return time.Unix(0, clock.Load()) }}
 
 	var logs bytes.Buffer
 	adapter := newAdapter(env.Store, nil, nil, emf.New(io.Discard, "local"), time.Minute,
-		agentConfig{Keys: agent.Derived{Masters: masters}}, slog.New(slog.NewJSONHandler(&logs, nil)))
+		agentConfig{Sealer: kmsseal.New(api, keyID)}, slog.New(slog.NewJSONHandler(&logs, nil)))
 	put := func() events.APIGatewayProxyResponse {
 		t.Helper()
 		resp, err := adapter.ProxyWithContext(ctx, events.APIGatewayProxyRequest{
@@ -292,7 +296,7 @@ func TestPutNodeWithTheMasterSecretDenied(t *testing.T) {
 		t.Fatalf("denied: %d %s, want 500 internal and no agentKey", resp.StatusCode, resp.Body)
 	}
 	if inj.Count(awsfault.AccessDenied) != 1 {
-		t.Errorf("GetSecretValue refused %d times, want 1 (a refusal is not retried)", inj.Count(awsfault.AccessDenied))
+		t.Errorf("Encrypt refused %d times, want 1 (a refusal is not retried)", inj.Count(awsfault.AccessDenied))
 	}
 	if n, claims := nodeItems(); n != 0 || len(claims) != 0 {
 		t.Errorf("denied: %d state items of node-new, audit records claiming it %v; want none", n, claims)
@@ -301,23 +305,35 @@ func TestPutNodeWithTheMasterSecretDenied(t *testing.T) {
 		t.Errorf("the refusal is not in the logs:\n%s", logs.String())
 	}
 
-	// The permission is restored; the secrets cache tries Secrets Manager again after its
-	// back-off.
+	// The permission is restored.
 	api.deny.Store(false)
-	clock.Store(now.Add(time.Minute).UnixNano())
 	resp = put()
 	out.Code, out.AgentKey = "", ""
 	if err := json.Unmarshal([]byte(resp.Body), &out); err != nil {
 		t.Fatal(err)
 	}
-	key, err := agent.NodeKey([]byte(master), "node-new")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != 201 || out.AgentKey != base64.StdEncoding.EncodeToString(key) {
-		t.Fatalf("restored: %d %s, want 201 with the node's key", resp.StatusCode, resp.Body)
+	if resp.StatusCode != 201 || out.AgentKey == "" || storedAgentKey(t, env, kmsseal.New(plain, keyID), "node-new") != out.AgentKey {
+		t.Fatalf("restored: %d %s, want 201 with the node's stored key", resp.StatusCode, resp.Body)
 	}
 	if n, claims := nodeItems(); n == 0 || len(claims) != 1 {
 		t.Errorf("restored: %d state items of node-new, audit records %v; want the node and one record", n, claims)
 	}
+}
+
+// switchable is a KMS client that goes through denied (an IAM refusal injected) while deny
+// is set, else through allowed: a permission taken away and restored.
+type switchable struct {
+	allowed, denied kmsseal.API
+	deny            atomic.Bool
+}
+
+func (s *switchable) Encrypt(ctx context.Context, in *kms.EncryptInput, opts ...func(*kms.Options)) (*kms.EncryptOutput, error) {
+	if s.deny.Load() {
+		return s.denied.Encrypt(ctx, in, opts...)
+	}
+	return s.allowed.Encrypt(ctx, in, opts...)
+}
+
+func (s *switchable) Decrypt(ctx context.Context, in *kms.DecryptInput, opts ...func(*kms.Options)) (*kms.DecryptOutput, error) {
+	return s.allowed.Decrypt(ctx, in, opts...)
 }

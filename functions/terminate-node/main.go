@@ -2,10 +2,12 @@
 // operation it terminates the evicted VMs through the node's agent, records each outcome,
 // and returns the VMs to retry in the next round.
 //
-// Environment: APP_ENV (the metrics' Environment); STATE_TABLE; AGENT_MASTER_SECRET_ID, the
-// Secrets Manager secret (name or ARN) the node keys are derived from (read at run time,
-// cached 5 minutes, current and previous versions); AGENT_TIMEOUT; AGENT_ALLOW_HTTP=true
-// only on the local stack, whose agents are plain http on loopback.
+// Environment: APP_ENV (the metrics' Environment); STATE_TABLE; AGENT_KEYS_KMS_KEY_ID, the KMS
+// key the nodes' agent keys are sealed under (this function alone may open them);
+// AGENT_MASTER_SECRET_ID, the Secrets Manager secret (name or ARN) the keys of nodes still at
+// generation 0 are derived from (read at run time, cached 5 minutes, current and previous
+// versions); AGENT_TIMEOUT; AGENT_ALLOW_HTTP=true only on the local stack, whose agents are
+// plain http on loopback.
 package main
 
 import (
@@ -17,6 +19,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/kms"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/openrelay/capacity/shared/agent"
@@ -24,18 +27,20 @@ import (
 	"github.com/openrelay/capacity/shared/config"
 	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/emf"
+	"github.com/openrelay/capacity/shared/kmsseal"
 	"github.com/openrelay/capacity/shared/secrets"
 	"github.com/openrelay/capacity/shared/stepfn"
 )
 
 func main() {
 	logger := config.Logger()
-	env := config.Must(config.Required("APP_ENV", "STATE_TABLE", "AGENT_MASTER_SECRET_ID"))
+	env := config.Must(config.Required("APP_ENV", "STATE_TABLE", "AGENT_MASTER_SECRET_ID", "AGENT_KEYS_KMS_KEY_ID"))
 	timeout := config.Must(config.Duration("AGENT_TIMEOUT", 5*time.Second))
 	allowHTTP := config.Must(allowHTTP(os.Getenv("AGENT_ALLOW_HTTP"), env["APP_ENV"]))
 	cfg := config.Must(config.AWS(context.Background()))
 	masters := secrets.New(secretsmanager.NewFromConfig(cfg), env["AGENT_MASTER_SECRET_ID"])
-	client := &agent.Client{Keys: agent.Derived{Masters: masters}, AllowHTTP: allowHTTP, Timeout: timeout}
+	client := &agent.Client{AllowHTTP: allowHTTP, Timeout: timeout}
+	keys := nodeKeys{opener: kmsseal.New(kms.NewFromConfig(cfg), env["AGENT_KEYS_KMS_KEY_ID"]), legacy: agent.Derived{Masters: masters}}
 	if allowHTTP {
 		logger.Warn("AGENT_ALLOW_HTTP is set: plain http agent endpoints are accepted (local stack only)")
 	}
@@ -43,7 +48,7 @@ func main() {
 	store.Retention = config.Must(config.Duration("HISTORY_RETENTION", 0)) // per environment; 0: the default
 	term := &capacity.Terminator{
 		Store:   store,
-		Agent:   nodeAgent{client},
+		Agent:   nodeAgent{client, keys},
 		Logger:  logger,
 		Metrics: emf.New(os.Stdout, env["APP_ENV"]),
 	}
@@ -81,11 +86,28 @@ func handler(term *capacity.Terminator, logger *slog.Logger) func(context.Contex
 	}
 }
 
-// nodeAgent adapts the node-agent client to the domain's Agent: the key and the signed
-// strings name the node.
-type nodeAgent struct{ c *agent.Client }
+// nodeKeys opens a node's agent keys as stored on the node: sealed under KMS, or derived from
+// the master secret at generation 0.
+type nodeKeys struct {
+	opener agent.Opener
+	legacy agent.Keys
+}
+
+func (k nodeKeys) of(n capacity.Node) agent.Stored {
+	return agent.Stored{Opener: k.opener, Legacy: k.legacy, Gen: n.AgentKeyGen, Sealed: n.AgentKey,
+		PrevSealed: n.PrevAgentKey, RotatedAt: n.AgentKeyRotatedAt, Overlap: capacity.AgentKeyOverlap}
+}
+
+// nodeAgent adapts the node-agent client to the domain's Agent: the call is signed with the
+// node's own key, and the signed strings name the node.
+type nodeAgent struct {
+	c    *agent.Client
+	keys nodeKeys
+}
 
 func (a nodeAgent) Terminate(ctx context.Context, node capacity.Node, vmID string) (bool, error) {
-	res, err := a.c.Terminate(ctx, node.AgentEndpoint, node.ID, vmID)
+	c := *a.c // a shallow copy shares the connection pool
+	c.Keys = a.keys.of(node)
+	res, err := c.Terminate(ctx, node.AgentEndpoint, node.ID, vmID)
 	return res.AlreadyGone, err
 }

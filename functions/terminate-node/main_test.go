@@ -16,6 +16,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/kms"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/openrelay/capacity/localstack/agentsim"
@@ -23,6 +24,7 @@ import (
 	"github.com/openrelay/capacity/shared/agent"
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
+	"github.com/openrelay/capacity/shared/kmsseal"
 	"github.com/openrelay/capacity/shared/secrets"
 	"github.com/openrelay/capacity/shared/stepfn"
 )
@@ -36,10 +38,20 @@ type fixture struct {
 	env       *dynamotest.Env
 	sim       *agentsim.Sim
 	client    *agent.Client
+	keys      nodeKeys
 	reclaimID string
 }
 
+// agent is the Agent as main wires it.
+func (f *fixture) agent() nodeAgent { return nodeAgent{f.client, f.keys} }
+
 func newFixture(t *testing.T, endpoint func(sim *agentsim.Sim) string) *fixture {
+	return newFixtureWith(t, endpoint, nil)
+}
+
+// newFixtureWith is newFixture whose demo node is first changed by node, given the sealer
+// of the function's KMS key (its agent keys).
+func newFixtureWith(t *testing.T, endpoint func(sim *agentsim.Sim) string, node func(n *capacity.Node, sealer *kmsseal.Sealer)) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	env := dynamotest.New(t)
@@ -57,11 +69,22 @@ func newFixture(t *testing.T, endpoint func(sim *agentsim.Sim) string) *fixture 
 	}
 	t.Cleanup(sim.Close)
 	// As main wires it, with the local stack's plain-http allowance.
-	client := &agent.Client{Keys: agent.Derived{Masters: secrets.New(sm, aws.ToString(created.ARN))}, AllowHTTP: true}
+	client := &agent.Client{AllowHTTP: true}
+	kc := kms.New(kms.Options{Region: "us-east-1", BaseEndpoint: aws.String(env.URL),
+		Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")})
+	key, err := kc.CreateKey(ctx, &kms.CreateKeyInput{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealer := kmsseal.New(kc, aws.ToString(key.KeyMetadata.KeyId))
+	keys := nodeKeys{opener: sealer, legacy: agent.Derived{Masters: secrets.New(sm, aws.ToString(created.ARN))}}
 	data := demo.Seed(time.Now())
 	data.Nodes[0].AgentEndpoint = sim.Endpoint(demo.NodeID)
 	if endpoint != nil {
 		data.Nodes[0].AgentEndpoint = endpoint(sim)
+	}
+	if node != nil {
+		node(&data.Nodes[0], sealer)
 	}
 	if err := env.Store.Put(ctx, data); err != nil {
 		t.Fatal(err)
@@ -77,7 +100,7 @@ func newFixture(t *testing.T, endpoint func(sim *agentsim.Sim) string) *fixture 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{env: env, sim: sim, client: client, reclaimID: res.ReclaimID}
+	return &fixture{env: env, sim: sim, client: client, keys: keys, reclaimID: res.ReclaimID}
 }
 
 // task is events/terminate-node-task.json for the fixture's reclaim.
@@ -102,7 +125,7 @@ func TestSampleTask(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t, nil)
 	env, sim, task := f.env, f.sim, f.task(t)
-	term := &capacity.Terminator{Store: env.Store, Agent: nodeAgent{f.client}, Logger: quiet}
+	term := &capacity.Terminator{Store: env.Store, Agent: f.agent(), Logger: quiet}
 	out, err := handler(term, quiet)(ctx, task)
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +154,7 @@ func TestForgedAnswersAreNotTakenAsDone(t *testing.T) {
 	}))
 	t.Cleanup(forger.Close)
 	f := newFixture(t, func(*agentsim.Sim) string { return forger.URL + "/" + demo.NodeID })
-	out, err := handler(&capacity.Terminator{Store: f.env.Store, Agent: nodeAgent{f.client}, Logger: quiet}, quiet)(ctx, f.task(t))
+	out, err := handler(&capacity.Terminator{Store: f.env.Store, Agent: f.agent(), Logger: quiet}, quiet)(ctx, f.task(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +186,7 @@ func TestPlainHTTPEndpointRefusedOutsideLocal(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t, nil)
 	f.client.AllowHTTP = false
-	out, err := handler(&capacity.Terminator{Store: f.env.Store, Agent: nodeAgent{f.client}, Logger: quiet}, quiet)(ctx, f.task(t))
+	out, err := handler(&capacity.Terminator{Store: f.env.Store, Agent: f.agent(), Logger: quiet}, quiet)(ctx, f.task(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,5 +218,81 @@ func TestAllowHTTP(t *testing.T) {
 		if got != tc.want || (err != nil) != tc.wantErr {
 			t.Errorf("allowHTTP(%q, env %q) = %v, %v; want %v, error %v", tc.in, tc.appEnv, got, err, tc.want, tc.wantErr)
 		}
+	}
+}
+
+// TestNodeKeyGenerations: terminate-node signs with the node's own sealed key, falls back on
+// the previous generation only while the agent refuses the new one and only within the
+// overlap after a rotation, and never on a key sealed for another node.
+func TestNodeKeyGenerations(t *testing.T) {
+	gen1, gen2 := []byte(strings.Repeat("1", 32)), []byte(strings.Repeat("2", 32))
+	seal := func(t *testing.T, s *kmsseal.Sealer, node string, key []byte) []byte {
+		sealed, err := s.SealAgentKey(context.Background(), node, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sealed
+	}
+	tests := []struct {
+		name string
+		node func(t *testing.T, n *capacity.Node, s *kmsseal.Sealer)
+		// agentKey is what the operator installed on the agent (nil: the derived key);
+		// rotated, when set, is installed with RotateKey on top of it.
+		agentKey, rotated []byte
+		wantDone          bool
+		wantFinal         bool
+	}{
+		{"generation 1, installed", func(t *testing.T, n *capacity.Node, s *kmsseal.Sealer) {
+			n.AgentKeyGen, n.AgentKey = 1, seal(t, s, n.ID, gen1)
+		}, gen1, nil, true, false},
+		{"generation 1, agent holds only the derived key", func(t *testing.T, n *capacity.Node, s *kmsseal.Sealer) {
+			n.AgentKeyGen, n.AgentKey = 1, seal(t, s, n.ID, gen1)
+		}, nil, nil, false, true},
+		{"rotated a minute ago, new key not installed yet: the previous one still works", func(t *testing.T, n *capacity.Node, s *kmsseal.Sealer) {
+			n.AgentKeyGen, n.AgentKey, n.PrevAgentKey, n.AgentKeyRotatedAt = 2, seal(t, s, n.ID, gen2), seal(t, s, n.ID, gen1), time.Now().Add(-time.Minute)
+		}, gen1, nil, true, false},
+		{"rotated a minute ago and installed", func(t *testing.T, n *capacity.Node, s *kmsseal.Sealer) {
+			n.AgentKeyGen, n.AgentKey, n.PrevAgentKey, n.AgentKeyRotatedAt = 2, seal(t, s, n.ID, gen2), seal(t, s, n.ID, gen1), time.Now().Add(-time.Minute)
+		}, gen1, gen2, true, false},
+		{"rotated past the overlap, new key never installed: refused for good", func(t *testing.T, n *capacity.Node, s *kmsseal.Sealer) {
+			n.AgentKeyGen, n.AgentKey, n.PrevAgentKey, n.AgentKeyRotatedAt = 2, seal(t, s, n.ID, gen2), seal(t, s, n.ID, gen1), time.Now().Add(-capacity.AgentKeyOverlap-time.Second)
+		}, gen1, nil, false, true},
+		{"first rotation of a derived key, a minute ago, not installed: the derived key still works", func(t *testing.T, n *capacity.Node, s *kmsseal.Sealer) {
+			n.AgentKeyGen, n.AgentKey, n.AgentKeyRotatedAt = 1, seal(t, s, n.ID, gen1), time.Now().Add(-time.Minute)
+		}, nil, nil, true, false},
+		{"a key sealed for another node", func(t *testing.T, n *capacity.Node, s *kmsseal.Sealer) {
+			n.AgentKeyGen, n.AgentKey = 1, seal(t, s, "node-other", gen1)
+		}, gen1, nil, false, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			f := newFixtureWith(t, nil, func(n *capacity.Node, s *kmsseal.Sealer) { tc.node(t, n, s) })
+			if tc.agentKey != nil {
+				if err := f.sim.SetNodeKeys(demo.NodeID, tc.agentKey); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.rotated != nil {
+				if err := f.sim.RotateNodeKey(demo.NodeID, tc.rotated); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out, err := handler(&capacity.Terminator{Store: f.env.Store, Agent: f.agent(), Logger: quiet}, quiet)(ctx, f.task(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if done := slices.Equal(out.Terminated, []string{"vm-spot-1", "vm-spot-2"}); done != tc.wantDone {
+				t.Fatalf("output = %+v, want terminated: %v", out, tc.wantDone)
+			}
+			if state := f.sim.State(demo.NodeID, "vm-spot-1"); (state == agent.StateTerminated) != tc.wantDone {
+				t.Errorf("agent's vm-spot-1 is %s", state)
+			}
+			for _, fl := range out.Failed {
+				if fl.Final != tc.wantFinal {
+					t.Errorf("failure of %s: final %v (%s), want %v", fl.VMID, fl.Final, fl.Error, tc.wantFinal)
+				}
+			}
+		})
 	}
 }

@@ -23,6 +23,7 @@ func (s *Sim) routes() http.Handler {
 	mux.HandleFunc("POST /"+adminPrefix+"/vms", s.loopback(s.adminAddVM))
 	mux.HandleFunc("GET /"+adminPrefix+"/vms", s.loopback(s.adminGetVM))
 	mux.HandleFunc("POST /"+adminPrefix+"/faults", s.loopback(s.adminFaults))
+	mux.HandleFunc("POST /"+adminPrefix+"/keys", s.loopback(s.adminKeys))
 	mux.HandleFunc("POST /"+adminPrefix+"/reset", s.loopback(func(w http.ResponseWriter, _ *http.Request) {
 		s.Reset()
 		w.WriteHeader(http.StatusNoContent)
@@ -167,6 +168,33 @@ type AdminFaults struct {
 	FailAlways *bool    `json:"failAlways,omitempty"`
 	LatencyMs  *int64   `json:"latencyMs,omitempty"`
 	FaultRate  *float64 `json:"faultRate,omitempty"`
+}
+
+// AdminKeys is the body of POST /_admin/keys: install Key (base64) on Node's agent, as its
+// operator does with the key a registration, an owner change or a rotation answered. Rotate
+// keeps the key it replaces for the overlap (RotateNodeKey); without it the agent holds Key
+// alone (SetNodeKeys).
+type AdminKeys struct {
+	Node   string `json:"node"`
+	Key    []byte `json:"key"`
+	Rotate bool   `json:"rotate,omitempty"`
+}
+
+func (s *Sim) adminKeys(w http.ResponseWriter, r *http.Request) {
+	var in AdminKeys
+	if err := decode(w, r, &in); err != nil {
+		agent.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	install := func() error { return s.SetNodeKeys(in.Node, in.Key) }
+	if in.Rotate {
+		install = func() error { return s.RotateNodeKey(in.Node, in.Key) }
+	}
+	if err := install(); err != nil {
+		agent.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Sim) adminAddVM(w http.ResponseWriter, r *http.Request) {

@@ -42,6 +42,7 @@
 //
 //	POST /_admin/vms     {"node","vmId","state"}       add or set a VM (state running|terminating|terminated); 204
 //	GET  /_admin/vms?node=N[&vmId=V]                  {"node","vmId","state","terminateCalls","terminations"}, or a list of every VM of N
+//	POST /_admin/keys    {"node","key","rotate"?}                install a key (base64) on the node's agent; 204
 //	POST /_admin/faults  {"node","vmId"?,"failNext"?,"dropNext"?,"failAlways"?,"latencyMs"?,"faultRate"?}
 //	                     sets the knobs given (vmId absent or "" = the whole node); 204
 //	POST /_admin/reset                                 forget every VM, counter and fault; 204
@@ -58,6 +59,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 
@@ -73,12 +75,13 @@ type Sim struct {
 	once   sync.Once
 	keys   KeySource
 
-	mu      sync.Mutex
-	nodes   map[string]*node
-	agents  map[string]*agent.Verifier // per node; kept by Reset, like a fleet's provisioning
-	refused int
-	rnd     *rand.Rand // draws of the fault rate
-	random  int        // faults drawn by the fault rate
+	mu         sync.Mutex
+	nodes      map[string]*node
+	agents     map[string]*agent.Verifier // per node; kept by Reset, like a fleet's provisioning
+	keyOverlap time.Duration
+	refused    int
+	rnd        *rand.Rand // draws of the fault rate
+	random     int        // faults drawn by the fault rate
 }
 
 // MaxFaultsInARow bounds the random faults (SetFaultRate) one VM gets in a row.
@@ -186,7 +189,7 @@ func (s *Sim) Close() {
 // SetNodeKeys gives node nodeID's agent these keys (current first) in place of the ones it
 // had, as an operator does during a rotation. Its nonce cache is kept.
 func (s *Sim) SetNodeKeys(nodeID string, keys ...[]byte) error {
-	if !validNodeID(nodeID) || len(keys) == 0 {
+	if !validNodeID(nodeID) || len(keys) == 0 || slices.ContainsFunc(keys, func(k []byte) bool { return len(k) == 0 }) {
 		return fmt.Errorf("set keys of node %q: invalid node id or no key", nodeID)
 	}
 	s.mu.Lock()
@@ -195,8 +198,34 @@ func (s *Sim) SetNodeKeys(nodeID string, keys ...[]byte) error {
 		v.SetKeys(keys...)
 		return nil
 	}
-	s.agents[nodeID] = &agent.Verifier{NodeID: nodeID, Keys: keys, Logger: s.logger}
+	s.agents[nodeID] = &agent.Verifier{NodeID: nodeID, Keys: keys, Logger: s.logger, KeyOverlap: s.keyOverlap}
 	return nil
+}
+
+// RotateNodeKey installs key on node nodeID's agent as the operator does after a rotation
+// (agent.Verifier.RotateKey): from now on the agent accepts key, and the key it held before
+// only for the key overlap (SetKeyOverlap; agent.DefaultKeyOverlap unless set), then no more.
+func (s *Sim) RotateNodeKey(nodeID string, key []byte) error {
+	if !validNodeID(nodeID) || len(key) == 0 {
+		return fmt.Errorf("rotate key of node %q: invalid node id or no key", nodeID)
+	}
+	v, err := s.verifier(nodeID)
+	if err != nil {
+		return err
+	}
+	v.RotateKey(key)
+	return nil
+}
+
+// SetKeyOverlap sets how long the agents keep accepting a key RotateNodeKey replaced, for
+// rotations from now on (0: agent.DefaultKeyOverlap).
+func (s *Sim) SetKeyOverlap(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.keyOverlap = d
+	for _, v := range s.agents {
+		v.KeyOverlap = d
+	}
 }
 
 // verifier returns node nodeID's agent, provisioning its keys on first sight.
@@ -210,7 +239,7 @@ func (s *Sim) verifier(nodeID string) (*agent.Verifier, error) {
 	if err != nil {
 		return nil, fmt.Errorf("keys of node %q: %w", nodeID, err)
 	}
-	v := &agent.Verifier{NodeID: nodeID, Keys: keys, Logger: s.logger}
+	v := &agent.Verifier{NodeID: nodeID, Keys: keys, Logger: s.logger, KeyOverlap: s.keyOverlap}
 	s.agents[nodeID] = v
 	return v, nil
 }

@@ -3,6 +3,7 @@ package agentsim
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -470,7 +471,9 @@ func TestCloseEndsLatency(t *testing.T) {
 // its own agent's key.
 type oneKey []byte
 
-func (k oneKey) NodeKeys(context.Context, string) ([]byte, [][]byte, error) { return k, nil, nil }
+func (k oneKey) NodeKeys(context.Context, string) (agent.KeySet, error) {
+	return agent.KeySet{Current: k}, nil
+}
 
 // TestNodeKeyCannotActOnAnotherNode: node-a's key terminates nothing on node-b; each
 // simulated agent verifies with its own node's key only.
@@ -534,5 +537,63 @@ func TestRotationOfANodesKeys(t *testing.T) {
 	}
 	if err := terminate(onNew, "vm-3"); err != nil {
 		t.Fatalf("service on the new master: %v", err)
+	}
+}
+
+// TestInstalledKeysAndTheirOverlap: a key installed over the admin API replaces the node's
+// derived key; one installed with rotate keeps the key it replaces for the overlap only.
+func TestInstalledKeysAndTheirOverlap(t *testing.T) {
+	s, _ := start(t)
+	s.SetKeyOverlap(300 * time.Millisecond)
+	gen1, gen2 := []byte(strings.Repeat("1", 32)), []byte(strings.Repeat("2", 32))
+	install := func(body string) {
+		t.Helper()
+		resp, err := http.Post(s.URL()+"/_admin/keys", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("install %s: %d", body, resp.StatusCode)
+		}
+	}
+	b64 := func(k []byte) string { return base64.StdEncoding.EncodeToString(k) }
+	for i := range 5 {
+		mustAdd(t, s, "node-a", fmt.Sprintf("vm-%d", i), agent.StateRunning)
+	}
+	with := func(key []byte, vm string) outcome {
+		c := &agent.Client{Keys: agent.KeySet{Current: key}, AllowHTTP: true}
+		return outcomeOf(c.Terminate(context.Background(), s.Endpoint("node-a"), "node-a", vm))
+	}
+	install(`{"node":"node-a","key":"` + b64(gen1) + `"}`)
+	steps := []struct {
+		name string
+		do   func()
+		key  []byte
+		want outcome
+	}{
+		{"the derived key is gone", nil, keyOf(t, "node-a"), permanent},
+		{"the installed key", nil, gen1, terminated},
+		{"rotated: the new key", func() { install(`{"node":"node-a","key":"` + b64(gen2) + `","rotate":true}`) }, gen2, terminated},
+		{"rotated: the old key within the overlap", nil, gen1, terminated},
+		{"rotated: the old key after the overlap", func() { time.Sleep(400 * time.Millisecond) }, gen1, permanent},
+	}
+	for i, st := range steps {
+		if st.do != nil {
+			st.do()
+		}
+		if got := with(st.key, fmt.Sprintf("vm-%d", i)); got != st.want {
+			t.Fatalf("%s: outcome %d, want %d", st.name, got, st.want)
+		}
+	}
+	if code := func() int {
+		resp, err := http.Post(s.URL()+"/_admin/keys", "application/json", strings.NewReader(`{"node":"node-a"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}(); code != http.StatusBadRequest {
+		t.Errorf("no key: %d, want 400", code)
 	}
 }

@@ -43,6 +43,8 @@ var (
 	store   *dynamo.Store
 	client  *dynamodb.Client
 	agents  *agentsim.Sim // the node agents of every node the tests create
+	// masterSecret derives the keys of nodes at key generation 0 (seeded ones).
+	masterSecret []byte
 
 	// faultSpec is E2E_FAULTS: the AWS faults the stack's functions run under ("": none).
 	faultSpec = strings.TrimSpace(os.Getenv("E2E_FAULTS"))
@@ -69,7 +71,8 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer stop()
-	// Each simulated node agent holds its own key, derived from the stack's master secret.
+	// Each simulated node agent holds its own key: a seeded node's is derived from the stack's
+	// master secret; a node registered through the API gets the key its answer carried.
 	master, err := stack.ReadSecret(context.Background(), endpoint, out["AgentMasterSecretId"])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
@@ -81,7 +84,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer sim.Close()
-	agents = sim
+	agents, masterSecret = sim, master
 	outputs = out
 	apiURL = outputs["ApiUrl"]
 	client = dynamodb.NewFromConfig(stack.AWSConfig(endpoint))

@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/apigateway"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+	"github.com/aws/aws-sdk-go-v2/service/kms"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/scheduler"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
@@ -39,6 +40,7 @@ type provisioner struct {
 	secretsmanager *secretsmanager.Client
 	sqs            *sqs.Client
 	scheduler      *scheduler.Client
+	kms            *kms.Client
 
 	functions []functionSpec    // Lambda functions whose code is in the repo
 	mappings  []mappingSpec     // SQS event source mappings the runner polls
@@ -80,16 +82,34 @@ var provisioners = map[string]provisionFunc{
 	"AWS::SQS::QueuePolicy":            provisionQueuePolicy,
 	"AWS::Lambda::EventSourceMapping":  provisionEventSourceMapping,
 	"AWS::Scheduler::ScheduleGroup":    provisionScheduleGroup,
+	"AWS::KMS::Key":                    provisionKMSKey,
+}
+
+// provisionKMSKey creates a symmetric key in the emulator's KMS. Ref is its key id, Arn its
+// ARN. Its policy is not applied (the emulator enforces none); nor is the encryption context,
+// which shared/kmsseal therefore also checks itself.
+func provisionKMSKey(ctx context.Context, p *provisioner, _ string, _ *resource, props map[string]any) (*physical, error) {
+	var k struct{ Description string }
+	if err := decodeProps(props, &k); err != nil {
+		return nil, err
+	}
+	out, err := p.kms.CreateKey(ctx, &kms.CreateKeyInput{Description: optString(k.Description)})
+	if err != nil {
+		return nil, fmt.Errorf("create kms key: %w", err)
+	}
+	id, arn := aws.ToString(out.KeyMetadata.KeyId), aws.ToString(out.KeyMetadata.Arn)
+	return &physical{ref: id, attrs: map[string]any{"Arn": arn, "KeyId": id}}, nil
 }
 
 // skippedType reports resource types that nothing local needs: permissions (kumo does not
 // enforce IAM or resource policies, a bus's included), log groups (function output goes to files), CDK's
-// bookkeeping, and alarming (alarms, their topic and its key, the dashboard, API Gateway's
-// account logging role): nothing local notifies or graphs.
+// bookkeeping, and alarming (alarms, their topic, the dashboard, API Gateway's account logging
+// role): nothing local notifies or graphs. KMS keys are created (the node agents' keys are
+// sealed under one), without their policies and aliases.
 func skippedType(typ string) bool {
 	switch typ {
 	case "AWS::Lambda::Permission", "AWS::Logs::LogGroup", "AWS::CDK::Metadata", "AWS::ApiGateway::Account",
-		"AWS::SNS::Topic", "AWS::SNS::Subscription", "AWS::SNS::TopicPolicy", "AWS::KMS::Key", "AWS::KMS::Alias",
+		"AWS::SNS::Topic", "AWS::SNS::Subscription", "AWS::SNS::TopicPolicy", "AWS::KMS::Alias",
 		"AWS::CloudWatch::Alarm", "AWS::CloudWatch::Dashboard", "AWS::Events::EventBusPolicy":
 		return true
 	}
@@ -113,6 +133,7 @@ func newProvisioner(t *template, stackName, endpoint string, log *slog.Logger) *
 		secretsmanager: secretsmanager.NewFromConfig(cfg),
 		sqs:            sqs.NewFromConfig(cfg),
 		scheduler:      scheduler.NewFromConfig(cfg),
+		kms:            kms.NewFromConfig(cfg),
 		queueURLs:      map[string]string{},
 		restAPIs:       map[string]bool{},
 		skipped:        map[string]int{},

@@ -19,7 +19,7 @@ func TestSkippedType(t *testing.T) {
 		"AWS::IAM::Role": true, "AWS::IAM::Policy": true, "AWS::Lambda::Permission": true, "AWS::Logs::LogGroup": true,
 		"AWS::CDK::Metadata": true, "AWS::ApiGateway::Account": true,
 		"AWS::SNS::Topic": true, "AWS::SNS::Subscription": true, "AWS::SNS::TopicPolicy": true,
-		"AWS::KMS::Key": true, "AWS::KMS::Alias": true, "AWS::CloudWatch::Alarm": true, "AWS::CloudWatch::Dashboard": true,
+		"AWS::KMS::Key": false, "AWS::KMS::Alias": true, "AWS::CloudWatch::Alarm": true, "AWS::CloudWatch::Dashboard": true,
 		"AWS::DynamoDB::Table": false, "AWS::Lambda::Function": false, "AWS::SQS::Queue": false,
 	} {
 		if got := skippedType(typ); got != want {

@@ -178,16 +178,31 @@ func (cl call) do(ctx context.Context, method, baseURL, rel string) (int, []byte
 	fail := func(status int, retryable bool, err error) (int, []byte, error) {
 		return 0, nil, cl.fail(status, retryable, err)
 	}
-	current, previous, err := c.Keys.NodeKeys(ctx, cl.nodeID)
+	keys, err := c.Keys.NodeKeys(ctx, cl.nodeID)
 	if err != nil {
-		// Secrets Manager unreachable or throttled: nothing was sent, and may be next time.
+		// Secrets Manager or KMS unreachable or throttled: nothing was sent, and may be next time.
 		return fail(0, true, fmt.Errorf("keys of node %q: %w", cl.nodeID, err))
 	}
 	u, err := joinPath(base, rel)
 	if err != nil {
 		return fail(0, false, fmt.Errorf("building url: %w", err))
 	}
+	status, body, err := cl.send(ctx, method, u, keys.Current, append([][]byte{keys.Current}, keys.Previous...))
+	if err == nil && status == http.StatusUnauthorized && len(keys.Fallback) > 0 {
+		// The agent does not know the current key yet (rotated, not yet installed): within
+		// the overlap, the previous generation once more, and only its answer counts.
+		return cl.send(ctx, method, u, keys.Fallback, [][]byte{keys.Fallback})
+	}
+	return status, body, err
+}
 
+// send signs one request with key and reads the whole answer, accepting a 200 or 404 only
+// when signed with one of accept.
+func (cl call) send(ctx context.Context, method string, u *url.URL, key []byte, accept [][]byte) (int, []byte, error) {
+	c := cl.c
+	fail := func(status int, retryable bool, err error) (int, []byte, error) {
+		return 0, nil, cl.fail(status, retryable, err)
+	}
 	timeout := c.Timeout
 	if timeout <= 0 {
 		timeout = DefaultTimeout
@@ -203,7 +218,7 @@ func (cl call) do(ctx context.Context, method, baseURL, rel string) (int, []byte
 	if c.Now != nil {
 		now = c.Now
 	}
-	if err := Sign(req, cl.nodeID, current, nil, now()); err != nil {
+	if err := Sign(req, cl.nodeID, key, nil, now()); err != nil {
 		return fail(0, false, err)
 	}
 
@@ -224,12 +239,11 @@ func (cl call) do(ctx context.Context, method, baseURL, rel string) (int, []byte
 		return fail(resp.StatusCode, false, fmt.Errorf("answer over %d bytes", maxResponseBytes))
 	}
 	if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusNotFound {
-		keys := append([][]byte{current}, previous...)
 		skew := c.MaxSkew
 		if skew <= 0 {
 			skew = DefaultMaxSkew
 		}
-		if err := VerifyAnswer(resp.Header, cl.nodeID, keys, resp.StatusCode, req.Header.Get(HeaderNonce), body, now(), skew); err != nil {
+		if err := VerifyAnswer(resp.Header, cl.nodeID, accept, resp.StatusCode, req.Header.Get(HeaderNonce), body, now(), skew); err != nil {
 			// Retryable: a forger on the path may be gone next round, and the VM must never be
 			// taken as terminated on an answer its agent did not give.
 			return fail(resp.StatusCode, true, err)

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // KeyInfoPrefix is the HKDF info of a node key, followed by the node id. It names the version,
@@ -18,10 +19,30 @@ const (
 	MinMasterBytes = 32
 )
 
-// Keys gives the service the keys of any node's agent: current signs requests; an answer is
-// accepted under current or any of previous (the rotation window).
+// Keys gives the service the keys of any node's agent.
 type Keys interface {
-	NodeKeys(ctx context.Context, nodeID string) (current []byte, previous [][]byte, err error)
+	NodeKeys(ctx context.Context, nodeID string) (KeySet, error)
+}
+
+// KeySet is what the service signs a call to one node's agent with.
+type KeySet struct {
+	// Current signs every request. An answer is accepted under Current or any of Previous
+	// (a master secret's rotation window).
+	Current  []byte
+	Previous [][]byte
+	// Fallback, when set, is the node's previous key generation during its overlap after a
+	// rotation: a request the agent refused with 401 under Current (its operator has not
+	// installed the new key yet) is signed with Fallback and sent once more, and its answer
+	// is accepted under Fallback only.
+	Fallback []byte
+}
+
+// NodeKeys returns the set itself, whatever the node: a KeySet is the Keys of one call.
+func (k KeySet) NodeKeys(context.Context, string) (KeySet, error) {
+	if len(k.Current) == 0 {
+		return KeySet{}, errors.New("no current key")
+	}
+	return k, nil
 }
 
 // MasterSecrets is where the master secrets come from: Secrets Manager's AWSCURRENT and
@@ -36,24 +57,24 @@ type Derived struct{ Masters MasterSecrets }
 
 // NodeKeys derives the node's current key from the current master and one previous key from
 // each previous master.
-func (d Derived) NodeKeys(ctx context.Context, nodeID string) ([]byte, [][]byte, error) {
+func (d Derived) NodeKeys(ctx context.Context, nodeID string) (KeySet, error) {
 	cur, prev, err := d.Masters.Secrets(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read agent master secret: %w", err)
+		return KeySet{}, fmt.Errorf("read agent master secret: %w", err)
 	}
 	current, err := NodeKey(cur, nodeID)
 	if err != nil {
-		return nil, nil, err
+		return KeySet{}, err
 	}
 	previous := make([][]byte, 0, len(prev))
 	for _, m := range prev {
 		k, err := NodeKey(m, nodeID)
 		if err != nil {
-			return nil, nil, fmt.Errorf("previous master: %w", err)
+			return KeySet{}, fmt.Errorf("previous master: %w", err)
 		}
 		previous = append(previous, k)
 	}
-	return current, previous, nil
+	return KeySet{Current: current, Previous: previous}, nil
 }
 
 // NodeKey is node nodeID's key: HKDF-SHA256 over master, no salt, info KeyInfoPrefix+nodeID,
@@ -84,4 +105,70 @@ func (s StaticMasters) Secrets(context.Context) ([]byte, [][]byte, error) {
 		return nil, nil, errors.New("no current master secret")
 	}
 	return s.Current, s.Previous, nil
+}
+
+// DefaultKeyOverlap is how long the previous generation of a node's key still works after a
+// rotation: the service falls back on it for an agent that refused the new key, and a
+// Verifier given a new key by RotateKey keeps accepting the old one for as long.
+const DefaultKeyOverlap = 10 * time.Minute
+
+// Opener opens a node's key as the service stores it (sealed; shared/kmsseal).
+type Opener interface {
+	OpenAgentKey(ctx context.Context, nodeID string, sealed []byte) ([]byte, error)
+}
+
+// Stored is the Keys of one node as the service stores them: generation Gen of a random
+// key, sealed, and the previous generation's (PrevSealed; nil when that is generation 0),
+// rotated at RotatedAt. Generation 0 is the key Legacy derives from the agent master secret
+// (nodes registered before per-node keys). The previous generation is the Fallback until
+// Overlap after RotatedAt, and never after.
+type Stored struct {
+	Opener             Opener
+	Legacy             Keys
+	Gen                int64
+	Sealed, PrevSealed []byte
+	RotatedAt          time.Time
+	Overlap            time.Duration    // 0: DefaultKeyOverlap
+	Now                func() time.Time // nil: time.Now
+}
+
+// NodeKeys opens the node's current key and, within the overlap, its previous one.
+func (s Stored) NodeKeys(ctx context.Context, nodeID string) (KeySet, error) {
+	if s.Gen == 0 {
+		if s.Legacy == nil {
+			return KeySet{}, errors.New("node has no key of its own and there is no master secret")
+		}
+		return s.Legacy.NodeKeys(ctx, nodeID)
+	}
+	if s.Opener == nil {
+		return KeySet{}, errors.New("no opener of sealed agent keys")
+	}
+	cur, err := s.Opener.OpenAgentKey(ctx, nodeID, s.Sealed)
+	if err != nil {
+		return KeySet{}, fmt.Errorf("key generation %d: %w", s.Gen, err)
+	}
+	set := KeySet{Current: cur}
+	now, overlap := time.Now, s.Overlap
+	if s.Now != nil {
+		now = s.Now
+	}
+	if overlap <= 0 {
+		overlap = DefaultKeyOverlap
+	}
+	if s.RotatedAt.IsZero() || !now().Before(s.RotatedAt.Add(overlap)) {
+		return set, nil
+	}
+	switch {
+	case len(s.PrevSealed) > 0:
+		if set.Fallback, err = s.Opener.OpenAgentKey(ctx, nodeID, s.PrevSealed); err != nil {
+			return KeySet{}, fmt.Errorf("key generation %d: %w", s.Gen-1, err)
+		}
+	case s.Gen == 1 && s.Legacy != nil:
+		legacy, err := s.Legacy.NodeKeys(ctx, nodeID)
+		if err != nil {
+			return KeySet{}, fmt.Errorf("key generation 0: %w", err)
+		}
+		set.Fallback = legacy.Current
+	}
+	return set, nil
 }

@@ -31,9 +31,9 @@ func TestNodeKey(t *testing.T) {
 			t.Errorf("NodeKey(%d-byte master, %q) accepted", len(tc.master), tc.node)
 		}
 	}
-	cur, prev, err := Derived{StaticMasters{Current: master, Previous: [][]byte{oldMaster}}}.NodeKeys(context.Background(), "node-a")
-	if err != nil || !bytes.Equal(cur, a) || len(prev) != 1 || !bytes.Equal(prev[0], mustNodeKey(oldMaster, "node-a")) {
-		t.Fatalf("Derived.NodeKeys = %x, %x, %v", cur, prev, err)
+	set, err := Derived{StaticMasters{Current: master, Previous: [][]byte{oldMaster}}}.NodeKeys(context.Background(), "node-a")
+	if err != nil || !bytes.Equal(set.Current, a) || len(set.Previous) != 1 || !bytes.Equal(set.Previous[0], mustNodeKey(oldMaster, "node-a")) || set.Fallback != nil {
+		t.Fatalf("Derived.NodeKeys = %+v, %v", set, err)
 	}
 }
 
@@ -321,8 +321,8 @@ func TestClientRequiresHTTPS(t *testing.T) {
 // failingKeys is a key source that is down.
 type failingKeys struct{}
 
-func (failingKeys) NodeKeys(context.Context, string) ([]byte, [][]byte, error) {
-	return nil, nil, errors.New("secrets manager: throttled")
+func (failingKeys) NodeKeys(context.Context, string) (KeySet, error) {
+	return KeySet{}, errors.New("secrets manager: throttled")
 }
 
 func TestClientKeysUnavailableIsRetryable(t *testing.T) {

@@ -61,11 +61,16 @@ type Verifier struct {
 	Now          func() time.Time
 	// Logger, if set, gets one line per refused request, with the reason.
 	Logger *slog.Logger
+	// KeyOverlap is how long RotateKey keeps accepting the key it replaced (0:
+	// DefaultKeyOverlap).
+	KeyOverlap time.Duration
 
-	mu    sync.Mutex       // guards Keys once in use, and the nonce cache
-	seen  map[string]int64 // nonce -> timestamp (unix seconds)
-	order nonceHeap        // the same entries, oldest timestamp first
-	floor int64            // timestamps <= floor are refused; 0 until the cache overflows
+	mu        sync.Mutex // guards Keys once in use, the previous key, and the nonce cache
+	prev      []byte     // the key RotateKey replaced, accepted until prevUntil
+	prevUntil time.Time
+	seen      map[string]int64 // nonce -> timestamp (unix seconds)
+	order     nonceHeap        // the same entries, oldest timestamp first
+	floor     int64            // timestamps <= floor are refused; 0 until the cache overflows
 }
 
 // NewVerifier returns a Verifier for the agent of nodeID with the node's keys and the
@@ -79,12 +84,33 @@ func NewVerifier(nodeID string, keys ...[]byte) *Verifier {
 func (v *Verifier) SetKeys(keys ...[]byte) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.Keys = keys
+	v.Keys, v.prev = keys, nil
 }
 
+// RotateKey makes key the node's only current key, as when its operator installs the key a
+// rotation handed out. The key it replaces (the first of Keys) is still accepted for
+// KeyOverlap, then refused; a key rotated away before is refused at once.
+func (v *Verifier) RotateKey(key []byte) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.prev, v.prevUntil = nil, time.Time{}
+	if len(v.Keys) > 0 {
+		overlap := v.KeyOverlap
+		if overlap <= 0 {
+			overlap = DefaultKeyOverlap
+		}
+		v.prev, v.prevUntil = v.Keys[0], v.now().Add(overlap)
+	}
+	v.Keys = [][]byte{key}
+}
+
+// keys are the keys a request may be signed with now.
 func (v *Verifier) keys() [][]byte {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if v.prev != nil && v.now().Before(v.prevUntil) {
+		return append(slices.Clone(v.Keys), v.prev)
+	}
 	return v.Keys
 }
 

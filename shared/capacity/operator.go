@@ -59,11 +59,6 @@ type OperatorCommit struct {
 	ForceEnd *ForceEnd
 }
 
-// NodeKeySource hands out a node's agent key (agent.Derived satisfies it).
-type NodeKeySource interface {
-	NodeKeys(ctx context.Context, nodeID string) (current []byte, previous [][]byte, err error)
-}
-
 // NodeRequest registers a node or updates its owner and agent endpoint.
 type NodeRequest struct {
 	NodeID, OwnerOrgID, AgentEndpoint, Reason, IdempotencyKey string
@@ -71,7 +66,9 @@ type NodeRequest struct {
 }
 
 // NodeResult is the answer to PutNode. AgentKey, the node agent's key, is set only in the
-// answer that created the node: it is never stored, so a replay carries SecretShown instead.
+// answer that created the node or changed its owner (which rotates the key: the former owner's
+// copy stops working after AgentKeyOverlap): it is never stored, so a replay carries
+// SecretShown instead.
 type NodeResult struct {
 	Node        Node
 	Created     bool
@@ -446,7 +443,7 @@ func (s *Service) PutNode(ctx context.Context, p Principal, req NodeRequest, met
 	}
 	fp := req
 	fp.UnitIDs = sortedSet(req.UnitIDs)
-	var agentKey []byte // read once per call, before the node is created
+	var agentKey *newAgentKey // made once per call, whatever the rounds
 	key, kerr := keyed(p, meta, req.IdempotencyKey, fingerprintOf(ActionNodePut, fp))
 	return runOp(s, ctx, opCall[NodeResult]{
 		rec:     s.opAudit(p, meta, ActionNodePut, req.NodeID, "", req.UnitIDs, req.Reason),
@@ -455,22 +452,34 @@ func (s *Service) PutNode(ctx context.Context, p Principal, req NodeRequest, met
 		create:  true, missing: nodeNotFound,
 		decide: func(st *NodeState, audit *AuditRecord, now time.Time) (*OperatorCommit, *NodeResult, error) {
 			c, r, err := DecideNodePut(st, req, now)
-			if err != nil || !r.Created {
+			if err != nil {
 				return c, r, err
 			}
-			audit.ActingFor, audit.TopologyGen = r.Node.OwnerOrgID, r.Node.TopologyGen
-			if agentKey == nil && s.AgentKeys != nil {
-				cur, _, err := s.AgentKeys.NodeKeys(ctx, req.NodeID)
-				if err != nil {
-					// An internal error: not audited as a refusal.
-					return nil, nil, fmt.Errorf("derive agent key of node %s: %w", req.NodeID, err)
-				}
-				agentKey = cur
+			ownerChanged := !r.Created && r.Node.OwnerOrgID != st.Node.OwnerOrgID
+			if !r.Created && !ownerChanged {
+				return c, r, nil
 			}
-			if s.AgentKeys == nil {
-				s.logger().WarnContext(ctx, "no agent key source: the new node's agent key is not handed out", "node", req.NodeID)
+			if r.Created {
+				audit.ActingFor, audit.TopologyGen = r.Node.OwnerOrgID, r.Node.TopologyGen
 			}
-			r.AgentKey = agentKey
+			k, err := s.issueAgentKey(ctx, req.NodeID, &agentKey)
+			if err != nil {
+				// An internal error: not audited as a refusal.
+				return nil, nil, err
+			}
+			if k == nil {
+				s.logger().WarnContext(ctx, "no agent key sealer: the node keeps its derived agent key and none is handed out", "node", req.NodeID)
+				return c, r, nil
+			}
+			if r.Created {
+				// Generation 1, with no previous key to fall back on.
+				c.NewNode.AgentKeyGen, c.NewNode.AgentKey = 1, k.sealed
+			} else {
+				// A new owner gets a new key, so that the former owner's stops working once
+				// the overlap is over.
+				rotateAgentKey(c.NewNode, k.sealed, now)
+			}
+			r.Node, r.AgentKey = *c.NewNode, k.plain
 			return c, r, nil
 		},
 		// The secret is never stored: a replay says it was shown instead.

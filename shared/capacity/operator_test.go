@@ -1,6 +1,7 @@
 package capacity_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -31,9 +32,15 @@ func stateItems(t *testing.T, env *dynamotest.Env) []map[string]types.AttributeV
 	return items
 }
 
-type fixedKeys []byte
+// testSealer "seals" a key as "sealed:<node>:<hex key>", so tests can read what was stored.
+type testSealer struct{ calls int }
 
-func (k fixedKeys) NodeKeys(context.Context, string) ([]byte, [][]byte, error) { return k, nil, nil }
+func (s *testSealer) SealAgentKey(_ context.Context, nodeID string, key []byte) ([]byte, error) {
+	s.calls++
+	return []byte(fmt.Sprintf("sealed:%s:%x", nodeID, key)), nil
+}
+
+func sealedFor(node string, key []byte) []byte { return []byte(fmt.Sprintf("sealed:%s:%x", node, key)) }
 
 // auditActions returns the action and outcome of every audit record, in no order.
 func opAudits(t *testing.T, env *dynamotest.Env) []string {
@@ -88,7 +95,8 @@ func TestOperatorCallsAreOperatorsOnly(t *testing.T) {
 
 func TestPutNode(t *testing.T) {
 	env, svc := world(t)
-	svc.AgentKeys = fixedKeys("secret-key")
+	sealer := &testSealer{}
+	svc.AgentKeySealer = sealer
 	ctx := context.Background()
 	req := capacity.NodeRequest{NodeID: "n2", OwnerOrgID: "acme", UnitIDs: []string{"g1", "g0"}, AgentEndpoint: "https://n2.example:8443/agent", IdempotencyKey: "put-1"}
 
@@ -96,12 +104,17 @@ func TestPutNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.Created || string(res.AgentKey) != "secret-key" || res.SecretShown || res.Node.Version != 1 || res.Node.TopologyGen != 1 || res.Node.AuditHead.Seq != 1 {
+	if !res.Created || len(res.AgentKey) != capacity.AgentKeyBytes || res.SecretShown || res.Node.Version != 1 || res.Node.TopologyGen != 1 || res.Node.AuditHead.Seq != 1 {
 		t.Fatalf("create = %+v", res)
 	}
-	n, err := svc.GetNode(ctx, op, "n2")
+	key1 := res.AgentKey
+	n, err := env.Store.GetNode(ctx, "n2")
 	if err != nil || n.OwnerOrgID != "acme" || n.AgentEndpoint != req.AgentEndpoint || !slices.Equal(n.UnitIDs, []string{"g1", "g0"}) || n.AuditHead != res.Node.AuditHead {
 		t.Fatalf("stored node = %+v, %v", n, err)
+	}
+	// Stored sealed only, at generation 1, with nothing to fall back on.
+	if n.AgentKeyGen != 1 || !bytes.Equal(n.AgentKey, sealedFor("n2", key1)) || n.PrevAgentKey != nil || !n.AgentKeyRotatedAt.IsZero() {
+		t.Fatalf("stored agent key = gen %d %q prev %q at %v", n.AgentKeyGen, n.AgentKey, n.PrevAgentKey, n.AgentKeyRotatedAt)
 	}
 
 	// A replay answers the same without the secret, which was never stored.
@@ -110,20 +123,34 @@ func TestPutNode(t *testing.T) {
 		t.Fatalf("replay = %+v, %v", again, err)
 	}
 	for _, it := range env.Items(t, env.Store.Table) {
-		if b, ok := it["Result"].(*types.AttributeValueMemberB); ok && strings.Contains(string(b.Value), "c2VjcmV0LWtleQ") {
+		if b, ok := it["Result"].(*types.AttributeValueMemberB); ok && (bytes.Contains(b.Value, []byte(base64.StdEncoding.EncodeToString(key1))) || bytes.Contains(b.Value, []byte("sealed:"))) {
 			t.Fatalf("the agent key was stored in the idempotency record: %s", b.Value)
 		}
 	}
 
-	// An update of owner and endpoint; the unit list only changes through topology.
-	upd := capacity.NodeRequest{NodeID: "n2", OwnerOrgID: "acme2", UnitIDs: []string{"g0", "g1"}, AgentEndpoint: "https://n2b.example"}
+	// An update of the endpoint alone: the key stays.
+	upd := capacity.NodeRequest{NodeID: "n2", OwnerOrgID: "acme", UnitIDs: []string{"g0", "g1"}, AgentEndpoint: "https://n2b.example"}
 	res, err = svc.PutNode(ctx, op, upd, capacity.RequestMeta{})
-	if err != nil || res.Created || res.AgentKey != nil || res.Node.OwnerOrgID != "acme2" || res.Node.Version != 2 {
-		t.Fatalf("update = %+v, %v", res, err)
+	if err != nil || res.Created || res.AgentKey != nil || res.Node.Version != 2 || res.Node.AgentKeyGen != 1 {
+		t.Fatalf("endpoint update = %+v, %v", res, err)
+	}
+	// A new owner: a new key, handed out once; the former owner's is the previous one,
+	// which works only for the overlap.
+	upd.OwnerOrgID = "acme2"
+	res, err = svc.PutNode(ctx, op, upd, capacity.RequestMeta{})
+	if err != nil || res.Created || len(res.AgentKey) != capacity.AgentKeyBytes || bytes.Equal(res.AgentKey, key1) || res.Node.OwnerOrgID != "acme2" || res.Node.Version != 3 || res.Node.AgentKeyGen != 2 {
+		t.Fatalf("owner change = %+v, %v", res, err)
+	}
+	n, err = env.Store.GetNode(ctx, "n2")
+	if err != nil || n.AgentKeyGen != 2 || !bytes.Equal(n.AgentKey, sealedFor("n2", res.AgentKey)) || !bytes.Equal(n.PrevAgentKey, sealedFor("n2", key1)) || !n.AgentKeyRotatedAt.Equal(svc.Now()) {
+		t.Fatalf("after the owner change: %+v, %v", n, err)
 	}
 	upd.UnitIDs = []string{"g0"}
 	if _, err := svc.PutNode(ctx, op, upd, capacity.RequestMeta{}); code(err) != capacity.CodeInvalidTransition {
 		t.Fatalf("unit change through PUT node: %v, want invalid_transition", err)
+	}
+	if sealer.calls != 2 {
+		t.Errorf("%d keys sealed, want 2 (registration, owner change)", sealer.calls)
 	}
 	// The owner org reads its node with reservation.read; others do not learn it exists.
 	if _, err := svc.GetNode(ctx, capacity.Principal{OrgID: "acme2", Permissions: []string{capacity.PermRead}}, "n2"); err != nil {
@@ -132,11 +159,83 @@ func TestPutNode(t *testing.T) {
 	if _, err := svc.GetNode(ctx, capacity.Principal{OrgID: "acme", Permissions: []string{capacity.PermRead}}, "n2"); code(err) != capacity.CodeNotFound {
 		t.Errorf("other org GetNode: %v, want not_found", err)
 	}
-	want := []string{"node.put:invalid_transition", "node.put:ok", "node.put:ok", "node.put:replayed"}
+	want := []string{"node.put:invalid_transition", "node.put:ok", "node.put:ok", "node.put:ok", "node.put:replayed"}
 	if got := opAudits(t, env); !reflect.DeepEqual(got, want) {
 		t.Errorf("audit = %v, want %v", got, want)
 	}
 	checkInvariants(t, env, "n2", t0.Add(time.Hour))
+}
+
+// TestRotateAgentKey: an operator rotates one node's key: the next generation, a new key
+// answered once (a replay says it was shown), the previous key kept for the overlap; the
+// node's other state is unchanged, and nobody else can rotate (404, nothing written).
+func TestRotateAgentKey(t *testing.T) {
+	env, svc := world(t)
+	svc.AgentKeySealer = &testSealer{}
+	ctx := context.Background()
+	reg, err := svc.PutNode(ctx, op, capacity.NodeRequest{NodeID: "n2", OwnerOrgID: "acme", UnitIDs: []string{"g0"}, AgentEndpoint: "https://n2"}, capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := stateItems(t, env)
+	for _, p := range []capacity.Principal{
+		{OrgID: "acme", Permissions: []string{capacity.PermCapacity, capacity.PermRead, capacity.PermPlace}}, // the owner
+		{OrgID: "x", Permissions: []string{capacity.PermCapacity}},
+	} {
+		if _, err := svc.RotateAgentKey(ctx, p, capacity.AgentKeyRotation{NodeID: "n2"}, capacity.RequestMeta{}); code(err) != capacity.CodeNotFound {
+			t.Errorf("rotation by %s: %v, want not_found", p.OrgID, err)
+		}
+	}
+	if !reflect.DeepEqual(stateItems(t, env), before) {
+		t.Fatal("a refused rotation wrote")
+	}
+
+	tests := []struct {
+		name     string
+		req      capacity.AgentKeyRotation
+		wantCode capacity.Code
+		wantGen  int64
+	}{
+		{"rotate", capacity.AgentKeyRotation{NodeID: "n2", Reason: "laptop lost", IdempotencyKey: "rot-1"}, "", 2},
+		{"again: another generation", capacity.AgentKeyRotation{NodeID: "n2", IdempotencyKey: "rot-2"}, "", 3},
+		{"missing node", capacity.AgentKeyRotation{NodeID: "n404"}, capacity.CodeNotFound, 0},
+		{"malformed node id", capacity.AgentKeyRotation{NodeID: "a/b"}, capacity.CodeNotFound, 0},
+		{"reason too long", capacity.AgentKeyRotation{NodeID: "n2", Reason: strings.Repeat("x", capacity.MaxReasonLen+1)}, capacity.CodeInvalidRequest, 0},
+	}
+	prevKey := reg.AgentKey
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := svc.RotateAgentKey(ctx, op, tc.req, capacity.RequestMeta{})
+			if code(err) != tc.wantCode {
+				t.Fatalf("err %v, want %q", err, tc.wantCode)
+			}
+			if tc.wantCode != "" {
+				return
+			}
+			if res.Gen != tc.wantGen || len(res.AgentKey) != capacity.AgentKeyBytes || bytes.Equal(res.AgentKey, prevKey) ||
+				!res.PreviousValidUntil.Equal(svc.Now().Add(capacity.AgentKeyOverlap)) {
+				t.Fatalf("rotation = %+v", res)
+			}
+			n, err := env.Store.GetNode(ctx, "n2")
+			if err != nil || n.AgentKeyGen != tc.wantGen || !bytes.Equal(n.AgentKey, sealedFor("n2", res.AgentKey)) ||
+				!bytes.Equal(n.PrevAgentKey, sealedFor("n2", prevKey)) || n.OwnerOrgID != "acme" || !slices.Equal(n.UnitIDs, []string{"g0"}) {
+				t.Fatalf("stored = %+v, %v", n, err)
+			}
+			prevKey = res.AgentKey
+			// A replay: the same generation, no key.
+			again, err := svc.RotateAgentKey(ctx, op, tc.req, capacity.RequestMeta{})
+			if err != nil || !again.Replayed || again.Gen != tc.wantGen || again.AgentKey != nil || !again.SecretShown {
+				t.Fatalf("replay = %+v, %v", again, err)
+			}
+		})
+	}
+	want := []string{"node.agent-key.rotate:invalid_request", "node.agent-key.rotate:ok", "node.agent-key.rotate:ok",
+		"node.agent-key.rotate:replayed", "node.agent-key.rotate:replayed", "node.put:ok"}
+	got := opAudits(t, env)
+	slices.Sort(got)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("audit = %v, want %v", got, want)
+	}
 }
 
 func TestPutNodeValidation(t *testing.T) {
@@ -604,7 +703,7 @@ func TestOperatorWriteThrottledWritesNothing(t *testing.T) {
 // it: one node, one create audited, and the replay on record as such.
 func TestAmbiguousNodeCreate(t *testing.T) {
 	env, svc, inj := faultyWorld(t, 3, awsfault.Rule{Operation: "TransactWriteItems", Fault: awsfault.AmbiguousTimeout, Rate: 1})
-	svc.AgentKeys = fixedKeys("k")
+	svc.AgentKeySealer = &testSealer{}
 	ctx := context.Background()
 	req := capacity.NodeRequest{NodeID: "n7", OwnerOrgID: "acme", UnitIDs: []string{"g0"}, AgentEndpoint: "https://n7", IdempotencyKey: "reg-7"}
 	res, err := svc.PutNode(ctx, op, req, capacity.RequestMeta{})
@@ -614,7 +713,7 @@ func TestAmbiguousNodeCreate(t *testing.T) {
 	if inj.Count(awsfault.AmbiguousTimeout) == 0 {
 		t.Fatal("nothing injected")
 	}
-	if !res.Created || string(res.AgentKey) != "k" {
+	if !res.Created || len(res.AgentKey) != capacity.AgentKeyBytes {
 		t.Fatalf("ambiguous create answered %+v", res)
 	}
 	again, err := svc.PutNode(ctx, op, req, capacity.RequestMeta{})

@@ -80,9 +80,11 @@ type Service struct {
 	CreatorKeys KeyReader
 	// Keys backs key management (nil: its calls fail as internal errors).
 	Keys KeyStore
-	// AgentKeys hands out a new node's agent key in the answer that registers it (nil: none
-	// is handed out). AllowHTTPAgents admits http agent endpoints (the local environment).
-	AgentKeys       NodeKeySource
+	// AgentKeySealer seals the random agent key a node gets at registration, at an owner
+	// change and at a rotation (nil: nodes keep the key derived from the agent master secret,
+	// which the api cannot read, so none is handed out and none can be rotated).
+	// AllowHTTPAgents admits http agent endpoints (the local environment).
+	AgentKeySealer  AgentKeySealer
 	AllowHTTPAgents bool
 }
 
@@ -689,6 +691,8 @@ func replay(rec *IdempotencyRecord, fingerprint string, now time.Time, out any) 
 	case *TopologyResult:
 		r.Replayed = true
 	case *ForceEndResult:
+		r.Replayed = true
+	case *AgentKeyResult:
 		r.Replayed = true
 	}
 	return true, nil

@@ -72,6 +72,17 @@ type Node struct {
 	// AuditHead is the head of the node's audit hash chain, advanced in the same transaction
 	// as each audit record of the node is put.
 	AuditHead AuditHead
+	// AgentKey is the node agent's key of generation AgentKeyGen, sealed (AgentKeySealer): the
+	// api function may seal but never open it; only the terminating function opens it.
+	// Generation 0 has no sealed key: it is the key derived from the agent master secret, for
+	// nodes registered before per-node keys (or without a sealer).
+	AgentKeyGen int64
+	AgentKey    []byte `json:"-"`
+	// PrevAgentKey is generation AgentKeyGen-1's sealed key (nil when that is generation 0),
+	// still tried, until AgentKeyRotatedAt+AgentKeyOverlap, on an agent that refuses the
+	// current one.
+	PrevAgentKey      []byte `json:"-"`
+	AgentKeyRotatedAt time.Time
 }
 
 // AuditHead is the last record of an audit hash chain: its Seq and Hash (zero: no record yet),
@@ -439,4 +450,5 @@ const (
 	ActionReservationCancel   = "reservation.cancel"
 	ActionReservationReaffirm = "reservation.reaffirm"
 	ActionTopologySet         = "topology.set"
+	ActionAgentKeyRotate      = "node.agent-key.rotate"
 )

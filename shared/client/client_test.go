@@ -62,16 +62,16 @@ func TestRoutes(t *testing.T) {
 		}, "PUT", "/dev/v1/nodes/node-1", "",
 			map[string]any{"ownerOrgId": "org-o", "unitIds": []any{"gpu-0"}, "agentEndpoint": "https://a"}, "k-1",
 			`{"node":{"nodeId":"node-1","ownerOrgId":"org-o","unitIds":["gpu-0"],"agentEndpoint":"https://a","topologyGen":1,"version":1,"auditHead":{"seq":1,"hash":"ab"}},"created":true,"agentKey":"a2V5"}`,
-			`{"node":{"nodeId":"node-1","ownerOrgId":"org-o","unitIds":["gpu-0"],"agentEndpoint":"https://a","topologyGen":1,"version":1,"auditHead":{"seq":1,"hash":"ab"}},"created":true,"agentKey":"a2V5"}`},
+			`{"node":{"nodeId":"node-1","ownerOrgId":"org-o","unitIds":["gpu-0"],"agentEndpoint":"https://a","topologyGen":1,"version":1,"auditHead":{"seq":1,"hash":"ab"},"agentKeyGen":0},"created":true,"agentKey":"a2V5"}`},
 		{"get node", func(c *client.Client) (any, *client.Meta, error) { return c.GetNode(ctx, "node-1") },
 			"GET", "/dev/v1/nodes/node-1", "", nil, "",
 			`{"node":{"nodeId":"node-1","ownerOrgId":"o","unitIds":[],"agentEndpoint":"","topologyGen":2,"version":3,"auditHead":{"seq":0,"hash":""}}}`,
-			`{"node":{"nodeId":"node-1","ownerOrgId":"o","unitIds":[],"agentEndpoint":"","topologyGen":2,"version":3,"auditHead":{"seq":0,"hash":""}}}`},
+			`{"node":{"nodeId":"node-1","ownerOrgId":"o","unitIds":[],"agentEndpoint":"","topologyGen":2,"version":3,"auditHead":{"seq":0,"hash":""},"agentKeyGen":0}}`},
 		{"set topology", func(c *client.Client) (any, *client.Meta, error) {
 			return c.SetTopology(ctx, "node-1", client.TopologyRequest{UnitIDs: []string{"gpu-1"}, Reason: "rma", ExpectedTopologyGen: 1}, opt)
 		}, "PUT", "/dev/v1/nodes/node-1/topology", "", map[string]any{"unitIds": []any{"gpu-1"}, "reason": "rma", "expectedTopologyGen": float64(1)}, "k-1",
 			`{"node":{"nodeId":"node-1","ownerOrgId":"o","unitIds":["gpu-1"],"agentEndpoint":"","topologyGen":2,"version":3,"auditHead":{"seq":2,"hash":"x"}},"changed":true,"addedUnitIds":["gpu-1"],"removedUnitIds":["gpu-0"],"needsReview":["res-1"],"vmsOnRemovedUnits":[]}`,
-			`{"node":{"nodeId":"node-1","ownerOrgId":"o","unitIds":["gpu-1"],"agentEndpoint":"","topologyGen":2,"version":3,"auditHead":{"seq":2,"hash":"x"}},"changed":true,"addedUnitIds":["gpu-1"],"removedUnitIds":["gpu-0"],"needsReview":["res-1"],"vmsOnRemovedUnits":[]}`},
+			`{"node":{"nodeId":"node-1","ownerOrgId":"o","unitIds":["gpu-1"],"agentEndpoint":"","topologyGen":2,"version":3,"auditHead":{"seq":2,"hash":"x"},"agentKeyGen":0},"changed":true,"addedUnitIds":["gpu-1"],"removedUnitIds":["gpu-0"],"needsReview":["res-1"],"vmsOnRemovedUnits":[]}`},
 		{"create reservation leaves out what is not set", func(c *client.Client) (any, *client.Meta, error) {
 			return c.CreateReservation(ctx, "node-1", client.ReservationRequest{StartsAt: "2026-01-01T00:00:00Z", AllowedOrgIDs: []string{"a"}, ManagingOrgIDs: []string{}, ReservedUnitIDs: []string{"gpu-0"}}, client.Options{})
 		}, "POST", "/dev/v1/nodes/node-1/reservations", "",

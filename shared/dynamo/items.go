@@ -125,6 +125,12 @@ type nodeItem struct {
 	AuditHead        string `dynamodbav:"AuditHead,omitempty"`
 	AuditStartCount  int64  `dynamodbav:"AuditStartCount,omitempty"`
 	AuditStartDigest string `dynamodbav:"AuditStartDigest,omitempty"`
+	// The agent's key, sealed, its generation and the previous one's (absent at generation 0:
+	// the key derived from the agent master secret).
+	AgentKeyGen       int64      `dynamodbav:"AgentKeyGen,omitempty"`
+	AgentKey          []byte     `dynamodbav:"AgentKey,omitempty"`
+	PrevAgentKey      []byte     `dynamodbav:"PrevAgentKey,omitempty"`
+	AgentKeyRotatedAt *time.Time `dynamodbav:"AgentKeyRotatedAt,omitempty"`
 }
 
 func newNodeItem(n capacity.Node) nodeItem {
@@ -133,7 +139,16 @@ func newNodeItem(n capacity.Node) nodeItem {
 		ID: n.ID, OwnerOrgID: n.OwnerOrgID, TopologyGen: n.TopologyGen, AgentEndpoint: n.AgentEndpoint,
 		UnitIDs: n.UnitIDs, Version: n.Version, AuditSeq: n.AuditHead.Seq, AuditHead: n.AuditHead.Hash,
 		AuditStartCount: n.AuditHead.Start.Unchained, AuditStartDigest: n.AuditHead.Start.Digest,
+		AgentKeyGen: n.AgentKeyGen, AgentKey: n.AgentKey, PrevAgentKey: n.PrevAgentKey, AgentKeyRotatedAt: optTime(n.AgentKeyRotatedAt),
 	}
+}
+
+// optTime is t, or nil for the zero time (left out of the item).
+func optTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 func (i nodeItem) node() capacity.Node {
@@ -141,7 +156,16 @@ func (i nodeItem) node() capacity.Node {
 		ID: i.ID, OwnerOrgID: i.OwnerOrgID, TopologyGen: i.TopologyGen, AgentEndpoint: i.AgentEndpoint,
 		UnitIDs: i.UnitIDs, Version: i.Version, AuditHead: capacity.AuditHead{Seq: i.AuditSeq, Hash: i.AuditHead,
 			Start: capacity.ChainStart{Unchained: i.AuditStartCount, Digest: i.AuditStartDigest}},
+		AgentKeyGen: i.AgentKeyGen, AgentKey: i.AgentKey, PrevAgentKey: i.PrevAgentKey, AgentKeyRotatedAt: derefTime(i.AgentKeyRotatedAt),
 	}
+}
+
+// derefTime is *t, or the zero time for nil.
+func derefTime(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
 }
 
 type reservationItem struct {

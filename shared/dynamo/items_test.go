@@ -19,7 +19,7 @@ var (
 	end = at.Add(24 * time.Hour)
 
 	fullNode = capacity.Node{ID: "n1", OwnerOrgID: "o", TopologyGen: 2, AgentEndpoint: "https://a", UnitIDs: []string{"u0"}, Version: 3,
-		AuditHead: capacity.AuditHead{Seq: 7, Hash: "h7"}}
+		AuditHead: capacity.AuditHead{Seq: 7, Hash: "h7"}, AgentKeyGen: 2, AgentKey: []byte("sealed-2"), PrevAgentKey: []byte("sealed-1"), AgentKeyRotatedAt: at}
 	fullRes = capacity.Reservation{ID: "r1", NodeID: "n1", AllowedOrgIDs: []string{"a"}, ReservedUnitIDs: []string{"u0"},
 		ReleasedUnitIDs: []string{"u0"}, ManagingOrgIDs: []string{"m"}, StartsAt: at, EndsAt: &end, Status: capacity.StatusActive,
 		ContractRef: "c", CreatedAt: at, UpdatedAt: at, Reason: "r", TopologyGen: 2, Version: 4}
@@ -49,7 +49,7 @@ func TestStoredAttributeNames(t *testing.T) {
 		item any
 		want string
 	}{
-		{"node", newNodeItem(fullNode), "AgentEndpoint AuditHead AuditSeq ID OwnerOrgID TopologyGen UnitIDs Version pk sk type"},
+		{"node", newNodeItem(fullNode), "AgentEndpoint AgentKey AgentKeyGen AgentKeyRotatedAt AuditHead AuditSeq ID OwnerOrgID PrevAgentKey TopologyGen UnitIDs Version pk sk type"},
 		{"reservation", newReservationItem(fullRes), "AllowedOrgIDs ContractRef CreatedAt EndsAt ID ManagingOrgIDs NodeID Reason ReleasedUnitIDs ReservedUnitIDs StartsAt Status TopologyGen UpdatedAt Version pk sk type"},
 		{"live VM", newVMItem(fullVM), "CreatedAt ID NodeID OrgID ReclaimID State Tier UnitIDs UpdatedAt Version pk sk type"},
 		{"terminated VM", newHistoryItem(fullVM, DefaultRetention), "CreatedAt ID NodeID OrgID ReclaimID State Tier UnitIDs UpdatedAt Version expiresAt pk sk type"},

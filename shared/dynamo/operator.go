@@ -31,6 +31,11 @@ const (
 	attrUnitIDs       = "UnitIDs"
 	attrTopologyGen   = "TopologyGen"
 	attrStatus        = "Status"
+	// The node agent's key (nodeItem).
+	attrAgentKeyGen       = "AgentKeyGen"
+	attrAgentKey          = "AgentKey"
+	attrPrevAgentKey      = "PrevAgentKey"
+	attrAgentKeyRotatedAt = "AgentKeyRotatedAt"
 )
 
 // LoadNodeOrNew is LoadNode for a write that may create the node: a missing node answers an
@@ -98,6 +103,25 @@ func (s *Store) CommitOperator(ctx context.Context, c capacity.OperatorCommit) (
 	return capacity.AuditHead{Seq: chained.Seq, Hash: chained.Hash, Start: start}, nil
 }
 
+// setAgentKey adds the agent key's attributes to u when n moved to another generation than
+// was read. Only SETs (the emulator drops the SET part of an update that also REMOVEs): a
+// previous key is absent only at generation 1, whose previous is the derived key, and then
+// the attribute is absent already.
+func setAgentKey(u expression.UpdateBuilder, read, n capacity.Node) expression.UpdateBuilder {
+	if n.AgentKeyGen == read.AgentKeyGen {
+		return u
+	}
+	u = u.Set(expression.Name(attrAgentKeyGen), expression.Value(n.AgentKeyGen)).
+		Set(expression.Name(attrAgentKey), expression.Value(n.AgentKey))
+	if len(n.PrevAgentKey) > 0 {
+		u = u.Set(expression.Name(attrPrevAgentKey), expression.Value(n.PrevAgentKey))
+	}
+	if !n.AgentKeyRotatedAt.IsZero() {
+		u = u.Set(expression.Name(attrAgentKeyRotatedAt), expression.Value(n.AgentKeyRotatedAt))
+	}
+	return u
+}
+
 // operatorItems returns the transaction of an operator commit: the node's Update with the
 // audit record (auditWrites), the new or changed reservations, the idempotency record.
 func (s *Store) operatorItems(c capacity.OperatorCommit, pin *capacity.ChainStart) ([]types.TransactWriteItem, capacity.AuditRecord, error) {
@@ -117,6 +141,7 @@ func (s *Store) operatorItems(c capacity.OperatorCommit, pin *capacity.ChainStar
 			Set(expression.Name(attrUnitIDs), expression.Value(n.UnitIDs)).
 			Set(expression.Name(attrTopologyGen), expression.Value(n.TopologyGen)).
 			Set(expression.Name(attrVersion), expression.Value(int64(1)))
+		u = setAgentKey(u, capacity.Node{}, *n)
 		upd = &u
 		cond = expression.Name(attrPK).AttributeNotExists()
 	case c.NewNode != nil:
@@ -125,6 +150,7 @@ func (s *Store) operatorItems(c capacity.OperatorCommit, pin *capacity.ChainStar
 			Set(expression.Name(attrAgentEndpoint), expression.Value(n.AgentEndpoint)).
 			Set(expression.Name(attrUnitIDs), expression.Value(n.UnitIDs)).
 			Set(expression.Name(attrTopologyGen), expression.Value(n.TopologyGen)), c.Node.Version)
+		u = setAgentKey(u, c.Node, *n)
 		upd = &u
 		cond = versionIs(c.Node.Version)
 	case c.BumpNode:

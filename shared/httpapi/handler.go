@@ -37,6 +37,7 @@ type Service interface {
 	ReaffirmReservation(ctx context.Context, p capacity.Principal, req capacity.ReservationChange, meta capacity.RequestMeta) (*capacity.ReservationResult, error)
 	ForceEnd(ctx context.Context, p capacity.Principal, req capacity.ForceEndRequest, meta capacity.RequestMeta) (*capacity.ForceEndResult, error)
 	SetTopology(ctx context.Context, p capacity.Principal, req capacity.TopologyRequest, meta capacity.RequestMeta) (*capacity.TopologyResult, error)
+	RotateAgentKey(ctx context.Context, p capacity.Principal, req capacity.AgentKeyRotation, meta capacity.RequestMeta) (*capacity.AgentKeyResult, error)
 	ListReservations(ctx context.Context, p capacity.Principal, nodeID string, page capacity.PageRequest) (*capacity.ReservationPage, error)
 
 	// API keys.
@@ -98,6 +99,7 @@ func (h *Handler) handlers() map[string]handlerFunc {
 		"putNode":                h.putNode,
 		"getNode":                h.getNode,
 		"setTopology":            h.setTopology,
+		"rotateAgentKey":         h.rotateAgentKey,
 		"listNodeAudit":          h.listNodeAudit,
 		"listReservations":       h.listReservations,
 		"createReservation":      h.createReservation,

@@ -168,6 +168,27 @@ func (h *Handler) putNode(w http.ResponseWriter, r *http.Request, p capacity.Pri
 	return nil
 }
 
+// rotateAgentKey gives the node's agent a new key, answered once; the body ({reason}) may be
+// left out.
+func (h *Handler) rotateAgentKey(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID string) error {
+	nodeID := r.PathValue("nodeId")
+	if err := admitOperator(p, "node", nodeID); err != nil {
+		return err
+	}
+	var body ReasonBody
+	if err := decodeOptional(r, &body); err != nil {
+		return err
+	}
+	req := capacity.AgentKeyRotation{NodeID: nodeID, Reason: body.Reason, IdempotencyKey: r.Header.Get("Idempotency-Key")}
+	res, err := h.Service.RotateAgentKey(r.Context(), p, req, meta(reqID))
+	if err != nil {
+		return err
+	}
+	markReplayed(w, res.Replayed)
+	writeJSON(w, http.StatusOK, wire.AgentKeyAnswer(res))
+	return nil
+}
+
 // getNode is for operators and the node's owner org; the service decides.
 func (h *Handler) getNode(w http.ResponseWriter, r *http.Request, p capacity.Principal, _ string) error {
 	n, err := h.Service.GetNode(r.Context(), p, r.PathValue("nodeId"))

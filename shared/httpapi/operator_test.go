@@ -28,6 +28,7 @@ type opCall struct {
 	ResReq   capacity.ReservationRequest
 	Change   capacity.ReservationChange
 	Topology capacity.TopologyRequest
+	Rotation capacity.AgentKeyRotation
 	KeyReq   capacity.KeyRequest
 	KeyID    string
 	Revoke   capacity.KeyRevocation
@@ -41,6 +42,7 @@ type opResults struct {
 	node      *capacity.Node
 	resRes    *capacity.ReservationResult
 	topology  *capacity.TopologyResult
+	rotation  *capacity.AgentKeyResult
 	resPage   *capacity.ReservationPage
 	keyRes    *capacity.KeyResult
 	keyPage   *capacity.KeyPage
@@ -83,6 +85,11 @@ func (f *fakeService) ForceEnd(_ context.Context, p capacity.Principal, req capa
 func (f *fakeService) SetTopology(_ context.Context, p capacity.Principal, req capacity.TopologyRequest, meta capacity.RequestMeta) (*capacity.TopologyResult, error) {
 	f.record(call{Method: "SetTopology", Principal: p, NodeID: req.NodeID, Meta: meta, opCall: opCall{Topology: req}})
 	return orEmpty(f.topology, f.err), f.err
+}
+
+func (f *fakeService) RotateAgentKey(_ context.Context, p capacity.Principal, req capacity.AgentKeyRotation, meta capacity.RequestMeta) (*capacity.AgentKeyResult, error) {
+	f.record(call{Method: "RotateAgentKey", Principal: p, NodeID: req.NodeID, Meta: meta, opCall: opCall{Rotation: req}})
+	return orEmpty(f.rotation, f.err), f.err
 }
 
 func (f *fakeService) ListReservations(_ context.Context, p capacity.Principal, nodeID string, page capacity.PageRequest) (*capacity.ReservationPage, error) {
@@ -186,7 +193,36 @@ func TestOperatorRoutes(t *testing.T) {
 			canned:     opResults{nodeRes: &capacity.NodeResult{Node: testNode, Created: true, SecretShown: true, Replayed: true}},
 			wantMethod: "PutNode", wantStatus: 201, wantLocation: "/v1/nodes/n1",
 			check: func(t *testing.T, _ call, body []byte) {
-				if strings.Contains(string(body), "agentKey") || !strings.Contains(string(body), `"secretShown":true`) {
+				if strings.Contains(string(body), `"agentKey"`) || !strings.Contains(string(body), `"secretShown":true`) {
+					t.Errorf("answer %s, want secretShown and no agentKey", body)
+				}
+			},
+		},
+		{
+			name: "rotate agent key: 200, the new key once",
+			q: req{method: http.MethodPost, path: "/v1/nodes/n1/agent-key/rotate", auth: opAuth, header: map[string]string{"Idempotency-Key": "k9"},
+				body: `{"reason":"key leaked"}`},
+			canned:     opResults{rotation: &capacity.AgentKeyResult{NodeID: "n1", Gen: 4, AgentKey: agentKey, PreviousValidUntil: t0.Add(capacity.AgentKeyOverlap)}},
+			wantMethod: "RotateAgentKey", wantStatus: 200,
+			check: func(t *testing.T, c call, body []byte) {
+				if want := (capacity.AgentKeyRotation{NodeID: "n1", Reason: "key leaked", IdempotencyKey: "k9"}); c.Rotation != want {
+					t.Errorf("request %+v, want %+v", c.Rotation, want)
+				}
+				var a wire.AgentKeyAnswerJSON
+				decodeStrict(t, body, &a)
+				if a.AgentKey != base64.StdEncoding.EncodeToString(agentKey) || a.AgentKeyGen != 4 || a.SecretShown ||
+					a.PreviousValidUntil != t0.Add(capacity.AgentKeyOverlap).UTC().Format(time.RFC3339) {
+					t.Errorf("answer %s", body)
+				}
+			},
+		},
+		{
+			name:       "rotate agent key without a body, replayed: no key, secretShown",
+			q:          req{method: http.MethodPost, path: "/v1/nodes/n1/agent-key/rotate", auth: opAuth},
+			canned:     opResults{rotation: &capacity.AgentKeyResult{NodeID: "n1", Gen: 4, SecretShown: true, Replayed: true, PreviousValidUntil: t0}},
+			wantMethod: "RotateAgentKey", wantStatus: 200,
+			check: func(t *testing.T, _ call, body []byte) {
+				if strings.Contains(string(body), `"agentKey"`) || !strings.Contains(string(body), `"secretShown":true`) {
 					t.Errorf("answer %s, want secretShown and no agentKey", body)
 				}
 			},
@@ -197,7 +233,7 @@ func TestOperatorRoutes(t *testing.T) {
 			canned:     opResults{nodeRes: &capacity.NodeResult{Node: testNode}},
 			wantMethod: "PutNode", wantStatus: 200,
 			check: func(t *testing.T, _ call, body []byte) {
-				if strings.Contains(string(body), "agentKey") || strings.Contains(string(body), "secretShown") {
+				if strings.Contains(string(body), `"agentKey"`) || strings.Contains(string(body), "secretShown") {
 					t.Errorf("answer %s carries a secret member", body)
 				}
 			},
@@ -621,6 +657,7 @@ var operatorBodyRoutes = []struct {
 		"expiresAt": `"2027-01-01T00:00:00Z"`, "description": `"d"`}},
 	{http.MethodPost, "/v1/keys/key-1/revoke", map[string]string{"reason": `"r"`}},
 	{http.MethodPost, reservationPath + "/reclaims/rcl-1/vms/vm-1/force-end", map[string]string{"reason": `"node wiped, ticket OPS-1"`}},
+	{http.MethodPost, "/v1/nodes/n1/agent-key/rotate", map[string]string{"reason": `"r"`}},
 }
 
 // TestOperatorRoutesAre404ForOthers: a caller without the operator flag gets one 404, before
@@ -648,7 +685,7 @@ func TestOperatorRoutesAre404ForOthers(t *testing.T) {
 		}
 	}
 	for _, path := range []struct{ method, path string }{
-		{http.MethodPut, "/v1/nodes/..."}, {http.MethodPut, "/v1/nodes/-x/topology"}, {http.MethodPost, "/v1/nodes/n1/reservations/_r/cancel"},
+		{http.MethodPut, "/v1/nodes/..."}, {http.MethodPut, "/v1/nodes/-x/topology"}, {http.MethodPost, "/v1/nodes/-x/agent-key/rotate"}, {http.MethodPost, "/v1/nodes/n1/reservations/_r/cancel"},
 		{http.MethodPost, "/v1/keys/" + strings.Repeat("k", 129) + "/revoke"},
 	} {
 		t.Run("operator, bad id "+path.path, func(t *testing.T) {

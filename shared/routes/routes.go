@@ -32,6 +32,7 @@ var All = []Route{
 	{"PUT", "/v1/nodes/{nodeId}", "putNode", true},
 	{"GET", "/v1/nodes/{nodeId}", "getNode", true},
 	{"PUT", "/v1/nodes/{nodeId}/topology", "setTopology", true},
+	{"POST", "/v1/nodes/{nodeId}/agent-key/rotate", "rotateAgentKey", true},
 	{"GET", "/v1/nodes/{nodeId}/audit", "listNodeAudit", true},
 	{"GET", "/v1/nodes/{nodeId}/reservations", "listReservations", true},
 	{"POST", "/v1/nodes/{nodeId}/reservations", "createReservation", true},

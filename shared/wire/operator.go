@@ -17,6 +17,10 @@ type NodeJSON struct {
 	TopologyGen   int64         `json:"topologyGen"`
 	Version       int64         `json:"version"`
 	AuditHead     AuditHeadJSON `json:"auditHead"`
+	// AgentKeyGen is the generation of the agent's key (0: derived from the master secret);
+	// AgentKeyRotatedAt when it last rotated, if it did.
+	AgentKeyGen       int64  `json:"agentKeyGen"`
+	AgentKeyRotatedAt string `json:"agentKeyRotatedAt,omitempty"`
 }
 
 // AuditHeadJSON is the head of an audit hash chain: the last record's seq and hash, and the
@@ -38,7 +42,16 @@ func Node(n capacity.Node) NodeJSON {
 	return NodeJSON{
 		NodeID: n.ID, OwnerOrgID: n.OwnerOrgID, UnitIDs: list(n.UnitIDs), AgentEndpoint: n.AgentEndpoint,
 		TopologyGen: n.TopologyGen, Version: n.Version, AuditHead: AuditHead(n.AuditHead),
+		AgentKeyGen: n.AgentKeyGen, AgentKeyRotatedAt: optRFC3339(n.AgentKeyRotatedAt),
 	}
+}
+
+// optRFC3339 is t in RFC 3339 (UTC), or "" for the zero time.
+func optRFC3339(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
 }
 
 // AuditHead is h as the API shows it.
@@ -67,6 +80,27 @@ type NodeAnswerJSON struct {
 	Created     bool     `json:"created"`
 	AgentKey    string   `json:"agentKey,omitempty"`
 	SecretShown bool     `json:"secretShown,omitempty"`
+}
+
+// AgentKeyAnswerJSON answers POST /v1/nodes/{nodeId}/agent-key/rotate: the new generation
+// and its key (base64), once; a replay carries SecretShown instead. The previous generation's
+// key works until PreviousValidUntil.
+type AgentKeyAnswerJSON struct {
+	NodeID             string `json:"nodeId"`
+	AgentKeyGen        int64  `json:"agentKeyGen"`
+	AgentKey           string `json:"agentKey,omitempty"`
+	SecretShown        bool   `json:"secretShown,omitempty"`
+	PreviousValidUntil string `json:"previousValidUntil"`
+}
+
+// AgentKeyAnswer is the answer to a key rotation.
+func AgentKeyAnswer(res *capacity.AgentKeyResult) AgentKeyAnswerJSON {
+	out := AgentKeyAnswerJSON{NodeID: res.NodeID, AgentKeyGen: res.Gen, SecretShown: res.SecretShown,
+		PreviousValidUntil: res.PreviousValidUntil.UTC().Format(time.RFC3339)}
+	if len(res.AgentKey) > 0 {
+		out.AgentKey = base64.StdEncoding.EncodeToString(res.AgentKey)
+	}
+	return out
 }
 
 // NodeGetJSON answers GET /v1/nodes/{nodeId}.

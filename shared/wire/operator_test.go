@@ -119,13 +119,23 @@ func TestAuditRecordFromBadTime(t *testing.T) {
 }
 
 func TestNodeJSON(t *testing.T) {
-	data, err := json.Marshal(wire.Node(capacity.Node{ID: "n1", OwnerOrgID: "o", TopologyGen: 2, Version: 3,
-		AuditHead: capacity.AuditHead{Seq: 4, Hash: "h"}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := `{"nodeId":"n1","ownerOrgId":"o","unitIds":[],"agentEndpoint":"","topologyGen":2,"version":3,"auditHead":{"seq":4,"hash":"h"}}`
-	if string(data) != want {
-		t.Errorf("node JSON\n got %s\nwant %s", data, want)
+	rotated := time.Date(2027, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, tc := range []struct {
+		node capacity.Node
+		want string
+	}{
+		{capacity.Node{ID: "n1", OwnerOrgID: "o", TopologyGen: 2, Version: 3, AuditHead: capacity.AuditHead{Seq: 4, Hash: "h"}},
+			`{"nodeId":"n1","ownerOrgId":"o","unitIds":[],"agentEndpoint":"","topologyGen":2,"version":3,"auditHead":{"seq":4,"hash":"h"},"agentKeyGen":0}`},
+		// The sealed keys are never shown.
+		{capacity.Node{ID: "n1", OwnerOrgID: "o", TopologyGen: 2, Version: 3, AgentKeyGen: 2, AgentKey: []byte("sealed"), PrevAgentKey: []byte("old"), AgentKeyRotatedAt: rotated},
+			`{"nodeId":"n1","ownerOrgId":"o","unitIds":[],"agentEndpoint":"","topologyGen":2,"version":3,"auditHead":{"seq":0,"hash":""},"agentKeyGen":2,"agentKeyRotatedAt":"2027-01-02T03:04:05Z"}`},
+	} {
+		data, err := json.Marshal(wire.Node(tc.node))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(data) != tc.want {
+			t.Errorf("node JSON\n got %s\nwant %s", data, tc.want)
+		}
 	}
 }
