@@ -300,8 +300,8 @@ func TestApiFunction(t *testing.T) {
 				"SCHEDULE_GROUP":    "capacity-" + tc.env,
 				"SCHEDULE_ROLE_ARN": getAtt(schedulerRoleID(t, tp, tc.env), "Arn"),
 				"EVENT_BUS_ARN":     getAtt(eventBusID(t, tp, tc.env), "Arn"),
-				// The agent key of a node's registration is derived from it.
-				"AGENT_MASTER_SECRET_ID": ref(agentMasterSecretID(t, tp, tc.env)),
+				// Seals the agent keys it makes (and may open none).
+				"AGENT_KEYS_KMS_KEY_ID": getAtt(agentKeysKeyID(t, tp), "Arn"),
 			}
 			if tc.env == "local" {
 				wantEnv["ALLOW_HTTP_AGENTS"] = "true"
@@ -1238,6 +1238,7 @@ func TestWorkerFunctions(t *testing.T) {
 			state := ref(tableID(t, tp, table.State, env))
 			terminateEnv := map[string]any{
 				"STATE_TABLE": state, "AGENT_MASTER_SECRET_ID": ref(agentMasterSecretID(t, tp, env)), "AGENT_TIMEOUT": "5s",
+				"AGENT_KEYS_KMS_KEY_ID": getAtt(agentKeysKeyID(t, tp), "Arn"),
 			}
 			if env == "local" {
 				terminateEnv["AGENT_ALLOW_HTTP"] = "true"
