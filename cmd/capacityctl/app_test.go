@@ -296,7 +296,7 @@ func writeFile(t *testing.T, path, s string) {
 }
 
 func TestOutputFormats(t *testing.T) {
-	node := `{"node":{"nodeId":"node-1","ownerOrgId":"org-owner","unitIds":["gpu-0","gpu-1"],"agentEndpoint":"https://agent","topologyGen":2,"version":5,"auditHead":{"seq":7,"hash":"abc"}}}`
+	node := `{"node":{"nodeId":"node-1","ownerOrgId":"org-owner","unitIds":["gpu-0","gpu-1"],"agentEndpoint":"https://agent","topologyGen":2,"version":5,"auditHead":{"seq":7,"hash":"abc"},"agentKeyGen":2,"agentKeyRotatedAt":"2026-11-01T00:00:00Z"}}`
 	keys := `{"keys":[{"keyId":"key-1","orgId":"org-a","permissions":["reservation.read"],"operator":false,"createdAt":"2026-01-01T00:00:00Z","revoked":false},` +
 		`{"keyId":"key-22","orgId":"org-platform","permissions":["reservation.capacity","vm.place"],"operator":true,"createdAt":"2026-01-02T00:00:00Z","revoked":true}],"nextCursor":"c2"}`
 	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -326,6 +326,7 @@ func TestOutputFormats(t *testing.T) {
 			"topology gen    2",
 			"version         5",
 			"audit head      seq 7 abc",
+			"agent key gen   2 (rotated 2026-11-01T00:00:00Z)",
 		}, ""},
 		{"node json", []string{"nodes", "get", "--node", "node-1", "--output", "json"}, 0, nil, node},
 		{"keys table", []string{"keys", "list"}, 0, []string{
@@ -1051,5 +1052,52 @@ func TestScheduledList(t *testing.T) {
 		if !strings.Contains(got.stdout, want) {
 			t.Errorf("stdout\n%s\nwant a line with\n%s", got.stdout, want)
 		}
+	}
+}
+
+// TestNodesRotateKey: rotate-key posts the reason to the node's rotate route with an
+// Idempotency-Key and prints the new key once; a replay prints that it was shown.
+func TestNodesRotateKey(t *testing.T) {
+	var got []string
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var b map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&b); err != nil || r.Method != http.MethodPost || r.URL.Path != "/dev/v1/nodes/node-1/agent-key/rotate" {
+			t.Errorf("%s %s: %v", r.Method, r.URL.Path, err)
+		}
+		reason, _ := b["reason"].(string) // left out when empty
+		got = append(got, reason+" "+r.Header.Get("Idempotency-Key"))
+		if r.Header.Get("Idempotency-Key") == "again" {
+			_, _ = io.WriteString(w, `{"nodeId":"node-1","agentKeyGen":3,"secretShown":true,"previousValidUntil":"2026-11-01T00:10:00Z"}`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"nodeId":"node-1","agentKeyGen":3,"agentKey":"a2V5","previousValidUntil":"2026-11-01T00:10:00Z"}`)
+	}))
+	defer api.Close()
+	for _, tt := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"new key", []string{"--reason", "laptop lost", "--idempotency-key", "first"},
+			[]string{"agent key gen       3", "previous key until  2026-11-01T00:10:00Z", "agent key (base64, shown once; install it on the node's agent now):  a2V5"}},
+		{"replay", []string{"--idempotency-key", "again"}, []string{"the agent key was shown by the first call with this Idempotency-Key"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			res := runCLI(t, api, "", nil, append([]string{"nodes", "rotate-key", "--node", "node-1"}, tt.args...)...)
+			if res.code != 0 {
+				t.Fatalf("exit %d: %s", res.code, res.err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(res.stdout, w) {
+					t.Errorf("output lacks %q:\n%s", w, res.stdout)
+				}
+			}
+			if strings.Contains(res.stdout, "a2V5") != (tt.name == "new key") {
+				t.Errorf("key shown: %v\n%s", strings.Contains(res.stdout, "a2V5"), res.stdout)
+			}
+		})
+	}
+	if want := []string{"laptop lost first", " again"}; !slices.Equal(got, want) {
+		t.Errorf("requests %q, want %q", got, want)
 	}
 }

@@ -209,12 +209,37 @@ func nodesPut(ctx context.Context, a *app, fs *flag.FlagSet, args []string) erro
 	return a.emit(meta, func(w io.Writer) {
 		nodeTable(w, res.Node)
 		fmt.Fprintf(w, "created\t%v\n", res.Created)
-		switch {
-		case res.AgentKey != "":
-			fmt.Fprintf(w, "\nagent key (base64, shown once; install it on the node's agent now):\t%s\n", res.AgentKey)
-		case res.SecretShown:
-			fmt.Fprintln(w, "\nthe agent key was shown by the first call with this Idempotency-Key")
-		}
+		agentKeyLine(w, res.AgentKey, res.SecretShown)
+	})
+}
+
+// agentKeyLine prints a node agent's new key, which an answer carries once, or that a replay
+// does not carry it.
+func agentKeyLine(w io.Writer, key string, shown bool) {
+	switch {
+	case key != "":
+		fmt.Fprintf(w, "\nagent key (base64, shown once; install it on the node's agent now):\t%s\n", key)
+	case shown:
+		fmt.Fprintln(w, "\nthe agent key was shown by the first call with this Idempotency-Key")
+	}
+}
+
+func nodesRotateKey(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
+	node := fs.String("node", "", "node id")
+	reason, idem := writeFlags(fs)
+	c, err := a.connect(ctx, fs, args, "node")
+	if err != nil {
+		return err
+	}
+	res, meta, err := c.RotateAgentKey(ctx, *node, *reason, client.Options{IdempotencyKey: *idem})
+	if err != nil {
+		return err
+	}
+	return a.emit(meta, func(w io.Writer) {
+		fmt.Fprintf(w, "node\t%s\n", res.NodeID)
+		fmt.Fprintf(w, "agent key gen\t%d\n", res.AgentKeyGen)
+		fmt.Fprintf(w, "previous key until\t%s\n", res.PreviousValidUntil)
+		agentKeyLine(w, res.AgentKey, res.SecretShown)
 	})
 }
 

@@ -120,6 +120,7 @@ func nodeTable(w io.Writer, n wire.NodeJSON) {
 	fmt.Fprintf(w, "topology gen\t%d\n", n.TopologyGen)
 	fmt.Fprintf(w, "version\t%d\n", n.Version)
 	fmt.Fprintf(w, "audit head\tseq %d %s\n", n.AuditHead.Seq, dash(n.AuditHead.Hash))
+	fmt.Fprintf(w, "agent key gen\t%d (rotated %s)\n", n.AgentKeyGen, dash(n.AgentKeyRotatedAt))
 }
 
 func reservationHeader(w io.Writer) {

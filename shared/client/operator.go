@@ -27,6 +27,12 @@ func (c *Client) PutNode(ctx context.Context, node string, req NodeRequest, opt 
 	return call[wire.NodeAnswerJSON](ctx, c, http.MethodPut, nodePath(node), nil, req, opt)
 }
 
+// RotateAgentKey gives the node's agent a new key, answered once; the previous one works
+// until the answer's previousValidUntil.
+func (c *Client) RotateAgentKey(ctx context.Context, node, reason string, opt Options) (*wire.AgentKeyAnswerJSON, *Meta, error) {
+	return call[wire.AgentKeyAnswerJSON](ctx, c, http.MethodPost, nodePath(node)+"/agent-key/rotate", nil, reasonBody{reason}, opt)
+}
+
 // GetNode reads a node.
 func (c *Client) GetNode(ctx context.Context, node string) (*wire.NodeGetJSON, *Meta, error) {
 	return call[wire.NodeGetJSON](ctx, c, http.MethodGet, nodePath(node), nil, nil, Options{})
