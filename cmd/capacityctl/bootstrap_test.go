@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -125,8 +126,8 @@ func TestBootstrapKey(t *testing.T) {
 			if err != nil || k == nil {
 				t.Fatalf("the key is not stored: %v", err)
 			}
-			if k.KeyID != got.Key.KeyID || !k.Operator || k.OrgID != "org-platform" || len(k.Permissions) != 3 ||
-				k.CreatedByKeyID != bootstrapKeyID || got.Key.CreatedBy != bootstrapKeyID {
+			if k.KeyID != got.Key.KeyID || !k.Operator || k.OrgID != "org-platform" || !slices.Equal(k.Permissions, capacity.AllPermissions) ||
+				k.CreatedByKeyID != capacity.BootstrapKeyID || got.Key.CreatedBy != capacity.BootstrapKeyID {
 				t.Errorf("stored %+v, answered %+v", k, got.Key)
 			}
 			// Found by id (its pointer), and the only key.
@@ -134,7 +135,7 @@ func TestBootstrapKey(t *testing.T) {
 				t.Errorf("GetKey(%s) = %+v, %v", k.KeyID, byID, err)
 			}
 			svc := &capacity.Service{Store: env.Store, Keys: env.Store}
-			op := capacity.Principal{KeyID: k.KeyID, OrgID: k.OrgID, Operator: true}
+			op := capacity.Principal{KeyID: k.KeyID, OrgID: k.OrgID, Operator: true, Permissions: k.Permissions}
 			if page, err := svc.ListKeys(ctx, op, capacity.PageRequest{}); err != nil || len(page.Keys) != 1 {
 				t.Errorf("keys: %+v, %v; want the one", page, err)
 			}
@@ -155,7 +156,7 @@ func TestBootstrapKey(t *testing.T) {
 				t.Errorf("second record %+v, want the replay", chain.Records[1])
 			}
 			rec := chain.Records[0]
-			if rec.Action != capacity.ActionKeyCreate || rec.Via != capacity.ViaDirect || rec.ActorKeyID != bootstrapKeyID ||
+			if rec.Action != capacity.ActionKeyCreate || rec.Via != capacity.ViaDirect || rec.ActorKeyID != capacity.BootstrapKeyID ||
 				rec.CallerOrgID != "org-platform" || rec.TargetKeyID != k.KeyID || rec.Seq != 1 {
 				t.Errorf("audit record %+v", rec)
 			}

@@ -22,8 +22,8 @@ import (
 
 func keysCreate(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
 	org := fs.String("org", "", "org the key acts for")
-	perms := fs.String("permissions", "", "comma-separated: reservation.capacity, reservation.read, vm.place (--bootstrap: all three)")
-	operator := fs.Bool("operator", false, "platform operator key")
+	perms := fs.String("permissions", "", "comma-separated, of: "+strings.Join(capacity.AllPermissions, ", ")+" (--bootstrap: all of them)")
+	operator := fs.Bool("operator", false, "operator key, for your own org: its permissions reach every org (it grants none by itself)")
 	expires := fs.String("expires", "", "expiry: RFC 3339 time or a duration from now (e.g. 720h)")
 	desc := fs.String("description", "", "what the key is for")
 	bootstrap := fs.Bool("bootstrap", false, "create the first operator key with AWS credentials on the stack's tables (not through the API)")
@@ -105,7 +105,7 @@ func (a *app) bootstrapKey(ctx context.Context, org string, perms []string, exp 
 		return &exitError{code: exitUsage, err: fmt.Errorf("--bootstrap needs the stack's %s: name the stack with --outputs FILE or --stack NAME", strings.Join(missing, ", "))}
 	}
 	if len(perms) == 0 {
-		perms = []string{capacity.PermCapacity, capacity.PermRead, capacity.PermPlace}
+		perms = capacity.AllPermissions
 	}
 	if idem == "" {
 		idem = "bootstrap-" + capacity.NewID()
@@ -121,7 +121,7 @@ func (a *app) bootstrapKey(ctx context.Context, org string, perms []string, exp 
 	store.KeysTable = out["KeysTableName"]
 	svc := &capacity.Service{Store: store, Keys: store,
 		Logger: slog.New(slog.NewTextHandler(a.io.err, &slog.HandlerOptions{Level: slog.LevelWarn}))}
-	p := capacity.Principal{KeyID: bootstrapKeyID, OrgID: org, Operator: true}
+	p := capacity.Bootstrap(org)
 	req := capacity.KeyRequest{OrgID: org, Permissions: perms, Operator: true, ExpiresAt: exp, Description: desc, IdempotencyKey: idem}
 	res, err := svc.CreateKey(ctx, p, req, capacity.RequestMeta{RequestID: idem, Via: capacity.ViaDirect})
 	if err != nil {
@@ -138,10 +138,6 @@ func (a *app) bootstrapKey(ctx context.Context, org string, perms []string, exp 
 	fmt.Fprintf(a.io.out, "secret (shown once, store it now): %s\n", res.Secret)
 	return nil
 }
-
-// bootstrapKeyID is the actor of the keys created by --bootstrap (their createdBy, and the
-// actorKeyId of their audit records): no key exists to act with.
-const bootstrapKeyID = "bootstrap"
 
 func pageFlags(fs *flag.FlagSet) (*int, *string) {
 	return fs.Int("limit", 0, "page size (1..100; default the API's)"), fs.String("cursor", "", "the page after this cursor")

@@ -96,9 +96,10 @@ func rotateAgentKey(n *Node, key []byte, now time.Time) {
 
 // RotateAgentKey gives a node's agent a new key (the next generation) and answers it once.
 // The previous key keeps working for AgentKeyOverlap, so that the operator can install the
-// new one on the agent while terminations run; after that only the new one does.
+// new one on the agent while terminations run; after that only the new one does. Operators
+// holding node.manage only (anyone else: the node's 404).
 func (s *Service) RotateAgentKey(ctx context.Context, p Principal, req AgentKeyRotation, meta RequestMeta) (*AgentKeyResult, error) {
-	if !p.Operator || !ValidID(req.NodeID) {
+	if !p.CanOperate(PermNodeManage) || !ValidID(req.NodeID) {
 		return nil, nodeNotFound()
 	}
 	var agentKey *newAgentKey

@@ -385,9 +385,9 @@ func (s *Service) ListReservationAudit(ctx context.Context, p Principal, nodeID,
 }
 
 // ListNodeAudit returns the node's chain head and a page of its records in chain order, to an
-// operator only (anyone else: the single 404).
+// operator holding audit.read only (anyone else: the single 404).
 func (s *Service) ListNodeAudit(ctx context.Context, p Principal, nodeID string, page PageRequest) (*AuditChainPage, error) {
-	if !p.Operator || !ValidID(nodeID) {
+	if !p.CanOperate(PermAuditRead) || !ValidID(nodeID) {
 		return nil, nodeNotFound()
 	}
 	return s.chainPage(page, "node "+nodeID, func(as AuditStore, limit int) (AuditHead, []AuditRecord, string, error) {
@@ -400,9 +400,9 @@ func (s *Service) ListNodeAudit(ctx context.Context, p Principal, nodeID string,
 }
 
 // ListKeyAudit returns the key-management chain's head and a page of its records in chain
-// order, to an operator only (anyone else: 404).
+// order, to an operator holding audit.read only (anyone else: 404).
 func (s *Service) ListKeyAudit(ctx context.Context, p Principal, page PageRequest) (*AuditChainPage, error) {
-	if !p.Operator {
+	if !p.CanOperate(PermAuditRead) {
 		return nil, Errorf(CodeNotFound, "not found")
 	}
 	return s.chainPage(page, "API keys", func(as AuditStore, limit int) (AuditHead, []AuditRecord, string, error) {

@@ -60,10 +60,11 @@ func (r ForceEndRequest) Validate() error {
 	return ValidateIdempotencyKey(r.IdempotencyKey)
 }
 
-// AdmitForceEnd is ForceEnd's first gate, before the body is read: anyone but an operator,
-// and any path id that names nothing, gets the one 404 of a missing operation.
+// AdmitForceEnd is ForceEnd's first gate, before the body is read: anyone but an operator
+// holding node.manage, and any path id that names nothing, gets the one 404 of a missing
+// operation.
 func AdmitForceEnd(p Principal, nodeID, reservationID, opID, vmID string) error {
-	if !p.Operator || !ValidID(nodeID) || !ValidID(reservationID) || !ValidID(opID) || !ValidID(vmID) {
+	if !p.CanOperate(PermNodeManage) || !ValidID(nodeID) || !ValidID(reservationID) || !ValidID(opID) || !ValidID(vmID) {
 		return opNotFound()
 	}
 	return nil

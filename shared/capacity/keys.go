@@ -66,11 +66,55 @@ type KeyPage struct {
 	NextCursor string
 }
 
-var keyPermissions = []string{PermCapacity, PermRead, PermPlace}
-
-// keysNotFound is the answer of key management to a caller who is not an operator: the
-// routes do not exist for it.
+// keysNotFound is the answer of key management to a caller who is not an operator holding
+// key.manage: the routes do not exist for it.
 func keysNotFound() *Error { return Errorf(CodeNotFound, "not found") }
+
+// AdmitKeyManagement is the first gate of every key-management call, before anything is read
+// (the HTTP layer calls it before the body or query): anyone but an operator holding
+// key.manage gets the routes' 404.
+func AdmitKeyManagement(p Principal) error {
+	if !p.CanOperate(PermKeyManage) {
+		return keysNotFound()
+	}
+	return nil
+}
+
+// CheckGrant refuses (403 forbidden) a key that would grant more than the principal holds:
+// a permission it lacks, the operator flag it lacks, an operator key for another org, or an
+// expiry later than its own (a key that never expires, from a key that does). Nobody mints
+// a key more powerful or longer-lived than the one it calls with.
+func CheckGrant(p Principal, k APIKey) error {
+	if err := checkHolds(p, k); err != nil {
+		return err
+	}
+	switch {
+	case k.Operator && k.OrgID != p.OrgID:
+		return Errorf(CodeForbidden, "operator: an operator key is for the operator's own org (%s), not %s", p.OrgID, k.OrgID)
+	case p.ExpiresAt != nil && k.ExpiresAt == nil:
+		return Errorf(CodeForbidden, "expiresAt: the calling key expires at %s, so the key must expire by then", p.ExpiresAt.UTC().Format(time.RFC3339))
+	case p.ExpiresAt != nil && k.ExpiresAt.After(*p.ExpiresAt):
+		return Errorf(CodeForbidden, "expiresAt: the calling key expires at %s; the key may not outlive it", p.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// checkHolds refuses (403) a key with a permission or the operator flag the principal lacks.
+func checkHolds(p Principal, k APIKey) error {
+	var missing []string
+	for _, perm := range k.Permissions {
+		if !p.Can(perm) {
+			missing = append(missing, perm)
+		}
+	}
+	switch {
+	case len(missing) > 0:
+		return Errorf(CodeForbidden, "permissions: the calling key does not hold %s", strings.Join(missing, ", "))
+	case k.Operator && !p.Operator:
+		return Errorf(CodeForbidden, "operator: the calling key is not an operator key")
+	}
+	return nil
+}
 
 func keyNotFound() *Error { return Errorf(CodeNotFound, "API key not found") }
 
@@ -97,6 +141,13 @@ func (s *Service) appendKeyAudit(ctx context.Context, rec AuditRecord) {
 	}
 }
 
+// WithoutOperatorPermission reports whether k is a live operator key that holds no operator
+// permission: one issued before they existed, which now reaches no operator route.
+func WithoutOperatorPermission(k APIKey, now time.Time) bool {
+	live := !k.Revoked && (k.ExpiresAt == nil || now.Before(*k.ExpiresAt))
+	return live && k.Operator && !slices.ContainsFunc(k.Permissions, func(p string) bool { return slices.Contains(OperatorPermissions, p) })
+}
+
 // validate checks a key request as of now and returns it normalised (permissions sorted).
 func (r KeyRequest) validate(now time.Time) (KeyRequest, error) {
 	if !ValidID(r.OrgID) {
@@ -104,15 +155,19 @@ func (r KeyRequest) validate(now time.Time) (KeyRequest, error) {
 	}
 	perms := slices.Sorted(slices.Values(r.Permissions))
 	for i, p := range perms {
-		if !slices.Contains(keyPermissions, p) {
-			return r, Errorf(CodeInvalidRequest, "permissions: %q is not one of %s", p, strings.Join(keyPermissions, ", "))
+		if !slices.Contains(AllPermissions, p) {
+			return r, Errorf(CodeInvalidRequest, "permissions: %q is not one of %s", p, strings.Join(AllPermissions, ", "))
 		}
 		if i > 0 && perms[i-1] == p {
 			return r, Errorf(CodeInvalidRequest, "permissions: %q is listed twice", p)
 		}
+		if !r.Operator && slices.Contains(OperatorPermissions, p) {
+			return r, Errorf(CodeInvalidRequest, "permissions: %q is for operator keys only (operator: true)", p)
+		}
 	}
-	if len(perms) == 0 && !r.Operator {
-		return r, Errorf(CodeInvalidRequest, "permissions: a key needs at least one permission, or operator")
+	// The operator flag alone grants nothing: it only widens what the permissions reach.
+	if len(perms) == 0 {
+		return r, Errorf(CodeInvalidRequest, "permissions: a key needs at least one permission")
 	}
 	r.Permissions = perms
 	if r.ExpiresAt != nil {
@@ -139,12 +194,13 @@ func (r KeyRequest) validate(now time.Time) (KeyRequest, error) {
 	return r, nil
 }
 
-// CreateKey creates an API key for an org. Operators only (anyone else: 404). The secret is
+// CreateKey creates an API key for an org: operators holding key.manage only (anyone else:
+// 404), and never with more than the caller holds (CheckGrant: 403). The secret is
 // in the answer and nowhere else: the store keeps its hash, and the Idempotency-Key record
 // keeps the answer without it.
 func (s *Service) CreateKey(ctx context.Context, p Principal, req KeyRequest, meta RequestMeta) (*KeyResult, error) {
-	if !p.Operator {
-		return nil, keysNotFound()
+	if err := AdmitKeyManagement(p); err != nil {
+		return nil, err
 	}
 	store, err := s.keyStore()
 	if err != nil {
@@ -153,6 +209,11 @@ func (s *Service) CreateKey(ctx context.Context, p Principal, req KeyRequest, me
 	now := s.now()
 	req, err = req.validate(now)
 	if err != nil {
+		return nil, err
+	}
+	// Before anything is read or written, so a refused grant changes nothing, not even an
+	// idempotency record.
+	if err := CheckGrant(p, APIKey{OrgID: req.OrgID, Permissions: req.Permissions, Operator: req.Operator, ExpiresAt: req.ExpiresAt}); err != nil {
 		return nil, err
 	}
 	key, err := keyed(p, meta, req.IdempotencyKey, fingerprintOf(ActionKeyCreate, req))
@@ -387,10 +448,11 @@ func describeGrants(g KeyGrants) string {
 	return fmt.Sprintf("org %s, permissions [%s], operator %t, expires %s", g.OrgID, strings.Join(canonicalGrantsOf(&g).Permissions, " "), g.Operator, exp)
 }
 
-// ListKeys lists API keys in the store's order, operators only (anyone else: 404).
+// ListKeys lists API keys in the store's order, to operators holding key.manage only (anyone
+// else: 404).
 func (s *Service) ListKeys(ctx context.Context, p Principal, page PageRequest) (*KeyPage, error) {
-	if !p.Operator {
-		return nil, keysNotFound()
+	if err := AdmitKeyManagement(p); err != nil {
+		return nil, err
 	}
 	store, err := s.keyStore()
 	if err != nil {
@@ -422,11 +484,11 @@ func (s *Service) ListKeys(ctx context.Context, p Principal, page PageRequest) (
 	return out, nil
 }
 
-// GetKey returns one API key (never its hash), operators only (anyone else, or an id that
-// names nothing: 404).
+// GetKey returns one API key (never its hash), to operators holding key.manage only (anyone
+// else, or an id that names nothing: 404).
 func (s *Service) GetKey(ctx context.Context, p Principal, keyID string) (*APIKey, error) {
-	if !p.Operator {
-		return nil, keysNotFound()
+	if err := AdmitKeyManagement(p); err != nil {
+		return nil, err
 	}
 	if !ValidID(keyID) {
 		return nil, keyNotFound()
@@ -452,11 +514,12 @@ type KeyRevocation struct {
 	Reason string
 }
 
-// RevokeKey revokes an API key, operators only (anyone else: 404). Revoking a revoked key
+// RevokeKey revokes an API key, for operators holding key.manage only (anyone else: 404), and
+// only a key that grants no more than the caller holds (else 403). Revoking a revoked key
 // answers it as it is and writes nothing; an operator may revoke the key it calls with.
 func (s *Service) RevokeKey(ctx context.Context, p Principal, req KeyRevocation, meta RequestMeta) (*APIKey, error) {
-	if !p.Operator {
-		return nil, keysNotFound()
+	if err := AdmitKeyManagement(p); err != nil {
+		return nil, err
 	}
 	keyID := req.KeyID
 	if !ValidID(keyID) {
@@ -480,6 +543,14 @@ func (s *Service) RevokeKey(ctx context.Context, p Principal, req KeyRevocation,
 		}
 		if k.Revoked {
 			return k, nil // repeat-safe: a second revoke, or ours that landed after a timeout
+		}
+		// A key may revoke itself, or a key that holds nothing it lacks (org and expiry
+		// aside, so a stray operator key of another org can still be revoked): a narrower
+		// key manager cannot lock out the keys above it.
+		if k.KeyID != p.KeyID {
+			if err := checkHolds(p, *k); err != nil {
+				return nil, Errorf(CodeForbidden, "the key %s grants more than the calling key holds, so it cannot revoke it (%s)", k.KeyID, ErrorMessage(err))
+			}
 		}
 		now := s.now()
 		err = store.RevokeKey(ctx, *k, now, s.keyAudit(p, meta, ActionKeyRevoke, *k, req.Reason, now))

@@ -120,8 +120,10 @@ func (m *memKeys) RevokeKey(_ context.Context, k capacity.APIKey, at time.Time, 
 
 var (
 	keyT0    = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
-	operator = capacity.Principal{KeyID: "key-op", OrgID: "platform", Operator: true}
+	operator = withKeyID(capacity.Bootstrap("platform"), "key-op") // holds every permission
 )
+
+func withKeyID(p capacity.Principal, id string) capacity.Principal { p.KeyID = id; return p }
 
 func keyService(store *memKeys) *capacity.Service {
 	n := 0
@@ -172,15 +174,18 @@ func TestCreateKeyValidation(t *testing.T) {
 		want string // "" valid, else part of the message
 	}{
 		{"valid", capacity.KeyRequest{OrgID: "org-1", Permissions: read, ExpiresAt: &soon, Description: "ci"}, ""},
-		{"operator without permissions", capacity.KeyRequest{OrgID: "platform", Operator: true}, ""},
+		{"operator with an operator permission", capacity.KeyRequest{OrgID: "platform", Operator: true, Permissions: []string{capacity.PermAuditRead}}, ""},
 		{"expiry exactly two years ahead", capacity.KeyRequest{OrgID: "org-1", Permissions: read, ExpiresAt: &twoYears}, ""},
-		{"every permission", capacity.KeyRequest{OrgID: "org-1", Permissions: []string{capacity.PermPlace, capacity.PermCapacity, capacity.PermRead}}, ""},
+		{"every tenant permission", capacity.KeyRequest{OrgID: "org-1", Permissions: []string{capacity.PermPlace, capacity.PermCapacity, capacity.PermRead}}, ""},
+		{"every permission, operator", capacity.KeyRequest{OrgID: "platform", Operator: true, Permissions: capacity.AllPermissions}, ""},
 		{"description of 200 characters", capacity.KeyRequest{OrgID: "org-1", Permissions: read, Description: strings.Repeat("é", 200)}, ""},
 		{"no org", capacity.KeyRequest{Permissions: read}, "orgId"},
 		{"bad org", capacity.KeyRequest{OrgID: "org#1", Permissions: read}, "orgId"},
 		{"unknown permission", capacity.KeyRequest{OrgID: "org-1", Permissions: []string{"admin"}}, `"admin"`},
 		{"duplicate permission", capacity.KeyRequest{OrgID: "org-1", Permissions: []string{capacity.PermRead, capacity.PermRead}}, "twice"},
 		{"no permission, not operator", capacity.KeyRequest{OrgID: "org-1"}, "at least one"},
+		{"operator without permissions (the flag alone grants nothing)", capacity.KeyRequest{OrgID: "platform", Operator: true}, "at least one"},
+		{"operator permission on a tenant key", capacity.KeyRequest{OrgID: "org-1", Permissions: []string{capacity.PermRead, capacity.PermKeyManage}}, "operator keys only"},
 		{"expiry in the past", capacity.KeyRequest{OrgID: "org-1", Permissions: read, ExpiresAt: &past}, "future"},
 		{"expiry now", capacity.KeyRequest{OrgID: "org-1", Permissions: read, ExpiresAt: &keyT0}, "future"},
 		{"expiry too far", capacity.KeyRequest{OrgID: "org-1", Permissions: read, ExpiresAt: &far}, "2 years"},

@@ -438,7 +438,7 @@ func sameSet(a, b []string) bool { return slices.Equal(sortedSet(a), sortedSet(b
 // PutNode registers a node (Created, with the agent's key once) or updates its owner org and
 // agent endpoint. Its unit list changes only through SetTopology.
 func (s *Service) PutNode(ctx context.Context, p Principal, req NodeRequest, meta RequestMeta) (*NodeResult, error) {
-	if !p.Operator {
+	if !p.CanOperate(PermNodeManage) {
 		return nil, nodeNotFound()
 	}
 	fp := req
@@ -530,16 +530,18 @@ func (s *Service) readNode(ctx context.Context, nodeID string) (OperatorStore, *
 	return ops, n, nil
 }
 
-// GetNode returns a node to an operator, or to its owner org with reservation.read.
+// GetNode returns a node to an operator holding node.manage or reservation.read, or to its
+// owner org with reservation.read.
 func (s *Service) GetNode(ctx context.Context, p Principal, nodeID string) (*Node, error) {
-	if !p.Operator && !p.Can(PermRead) || !ValidID(nodeID) {
+	anyNode := p.CanOperate(PermNodeManage) || p.CanOperate(PermRead)
+	if !anyNode && !p.Can(PermRead) || !ValidID(nodeID) {
 		return nil, nodeNotFound()
 	}
 	_, n, err := s.readNode(ctx, nodeID)
 	if err != nil {
 		return nil, err
 	}
-	if !p.Operator && n.OwnerOrgID != p.OrgID {
+	if !anyNode && n.OwnerOrgID != p.OrgID {
 		return nil, nodeNotFound()
 	}
 	return n, nil
@@ -547,10 +549,10 @@ func (s *Service) GetNode(ctx context.Context, p Principal, nodeID string) (*Nod
 
 // AdmitReservationList is ListReservations' first gate, before anything is read: the HTTP
 // layer calls it before the query, so a caller who may not list gets the same 404 whatever
-// the query says. Anyone who is neither an operator nor has reservation.read, or a node id
-// that names nothing, gets the 404 of a missing node.
+// the query says. Anyone without reservation.read (an operator too), or a node id that names
+// nothing, gets the 404 of a missing node.
 func AdmitReservationList(p Principal, nodeID string) error {
-	if !p.Operator && !p.Can(PermRead) || !ValidID(nodeID) {
+	if !p.Can(PermRead) || !ValidID(nodeID) {
 		return nodeNotFound()
 	}
 	return nil
@@ -663,7 +665,7 @@ func (s *Service) visibleReservations(ctx context.Context, ops OperatorStore, no
 
 // CreateReservation creates a reservation on a node's units (see DecideCreateReservation).
 func (s *Service) CreateReservation(ctx context.Context, p Principal, req ReservationRequest, meta RequestMeta) (*ReservationResult, error) {
-	if !p.Operator || !ValidID(req.NodeID) {
+	if !p.CanOperate(PermReservationManage) || !ValidID(req.NodeID) {
 		return nil, nodeNotFound()
 	}
 	id := req.ID
@@ -785,7 +787,7 @@ func (s *Service) ReaffirmReservation(ctx context.Context, p Principal, req Rese
 
 func (s *Service) changeReservation(ctx context.Context, p Principal, req ReservationChange, meta RequestMeta, action string,
 	decide func(st *NodeState, req ReservationChange, now time.Time) (*OperatorCommit, *ReservationResult, error)) (*ReservationResult, error) {
-	if !p.Operator || !ValidID(req.NodeID) || !ValidID(req.ReservationID) {
+	if !p.CanOperate(PermReservationManage) || !ValidID(req.NodeID) || !ValidID(req.ReservationID) {
 		return nil, notFound()
 	}
 	key, kerr := keyed(p, meta, req.IdempotencyKey, fingerprintOf(action, req))
@@ -893,7 +895,8 @@ func vmsOn(vms []VM, units []string) []VM {
 // active reservation that has not ended moves to needs-review, in the node's transaction
 // (pending ones keep their status and generation). Nothing is terminated: the answer names the VMs on removed units.
 func (s *Service) SetTopology(ctx context.Context, p Principal, req TopologyRequest, meta RequestMeta) (*TopologyResult, error) {
-	if !p.Operator || !ValidID(req.NodeID) {
+	// node.topology is the narrower grant of an event source (the fleet): topology only.
+	if !p.CanOperate(PermNodeManage) && !p.CanOperate(PermTopology) || !ValidID(req.NodeID) {
 		return nil, nodeNotFound()
 	}
 	fp := req

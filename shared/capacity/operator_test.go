@@ -18,7 +18,8 @@ import (
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 )
 
-var op = capacity.Principal{KeyID: "k-op", OrgID: "platform", Operator: true, Permissions: []string{capacity.PermRead}}
+// op is an operator holding every permission (the operator routes each need their own).
+var op = capacity.Bootstrap("platform")
 
 // stateItems is the state table without the audit chain's head, which every audited call
 // (refusals too) advances.

@@ -571,7 +571,7 @@ func TestFiringReadsTheStoredKey(t *testing.T) {
 	}
 	svc.CreatorKeys = env.Store
 	svc.Keys = env.Store
-	if _, err := svc.RevokeKey(ctx, opCap, capacity.KeyRevocation{KeyID: owner.KeyID}, capacity.RequestMeta{}); err != nil {
+	if _, err := svc.RevokeKey(ctx, op, capacity.KeyRevocation{KeyID: owner.KeyID}, capacity.RequestMeta{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := svc.FireScheduledReclaim(ctx, "n1", "r1", id, capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeCreatorKeyInvalid {

@@ -14,9 +14,30 @@ const (
 	PermCapacity = "reservation.capacity"
 	// PermRead allows reading reservations the caller can see.
 	PermRead = "reservation.read"
-	// PermPlace allows the marketplace scheduler to place VMs.
+	// PermPlace allows the marketplace scheduler to place VMs (with the operator flag).
 	PermPlace = "vm.place"
+
+	// Operator permissions: each is a set of operator routes, and only an operator key holds
+	// one (see OperatorPermissions). The operator flag alone grants none of them: it widens
+	// the scope of the permissions a key holds to every org's nodes and reservations.
+
+	// PermKeyManage allows creating, listing, reading and revoking API keys, never beyond
+	// what the caller itself holds.
+	PermKeyManage = "key.manage"
+	// PermNodeManage allows registering nodes, changing their owner, agent endpoint and
+	// topology, and reading any node.
+	PermNodeManage = "node.manage"
+	// PermReservationManage allows creating, cancelling and reaffirming reservations.
+	PermReservationManage = "reservation.manage"
+	// PermAuditRead allows reading the audit hash chains of nodes and of key management.
+	PermAuditRead = "audit.read"
 )
+
+// OperatorPermissions are the permissions only an operator key may hold.
+var OperatorPermissions = []string{PermAuditRead, PermKeyManage, PermNodeManage, PermReservationManage}
+
+// AllPermissions is every permission a key may hold, sorted.
+var AllPermissions = slices.Sorted(slices.Values(append([]string{PermCapacity, PermRead, PermPlace}, OperatorPermissions...)))
 
 // Principal is the authenticated caller.
 type Principal struct {
@@ -25,12 +46,28 @@ type Principal struct {
 	Permissions []string
 	Operator    bool
 	// ExpiresAt is when the key stops working (nil: never); nothing it schedules may fire
-	// after it.
+	// after it, and no key it creates expires later.
 	ExpiresAt *time.Time
 }
 
 // Can reports whether the principal holds the permission.
 func (p Principal) Can(perm string) bool { return slices.Contains(p.Permissions, perm) }
+
+// CanOperate reports whether the principal may use the operator routes of perm: an operator
+// holding that operator permission.
+func (p Principal) CanOperate(perm string) bool { return p.Operator && p.Can(perm) }
+
+// BootstrapKeyID is the actor of keys written with AWS credentials straight to the tables
+// (capacityctl keys create --bootstrap): no key exists to act with.
+const BootstrapKeyID = "bootstrap"
+
+// Bootstrap is the principal of the first operator key's creation, made with AWS
+// credentials on the tables (the authority over the tables is the authority over keys): an
+// operator of org holding every permission, with no expiry. Nothing reachable over the API
+// or the event bus acts as it.
+func Bootstrap(org string) Principal {
+	return Principal{KeyID: BootstrapKeyID, OrgID: org, Permissions: slices.Clone(AllPermissions), Operator: true}
+}
 
 // APIKey is a stored API key. Only the SHA-256 hash of the secret is kept.
 type APIKey struct {

@@ -22,7 +22,7 @@ import (
 
 var (
 	auditOwner = capacity.Principal{KeyID: "k-owner", OrgID: "owner", Permissions: []string{capacity.PermCapacity, capacity.PermRead}}
-	auditOp    = capacity.Principal{KeyID: "k-op", OrgID: "platform", Operator: true}
+	auditOp    = capacity.Principal{KeyID: "k-op", OrgID: "platform", Operator: true, Permissions: capacity.AllPermissions}
 )
 
 // wholeChain reads the node's head and every page of its records, and verifies them.

@@ -21,7 +21,7 @@ import (
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 )
 
-var opPrincipal = capacity.Principal{KeyID: "key-op", OrgID: "platform", Operator: true}
+var opPrincipal = capacity.Principal{KeyID: "key-op", OrgID: "platform", Operator: true, Permissions: capacity.AllPermissions}
 
 // keyService runs key management on the env's store at a fixed time.
 func keyService(env *dynamotest.Env, now time.Time) *capacity.Service {

@@ -46,7 +46,8 @@ const (
 	secretNoRights = "ork_norights" // node owner, no permission at all
 	secretAudience = "ork_audience" // in the reservation's audience, may move capacity
 	secretStranger = "ork_stranger" // unrelated org, may move capacity
-	secretOperator = "ork_operator" // platform operator, may place VMs
+	secretOperator = "ork_operator" // the marketplace scheduler: operator, may place VMs only
+	secretPlatform = "ork_platform" // platform operator holding every permission
 	secretOpNoVM   = "ork_opnovm"   // platform operator, may move capacity but not place VMs
 	secretPlacer   = "ork_placer"   // node owner with vm.place, but not an operator
 	secretRevoked  = "ork_revoked"
@@ -80,6 +81,7 @@ func testKeys() memKeys {
 	add(secretAudience, capacity.APIKey{KeyID: "key-aud", OrgID: "aud", Permissions: []string{capacity.PermCapacity, capacity.PermRead}})
 	add(secretStranger, capacity.APIKey{KeyID: "key-stranger", OrgID: "stranger", Permissions: []string{capacity.PermCapacity, capacity.PermRead}})
 	add(secretOperator, capacity.APIKey{KeyID: "key-op", OrgID: "platform", Operator: true, Permissions: []string{capacity.PermPlace}})
+	add(secretPlatform, capacity.APIKey{KeyID: "key-platform", OrgID: "platform", Operator: true, Permissions: capacity.AllPermissions})
 	add(secretOpNoVM, capacity.APIKey{KeyID: "key-opnovm", OrgID: "platform", Operator: true, Permissions: []string{capacity.PermCapacity, capacity.PermRead}})
 	add(secretPlacer, capacity.APIKey{KeyID: "key-placer", OrgID: "owner", Permissions: []string{capacity.PermPlace, capacity.PermCapacity}})
 	add(secretRevoked, capacity.APIKey{KeyID: "key-revoked", OrgID: "owner", Permissions: []string{capacity.PermCapacity}, Revoked: true})
@@ -855,9 +857,9 @@ func TestEveryErrorCodeMapsToItsStatus(t *testing.T) {
 		{method: http.MethodPost, path: releasePath, body: `{"unitIds":["u1"]}`},
 		{method: http.MethodPost, path: vmsPath, auth: ptr("Bearer " + secretOperator), body: `{"vmId":"v","orgId":"o","tier":"spot","unitIds":["u1"]}`},
 		{method: http.MethodGet, path: reservationPath},
-		{method: http.MethodPut, path: "/v1/nodes/n1", auth: ptr("Bearer " + secretOperator), body: `{"ownerOrgId":"o","unitIds":["u1"],"agentEndpoint":"https://a"}`},
-		{method: http.MethodPost, path: reservationPath + "/cancel", auth: ptr("Bearer " + secretOperator)},
-		{method: http.MethodGet, path: "/v1/keys", auth: ptr("Bearer " + secretOperator)},
+		{method: http.MethodPut, path: "/v1/nodes/n1", auth: ptr("Bearer " + secretPlatform), body: `{"ownerOrgId":"o","unitIds":["u1"],"agentEndpoint":"https://a"}`},
+		{method: http.MethodPost, path: reservationPath + "/cancel", auth: ptr("Bearer " + secretPlatform)},
+		{method: http.MethodGet, path: "/v1/keys", auth: ptr("Bearer " + secretPlatform)},
 		{method: http.MethodGet, path: "/v1/nodes/n1/reservations/r1/audit"},
 	}
 	for _, tt := range tests {

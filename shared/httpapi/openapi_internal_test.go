@@ -45,15 +45,17 @@ func readDoc(t *testing.T) openAPIDoc {
 }
 
 // TestOpenAPIMatchesRouteTable: the document's operations are exactly the route table's,
-// with the same operationId, and only the routes without auth drop the security requirement.
+// with the same operationId and operator permission (x-operator-permission), and only the
+// routes without auth drop the security requirement.
 func TestOpenAPIMatchesRouteTable(t *testing.T) {
 	d := readDoc(t)
 	if !strings.HasPrefix(d.OpenAPI, "3.1.") {
 		t.Errorf("openapi %q, want 3.1.x", d.OpenAPI)
 	}
 	type op struct {
-		ID   string
-		Auth bool
+		ID         string
+		Auth       bool
+		Permission string
 	}
 	got := map[string]op{}
 	for path, item := range d.Paths {
@@ -64,17 +66,22 @@ func TestOpenAPIMatchesRouteTable(t *testing.T) {
 			var o struct {
 				OperationID string             `json:"operationId"`
 				Security    *[]json.RawMessage `json:"security"`
+				Permission  string             `json:"x-operator-permission"`
+				Description string             `json:"description"`
 			}
 			if err := json.Unmarshal(raw, &o); err != nil {
 				t.Fatalf("%s %s: %v", method, path, err)
 			}
 			// No security member: the document's global requirement (the API key) applies.
-			got[strings.ToUpper(method)+" "+path] = op{o.OperationID, o.Security == nil || len(*o.Security) > 0}
+			got[strings.ToUpper(method)+" "+path] = op{o.OperationID, o.Security == nil || len(*o.Security) > 0, o.Permission}
+			if o.Permission != "" && !strings.Contains(o.Description, o.Permission) {
+				t.Errorf("%s %s: the description does not say it needs %s", method, path, o.Permission)
+			}
 		}
 	}
 	want := map[string]op{}
 	for _, r := range routes.All {
-		want[r.Method+" "+r.Path] = op{r.OperationID, r.Auth}
+		want[r.Method+" "+r.Path] = op{r.OperationID, r.Auth, r.Permission}
 	}
 	if !maps.Equal(got, want) {
 		t.Errorf("OpenAPI operations\n got %v\nwant %v (shared/routes)", got, want)
@@ -197,5 +204,31 @@ func TestOpenAPIIsValid(t *testing.T) {
 		for _, e := range verrs {
 			t.Error(e)
 		}
+	}
+}
+
+// TestOpenAPIKeyPermissions: the document's key request accepts exactly the permissions the
+// service grants.
+func TestOpenAPIKeyPermissions(t *testing.T) {
+	var d struct {
+		Components struct {
+			Schemas struct {
+				KeyRequest struct {
+					Properties struct {
+						Permissions struct {
+							Items struct {
+								Enum []string `json:"enum"`
+							} `json:"items"`
+						} `json:"permissions"`
+					} `json:"properties"`
+				} `json:"KeyRequest"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(OpenAPI, &d); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Components.Schemas.KeyRequest.Properties.Permissions.Items.Enum; !slices.Equal(slices.Sorted(slices.Values(got)), capacity.AllPermissions) {
+		t.Errorf("KeyRequest permissions %v, want %v", got, capacity.AllPermissions)
 	}
 }

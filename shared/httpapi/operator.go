@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/routes"
 	"github.com/openrelay/capacity/shared/wire"
 )
 
@@ -65,17 +67,18 @@ type KeyBody struct {
 	Description string   `json:"description"`
 }
 
-// admitOperator refuses, before the body is read, a caller who is not an operator or a path
-// id that names nothing: the route's one 404, so neither the body nor its content type tells
-// a non-operator anything, not even that the route exists for others.
-// The operator lists call it before reading their query, for the same reason. what "" is
-// the service's own "not found" of a route that names no object.
-func admitOperator(p capacity.Principal, what string, ids ...string) error {
+// admitOperator refuses, before the body is read, a caller who is not an operator holding
+// the operator permission the route table (shared/routes) names for the operation, or a
+// path id that names nothing: the route's one 404, so neither the body nor its content type
+// tells such a caller anything, not even that the route exists for others. The operator
+// lists call it before reading their query, for the same reason. what "" is the service's
+// own "not found" of a route that names no object.
+func admitOperator(p capacity.Principal, operationID, what string, ids ...string) error {
 	detail := "not found"
 	if what != "" {
 		detail = what + " " + detail
 	}
-	if !p.Operator {
+	if !p.CanOperate(operatorPermission(operationID)) {
 		return capacity.Errorf(capacity.CodeNotFound, "%s", detail)
 	}
 	for _, id := range ids {
@@ -84,6 +87,17 @@ func admitOperator(p capacity.Principal, what string, ids ...string) error {
 		}
 	}
 	return nil
+}
+
+// operatorPermission is the route table's permission of an operator route. A route without
+// one here is a programming error, caught by TestOperatorRoutePermissions: it would
+// otherwise be open to every operator key.
+func operatorPermission(operationID string) string {
+	rt, ok := routes.Find(operationID)
+	if !ok || rt.Permission == "" {
+		panic(fmt.Sprintf("httpapi: operation %q has no operator permission in shared/routes", operationID))
+	}
+	return rt.Permission
 }
 
 // decodeOptional is DecodeJSON for a body that may be left out: an empty body (any content
@@ -143,7 +157,7 @@ func meta(reqID string) capacity.RequestMeta { return capacity.RequestMeta{Reque
 // and agent endpoint (200).
 func (h *Handler) putNode(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID string) error {
 	nodeID := r.PathValue("nodeId")
-	if err := admitOperator(p, "node", nodeID); err != nil {
+	if err := admitOperator(p, "putNode", "node", nodeID); err != nil {
 		return err
 	}
 	var body NodeBody
@@ -172,7 +186,7 @@ func (h *Handler) putNode(w http.ResponseWriter, r *http.Request, p capacity.Pri
 // left out.
 func (h *Handler) rotateAgentKey(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID string) error {
 	nodeID := r.PathValue("nodeId")
-	if err := admitOperator(p, "node", nodeID); err != nil {
+	if err := admitOperator(p, "rotateAgentKey", "node", nodeID); err != nil {
 		return err
 	}
 	var body ReasonBody
@@ -201,7 +215,7 @@ func (h *Handler) getNode(w http.ResponseWriter, r *http.Request, p capacity.Pri
 
 func (h *Handler) setTopology(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID string) error {
 	nodeID := r.PathValue("nodeId")
-	if err := admitOperator(p, "node", nodeID); err != nil {
+	if err := admitOperator(p, "setTopology", "node", nodeID); err != nil {
 		return err
 	}
 	var body TopologyBody
@@ -221,7 +235,7 @@ func (h *Handler) setTopology(w http.ResponseWriter, r *http.Request, p capacity
 
 func (h *Handler) createReservation(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID string) error {
 	nodeID := r.PathValue("nodeId")
-	if err := admitOperator(p, "node", nodeID); err != nil {
+	if err := admitOperator(p, "createReservation", "node", nodeID); err != nil {
 		return err
 	}
 	var body ReservationBody
@@ -259,10 +273,10 @@ func (h *Handler) createReservation(w http.ResponseWriter, r *http.Request, p ca
 
 // changeReservation serves cancel and reaffirm; the body ({reason}) may be left out. A cancel
 // answers the VMs still on the reservation's units: it terminates nothing.
-func (h *Handler) changeReservation(action string) handlerFunc {
+func (h *Handler) changeReservation(action, operationID string) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID string) error {
 		nodeID, resID := r.PathValue("nodeId"), r.PathValue("id")
-		if err := admitOperator(p, "reservation", nodeID, resID); err != nil {
+		if err := admitOperator(p, operationID, "reservation", nodeID, resID); err != nil {
 			return err
 		}
 		var body ReasonBody
@@ -302,14 +316,12 @@ func (h *Handler) listReservations(w http.ResponseWriter, r *http.Request, p cap
 	return nil
 }
 
-// listReservationAudit: as listReservations, the service's first gate before the query for
-// anyone but an operator; the finer checks (owner, managing org or operator) stay in the
-// service.
+// listReservationAudit: as listReservations, the service's first gate before the query (an
+// operator needs reservation.read or reservation.capacity too); the finer checks (owner,
+// managing org or operator) stay in the service.
 func (h *Handler) listReservationAudit(w http.ResponseWriter, r *http.Request, p capacity.Principal, _ string) error {
-	if !p.Operator {
-		if err := capacity.AdmitReservationRead(p, r.PathValue("nodeId"), r.PathValue("id")); err != nil {
-			return err
-		}
+	if err := capacity.AdmitReservationRead(p, r.PathValue("nodeId"), r.PathValue("id")); err != nil {
+		return err
 	}
 	page, err := pageOf(r.URL.Query())
 	if err != nil {
@@ -324,7 +336,7 @@ func (h *Handler) listReservationAudit(w http.ResponseWriter, r *http.Request, p
 }
 
 func (h *Handler) listNodeAudit(w http.ResponseWriter, r *http.Request, p capacity.Principal, _ string) error {
-	if err := admitOperator(p, "node", r.PathValue("nodeId")); err != nil {
+	if err := admitOperator(p, "listNodeAudit", "node", r.PathValue("nodeId")); err != nil {
 		return err
 	}
 	page, err := pageOf(r.URL.Query())
@@ -340,7 +352,7 @@ func (h *Handler) listNodeAudit(w http.ResponseWriter, r *http.Request, p capaci
 }
 
 func (h *Handler) listKeyAudit(w http.ResponseWriter, r *http.Request, p capacity.Principal, _ string) error {
-	if err := admitOperator(p, ""); err != nil {
+	if err := admitOperator(p, "listKeyAudit", ""); err != nil {
 		return err
 	}
 	page, err := pageOf(r.URL.Query())
@@ -357,7 +369,7 @@ func (h *Handler) listKeyAudit(w http.ResponseWriter, r *http.Request, p capacit
 
 // createKey answers 201 with the key and, only in this answer, its secret.
 func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID string) error {
-	if err := admitOperator(p, "key"); err != nil {
+	if err := admitOperator(p, "createKey", "key"); err != nil {
 		return err
 	}
 	var body KeyBody
@@ -386,7 +398,7 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, p capacity.P
 }
 
 func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request, p capacity.Principal, _ string) error {
-	if err := admitOperator(p, ""); err != nil {
+	if err := admitOperator(p, "listKeys", ""); err != nil {
 		return err
 	}
 	page, err := pageOf(r.URL.Query())
@@ -404,7 +416,7 @@ func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request, p capacity.Pr
 // getKey answers one key (the Location of a created key).
 func (h *Handler) getKey(w http.ResponseWriter, r *http.Request, p capacity.Principal, _ string) error {
 	keyID := r.PathValue("keyId")
-	if err := admitOperator(p, "key", keyID); err != nil {
+	if err := admitOperator(p, "getKey", "key", keyID); err != nil {
 		return err
 	}
 	k, err := h.Service.GetKey(r.Context(), p, keyID)
@@ -419,7 +431,7 @@ func (h *Handler) getKey(w http.ResponseWriter, r *http.Request, p capacity.Prin
 // is checked for form only, since a repeat changes nothing anyway.
 func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID string) error {
 	keyID := r.PathValue("keyId")
-	if err := admitOperator(p, "key", keyID); err != nil {
+	if err := admitOperator(p, "revokeKey", "key", keyID); err != nil {
 		return err
 	}
 	var body ReasonBody
@@ -442,6 +454,10 @@ func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request, p capacity.P
 func (h *Handler) forceEnd(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID string) error {
 	req := capacity.ForceEndRequest{NodeID: r.PathValue("nodeId"), ReservationID: r.PathValue("id"),
 		ReclaimID: r.PathValue("reclaimId"), VMID: r.PathValue("vmId"), IdempotencyKey: r.Header.Get("Idempotency-Key")}
+	// The route table's permission, then the domain's own gate (the same 404).
+	if err := admitOperator(p, "forceEndVM", "reclaim operation", req.NodeID, req.ReservationID, req.ReclaimID, req.VMID); err != nil {
+		return err
+	}
 	if err := capacity.AdmitForceEnd(p, req.NodeID, req.ReservationID, req.ReclaimID, req.VMID); err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,8 +18,10 @@ import (
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 
+	"github.com/openrelay/capacity/shared/auth"
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/httpapi"
+	"github.com/openrelay/capacity/shared/routes"
 	"github.com/openrelay/capacity/shared/wire"
 )
 
@@ -134,7 +137,7 @@ func (f *fakeService) ListKeyAudit(_ context.Context, p capacity.Principal, page
 
 var (
 	testSecret = "ocap_" + strings.Repeat("A", 49)
-	opAuth     = ptr("Bearer " + secretOperator)
+	opAuth     = ptr("Bearer " + secretPlatform)
 	testNode   = capacity.Node{ID: "n1", OwnerOrgID: "owner", UnitIDs: []string{"u0", "u1"}, AgentEndpoint: "https://agent.example",
 		TopologyGen: 3, Version: 9, AuditHead: capacity.AuditHead{Seq: 5, Hash: "abc"}}
 	testKey = capacity.APIKey{KeyID: "key-1", OrgID: "org1", Permissions: []string{capacity.PermRead}, Description: "ci",
@@ -1079,4 +1082,68 @@ func serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	return w
+}
+
+// TestOperatorRoutePermissions: every operator route of the route table, called by an
+// operator key holding every permission but the route's own, by the marketplace
+// scheduler's key (operator, vm.place) or by a tenant, answers the same 404 body, before its
+// body or query is read (a valid body, garbage or a bad query alike), and never reaches the
+// service; an operator key holding only the route's permission reaches it. The permission
+// comes from shared/routes, the one table the mux, the gateway and the OpenAPI document use.
+func TestOperatorRoutePermissions(t *testing.T) {
+	bodies := map[string]string{}
+	for _, rt := range operatorBodyRoutes {
+		bodies[rt.method+" "+rt.path] = objectOf(rt.members)
+	}
+	concrete := strings.NewReplacer("{nodeId}", "n1", "{id}", "r1", "{keyId}", "key-1", "{reclaimId}", "rcl-1", "{vmId}", "vm-1")
+	seen := 0
+	for _, rt := range routes.All {
+		if rt.Permission == "" {
+			continue
+		}
+		seen++
+		path := concrete.Replace(rt.Path)
+		valid := bodies[rt.Method+" "+path]
+		if valid == "" && rt.Method != http.MethodGet {
+			t.Errorf("%s %s: no valid body in operatorBodyRoutes", rt.Method, path)
+		}
+		keys := testKeys()
+		add := func(secret string, perms ...string) string {
+			k := capacity.APIKey{KeyID: "key-" + secret, OrgID: "platform", Operator: true, Permissions: perms, Hash: auth.Hash(secret)}
+			keys[k.Hash] = k
+			return "Bearer " + secret
+		}
+		others := slices.DeleteFunc(slices.Clone(capacity.AllPermissions), func(p string) bool { return p == rt.Permission })
+		callers := map[string]string{
+			"operator without " + rt.Permission: add("ork_allbut", others...),
+			"marketplace scheduler":             "Bearer " + secretOperator,
+			"tenant":                            "Bearer " + secretOwner,
+		}
+		t.Run(rt.OperationID, func(t *testing.T) {
+			var first string
+			for name, authz := range callers {
+				for _, variant := range []struct{ query, body, ct string }{
+					{"", valid, "application/json"}, {"?limit=0", `{"bogus":1}`, "application/json"}, {"?x=1", "not json", "text/plain"},
+				} {
+					svc := &fakeService{}
+					w := req{method: rt.Method, path: path + variant.query, body: variant.body, auth: ptr(authz), contentType: ptr(variant.ct)}.do(t, newHandlerWithKeys(svc, keys))
+					problem(t, w, http.StatusNotFound, capacity.CodeNotFound)
+					assertNoCalls(t, svc)
+					if first == "" {
+						first = w.Body.String()
+					} else if w.Body.String() != first {
+						t.Errorf("%s: body %s differs from %s", name, w.Body.String(), first)
+					}
+				}
+			}
+			svc := &fakeService{}
+			w := req{method: rt.Method, path: path, body: valid, auth: ptr(add("ork_only", rt.Permission))}.do(t, newHandlerWithKeys(svc, keys))
+			if w.Code >= 300 || len(svc.Calls()) != 1 {
+				t.Errorf("operator holding only %s: %d %s, %d calls; want the service's answer", rt.Permission, w.Code, w.Body.String(), len(svc.Calls()))
+			}
+		})
+	}
+	if seen == 0 {
+		t.Fatal("no operator route in the table")
+	}
 }

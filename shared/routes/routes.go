@@ -14,37 +14,62 @@ type Route struct {
 	Path        string
 	OperationID string // the OpenAPI operationId; the mux binds its handler by it
 	Auth        bool   // requires an API key
+	// Permission is the operator permission the route needs: only an operator key that
+	// holds it may use the route, and anyone else gets the route's 404 before its body or
+	// query is read. "" on the routes open to tenants, where the service decides by the
+	// caller's capacity permissions and role. The OpenAPI document (x-operator-permission)
+	// and the README's route table are checked against it.
+	Permission string
 }
+
+// The operator permissions (capacity.OperatorPermissions; this package imports only the
+// standard library, and a test ties the two lists).
+const (
+	KeyManage         = "key.manage"
+	NodeManage        = "node.manage"
+	ReservationManage = "reservation.manage"
+	AuditRead         = "audit.read"
+)
 
 // All is every public route.
 var All = []Route{
-	{"GET", "/v1/openapi.json", "getOpenAPI", false},
-	{"GET", "/v1/nodes/{nodeId}/reservations/{id}", "getReservation", true},
-	{"POST", "/v1/nodes/{nodeId}/reservations/{id}/reclaim", "reclaim", true},
-	{"POST", "/v1/nodes/{nodeId}/reservations/{id}/release", "release", true},
-	{"GET", "/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}", "getReclaimOperation", true},
-	{"POST", "/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}/retry", "retryReclaimOperation", true},
-	{"GET", "/v1/nodes/{nodeId}/reservations/{id}/scheduled-reclaims", "listScheduledReclaims", true},
-	{"GET", "/v1/nodes/{nodeId}/reservations/{id}/scheduled-reclaims/{scheduledReclaimId}", "getScheduledReclaim", true},
-	{"DELETE", "/v1/nodes/{nodeId}/reservations/{id}/scheduled-reclaims/{scheduledReclaimId}", "cancelScheduledReclaim", true},
-	{"POST", "/v1/nodes/{nodeId}/vms", "placeVM", true},
-	// Operator routes (nodes, reservations, topology, keys) and the audit trail.
-	{"PUT", "/v1/nodes/{nodeId}", "putNode", true},
-	{"GET", "/v1/nodes/{nodeId}", "getNode", true},
-	{"PUT", "/v1/nodes/{nodeId}/topology", "setTopology", true},
-	{"POST", "/v1/nodes/{nodeId}/agent-key/rotate", "rotateAgentKey", true},
-	{"GET", "/v1/nodes/{nodeId}/audit", "listNodeAudit", true},
-	{"GET", "/v1/nodes/{nodeId}/reservations", "listReservations", true},
-	{"POST", "/v1/nodes/{nodeId}/reservations", "createReservation", true},
-	{"POST", "/v1/nodes/{nodeId}/reservations/{id}/cancel", "cancelReservation", true},
-	{"POST", "/v1/nodes/{nodeId}/reservations/{id}/reaffirm", "reaffirmReservation", true},
-	{"GET", "/v1/nodes/{nodeId}/reservations/{id}/audit", "listReservationAudit", true},
-	{"POST", "/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}/vms/{vmId}/force-end", "forceEndVM", true},
-	{"POST", "/v1/keys", "createKey", true},
-	{"GET", "/v1/keys", "listKeys", true},
-	{"GET", "/v1/keys/{keyId}", "getKey", true},
-	{"POST", "/v1/keys/{keyId}/revoke", "revokeKey", true},
-	{"GET", "/v1/keys/audit", "listKeyAudit", true},
+	{"GET", "/v1/openapi.json", "getOpenAPI", false, ""},
+	{"GET", "/v1/nodes/{nodeId}/reservations/{id}", "getReservation", true, ""},
+	{"POST", "/v1/nodes/{nodeId}/reservations/{id}/reclaim", "reclaim", true, ""},
+	{"POST", "/v1/nodes/{nodeId}/reservations/{id}/release", "release", true, ""},
+	{"GET", "/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}", "getReclaimOperation", true, ""},
+	{"POST", "/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}/retry", "retryReclaimOperation", true, ""},
+	{"GET", "/v1/nodes/{nodeId}/reservations/{id}/scheduled-reclaims", "listScheduledReclaims", true, ""},
+	{"GET", "/v1/nodes/{nodeId}/reservations/{id}/scheduled-reclaims/{scheduledReclaimId}", "getScheduledReclaim", true, ""},
+	{"DELETE", "/v1/nodes/{nodeId}/reservations/{id}/scheduled-reclaims/{scheduledReclaimId}", "cancelScheduledReclaim", true, ""},
+	{"POST", "/v1/nodes/{nodeId}/vms", "placeVM", true, ""},
+	{"GET", "/v1/nodes/{nodeId}", "getNode", true, ""},
+	{"GET", "/v1/nodes/{nodeId}/reservations", "listReservations", true, ""},
+	{"GET", "/v1/nodes/{nodeId}/reservations/{id}/audit", "listReservationAudit", true, ""},
+	// Operator routes (nodes, reservations, topology, keys) and the audit chains.
+	{"PUT", "/v1/nodes/{nodeId}", "putNode", true, NodeManage},
+	{"PUT", "/v1/nodes/{nodeId}/topology", "setTopology", true, NodeManage},
+	{"POST", "/v1/nodes/{nodeId}/agent-key/rotate", "rotateAgentKey", true, NodeManage},
+	{"GET", "/v1/nodes/{nodeId}/audit", "listNodeAudit", true, AuditRead},
+	{"POST", "/v1/nodes/{nodeId}/reservations", "createReservation", true, ReservationManage},
+	{"POST", "/v1/nodes/{nodeId}/reservations/{id}/cancel", "cancelReservation", true, ReservationManage},
+	{"POST", "/v1/nodes/{nodeId}/reservations/{id}/reaffirm", "reaffirmReservation", true, ReservationManage},
+	{"POST", "/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}/vms/{vmId}/force-end", "forceEndVM", true, NodeManage},
+	{"POST", "/v1/keys", "createKey", true, KeyManage},
+	{"GET", "/v1/keys", "listKeys", true, KeyManage},
+	{"GET", "/v1/keys/{keyId}", "getKey", true, KeyManage},
+	{"POST", "/v1/keys/{keyId}/revoke", "revokeKey", true, KeyManage},
+	{"GET", "/v1/keys/audit", "listKeyAudit", true, AuditRead},
+}
+
+// Find returns the route with the operationId (false: none).
+func Find(operationID string) (Route, bool) {
+	for _, r := range All {
+		if r.OperationID == operationID {
+			return r, true
+		}
+	}
+	return Route{}, false
 }
 
 // Paths returns the distinct paths of All, sorted.

@@ -2,7 +2,9 @@ package routes
 
 import (
 	"net/http"
+	"os"
 	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -30,5 +32,38 @@ func TestTable(t *testing.T) {
 			t.Errorf("%s %s: repeated", r.Method, r.Path)
 		}
 		seen[r.Method+" "+r.Path] = true
+	}
+}
+
+// TestREADMENamesEachOperatorPermission: the README's route table says which operator
+// permission each operator route needs, as this table does, and names no other.
+func TestREADMENamesEachOperatorPermission(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	perms := []string{KeyManage, NodeManage, ReservationManage, AuditRead}
+	for _, r := range All {
+		if r.Permission == "" {
+			continue
+		}
+		route := "`" + r.Method + " " + r.Path + "`"
+		var who string
+		for line := range strings.Lines(string(readme)) {
+			// A row of the route table: | method and path | who | does |
+			if cells := strings.Split(line, " | "); strings.HasPrefix(line, "| ") && strings.Contains(cells[0], route) && len(cells) >= 3 {
+				who = cells[1]
+				break
+			}
+		}
+		if who == "" {
+			t.Errorf("%s: no row in the README's route table", route)
+			continue
+		}
+		for _, p := range perms {
+			if strings.Contains(who, "`"+p+"`") != (p == r.Permission) {
+				t.Errorf("%s: the README says %q; the route table's operator permission is %s", route, who, r.Permission)
+			}
+		}
 	}
 }
