@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"reflect"
 	"testing"
 	"time"
 
@@ -73,5 +74,49 @@ func TestCommand(t *testing.T) {
 		if s := it["pk"].(*types.AttributeValueMemberS).Value; it["sk"].(*types.AttributeValueMemberS).Value == "VM#v1" && s != "NODE#n1#HIST" {
 			t.Errorf("VM still at %s", s)
 		}
+	}
+}
+
+// TestReportOperatorKeys: the report names the live operator keys without an operator
+// permission (issued before they existed), not the migrated, tenant, revoked or expired
+// ones, and changes nothing in the keys table.
+func TestReportOperatorKeys(t *testing.T) {
+	env := dynamotest.New(t)
+	ctx := context.Background()
+	past := time.Now().Add(-time.Hour)
+	old := []string{capacity.PermCapacity, capacity.PermRead, capacity.PermPlace}
+	keys := []capacity.APIKey{
+		{KeyID: "key-legacy-op", Hash: capacity.HashKeySecret("ork_1"), OrgID: "platform", Operator: true, Permissions: old},
+		{KeyID: "key-new-op", Hash: capacity.HashKeySecret("ork_2"), OrgID: "platform", Operator: true, Permissions: capacity.AllPermissions},
+		{KeyID: "key-tenant", Hash: capacity.HashKeySecret("ork_3"), OrgID: "acme", Permissions: old},
+		{KeyID: "key-revoked-op", Hash: capacity.HashKeySecret("ork_4"), OrgID: "platform", Operator: true, Permissions: old, Revoked: true},
+		{KeyID: "key-expired-op", Hash: capacity.HashKeySecret("ork_5"), OrgID: "platform", Operator: true, Permissions: old, ExpiresAt: &past},
+	}
+	if err := env.Store.Put(ctx, dynamo.Seed{Keys: keys}); err != nil {
+		t.Fatal(err)
+	}
+	before := env.Items(t, env.Store.KeysTable)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	client := func() (*dynamodb.Client, error) { return env.Client, nil }
+	if err := run(ctx, []string{"-report-operator-keys"}, io.Discard, quiet, client); err == nil {
+		t.Error("no -keys-table: want an error")
+	}
+	var out bytes.Buffer
+	if err := run(ctx, []string{"-report-operator-keys", "-keys-table", env.Store.KeysTable}, &out, quiet, client); err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Keys []struct {
+			KeyID string `json:"keyId"`
+		} `json:"operatorKeysWithoutOperatorPermission"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("report %q: %v", out.String(), err)
+	}
+	if len(rep.Keys) != 1 || rep.Keys[0].KeyID != "key-legacy-op" {
+		t.Errorf("report %s, want key-legacy-op only", out.String())
+	}
+	if after := env.Items(t, env.Store.KeysTable); !reflect.DeepEqual(after, before) {
+		t.Errorf("the report changed the keys table")
 	}
 }
