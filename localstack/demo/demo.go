@@ -42,7 +42,10 @@ func Keys() []Key {
 		}}
 	}
 	return []Key{
-		mk("operator", "ork_demo_operator", OrgPlatform, true, append(all, capacity.PermPlace)...),
+		// The platform operator holds every permission; the marketplace scheduler, an operator
+		// key too, only places VMs (it gets 404 on every operator route).
+		mk("operator", "ork_demo_operator", OrgPlatform, true, capacity.AllPermissions...),
+		mk("scheduler", "ork_demo_scheduler", OrgPlatform, true, capacity.PermPlace),
 		mk("owner", "ork_demo_owner", OrgOwner, false, all...),
 		mk("manager", "ork_demo_manager", OrgManager, false, all...),
 		mk("audience", "ork_demo_audience", OrgAudience, false, all...),

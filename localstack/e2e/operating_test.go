@@ -174,6 +174,7 @@ func TestOperatingFromNothing(t *testing.T) {
 	if r := c.run(tenantKey, "", "keys", "list"); r.code != 1 || !strings.Contains(r.stderr, "404 not_found") {
 		t.Errorf("keys list as a tenant: exit %d %s", r.code, r.stderr)
 	}
+	scheduler := narrowOperatorKeys(t, c, op, boot.Key.KeyID)
 
 	// 3. Register the node; its agent key is printed once: a random key, not one derived from
 	// the master secret, which the operator installs on the agent.
@@ -260,7 +261,7 @@ func TestOperatingFromNothing(t *testing.T) {
 	if _, _, err := api.Release(ctx, node, "res-op", apiclient.ReleaseRequest{UnitIDs: []string{"gpu-1"}}, apiclient.Options{}); err != nil {
 		t.Fatalf("release: %v", err)
 	}
-	market := apiclient.New(apiURL, op, httpClient)
+	market := apiclient.New(apiURL, scheduler, httpClient)
 	if _, _, err := market.PlaceVM(ctx, node, apiclient.PlaceRequest{VMID: "vm-op-1", OrgID: "org-buyer", Tier: "spot", UnitIDs: []string{"gpu-1"}}, apiclient.Options{}); err != nil {
 		t.Fatalf("place: %v", err)
 	}
@@ -316,6 +317,85 @@ func TestOperatingFromNothing(t *testing.T) {
 		!strings.Contains(r.stdout, "action reclaim") {
 		t.Errorf("audit verify after tampering: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
+}
+
+// listKeys reads every key with capacityctl.
+func listKeys(c *ctl, op string) []wire.KeyJSON {
+	var all []wire.KeyJSON
+	for cursor := ""; ; {
+		var page wire.KeyPageJSON
+		args := []string{"keys", "list", "--limit", "100"}
+		if cursor != "" {
+			args = append(args, "--cursor", cursor)
+		}
+		c.json(op, &page, args...)
+		all = append(all, page.Keys...)
+		if page.NextCursor == "" {
+			return all
+		}
+		cursor = page.NextCursor
+	}
+}
+
+// narrowOperatorKeys checks that the bootstrap key holds every permission, then creates
+// through the API the marketplace scheduler's key (operator, vm.place only) and a key
+// manager's (key.manage and reservation.read, expiring within the hour), and shows that
+// neither can do more than it holds: the scheduler gets the operator routes' 404 (it cannot
+// mint a key, cancel a reservation or revoke the bootstrap key), and the key manager's
+// attempts to grant what it lacks, to outlive itself or to revoke a stronger key are 403.
+// Nothing they tried changed: neither made a key, and no key was revoked. It returns the
+// scheduler's secret.
+func narrowOperatorKeys(t *testing.T, c *ctl, op, bootKeyID string) string {
+	t.Helper()
+	for _, k := range listKeys(c, op) {
+		if k.KeyID == bootKeyID && strings.Join(k.Permissions, ",") != strings.Join(capacity.AllPermissions, ",") {
+			t.Errorf("the bootstrap key holds %v, want every permission", k.Permissions)
+		}
+	}
+	type created struct {
+		Key    struct{ KeyID string } `json:"key"`
+		Secret string                 `json:"secret"`
+	}
+	var sched, mgr created
+	c.json(op, &sched, "keys", "create", "--org", "org-platform", "--operator", "--permissions", "vm.place", "--description", "marketplace scheduler")
+	c.json(op, &mgr, "keys", "create", "--org", "org-platform", "--operator", "--permissions", "key.manage,reservation.read",
+		"--expires", "1h", "--description", "key manager")
+
+	for _, args := range [][]string{
+		{"keys", "create", "--org", "org-platform", "--operator", "--permissions", strings.Join(capacity.AllPermissions, ","), "--description", "escalate"},
+		{"keys", "list"},
+		{"keys", "revoke", bootKeyID, "--reason", "take over"},
+		{"nodes", "put", "--node", "node-x", "--owner", "org-x", "--units", "gpu-0", "--agent-endpoint", agents.Endpoint("node-x")},
+		{"audit", "verify", "--keys"},
+	} {
+		if r := c.run(sched.Secret, "", args...); r.code != 1 || !strings.Contains(r.stderr, "404 not_found") {
+			t.Errorf("%v as the scheduler: exit %d %s; want 404", args, r.code, r.stderr)
+		}
+	}
+	for _, args := range [][]string{
+		{"keys", "create", "--org", "org-platform", "--operator", "--permissions", "key.manage,node.manage", "--expires", "30m"},
+		{"keys", "create", "--org", "org-acme", "--permissions", "reservation.capacity", "--expires", "30m"},
+		{"keys", "create", "--org", "org-acme", "--permissions", "reservation.read"},
+		{"keys", "create", "--org", "org-acme", "--permissions", "reservation.read", "--expires", "2h"},
+		{"keys", "create", "--org", "org-acme", "--operator", "--permissions", "reservation.read", "--expires", "30m"},
+		{"keys", "revoke", bootKeyID, "--reason", "take over"},
+	} {
+		if r := c.run(mgr.Secret, "", args...); r.code != 1 || !strings.Contains(r.stderr, "403 forbidden") {
+			t.Errorf("%v as the key manager: exit %d %s; want 403", args, r.code, r.stderr)
+		}
+	}
+	for _, k := range listKeys(c, op) {
+		if k.CreatedBy == sched.Key.KeyID || k.CreatedBy == mgr.Key.KeyID || k.KeyID == bootKeyID && k.Revoked {
+			t.Errorf("a refused call changed the keys: %+v", k)
+		}
+	}
+	// Within what it holds, the key manager works.
+	var ok created
+	c.json(mgr.Secret, &ok, "keys", "create", "--org", "org-acme", "--permissions", "reservation.read", "--expires", "30m", "--description", "auditor")
+	if ok.Secret == "" {
+		t.Errorf("a key within the key manager's own: %+v", ok)
+	}
+	return sched.Secret
 }
 
 // keyAudit reads the whole keys' chain with capacityctl and indexes its records by
