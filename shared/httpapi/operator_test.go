@@ -1147,3 +1147,20 @@ func TestOperatorRoutePermissions(t *testing.T) {
 		t.Fatal("no operator route in the table")
 	}
 }
+
+// TestEveryRouteNamesItsOperatorPermission: every route of the table answers a key holding
+// every permission (with any body) without the panic of an operator handler whose route
+// names no operator permission in shared/routes.
+func TestEveryRouteNamesItsOperatorPermission(t *testing.T) {
+	concrete := strings.NewReplacer("{nodeId}", "n1", "{id}", "r1", "{keyId}", "key-1", "{reclaimId}", "op-1", "{scheduledReclaimId}", "s-1")
+	for _, rt := range routes.All {
+		t.Run(rt.OperationID, func(t *testing.T) {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Errorf("%s %s: %v", rt.Method, rt.Path, p)
+				}
+			}()
+			req{method: rt.Method, path: concrete.Replace(rt.Path), body: `{}`, auth: opAuth}.do(t, newHandler(&fakeService{}))
+		})
+	}
+}
