@@ -52,6 +52,8 @@ FUZZTIME       ?= 10s
 # FAULTS: AWS faults for the functions of the local stack (README "Fault layer"), e.g.
 # make run FAULTS='TransactWriteItems:TransactionConflict=0.1,*:Throttling=0.1'
 FAULTS ?=
+# BENCH_PKGS: every package with a benchmark; make test runs each benchmark once, short.
+BENCH_PKGS := $(sort $(patsubst %/,./%,$(dir $(shell grep -rl --include='*_test.go' '^func Benchmark' shared functions cmd localstack))))
 # E2E_FAULTS: the AWS faults of the end-to-end runs under faults of make test and make bench:
 # 10% transaction conflicts and 10% throttling on every call, and 5% of writes applied but
 # answered with a timeout (the simulated agents also fail 30% of terminate calls).
@@ -64,7 +66,7 @@ run: ## run the whole stack on 127.0.0.1:4566 with demo data (Ctrl-C stops it); 
 	CAPACITY_FAULTS='$(FAULTS)' go run ./localstack/cmd/localstack -template $(LOCAL_TEMPLATE) -outputs $(OUTPUTS)
 
 .PHONY: test
-test: ## every test: unit, store, fuzz (short), CDK assertions, end to end on the local stack
+test: ## every test: unit, store, fuzz (short), CDK assertions, end to end on the local stack, every benchmark once (short)
 	@echo "==> vet"
 	go vet ./...
 	@echo "==> unit and store tests, with the race detector (the store's run on the in-process emulator)"
@@ -77,6 +79,9 @@ test: ## every test: unit, store, fuzz (short), CDK assertions, end to end on th
 	go test -count=1 -timeout 15m ./localstack/...
 	@echo "==> end-to-end main flows with the stack's functions under AWS faults: $(E2E_FAULTS)"
 	E2E_FAULTS='$(E2E_FAULTS)' go test -count=1 -timeout 10m -run UnderFaults ./localstack/e2e
+	@echo "==> every benchmark once in its short form (one iteration, small sizes; no figure judged): $(BENCH_PKGS)"
+	go test -count=1 -short -timeout 10m -run '^$$' -bench . -benchtime 1x $(BENCH_PKGS)
+	E2E_FAULTS='$(E2E_FAULTS)' go test -count=1 -short -timeout 10m -run '^$$' -bench UnderFaults -benchtime 1x ./localstack/e2e
 
 .PHONY: bench
 bench: ## latency and size figures (see README "Numbers")

@@ -99,6 +99,16 @@ func BenchmarkReclaim(b *testing.B) {
 	b.ReportMetric(0, "ns/op") // per-op time mixes seeding with the calls; the metrics above are the figures
 }
 
+// shortBenchmarks makes every benchmark's sizes small: the short form (-short -benchtime 1x),
+// which make test runs so that a benchmark that no longer runs fails it. Its figures are not
+// judged; `make bench` runs the full sizes.
+func shortBenchmarks() {
+	scaleReclaims, contendRepeats, fanoutNodes, fanoutVictims, txCeilingTxs = 16, 1, 4, 16, 50
+	historyCycles, historySamples = 16, 3
+	terminationVictims = []int{1, 8}
+	faultBenchNodes, faultBenchPerNode = 2, 2
+}
+
 func percentile(d []time.Duration, p int) time.Duration {
 	if len(d) == 0 {
 		return 0

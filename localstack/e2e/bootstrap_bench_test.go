@@ -1,36 +1,51 @@
 package e2e
 
 import (
+	"bytes"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/openrelay/capacity/localstack/stack"
 )
 
-// BenchmarkBootstrap reports, for each function, the size of the deployable bootstrap
-// (linux/arm64, stripped, as `make lambdas` builds it) and the time from starting a host
-// bootstrap process to its first poll of the Lambda runtime API (a stand-in runtime API on
-// loopback records the poll).
+// BenchmarkBootstrap reports, for each function of the stack, the size of the deployable
+// bootstrap (linux/arm64, stripped, as `make lambdas` builds it) and the time from starting the
+// local stack's host bootstrap to its first poll of the Lambda runtime API (a stand-in runtime
+// API on loopback records the poll). Each starts with the environment the local stack gives
+// it, which is the template's: a function that comes to require more configuration gets it
+// from where it is declared (infra), not from a copy here. The short form (-short) skips the
+// arm64 build.
 func BenchmarkBootstrap(b *testing.B) {
-	for _, fn := range []string{"api", "terminate-node", "reconciler"} {
-		b.Run(fn, func(b *testing.B) { benchBootstrap(b, "../../functions/"+fn) })
+	if localStack == nil {
+		b.Skip("needs the local stack this test process starts (not CAPACITY_OUTPUTS): it starts each function with the stack's environment for it")
+	}
+	seen := map[string]bool{}
+	for _, fn := range localStack.Functions() {
+		if seen[fn.Code] {
+			continue
+		}
+		seen[fn.Code] = true
+		b.Run(fn.Code, func(b *testing.B) { benchBootstrap(b, fn) })
 	}
 }
 
-func benchBootstrap(b *testing.B, pkg string) {
-	dir := b.TempDir()
-	arm := filepath.Join(dir, "arm64", "bootstrap")
-	build(b, pkg, arm, "GOOS=linux", "GOARCH=arm64")
-	fi, err := os.Stat(arm)
-	if err != nil {
-		b.Fatal(err)
+func benchBootstrap(b *testing.B, fn stack.Function) {
+	if !testing.Short() {
+		arm := filepath.Join(b.TempDir(), "bootstrap")
+		build(b, "../../functions/"+fn.Code, arm, "GOOS=linux", "GOARCH=arm64")
+		fi, err := os.Stat(arm)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(fi.Size())/(1<<20), "arm64-bootstrap-MiB")
 	}
-	host := filepath.Join(dir, "host", "bootstrap")
-	build(b, pkg, host)
 
 	polled := make(chan struct{}, 1)
 	runtime := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -43,32 +58,32 @@ func benchBootstrap(b *testing.B, pkg string) {
 		}
 	}))
 	defer runtime.Close()
+	env := slices.DeleteFunc(slices.Clone(fn.Env), func(kv string) bool { return strings.HasPrefix(kv, "AWS_LAMBDA_RUNTIME_API=") })
+	env = append(env, "AWS_LAMBDA_RUNTIME_API="+strings.TrimPrefix(runtime.URL, "http://"))
 
 	var total time.Duration
 	for b.Loop() {
-		cmd := exec.Command(host)
-		cmd.Env = []string{
-			"AWS_LAMBDA_RUNTIME_API=" + strings.TrimPrefix(runtime.URL, "http://"),
-			// Every function's required configuration; none is used before the first poll.
-			"STATE_TABLE=bench-state", "AUDIT_TABLE=bench-audit", "KEYS_TABLE=bench-keys", "AGENT_MASTER_SECRET_ID=bench",
-			"STATE_MACHINE_ARN=arn:aws:states:us-east-1:000000000000:stateMachine:bench", "AWS_REGION=us-east-1",
-			"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test",
-		}
+		var stderr bytes.Buffer
+		cmd := exec.Command(fn.Bootstrap)
+		cmd.Env, cmd.Stdout, cmd.Stderr = env, &stderr, &stderr
+		exited := make(chan error, 1)
 		start := time.Now()
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
 		}
+		go func() { exited <- cmd.Wait() }()
 		select {
 		case <-polled:
 			total += time.Since(start)
+		case err := <-exited:
+			b.Fatalf("bootstrap %s exited before polling the runtime API: %v\n%s", fn.Code, err, stderr.String())
 		case <-time.After(10 * time.Second):
 			_ = cmd.Process.Kill()
 			b.Fatal("bootstrap did not poll the runtime API within 10s")
 		}
 		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		<-exited
 	}
-	b.ReportMetric(float64(fi.Size())/(1<<20), "arm64-bootstrap-MiB")
 	b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "ms-to-first-poll")
 }
 

@@ -268,6 +268,9 @@ func sorted(s []string) []string {
 	return s
 }
 
+// BenchmarkTerminationUnderFaults's sizes (shortBenchmarks shrinks them).
+var faultBenchNodes, faultBenchPerNode = 8, 8
+
 // BenchmarkTerminationUnderFaults measures a 64-VM reclaim over 8 nodes (one reclaim per
 // node, sent at once) while the stack's functions get E2E_FAULTS and the agents fail 30% of
 // terminate calls: the time from the first reclaim sent to the last of the 8 operations
@@ -275,7 +278,7 @@ func sorted(s []string) []string {
 // Idempotency-Key, as a client should.
 func BenchmarkTerminationUnderFaults(b *testing.B) {
 	requireFaults(b)
-	const nodes, perNode = 8, 8
+	nodes, perNode := faultBenchNodes, faultBenchPerNode
 	c := &faultClient{retryReadErrors: true}
 	stopReconciler := runReconciler(b)
 	faultsBefore := agents.RandomFaults()
@@ -312,7 +315,7 @@ func BenchmarkTerminationUnderFaults(b *testing.B) {
 		}
 		wg.Wait()
 		total += time.Since(start)
-		if n := outcomesSeen.Load(); n != nodes*perNode {
+		if n := outcomesSeen.Load(); n != int64(nodes*perNode) {
 			b.Fatalf("%d outcomes, want %d", n, nodes*perNode)
 		}
 	}

@@ -15,11 +15,13 @@ import (
 	"github.com/openrelay/capacity/shared/dynamo"
 )
 
-// Sizes of BenchmarkHistory: the node's age in cycles, and the reclaims measured at each age.
-const (
+// Sizes of BenchmarkHistory: the node's age in cycles, and the reclaims measured at each age
+// (shortBenchmarks shrinks them).
+const historyUnits = 8
+
+var (
 	historyCycles  = 1000
 	historySamples = 30
-	historyUnits   = 8
 )
 
 // BenchmarkHistory compares, in one run, reclaims on a fresh node with reclaims on the same

@@ -46,12 +46,18 @@ var (
 	// masterSecret derives the keys of nodes at key generation 0 (seeded ones).
 	masterSecret []byte
 
+	// localStack is the local stack this process started (nil against CAPACITY_OUTPUTS).
+	localStack *stack.Stack
+
 	// faultSpec is E2E_FAULTS: the AWS faults the stack's functions run under ("": none).
 	faultSpec = strings.TrimSpace(os.Getenv("E2E_FAULTS"))
 )
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	if testing.Short() {
+		shortBenchmarks()
+	}
 	if faultSpec != "" {
 		if f := flag.Lookup("test.run"); f != nil && f.Value.String() == "" {
 			_ = f.Value.Set("UnderFaults")
@@ -137,6 +143,7 @@ func stackOutputs() (map[string]string, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("start local stack: %w", err)
 	}
+	localStack = st
 	return st.Outputs(), func() { _ = st.Close() }, nil
 }
 

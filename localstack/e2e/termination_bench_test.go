@@ -12,13 +12,16 @@ import (
 	"github.com/openrelay/capacity/shared/dynamo"
 )
 
+// terminationVictims are BenchmarkTermination's sizes (shortBenchmarks shrinks them).
+var terminationVictims = []int{1, 8, 64}
+
 // BenchmarkTermination measures the time from the reclaim calls returning to the last
 // victim terminated on its node's agent, through the whole local stack (API Gateway, API
 // function, DynamoDB, Step Functions, terminate-node, agent), for 1, 8 and 64 victims spread
 // over 1 and 8 nodes (one reclaim per node, sent at once).
 func BenchmarkTermination(b *testing.B) {
 	for _, nodes := range []int{1, 8} {
-		for _, victims := range []int{1, 8, 64} {
+		for _, victims := range terminationVictims {
 			if victims < nodes {
 				continue
 			}

@@ -55,6 +55,7 @@ type Stack struct {
 	kumo      *kumo.Server
 	procs     *supervisor
 	bridges   *bridges // SQS pollers and the schedule firer
+	functions []Function
 
 	closeOnce sync.Once
 	closeErr  error
@@ -146,6 +147,8 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 			return nil, err
 		}
 
+		s.functions = append(s.functions, Function{Code: fn.code, Name: fn.name, Bootstrap: spec.binary, Env: slices.Clone(spec.env)})
+
 		o.Logger.Info("started function", "function", fn.name, "processes", o.Processes, "log", spec.logPath)
 	}
 
@@ -163,6 +166,24 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 
 // Outputs returns the resolved template Outputs (API URLs in the proxy's path form).
 func (s *Stack) Outputs() map[string]string { return maps.Clone(s.outputs) }
+
+// Function is one Lambda function of the stack as its bootstraps run.
+type Function struct {
+	Code      string   // its capacity:function metadata: the main package ./functions/<Code>
+	Name      string   // the Lambda function name
+	Bootstrap string   // the host build the stack runs
+	Env       []string // the bootstraps' environment (KEY=value): the template's variables, resolved, and what Lambda sets
+}
+
+// Functions returns the stack's functions with the environment the template gives each: what
+// a bootstrap started outside the stack (a benchmark) needs to start as the stack's do.
+func (s *Stack) Functions() []Function {
+	out := slices.Clone(s.functions)
+	for i := range out {
+		out[i].Env = slices.Clone(out[i].Env)
+	}
+	return out
+}
 
 // StackName is the stack's name: the key of its outputs in the outputs file.
 func (s *Stack) StackName() string { return s.name }
