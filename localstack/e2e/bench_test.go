@@ -107,6 +107,7 @@ func shortBenchmarks() {
 	historyCycles, historySamples = 16, 3
 	terminationVictims = []int{1, 8}
 	faultBenchNodes, faultBenchPerNode = 2, 2
+	contentionCalls, contentionCommits = 48, 6
 }
 
 func percentile(d []time.Duration, p int) time.Duration {
