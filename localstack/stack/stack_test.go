@@ -98,6 +98,15 @@ func TestStack(t *testing.T) {
 		t.Errorf("outputs = %v", outputs)
 	}
 
+	// What a bootstrap started outside the stack (BenchmarkBootstrap) needs: the build the
+	// stack runs and the environment it runs it with.
+	fns := st.Functions()
+	if len(fns) != 1 || fns[0].Code != "echo" || fns[0].Name != "capacity-local-echo" ||
+		fns[0].Bootstrap != filepath.Join(buildDir, "echo", "bootstrap") ||
+		!slices.Contains(fns[0].Env, "TABLE_NAME=capacity-local-state") || !slices.Contains(fns[0].Env, "ECHO_EXTRA=extra-value") {
+		t.Errorf("Functions() = %+v", fns)
+	}
+
 	cfg := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")}
 	endpoint := aws.String(st.Endpoint())
 
