@@ -652,6 +652,8 @@ type chainAPI struct {
 	head, later *capacity.AuditHead
 	records     []wire.AuditRecordJSON
 	keys        []wire.KeyJSON
+	// calls, if set, is the node's calls chain (served for chain=calls).
+	calls *chainAPI
 }
 
 func auditAPI(t *testing.T, head capacity.AuditHead, records []wire.AuditRecordJSON) *httptest.Server {
@@ -667,6 +669,10 @@ func (c *chainAPI) serve(t *testing.T) *httptest.Server {
 		if r.URL.Path != "/dev/v1/nodes/node-1/audit" && r.URL.Path != "/dev/v1/keys/audit" {
 			w.WriteHeader(404)
 			return
+		}
+		c := c
+		if r.URL.Query().Get("chain") == "calls" && c.calls != nil {
+			c = c.calls
 		}
 		head := *c.head
 		switch r.URL.Query().Get("limit") {
@@ -727,6 +733,42 @@ func TestAuditVerify(t *testing.T) {
 				args = []string{"--node", "node-1"}
 			}
 			got := runCLI(t, api, "", nil, append([]string{"audit", "verify"}, args...)...)
+			if got.code != tt.code {
+				t.Fatalf("exit %d, want %d\n%s\n%s", got.code, tt.code, got.stdout, got.err)
+			}
+			assertInOrder(t, "stdout", got.stdout, tt.stdout)
+		})
+	}
+}
+
+// A node's verify reads and verifies both its chains, the changes then the calls, and fails
+// on either.
+func TestAuditVerifyBothNodeChains(t *testing.T) {
+	tests := []struct {
+		name   string
+		edit   func(rs []wire.AuditRecordJSON)
+		args   []string
+		code   int
+		stdout []string
+	}{
+		{"both intact", nil, nil, 0, []string{
+			"OK: audit chain of node node-1 verified: 5 records checked",
+			"OK: audit chain of node node-1 calls verified: 3 records checked, 0 unchained, head seq 3"}},
+		{"both intact, as JSON", nil, []string{"--output", "json"}, 0, []string{`"chain": "node node-1"`, `"calls": {`, `"chain": "node node-1 calls"`, `"checked": 3`}},
+		{"a calls record altered", func(rs []wire.AuditRecordJSON) { rs[1].Outcome = "ok" }, nil, 1, []string{
+			"OK: audit chain of node node-1 verified: 5 records checked",
+			"FAILED: audit chain of node node-1 calls: altered", "record seq 2 id rec-2"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			head, rs := chain(5)
+			callsHead, calls := chain(3)
+			if tt.edit != nil {
+				tt.edit(calls)
+			}
+			api := (&chainAPI{head: &head, records: rs, calls: &chainAPI{head: &callsHead, records: calls}}).serve(t)
+			defer api.Close()
+			got := runCLI(t, api, "", nil, append([]string{"audit", "verify", "--node", "node-1"}, tt.args...)...)
 			if got.code != tt.code {
 				t.Fatalf("exit %d, want %d\n%s\n%s", got.code, tt.code, got.stdout, got.err)
 			}

@@ -17,12 +17,13 @@ const verifyPageSize = 100
 func auditList(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
 	node, res := reservationFlags(fs)
 	keys := fs.Bool("keys", false, "the key-management chain instead of a node's")
+	chain := fs.String("chain", "", "with --node: changes (the default: every call that changed the node) or calls (dry runs, refusals, replays)")
 	limit, cursor := pageFlags(fs)
 	if err := a.parseFlags(fs, args); err != nil {
 		return err
 	}
-	if (*node == "") == !*keys || (*keys && *res != "") {
-		return usageErr(fs, "name --node N (with --reservation R for one reservation's records) or --keys")
+	if (*node == "") == !*keys || (*keys && *res != "") || (*chain != "" && (*node == "" || *res != "")) {
+		return usageErr(fs, "name --node N (with --reservation R for one reservation's records, or --chain) or --keys")
 	}
 	c, err := a.client(ctx)
 	if err != nil {
@@ -43,7 +44,7 @@ func auditList(ctx context.Context, a *app, fs *flag.FlagSet, args []string) err
 		out, meta, err = c.ListKeyAudit(ctx, page)
 		columns, row = keyAuditHeader, keyAuditRow
 	} else {
-		out, meta, err = c.ListNodeAudit(ctx, *node, page)
+		out, meta, err = c.ListNodeAudit(ctx, *node, *chain, page)
 	}
 	if err != nil {
 		return err
@@ -81,6 +82,11 @@ type verifyResult struct {
 	Missing  []int64               `json:"missing,omitempty"` // removed: [from, to]
 	Detail   string                `json:"detail,omitempty"`
 	Record   *wire.AuditRecordJSON `json:"record,omitempty"` // the record the problem names
+
+	// Calls (--node) is the node's calls chain, verified after its changes chain.
+	Calls *verifyResult `json:"calls,omitempty"`
+
+	rep capacity.ChainReport // for the text output
 }
 
 func newVerifyResult(chain string, head wire.AuditHeadJSON, rep capacity.ChainReport, rec *wire.AuditRecordJSON) verifyResult {
@@ -93,7 +99,7 @@ func newVerifyResult(chain string, head wire.AuditHeadJSON, rep capacity.ChainRe
 }
 
 func auditVerify(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
-	node := fs.String("node", "", "node id")
+	node := fs.String("node", "", "node id (both its chains: changes, then calls)")
 	keys := fs.Bool("keys", false, "the key-management chain, and every key against its records")
 	if err := a.parseFlags(fs, args); err != nil {
 		return err
@@ -105,24 +111,74 @@ func auditVerify(ctx context.Context, a *app, fs *flag.FlagSet, args []string) e
 	if err != nil {
 		return err
 	}
-	chain := "keys"
-	fetch := func(p client.Page) (*wire.AuditChainPageJSON, *client.Meta, error) { return c.ListKeyAudit(ctx, p) }
-	if *node != "" {
-		chain = "node " + *node
-		fetch = func(p client.Page) (*wire.AuditChainPageJSON, *client.Meta, error) {
-			return c.ListNodeAudit(ctx, *node, p)
+	if *keys {
+		out, records, err := a.verifyChain("keys", func(p client.Page) (*wire.AuditChainPageJSON, *client.Meta, error) { return c.ListKeyAudit(ctx, p) })
+		if err != nil {
+			return err
 		}
+		kr, err := verifyKeys(ctx, c, records.decoded)
+		if err != nil {
+			return err
+		}
+		if !kr.OK {
+			rep := capacity.ChainReport{Problem: kr.Problem, Seq: kr.Seq, Detail: kr.Detail}
+			rec := named(records.raw, rep)
+			if rec != nil {
+				rep.RecordID = rec.ID
+			}
+			return a.verifyFailed(out.Chain, out.Head, rep, rec, kr.KeyID)
+		}
+		out.KeysChecked, out.LegacyKeys, out.UnrecordedKeys = &kr.Checked, kr.Legacy, kr.Unrecorded
+		return a.printVerified([]verifyResult{out})
 	}
+	// A node's two chains: the changes (its head on the node item), then the calls that
+	// changed nothing (dry runs, refusals, replays).
+	var outs []verifyResult
+	for _, chain := range capacity.NodeChains {
+		name := "node " + *node
+		if chain != capacity.ChainChanges {
+			name += " " + string(chain)
+		}
+		out, _, err := a.verifyChain(name, func(p client.Page) (*wire.AuditChainPageJSON, *client.Meta, error) {
+			return c.ListNodeAudit(ctx, *node, string(chain), p)
+		})
+		if err != nil {
+			return err
+		}
+		if a.output != "json" {
+			// Said as soon as known: a chain that verified is not hidden by the next one failing.
+			if err := a.printVerified([]verifyResult{out}); err != nil {
+				return err
+			}
+		}
+		outs = append(outs, out)
+	}
+	if a.output == "json" {
+		return a.printVerified(outs)
+	}
+	return nil
+}
+
+// chainRecords are a chain's records as read, and as decoded.
+type chainRecords struct {
+	raw     []wire.AuditRecordJSON
+	decoded []capacity.AuditRecord
+}
+
+// verifyChain reads a whole chain and verifies it, reading the head again when records stand
+// past the head first read. A chain that does not verify is reported (verifyFailed) and
+// returned as the error.
+func (a *app) verifyChain(chain string, fetch func(client.Page) (*wire.AuditChainPageJSON, *client.Meta, error)) (verifyResult, chainRecords, error) {
 	head, raw, err := fetchChain(fetch)
 	if err != nil {
-		return err
+		return verifyResult{}, chainRecords{}, err
 	}
 	records := make([]capacity.AuditRecord, 0, len(raw))
 	for _, j := range raw {
 		r, err := wire.AuditRecordFrom(j)
 		if err != nil {
 			// A record whose content cannot even be read is altered.
-			return a.verifyFailed(chain, head, capacity.ChainReport{Problem: capacity.ChainAltered, Seq: j.Seq, RecordID: j.ID, Detail: err.Error()}, &j)
+			return verifyResult{}, chainRecords{}, a.verifyFailed(chain, head, capacity.ChainReport{Problem: capacity.ChainAltered, Seq: j.Seq, RecordID: j.ID, Detail: err.Error()}, &j)
 		}
 		records = append(records, r)
 	}
@@ -132,50 +188,49 @@ func auditVerify(ctx context.Context, a *app, fs *flag.FlagSet, args []string) e
 		// does not, the head was moved back.
 		again, _, err := fetch(client.Page{Limit: 1})
 		if err != nil {
-			return fmt.Errorf("read the head of %s again: %w", chain, err)
+			return verifyResult{}, chainRecords{}, fmt.Errorf("read the head of %s again: %w", chain, err)
 		}
 		rep = capacity.ConfirmHead(rep, wire.AuditHeadFrom(again.Head))
 	}
 	if !rep.OK {
-		return a.verifyFailed(chain, head, rep, named(raw, rep))
+		return verifyResult{}, chainRecords{}, a.verifyFailed(chain, head, rep, named(raw, rep))
 	}
 	out := newVerifyResult(chain, head, rep, nil)
-	if *keys {
-		kr, err := verifyKeys(ctx, c, records)
-		if err != nil {
-			return err
-		}
-		if !kr.OK {
-			rep := capacity.ChainReport{Problem: kr.Problem, Seq: kr.Seq, Detail: kr.Detail}
-			rec := named(raw, rep)
-			if rec != nil {
-				rep.RecordID = rec.ID
-			}
-			return a.verifyFailed(chain, head, rep, rec, kr.KeyID)
-		}
-		out.KeysChecked, out.LegacyKeys, out.UnrecordedKeys = &kr.Checked, kr.Legacy, kr.Unrecorded
-	}
+	out.rep = rep
+	return out, chainRecords{raw: raw, decoded: records}, nil
+}
+
+// printVerified prints chains that verified: as JSON the first, with a node's calls chain
+// under it.
+func (a *app) printVerified(outs []verifyResult) error {
 	if a.output == "json" {
+		out := outs[0]
+		if len(outs) > 1 {
+			out.Calls = &outs[1]
+		}
 		return printValue(a.io.out, out)
 	}
 	w := a.io.out
-	fmt.Fprintf(w, "OK: audit chain of %s verified: %d records checked, %d unchained, head seq %d %s\n",
-		chain, rep.Checked, rep.Unchained, head.Seq, dash(head.Hash))
-	if rep.Past > 0 {
-		fmt.Fprintf(w, "  %d records appended while verifying (seq %d to %d) were checked too, and the head now covers them\n",
-			rep.Past, rep.Last.Seq-int64(rep.Past)+1, rep.Last.Seq)
-	}
-	if !rep.Pinned && (rep.Unchained > 0 || head.Seq > 0) {
-		fmt.Fprintf(w, "WARNING: the chain's start is not pinned (no record appended since pins exist): its %d unchained records are legacy, and nothing verifies them\n", rep.Unchained)
-	}
-	if out.KeysChecked != nil {
-		fmt.Fprintf(w, "  %d keys grant what their records say\n", *out.KeysChecked)
-	}
-	for _, k := range out.LegacyKeys {
-		fmt.Fprintf(w, "WARNING: key %s: its records predate grants in records, so its grants cannot be checked\n", k)
-	}
-	for _, k := range out.UnrecordedKeys {
-		fmt.Fprintf(w, "WARNING: key %s: no record in the chain (created outside the API: seeded, or written to the table); revoke it unless you know it\n", k)
+	for _, out := range outs {
+		rep, head := out.rep, out.Head
+		fmt.Fprintf(w, "OK: audit chain of %s verified: %d records checked, %d unchained, head seq %d %s\n",
+			out.Chain, rep.Checked, rep.Unchained, head.Seq, dash(head.Hash))
+		if rep.Past > 0 {
+			fmt.Fprintf(w, "  %d records appended while verifying (seq %d to %d) were checked too, and the head now covers them\n",
+				rep.Past, rep.Last.Seq-int64(rep.Past)+1, rep.Last.Seq)
+		}
+		if !rep.Pinned && (rep.Unchained > 0 || head.Seq > 0) {
+			fmt.Fprintf(w, "WARNING: the chain's start is not pinned (no record appended since pins exist): its %d unchained records are legacy, and nothing verifies them\n", rep.Unchained)
+		}
+		if out.KeysChecked != nil {
+			fmt.Fprintf(w, "  %d keys grant what their records say\n", *out.KeysChecked)
+		}
+		for _, k := range out.LegacyKeys {
+			fmt.Fprintf(w, "WARNING: key %s: its records predate grants in records, so its grants cannot be checked\n", k)
+		}
+		for _, k := range out.UnrecordedKeys {
+			fmt.Fprintf(w, "WARNING: key %s: no record in the chain (created outside the API: seeded, or written to the table); revoke it unless you know it\n", k)
+		}
 	}
 	return nil
 }

@@ -15,7 +15,8 @@ import (
 // validation: every record carries its Seq in the node's chain, the Hash of the record before
 // it (PrevHash) and its own Hash over its content with both. The chain's head (the last Seq and
 // Hash) is kept on the node item and advanced in the same transaction as the record is put, so
-// removing, altering or inserting a record breaks either the links or the head.
+// removing, altering or inserting a record breaks either the links or the head. Each node has
+// two chains (NodeChain): its changes, and the calls that changed nothing.
 
 // canonicalAudit is the fixed form a record's hash is computed over: every member present
 // (but an empty targetKeyId), in this order, lists never null, times RFC3339Nano in UTC.
@@ -321,13 +322,40 @@ func forgedDuplicates(head AuditHead, records []AuditRecord) map[int]bool {
 	return forged
 }
 
+// NodeChain names one of a node's two audit chains.
+type NodeChain string
+
+const (
+	// ChainChanges holds the record of every call that changed the node's state, put in the
+	// change's own transaction; its head is on the node item, which every commit conditions on.
+	ChainChanges NodeChain = "changes"
+	// ChainCalls holds the records of the calls that changed nothing: dry runs, refusals and
+	// replays. Its head is an item no commit reads or conditions on, so these calls never
+	// make a change go again.
+	ChainCalls NodeChain = "calls"
+)
+
+// NodeChains are a node's chains, in the order they are verified.
+var NodeChains = []NodeChain{ChainChanges, ChainCalls}
+
+// nodeChain reads a chain's name ("" is the changes chain).
+func nodeChain(name NodeChain) (NodeChain, error) {
+	switch name {
+	case "", ChainChanges:
+		return ChainChanges, nil
+	case ChainCalls:
+		return ChainCalls, nil
+	}
+	return "", Errorf(CodeInvalidRequest, "chain must be %s or %s", ChainChanges, ChainCalls)
+}
+
 // AuditStore reads the audit trail. Implementations: shared/dynamo.Store.
 type AuditStore interface {
 	// ReservationAudit returns a page of the records about a reservation, newest first.
 	ReservationAudit(ctx context.Context, nodeID, reservationID string, limit int, cursor string) ([]AuditRecord, string, error)
-	// NodeAudit reads the node's chain head (not_found if the node does not exist), then a
-	// page of its records in chain order: unchained ones by time, then by seq.
-	NodeAudit(ctx context.Context, nodeID string, limit int, cursor string) (AuditHead, []AuditRecord, string, error)
+	// NodeAudit reads the head of one of the node's chains (not_found if the node does not
+	// exist), then a page of its records in chain order: unchained ones by time, then by seq.
+	NodeAudit(ctx context.Context, nodeID string, chain NodeChain, limit int, cursor string) (AuditHead, []AuditRecord, string, error)
 	// KeyAudit is NodeAudit for the key-management chain.
 	KeyAudit(ctx context.Context, limit int, cursor string) (AuditHead, []AuditRecord, string, error)
 }
@@ -384,14 +412,19 @@ func (s *Service) ListReservationAudit(ctx context.Context, p Principal, nodeID,
 	return &AuditPage{Records: nonNilRecords(recs), NextCursor: next}, nil
 }
 
-// ListNodeAudit returns the node's chain head and a page of its records in chain order, to an
-// operator holding audit.read only (anyone else: the single 404).
-func (s *Service) ListNodeAudit(ctx context.Context, p Principal, nodeID string, page PageRequest) (*AuditChainPage, error) {
+// ListNodeAudit returns the head of one of the node's chains ("": changes) and a page of its
+// records in chain order, to an operator holding audit.read only (anyone else: the single
+// 404). It writes nothing.
+func (s *Service) ListNodeAudit(ctx context.Context, p Principal, nodeID string, chain NodeChain, page PageRequest) (*AuditChainPage, error) {
 	if !p.CanOperate(PermAuditRead) || !ValidID(nodeID) {
 		return nil, nodeNotFound()
 	}
-	return s.chainPage(page, "node "+nodeID, func(as AuditStore, limit int) (AuditHead, []AuditRecord, string, error) {
-		head, recs, next, err := as.NodeAudit(ctx, nodeID, limit, page.Cursor)
+	chain, err := nodeChain(chain)
+	if err != nil {
+		return nil, err
+	}
+	return s.chainPage(page, "node "+nodeID+" "+string(chain), func(as AuditStore, limit int) (AuditHead, []AuditRecord, string, error) {
+		head, recs, next, err := as.NodeAudit(ctx, nodeID, chain, limit, page.Cursor)
 		if ErrorCode(err) == CodeNotFound {
 			err = nodeNotFound()
 		}

@@ -203,11 +203,10 @@ func TestDecisionReadIgnoresHistory(t *testing.T) {
 		}
 		return stats.Snapshot()
 	}
-	// The fresh node, in the shape it has at the start of every cycle: s1 running on u1. A dry
-	// run first puts the audit chain's head on the node item, as every cycle leaves it.
-	dry := reclaim("u1")
-	dry.DryRun = true
-	if _, err := svc.Reclaim(ctx, owner, dry, capacity.RequestMeta{}); err != nil {
+	// The fresh node, in the shape it has at the start of every cycle: s1 running on u1. A
+	// release of a unit already released first puts the audit chain's head on the node item,
+	// as every cycle leaves it.
+	if _, err := svc.Release(ctx, owner, reclaim("u1"), capacity.RequestMeta{}); err != nil {
 		t.Fatal(err)
 	}
 	fresh := read()

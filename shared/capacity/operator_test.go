@@ -21,14 +21,16 @@ import (
 // op is an operator holding every permission (the operator routes each need their own).
 var op = capacity.Bootstrap("platform")
 
-// stateItems is the state table without the audit chain's head, which every audited call
-// (refusals too) advances.
+// stateItems is the state table without the head of the nodes' calls chains, which every
+// audited call that changed nothing (a refusal) advances. The node item is kept whole: a
+// refusal must not move its version or its changes chain's head.
 func stateItems(t *testing.T, env *dynamotest.Env) []map[string]types.AttributeValue {
 	t.Helper()
-	items := env.Items(t, env.Store.Table)
-	for _, it := range items {
-		delete(it, "AuditSeq")
-		delete(it, "AuditHead")
+	var items []map[string]types.AttributeValue
+	for _, it := range env.Items(t, env.Store.Table) {
+		if sk, ok := it["sk"].(*types.AttributeValueMemberS); !ok || sk.Value != "AUDITHEAD#CALLS" {
+			items = append(items, it)
+		}
 	}
 	return items
 }
@@ -435,13 +437,14 @@ func TestTopologyAndReaffirm(t *testing.T) {
 				t.Errorf("reaffirm of pending rp: %v, want invalid_transition", err)
 			}
 			checkInvariants(t, env, "n1", now)
-			// The same list again (in another order) changes nothing but the audit trail.
-			before := stateItems(t, env)
+			// The same list again (in another order) changes nothing but the audit trail (its
+			// record goes on the changes chain, in a commit that checks the node's version).
+			before := env.StateItems(t)
 			same, err := svc.SetTopology(ctx, op, capacity.TopologyRequest{NodeID: "n1", UnitIDs: slices.Sorted(slices.Values(tt.units))}, capacity.RequestMeta{})
 			if err != nil || same.Changed || same.Node.TopologyGen != 2 || len(same.NeedsReview) != 0 {
 				t.Fatalf("same topology = %+v, %v", same, err)
 			}
-			if !reflect.DeepEqual(stateItems(t, env), before) {
+			if !reflect.DeepEqual(env.StateItems(t), before) {
 				t.Error("an unchanged topology wrote")
 			}
 			// Reaffirm: back to active at gen 2, unless reserved units went away.
@@ -558,16 +561,20 @@ func (s *lostAnswerOps) CommitOperator(ctx context.Context, c capacity.OperatorC
 	return capacity.AuditHead{}, capacity.ErrAmbiguous
 }
 
-// A record is appended between a topology change's read and its commit, which the store
-// then chains on the moved head; the commit's answer is lost and it is found to have landed.
+// A record is appended to the node's changes chain (by a commit that changes nothing) between
+// a topology change's read and its commit, which the store then chains on the moved head; the commit's answer is lost and it is found to have landed.
 // The answer's audit head is the node's, not one computed from the head the decision read.
 func TestLandedOperatorCommitAnswersTheStoredHead(t *testing.T) {
 	env, svc := world(t)
 	ctx := context.Background()
 	svc.Store = &lostAnswerOps{racingOps{Store: env.Store, ops: env.Store, before: func() {
-		if err := env.Store.AppendAudit(ctx, capacity.AuditRecord{ID: "dry-1", Time: t0, NodeID: "n1",
-			Action: capacity.ActionReclaim, DryRun: true, Outcome: "ok"}); err != nil {
-			t.Errorf("concurrent append: %v", err)
+		st, err := env.Store.LoadNode(ctx, "n1", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := env.Store.Commit(ctx, capacity.Commit{Node: st.Node, Audit: capacity.AuditRecord{ID: "no-op", Time: t0, NodeID: "n1",
+			Action: capacity.ActionRelease, Outcome: "ok"}}); err != nil {
+			t.Errorf("concurrent commit: %v", err)
 		}
 	}}}
 	res, err := svc.SetTopology(ctx, op, capacity.TopologyRequest{NodeID: "n1", UnitIDs: []string{"u0", "u1", "u2", "u3", "u4"}}, capacity.RequestMeta{})

@@ -39,7 +39,7 @@ var operatorCalls = map[string]func(ctx context.Context, svc *capacity.Service, 
 		return err
 	},
 	"listNodeAudit": func(ctx context.Context, svc *capacity.Service, p capacity.Principal) error {
-		_, err := svc.ListNodeAudit(ctx, p, "n1", capacity.PageRequest{})
+		_, err := svc.ListNodeAudit(ctx, p, "n1", "", capacity.PageRequest{})
 		return err
 	},
 	"createReservation": func(ctx context.Context, svc *capacity.Service, p capacity.Principal) error {

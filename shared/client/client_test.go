@@ -93,7 +93,7 @@ func TestRoutes(t *testing.T) {
 			`{"reservation":{"id":"res-1","nodeId":"node-1","allowedOrgIds":[],"reservedUnitIds":[],"startsAt":"","status":"active","managingOrgIds":[],"releasedUnitIds":[],"topologyGen":2}}`,
 			`{"reservation":{"id":"res-1","nodeId":"node-1","allowedOrgIds":[],"reservedUnitIds":[],"startsAt":"","status":"active","managingOrgIds":[],"releasedUnitIds":[],"topologyGen":2}}`},
 		{"node audit", func(c *client.Client) (any, *client.Meta, error) {
-			return c.ListNodeAudit(ctx, "node-1", client.Page{Limit: 100})
+			return c.ListNodeAudit(ctx, "node-1", "", client.Page{Limit: 100})
 		},
 			"GET", "/dev/v1/nodes/node-1/audit", "limit=100", nil, "",
 			`{"head":{"seq":1,"hash":"h"},"records":[]}`, `{"head":{"seq":1,"hash":"h"},"records":[]}`},

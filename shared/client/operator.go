@@ -100,9 +100,14 @@ func (c *Client) ListScheduledReclaims(ctx context.Context, node, res string, pa
 	return call[wire.ScheduledPageJSON](ctx, c, http.MethodGet, reservationPath(node, res)+"/scheduled-reclaims", page.query(), nil, Options{})
 }
 
-// ListNodeAudit reads one page of a node's audit chain, in chain order.
-func (c *Client) ListNodeAudit(ctx context.Context, node string, page Page) (*wire.AuditChainPageJSON, *Meta, error) {
-	return call[wire.AuditChainPageJSON](ctx, c, http.MethodGet, nodePath(node)+"/audit", page.query(), nil, Options{})
+// ListNodeAudit reads one page of one of a node's audit chains ("changes", "calls"; "": the
+// service's default, changes), in chain order.
+func (c *Client) ListNodeAudit(ctx context.Context, node, chain string, page Page) (*wire.AuditChainPageJSON, *Meta, error) {
+	q := page.query()
+	if chain != "" {
+		q.Set("chain", chain)
+	}
+	return call[wire.AuditChainPageJSON](ctx, c, http.MethodGet, nodePath(node)+"/audit", q, nil, Options{})
 }
 
 // ListKeyAudit reads one page of the key-management audit chain.

@@ -176,7 +176,7 @@ func TestDryRunAuditAppendAccessDenied(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	head, recs, rep := wholeChain(t, allowed, "n1")
+	head, recs, rep := wholeChain(t, allowed, "n1", capacity.ChainCalls)
 	if !rep.OK || head.Seq != 1 || len(recs) != 1 {
 		t.Fatalf("chain after the allowed dry run: %+v, head %+v, %d records", rep, head, len(recs))
 	}
@@ -201,7 +201,7 @@ func TestDryRunAuditAppendAccessDenied(t *testing.T) {
 		!strings.Contains(fmt.Sprint(logged[0]["err"]), "AccessDeniedException") {
 		t.Errorf("logged %v, want one error naming the action and AccessDeniedException", logged)
 	}
-	if h, recs, rep := wholeChain(t, allowed, "n1"); !rep.OK || h != head || len(recs) != 1 {
+	if h, recs, rep := wholeChain(t, allowed, "n1", capacity.ChainCalls); !rep.OK || h != head || len(recs) != 1 {
 		t.Errorf("chain after the denied append: %+v, head %+v (want %+v), %d records", rep, h, head, len(recs))
 	}
 	if after := tables(t, env); !reflect.DeepEqual(before, after) {

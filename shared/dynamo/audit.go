@@ -19,9 +19,13 @@ import (
 	"github.com/openrelay/capacity/shared/table"
 )
 
-// Audit records form hash chains (capacity.ChainAuditRecord): one per node, whose head is the
-// node item's AuditSeq and AuditHead, and one for key management, whose head is an item of
-// the keys table. This file is the one place audit items are chained and put: every record
+// Audit records form hash chains (capacity.ChainAuditRecord): two per node, and one for key
+// management, whose head is an item of the keys table. A node's changes chain holds the record
+// of every call that changed its state, and its head is the node item's AuditSeq and
+// AuditHead, which every commit conditions on. Its calls chain holds the records of calls
+// that changed nothing (dry runs, refusals, replays): its head is an item of its own in the
+// node's partition (skCallsHead) that no decision reads and no commit conditions on, so a
+// burst of such calls never makes a commit go again. This file is the one place audit items are chained and put: every record
 // goes in a transaction that also moves its chain's head, conditioned on the head as read, so
 // two writers can never give out the same seq and the head never names a record not written.
 
@@ -36,6 +40,9 @@ const (
 	// the keys table (sk skAuditHead).
 	keysAuditPK = "APIKEYS"
 	skAuditHead = "AUDITHEAD"
+	// skCallsHead is the sk of a node's calls chain head, in the node's partition of the state
+	// table: it sorts before NODE, so the decision Query never reads it.
+	skCallsHead = "AUDITHEAD#CALLS"
 
 	// headTries bounds the commits that lose only the head to another writer and go again
 	// (past it the service decides again, up to its own attempts).
@@ -44,6 +51,10 @@ const (
 	// than a commit's: an append that gives up loses its record (its call has answered), and
 	// many dry runs at once on one node all race for the one head.
 	appendTries = 10
+	// callsAppendTries bounds the appends to a calls chain that lose its head and go again.
+	// Only other calls that changed nothing contend for it, and each round one of them
+	// wins, so with the backoff's jitter a burst drains well within these.
+	callsAppendTries = 40
 )
 
 // headRef names the item holding a chain's head: the node item, or the key chain's head item.
@@ -52,12 +63,32 @@ type headRef struct {
 	key   map[string]types.AttributeValue
 	// auditPK is the chain's partition in the audit table.
 	auditPK string
-	// node is set for a node's chain: a record for a node that does not exist is unchained.
+	// node is set for a node's chains: a record for a node that does not exist is not kept.
 	node bool
+	// nodeID names the node of a calls chain, whose head item may not exist yet while the
+	// node does (it is made by the chain's first append).
+	nodeID string
 }
 
 func (s *Store) nodeHead(nodeID string) headRef {
 	return headRef{table: s.Table, key: itemKey(nodePK(nodeID), skNode), auditPK: nodePK(nodeID), node: true}
+}
+
+// callsHead is a node's calls chain: its head item sits beside the node item (never read
+// with it), and its records in an audit partition of their own.
+func (s *Store) callsHead(nodeID string) headRef {
+	return headRef{table: s.Table, key: itemKey(nodePK(nodeID), skCallsHead), auditPK: callsPK(nodeID), node: true, nodeID: nodeID}
+}
+
+// callsPK is the audit partition of a node's calls chain.
+func callsPK(nodeID string) string { return nodePK(nodeID) + "#CALLS" }
+
+// nodeChainHead names one of a node's chains.
+func (s *Store) nodeChainHead(nodeID string, chain capacity.NodeChain) headRef {
+	if chain == capacity.ChainCalls {
+		return s.callsHead(nodeID)
+	}
+	return s.nodeHead(nodeID)
 }
 
 func (s *Store) keysHead() headRef {
@@ -157,10 +188,27 @@ func (s *Store) readHead(ctx context.Context, ref headRef) (capacity.AuditHead, 
 		return capacity.AuditHead{}, false, fmt.Errorf("read audit head %s: %w", ref.auditPK, classify(err))
 	}
 	if out.Item == nil {
+		if ref.nodeID != "" {
+			// A calls chain not begun: empty, if its node exists.
+			exists, err := s.nodeExists(ctx, ref.nodeID)
+			return capacity.AuditHead{}, exists, err
+		}
 		return capacity.AuditHead{}, false, nil
 	}
 	h, err := headOf(out.Item)
 	return h, true, err
+}
+
+// nodeExists reads whether the node item exists (a read: it never conflicts with a commit).
+func (s *Store) nodeExists(ctx context.Context, nodeID string) (bool, error) {
+	out, err := s.Client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.Table), Key: itemKey(nodePK(nodeID), skNode), ConsistentRead: aws.Bool(true),
+		ProjectionExpression: aws.String("#pk"), ExpressionAttributeNames: map[string]string{"#pk": attrPK},
+	})
+	if err != nil {
+		return false, fmt.Errorf("read node %s: %w", nodeID, classify(err))
+	}
+	return out.Item != nil, nil
 }
 
 // headOf decodes the head attributes of an item (zero when absent).
@@ -186,6 +234,12 @@ func headOf(item map[string]types.AttributeValue) (capacity.AuditHead, error) {
 func (s *Store) startPin(ctx context.Context, ref headRef, head capacity.AuditHead) (*capacity.ChainStart, error) {
 	if head.Start.Pinned() {
 		return nil, nil
+	}
+	if ref.nodeID != "" {
+		// A calls chain began after pins existed and the service puts no unchained record in
+		// its partition: it starts with none, whatever may have been planted there.
+		pin := capacity.ChainStartOf(nil)
+		return &pin, nil
 	}
 	expr, err := expression.NewBuilder().WithKeyCondition(expression.Key(attrPK).Equal(expression.Value(ref.auditPK)).
 		And(expression.Key(attrSK).LessThan(expression.Value(prefixSeq)))).Build()
@@ -250,10 +304,14 @@ func (s *Store) headMoved(ctx context.Context, ref headRef, e *types.Transaction
 
 // appendChained puts rec on its chain together with the other items (which must not write
 // the head item) in one transaction: it reads the head, and goes again when the head moved,
-// up to appendTries. A record for a node that does not exist is put unchained (conditioned on
+// up to appendTries (callsAppendTries on a calls chain). A record for a node that does not exist is put unchained (conditioned on
 // the node's absence). what names the write in errors; refuse is as for transact.
 func (s *Store) appendChained(ctx context.Context, what string, rec capacity.AuditRecord, ref headRef, others []types.TransactWriteItem,
 	refuse func(*types.TransactionCanceledException) error) error {
+	tries := appendTries
+	if ref.nodeID != "" {
+		tries = callsAppendTries
+	}
 	for try := 1; ; try++ {
 		head, exists, err := s.readHead(ctx, ref)
 		if err != nil {
@@ -288,12 +346,12 @@ func (s *Store) appendChained(ctx context.Context, what string, rec capacity.Aud
 			if landed {
 				return nil
 			}
-			if try < appendTries && len(others) == 0 {
+			if try < tries && len(others) == 0 {
 				continue
 			}
 			return err
 		}
-		if canceled == nil || try >= appendTries {
+		if canceled == nil || try >= tries {
 			return err
 		}
 		_, _, moved, herr := s.headMoved(ctx, ref, canceled, headAt, head)
@@ -334,7 +392,8 @@ func (s *Store) auditLanded(ctx context.Context, ref headRef, rec capacity.Audit
 	return out.Item != nil && attr(out.Item, "ID") == rec.ID, nil
 }
 
-// AppendAudit appends one record (dry runs, refusals) to its chain: its node's, or for key
+// AppendAudit appends the record of a call that changed nothing (dry runs, refusals,
+// replays) to its chain: its node's calls chain, which no commit conditions on, or for key
 // management (no node, a key.* action) the keys chain. It never overwrites.
 func (s *Store) AppendAudit(ctx context.Context, rec capacity.AuditRecord) error {
 	return s.appendChained(ctx, "append audit record "+rec.ID, rec, s.auditRef(rec), nil, nil)
@@ -345,7 +404,7 @@ func (s *Store) auditRef(rec capacity.AuditRecord) headRef {
 	if rec.NodeID == "" && s.KeysTable != "" && len(rec.Action) > 4 && rec.Action[:4] == "key." {
 		return s.keysHead()
 	}
-	return s.nodeHead(rec.NodeID)
+	return s.callsHead(rec.NodeID)
 }
 
 var _ capacity.AuditStore = (*Store)(nil)
@@ -379,16 +438,18 @@ func (s *Store) ReservationAudit(ctx context.Context, nodeID, reservationID stri
 	}, "reservation "+reservationID)
 }
 
-// NodeAudit reads the node's chain head, then a page of its records in chain order.
-func (s *Store) NodeAudit(ctx context.Context, nodeID string, limit int, cursor string) (capacity.AuditHead, []capacity.AuditRecord, string, error) {
-	head, exists, err := s.readHead(ctx, s.nodeHead(nodeID))
+// NodeAudit reads the head of one of the node's chains, then a page of its records in chain
+// order. It writes nothing (a calls chain not begun reads as empty).
+func (s *Store) NodeAudit(ctx context.Context, nodeID string, chain capacity.NodeChain, limit int, cursor string) (capacity.AuditHead, []capacity.AuditRecord, string, error) {
+	ref := s.nodeChainHead(nodeID, chain)
+	head, exists, err := s.readHead(ctx, ref)
 	if err != nil {
 		return head, nil, "", err
 	}
 	if !exists {
 		return head, nil, "", capacity.Errorf(capacity.CodeNotFound, "node %s not found", nodeID)
 	}
-	recs, next, err := s.chainRecords(ctx, nodePK(nodeID), limit, cursor)
+	recs, next, err := s.chainRecords(ctx, ref.auditPK, limit, cursor)
 	return head, recs, next, err
 }
 

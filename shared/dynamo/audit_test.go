@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,8 +27,9 @@ var (
 	auditOp    = capacity.Principal{KeyID: "k-op", OrgID: "platform", Operator: true, Permissions: capacity.AllPermissions}
 )
 
-// wholeChain reads the node's head and every page of its records, and verifies them.
-func wholeChain(t *testing.T, svc *capacity.Service, nodeID string) (capacity.AuditHead, []capacity.AuditRecord, capacity.ChainReport) {
+// wholeChain reads the head of one of the node's chains and every page of its records, and
+// verifies them.
+func wholeChain(t *testing.T, svc *capacity.Service, nodeID string, chain capacity.NodeChain) (capacity.AuditHead, []capacity.AuditRecord, capacity.ChainReport) {
 	t.Helper()
 	var (
 		head capacity.AuditHead
@@ -34,7 +37,7 @@ func wholeChain(t *testing.T, svc *capacity.Service, nodeID string) (capacity.Au
 	)
 	page := capacity.PageRequest{Limit: 7}
 	for i := 0; ; i++ {
-		p, err := svc.ListNodeAudit(context.Background(), auditOp, nodeID, page)
+		p, err := svc.ListNodeAudit(context.Background(), auditOp, nodeID, chain, page)
 		if err != nil {
 			t.Fatalf("list node audit: %v", err)
 		}
@@ -69,9 +72,9 @@ func onFirstTransact(fn func()) func(*middleware.Stack) error {
 	}
 }
 
-// A dry run of another caller appends its record between a reclaim's read and its commit:
-// the commit loses only the audit head, goes again on the new head without deciding again,
-// and the chain holds both records in order.
+// A dry run of another caller appends its record between a reclaim's read and its commit: it
+// goes on the node's calls chain, whose head no commit conditions on, so the commit lands in
+// one transaction (without a fault) and without deciding again, and each chain holds its record.
 func TestCommitAfterConcurrentAppend(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -84,7 +87,8 @@ func TestCommitAfterConcurrentAppend(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var other *dynamo.Store
 			appended := make(chan error, 1)
-			opts := []dynamotest.Option{dynamotest.WithAPIOptions(onFirstTransact(func() {
+			own := &dynamotest.Calls{} // the reclaim's calls only, not the other caller's
+			opts := []dynamotest.Option{dynamotest.WithAPIOptions(own.Middleware), dynamotest.WithAPIOptions(onFirstTransact(func() {
 				appended <- other.AppendAudit(context.Background(), capacity.AuditRecord{ID: "dry-1", Time: t0, NodeID: "n1",
 					Action: capacity.ActionReclaim, DryRun: true, Outcome: "ok"})
 			}))}
@@ -99,15 +103,15 @@ func TestCommitAfterConcurrentAppend(t *testing.T) {
 			}
 			other = dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable)
 			svc := auditService(env.Store)
-			env.Calls.Reset()
+			own.Reset()
 			res, err := svc.Reclaim(context.Background(), auditOwner,
 				capacity.CapacityRequest{NodeID: "n1", ReservationID: "r1", UnitIDs: []string{"u0"}}, capacity.RequestMeta{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			// Decided once: a moved head alone is no reason to read and decide again.
-			if q := env.Calls.Snapshot()["Query"]; inj == nil && q != 1 {
-				t.Errorf("%d node reads, want 1", q)
+			if calls := own.Snapshot(); inj == nil && (calls["Query"] != 1 || calls["TransactWriteItems"] != 1) {
+				t.Errorf("%d node reads and %d transactions, want 1 and 1", calls["Query"], calls["TransactWriteItems"])
 			}
 			if err := <-appended; err != nil {
 				t.Fatalf("concurrent append: %v", err)
@@ -115,11 +119,14 @@ func TestCommitAfterConcurrentAppend(t *testing.T) {
 			if !slices.Equal(res.Terminated, []string{"vm00"}) {
 				t.Errorf("terminated %v, want [vm00]", res.Terminated)
 			}
-			head, recs, rep := wholeChain(t, svc, "n1")
-			if !rep.OK || head.Seq != 2 || len(recs) != 2 || recs[0].ID != "dry-1" || recs[1].ReclaimID != res.ReclaimID {
-				t.Fatalf("chain %+v, head %+v, records %+v", rep, head, recs)
+			head, recs, rep := wholeChain(t, svc, "n1", capacity.ChainChanges)
+			if !rep.OK || head.Seq != 1 || len(recs) != 1 || recs[0].ReclaimID != res.ReclaimID {
+				t.Fatalf("changes chain %+v, head %+v, records %+v", rep, head, recs)
 			}
-			if v := recs[1].Victims; len(v) != 1 || v[0].VMID != "vm00" || v[0].OrgID != "spotbuyer" {
+			if head, dry, rep := wholeChain(t, svc, "n1", capacity.ChainCalls); !rep.OK || head.Seq != 1 || len(dry) != 1 || dry[0].ID != "dry-1" {
+				t.Fatalf("calls chain %+v, head %+v, records %+v", rep, head, dry)
+			}
+			if v := recs[0].Victims; len(v) != 1 || v[0].VMID != "vm00" || v[0].OrgID != "spotbuyer" {
 				t.Errorf("reclaim record's victims %+v", v)
 			}
 			ops := 0
@@ -139,13 +146,14 @@ func TestCommitAfterConcurrentAppend(t *testing.T) {
 }
 
 // Twenty dry runs and a stream of releases and reclaims on one node at once: every call's
-// record is on the chain, once, and the chain verifies.
+// record is on one of the node's chains, once (the changes on the changes chain, the rest on
+// the calls chain), and both chains verify.
 func TestConcurrentAppendsAndCommitsChain(t *testing.T) {
 	env := newEnv(t, seed(4, 0))
 	svc := auditService(env.Store)
 	ctx := context.Background()
 	var wg sync.WaitGroup
-	var calls, failed atomic.Int64
+	var calls, failed, changed atomic.Int64
 	for i := range 20 {
 		wg.Add(1)
 		go func() {
@@ -167,6 +175,8 @@ func TestConcurrentAppendsAndCommitsChain(t *testing.T) {
 					calls.Add(1)
 					if _, err := call(ctx, auditOwner, capacity.CapacityRequest{NodeID: "n1", ReservationID: "r1", UnitIDs: unit}, capacity.RequestMeta{}); err != nil {
 						failed.Add(1)
+					} else {
+						changed.Add(1)
 					}
 				}
 			}
@@ -176,12 +186,21 @@ func TestConcurrentAppendsAndCommitsChain(t *testing.T) {
 	if failed.Load() != 0 {
 		t.Logf("%d of %d calls failed (each still audited)", failed.Load(), calls.Load())
 	}
-	head, recs, rep := wholeChain(t, svc, "n1")
-	if !rep.OK {
-		t.Fatalf("chain: %+v", rep)
-	}
-	if int64(len(recs)) != calls.Load() || head.Seq != calls.Load() {
-		t.Errorf("%d records, head at %d, for %d calls", len(recs), head.Seq, calls.Load())
+	var recs []capacity.AuditRecord
+	for chain, want := range map[capacity.NodeChain]int64{capacity.ChainChanges: changed.Load(), capacity.ChainCalls: calls.Load() - changed.Load()} {
+		head, got, rep := wholeChain(t, svc, "n1", chain)
+		if !rep.OK {
+			t.Fatalf("%s chain: %+v", chain, rep)
+		}
+		if int64(len(got)) != want || head.Seq != want {
+			t.Errorf("%s chain: %d records, head at %d, want %d", chain, len(got), head.Seq, want)
+		}
+		for _, r := range got {
+			if changedNothing := r.DryRun || r.Outcome != "ok"; changedNothing == (chain == capacity.ChainChanges) {
+				t.Errorf("%s chain holds %+v", chain, r)
+			}
+		}
+		recs = append(recs, got...)
 	}
 	ids := map[string]bool{}
 	for _, r := range recs {
@@ -210,7 +229,7 @@ func TestAppendTimeoutAfterItLanded(t *testing.T) {
 	if inj.Count(awsfault.AmbiguousTimeout) == 0 {
 		t.Fatal("no timeout injected")
 	}
-	head, recs, rep := wholeChain(t, auditService(dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable)), "n1")
+	head, recs, rep := wholeChain(t, auditService(dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable)), "n1", capacity.ChainCalls)
 	if !rep.OK || head.Seq != 2 || len(recs) != 2 {
 		t.Fatalf("chain %+v, head %+v, %d records", rep, head, len(recs))
 	}
@@ -233,9 +252,16 @@ func TestAppendForMissingNodeKeepsNothing(t *testing.T) {
 		UnitIDs: []string{"g0"}, AgentEndpoint: "https://n9.example"}, capacity.RequestMeta{}); err != nil {
 		t.Fatal(err)
 	}
-	head, recs, rep := wholeChain(t, svc, "n9")
+	head, recs, rep := wholeChain(t, svc, "n9", capacity.ChainChanges)
 	if !rep.OK || !rep.Pinned || rep.Unchained != 0 || head.Seq != 1 || len(recs) != 1 || head.Start != capacity.ChainStartOf(nil) {
 		t.Fatalf("chain %+v, head %+v, records %+v", rep, head, recs)
+	}
+	// Its calls chain has not begun: it reads as empty, and reading it wrote nothing.
+	if head, recs, rep := wholeChain(t, svc, "n9", capacity.ChainCalls); !rep.OK || head != (capacity.AuditHead{}) || len(recs) != 0 {
+		t.Fatalf("calls chain %+v, head %+v, records %+v", rep, head, recs)
+	}
+	if _, err := svc.ListNodeAudit(context.Background(), auditOp, "n8", capacity.ChainCalls, capacity.PageRequest{}); capacity.ErrorCode(err) != capacity.CodeNotFound {
+		t.Fatalf("calls chain of a node that does not exist: %v, want not_found", err)
 	}
 }
 
@@ -282,7 +308,149 @@ func TestListReservationAudit(t *testing.T) {
 	if _, err := svc.ListReservationAudit(ctx, auditOwner, "n1", "r1", capacity.PageRequest{Cursor: "garbage"}); capacity.ErrorCode(err) != capacity.CodeInvalidRequest {
 		t.Errorf("garbage cursor: %v", err)
 	}
-	if _, err := svc.ListNodeAudit(ctx, auditOwner, "n1", capacity.PageRequest{}); capacity.ErrorCode(err) != capacity.CodeNotFound {
+	if _, err := svc.ListNodeAudit(ctx, auditOwner, "n1", "", capacity.PageRequest{}); capacity.ErrorCode(err) != capacity.CodeNotFound {
 		t.Errorf("node audit for a non-operator: %v", err)
+	}
+	if _, err := svc.ListNodeAudit(ctx, auditOp, "n1", "everything", capacity.PageRequest{}); capacity.ErrorCode(err) != capacity.CodeInvalidRequest {
+		t.Errorf("node audit of an unknown chain: %v, want invalid_request", err)
+	}
+}
+
+// Sixteen clients send dry runs and refusals at one node while a single writer releases and
+// reclaims on it: none of them writes what a commit conditions on, so every commit of the
+// writer lands in one transaction and none is refused; the node's version and changes chain
+// move by the writer's commits only; and every dry run and refusal is on the calls chain,
+// once, which verifies.
+func TestCallsThatChangeNothingNeverMakeACommitGoAgain(t *testing.T) {
+	own := &dynamotest.Calls{} // the writer's SDK calls only (the clients use env.Plain)
+	env := dynamotest.New(t, dynamotest.WithAPIOptions(own.Middleware))
+	ctx := context.Background()
+	if err := env.Store.Put(ctx, seed(4, 0)); err != nil {
+		t.Fatal(err)
+	}
+	writer := auditService(env.Store)
+	readers := auditService(dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable))
+	const commits = 20
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var sent, refused, unexpected atomic.Int64
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				req := capacity.CapacityRequest{NodeID: "n1", ReservationID: "r1", UnitIDs: []string{"u1"}, DryRun: true}
+				if i%2 == 1 { // a unit the reservation does not hold: refused, and audited
+					req = capacity.CapacityRequest{NodeID: "n1", ReservationID: "r1", UnitIDs: []string{"nope"}}
+				}
+				sent.Add(1)
+				_, err := readers.Reclaim(ctx, auditOwner, req, capacity.RequestMeta{})
+				switch {
+				case err == nil && req.DryRun:
+				case err != nil && !req.DryRun && capacity.ErrorCode(err) != capacity.CodeNotFound && capacity.ErrorCode(err) != capacity.CodeInternal:
+					refused.Add(1)
+				default:
+					unexpected.Add(1)
+					t.Errorf("%+v: %v", req, err)
+				}
+			}
+		}()
+	}
+	own.Reset()
+	for i := range commits {
+		call := writer.Release
+		if i%2 == 1 {
+			call = writer.Reclaim
+		}
+		if _, err := call(ctx, auditOwner, capacity.CapacityRequest{NodeID: "n1", ReservationID: "r1", UnitIDs: []string{"u0"}}, capacity.RequestMeta{}); err != nil {
+			t.Errorf("commit %d: %v", i, err)
+		}
+	}
+	rounds := own.Snapshot()["TransactWriteItems"]
+	close(done)
+	wg.Wait()
+	if rounds != commits {
+		t.Errorf("%d transactions for %d commits, want one each", rounds, commits)
+	}
+	if refused.Load() == 0 || sent.Load() < 2*16 {
+		t.Fatalf("%d calls sent, %d refused: no contention shown", sent.Load(), refused.Load())
+	}
+	st, err := env.Store.LoadNode(ctx, "n1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Node.Version != 1+commits || st.Node.AuditHead.Seq != commits {
+		t.Errorf("node at version %d, head seq %d; want %d and %d (the writer's commits only)", st.Node.Version, st.Node.AuditHead.Seq, 1+commits, commits)
+	}
+	if _, recs, rep := wholeChain(t, writer, "n1", capacity.ChainChanges); !rep.OK || len(recs) != commits {
+		t.Errorf("changes chain %+v, %d records, want %d", rep, len(recs), commits)
+	}
+	head, recs, rep := wholeChain(t, writer, "n1", capacity.ChainCalls)
+	if !rep.OK || !rep.Pinned || int64(len(recs)) != sent.Load() || head.Seq != sent.Load() {
+		t.Fatalf("calls chain %+v, head %+v, %d records, want %d", rep, head, len(recs), sent.Load())
+	}
+	ids := map[string]bool{}
+	for _, r := range recs {
+		if ids[r.ID] || r.Action != capacity.ActionReclaim || r.DryRun == (r.Outcome != "ok") {
+			t.Errorf("calls chain record %+v (twice, or not a dry run or refusal)", r)
+		}
+		ids[r.ID] = true
+	}
+}
+
+// Reads write nothing: not the node item, not a chain's head, not an audit record, even on a
+// node whose calls chain has not begun.
+func TestReadsWriteNothing(t *testing.T) {
+	own := &dynamotest.Calls{}
+	env := dynamotest.New(t, dynamotest.WithAPIOptions(own.Middleware))
+	ctx := context.Background()
+	if err := env.Store.Put(ctx, seed(4, 2)); err != nil {
+		t.Fatal(err)
+	}
+	svc := auditService(env.Store)
+	svc.Keys = env.Store
+	if _, err := svc.Reclaim(ctx, auditOwner, capacity.CapacityRequest{NodeID: "n1", ReservationID: "r1", UnitIDs: []string{"u0"}}, capacity.RequestMeta{}); err != nil {
+		t.Fatal(err)
+	}
+	state, audit := env.Items(t, env.Store.Table), env.Items(t, env.Store.AuditTable)
+	own.Reset()
+	reads := []struct {
+		name string
+		read func() error
+	}{
+		{"reservation", func() error { _, err := svc.GetReservation(ctx, auditOwner, "n1", "r1"); return err }},
+		{"node", func() error { _, err := svc.GetNode(ctx, auditOp, "n1"); return err }},
+		{"reservations", func() error { _, err := svc.ListReservations(ctx, auditOp, "n1", capacity.PageRequest{}); return err }},
+		{"reservation audit", func() error {
+			_, err := svc.ListReservationAudit(ctx, auditOwner, "n1", "r1", capacity.PageRequest{})
+			return err
+		}},
+		{"changes chain", func() error {
+			_, err := svc.ListNodeAudit(ctx, auditOp, "n1", capacity.ChainChanges, capacity.PageRequest{})
+			return err
+		}},
+		{"calls chain not begun", func() error {
+			_, err := svc.ListNodeAudit(ctx, auditOp, "n1", capacity.ChainCalls, capacity.PageRequest{})
+			return err
+		}},
+		{"key chain", func() error { _, err := svc.ListKeyAudit(ctx, auditOp, capacity.PageRequest{}); return err }},
+	}
+	for _, r := range reads {
+		if err := r.read(); err != nil {
+			t.Errorf("%s: %v", r.name, err)
+		}
+	}
+	for op, n := range own.Snapshot() {
+		if !strings.HasPrefix(op, "Get") && !strings.HasPrefix(op, "Query") && !strings.HasPrefix(op, "Scan") && !strings.HasPrefix(op, "BatchGet") {
+			t.Errorf("reads sent %d %s", n, op)
+		}
+	}
+	if !reflect.DeepEqual(env.Items(t, env.Store.Table), state) || !reflect.DeepEqual(env.Items(t, env.Store.AuditTable), audit) {
+		t.Error("reads changed the tables")
 	}
 }

@@ -93,6 +93,7 @@ func TestCommitOperatorRaces(t *testing.T) {
 		between func(t *testing.T, s *dynamo.Store, st *capacity.NodeState)
 		commit  func(st *capacity.NodeState) capacity.OperatorCommit
 		want    error // nil: the commit lands
+		seq     int64 // the node chain's head after it lands
 	}{
 		{
 			name: "another write bumped the node",
@@ -124,11 +125,23 @@ func TestCommitOperatorRaces(t *testing.T) {
 		{
 			name: "only the audit head moved: committed on the new head, no new decision",
 			between: func(t *testing.T, s *dynamo.Store, st *capacity.NodeState) {
+				// A commit that changes nothing moves the head and only checks the version.
+				if err := s.Commit(context.Background(), capacity.Commit{Node: st.Node, Audit: opAudit("no-op", "n1")}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			commit: func(st *capacity.NodeState) capacity.OperatorCommit { return newResCommit(st, "rY") },
+			seq:    2,
+		},
+		{
+			name: "a refusal was audited meanwhile: on the calls chain, the node untouched",
+			between: func(t *testing.T, s *dynamo.Store, st *capacity.NodeState) {
 				if err := s.AppendAudit(context.Background(), opAudit("refusal", "n1")); err != nil {
 					t.Fatal(err)
 				}
 			},
 			commit: func(st *capacity.NodeState) capacity.OperatorCommit { return newResCommit(st, "rY") },
+			seq:    1,
 		},
 	}
 	for _, tt := range tests {
@@ -156,9 +169,9 @@ func TestCommitOperatorRaces(t *testing.T) {
 				t.Fatal(err)
 			}
 			after, _ := env.Store.LoadNode(ctx, "n1", "")
-			if after.Node.Version != st.Node.Version+1 || after.Node.AuditHead.Seq != 2 || after.Reservation("rY") == nil {
-				t.Errorf("node version %d head %+v, reservations %v; want version %d, seq 2, rY created",
-					after.Node.Version, after.Node.AuditHead, after.Reservations, st.Node.Version+1)
+			if after.Node.Version != st.Node.Version+1 || after.Node.AuditHead.Seq != tt.seq || after.Reservation("rY") == nil {
+				t.Errorf("node version %d head %+v, reservations %v; want version %d, seq %d, rY created",
+					after.Node.Version, after.Node.AuditHead, after.Reservations, st.Node.Version+1, tt.seq)
 			}
 		})
 	}

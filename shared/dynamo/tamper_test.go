@@ -2,6 +2,7 @@ package dynamo_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -55,15 +56,16 @@ func TestVerifyCatchesTampering(t *testing.T) {
 	tests := []struct {
 		name    string
 		tamper  func(t *testing.T, env *dynamotest.Env, key capacity.APIKey)
-		node    string // the problem verify --node n1 reports ("" = OK)
+		node    string // the problem of n1's changes chain ("" = OK)
 		keyProb string // the problem verify --keys reports about the key ("" = OK; "chain <problem>": of the key chain)
+		calls   string // the problem of n1's calls chain ("" = OK)
 	}{
-		{"untouched", func(*testing.T, *dynamotest.Env, capacity.APIKey) {}, "", ""},
+		{"untouched", func(*testing.T, *dynamotest.Env, capacity.APIKey) {}, "", "", ""},
 		{"node head rolled back", func(t *testing.T, env *dynamotest.Env, _ capacity.APIKey) {
 			rec := getItem(t, env, env.Store.AuditTable, "NODE#n1", "SEQ#00000000000000000002")
 			update(t, env, env.Store.Table, "NODE#n1", "NODE", "SET AuditSeq = :s, AuditHead = :h", map[string]types.AttributeValue{
 				":s": &types.AttributeValueMemberN{Value: "2"}, ":h": rec["hash"]})
-		}, capacity.ChainBeyondHead, ""},
+		}, capacity.ChainBeyondHead, "", ""},
 		{"back-dated unchained record planted", func(t *testing.T, env *dynamotest.Env, _ capacity.APIKey) {
 			item, err := attributevalue.MarshalMap(map[string]any{"pk": "NODE#n1", "sk": "2020-01-01T00:00:00Z#planted", "type": "audit",
 				"ID": "planted", "Time": time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), "NodeID": "n1", "Action": capacity.ActionReclaim,
@@ -74,25 +76,48 @@ func TestVerifyCatchesTampering(t *testing.T) {
 			if _, err := env.Plain.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(env.Store.AuditTable), Item: item}); err != nil {
 				t.Fatal(err)
 			}
-		}, capacity.ChainInserted, ""},
+		}, capacity.ChainInserted, "", ""},
 		{"key chain's head loses its start pin", func(t *testing.T, env *dynamotest.Env, _ capacity.APIKey) {
 			update(t, env, env.Store.KeysTable, "APIKEYS", "AUDITHEAD", "SET AuditStartDigest = :d", map[string]types.AttributeValue{
 				":d": &types.AttributeValueMemberS{Value: ""}})
-		}, "", "chain " + capacity.ChainRemoved},
+		}, "", "chain " + capacity.ChainRemoved, ""},
 		{"key made operator in place", func(t *testing.T, env *dynamotest.Env, k capacity.APIKey) {
 			update(t, env, env.Store.KeysTable, "APIKEY#"+k.Hash, "APIKEY", "SET Operator = :t",
 				map[string]types.AttributeValue{":t": &types.AttributeValueMemberBOOL{Value: true}})
-		}, "", capacity.ChainAltered},
+		}, "", capacity.ChainAltered, ""},
 		{"key given a permission in place", func(t *testing.T, env *dynamotest.Env, k capacity.APIKey) {
 			update(t, env, env.Store.KeysTable, "APIKEY#"+k.Hash, "APIKEY", "SET #p = :p", map[string]types.AttributeValue{
 				":p": &types.AttributeValueMemberL{Value: []types.AttributeValue{
 					&types.AttributeValueMemberS{Value: capacity.PermCapacity}, &types.AttributeValueMemberS{Value: capacity.PermRead}}}},
 				"#p", "Permissions")
-		}, "", capacity.ChainAltered},
+		}, "", capacity.ChainAltered, ""},
 		{"key's expiry removed in place", func(t *testing.T, env *dynamotest.Env, k capacity.APIKey) {
 			update(t, env, env.Store.KeysTable, "APIKEY#"+k.Hash, "APIKEY", "SET ExpiresAt = :n",
 				map[string]types.AttributeValue{":n": &types.AttributeValueMemberNULL{Value: true}})
-		}, "", capacity.ChainAltered},
+		}, "", capacity.ChainAltered, ""},
+		{"calls head rolled back", func(t *testing.T, env *dynamotest.Env, _ capacity.APIKey) {
+			rec := getItem(t, env, env.Store.AuditTable, "NODE#n1#CALLS", "SEQ#00000000000000000002")
+			update(t, env, env.Store.Table, "NODE#n1", "AUDITHEAD#CALLS", "SET AuditSeq = :s, AuditHead = :h", map[string]types.AttributeValue{
+				":s": &types.AttributeValueMemberN{Value: "2"}, ":h": rec["hash"]})
+		}, "", "", capacity.ChainBeyondHead},
+		{"unchained record planted before the calls chain", func(t *testing.T, env *dynamotest.Env, _ capacity.APIKey) {
+			item, err := attributevalue.MarshalMap(map[string]any{"pk": "NODE#n1#CALLS", "sk": "2020-01-01T00:00:00Z#planted", "type": "audit",
+				"ID": "planted", "Time": time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), "NodeID": "n1", "Action": capacity.ActionReclaim,
+				"Outcome": "ok", "DryRun": true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := env.Plain.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(env.Store.AuditTable), Item: item}); err != nil {
+				t.Fatal(err)
+			}
+		}, "", "", capacity.ChainInserted},
+		{"calls head loses its start pin", func(t *testing.T, env *dynamotest.Env, _ capacity.APIKey) {
+			update(t, env, env.Store.Table, "NODE#n1", "AUDITHEAD#CALLS", "REMOVE AuditStartDigest, AuditStartCount", nil)
+		}, "", "", capacity.ChainRemoved},
+		{"a calls record altered", func(t *testing.T, env *dynamotest.Env, _ capacity.APIKey) {
+			update(t, env, env.Store.AuditTable, "NODE#n1#CALLS", "SEQ#00000000000000000003", "SET Outcome = :o",
+				map[string]types.AttributeValue{":o": &types.AttributeValueMemberS{Value: "invalid_request"}})
+		}, "", "", capacity.ChainAltered},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -101,8 +126,9 @@ func TestVerifyCatchesTampering(t *testing.T) {
 			env := newEnv(t, s)
 			svc := &capacity.Service{Store: env.Store, Keys: env.Store, Now: func() time.Time { return t0.Add(time.Hour) },
 				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-			for range 4 {
-				if _, err := svc.Reclaim(ctx, owner, capacity.CapacityRequest{NodeID: "n1", ReservationID: "r1", UnitIDs: []string{"u0"}, DryRun: true},
+			// Four dry runs on the calls chain, three reclaims on the changes chain.
+			for i := range 7 {
+				if _, err := svc.Reclaim(ctx, owner, capacity.CapacityRequest{NodeID: "n1", ReservationID: "r1", UnitIDs: []string{fmt.Sprintf("u%d", i%3)}, DryRun: i < 4},
 					capacity.RequestMeta{}); err != nil {
 					t.Fatal(err)
 				}
@@ -115,10 +141,13 @@ func TestVerifyCatchesTampering(t *testing.T) {
 			}
 			tt.tamper(t, env, res.Key)
 
-			if _, rep := verifyAll(t, func(p capacity.PageRequest) (*capacity.AuditChainPage, error) {
-				return svc.ListNodeAudit(ctx, opPrincipal, "n1", p)
-			}); rep.Problem != tt.node || rep.OK != (tt.node == "") || !rep.Pinned {
-				t.Errorf("node chain: %+v, want problem %q on a pinned chain", rep, tt.node)
+			records := map[capacity.NodeChain]int{capacity.ChainChanges: 3, capacity.ChainCalls: 4}
+			for chain, want := range map[capacity.NodeChain]string{capacity.ChainChanges: tt.node, capacity.ChainCalls: tt.calls} {
+				if _, rep := verifyAll(t, func(p capacity.PageRequest) (*capacity.AuditChainPage, error) {
+					return svc.ListNodeAudit(ctx, opPrincipal, "n1", chain, p)
+				}); rep.Problem != want || rep.OK != (want == "") || want == "" && (!rep.Pinned || rep.Checked != records[chain]) {
+					t.Errorf("node chain %s: %+v, want problem %q on a pinned chain", chain, rep, want)
+				}
 			}
 			recs, rep := verifyAll(t, func(p capacity.PageRequest) (*capacity.AuditChainPage, error) {
 				return svc.ListKeyAudit(ctx, opPrincipal, p)

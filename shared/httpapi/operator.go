@@ -6,7 +6,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/openrelay/capacity/shared/capacity"
@@ -124,12 +126,14 @@ func parseTime(member, s string) (time.Time, error) {
 
 // pageOf reads a list's query: limit (1..100; absent: the service's default) and cursor (the
 // nextCursor of the previous page, passed on as is: the store refuses one it did not issue).
-// Any other parameter, or one given twice, is refused, as an unknown body member is.
-func pageOf(q url.Values) (capacity.PageRequest, error) {
+// Any other parameter (but the route's own, extra), or one given twice, is refused, as an
+// unknown body member is.
+func pageOf(q url.Values, extra ...string) (capacity.PageRequest, error) {
 	var page capacity.PageRequest
+	known := append([]string{"limit", "cursor"}, extra...)
 	for name, vals := range q {
-		if name != "limit" && name != "cursor" {
-			return page, capacity.Errorf(CodeMalformedRequest, "unknown query parameter %q; known: limit, cursor", name)
+		if !slices.Contains(known, name) {
+			return page, capacity.Errorf(CodeMalformedRequest, "unknown query parameter %q; known: %s", name, strings.Join(known, ", "))
 		}
 		if len(vals) != 1 {
 			return page, capacity.Errorf(CodeMalformedRequest, "query parameter %q appears more than once", name)
@@ -339,11 +343,12 @@ func (h *Handler) listNodeAudit(w http.ResponseWriter, r *http.Request, p capaci
 	if err := admitOperator(p, "listNodeAudit", "node", r.PathValue("nodeId")); err != nil {
 		return err
 	}
-	page, err := pageOf(r.URL.Query())
+	// chain: changes (the default) or calls, the node's chain of calls that changed nothing.
+	page, err := pageOf(r.URL.Query(), "chain")
 	if err != nil {
 		return err
 	}
-	res, err := h.Service.ListNodeAudit(r.Context(), p, r.PathValue("nodeId"), page)
+	res, err := h.Service.ListNodeAudit(r.Context(), p, r.PathValue("nodeId"), capacity.NodeChain(r.URL.Query().Get("chain")), page)
 	if err != nil {
 		return err
 	}

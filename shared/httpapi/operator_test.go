@@ -37,6 +37,7 @@ type opCall struct {
 	Revoke   capacity.KeyRevocation
 	Page     capacity.PageRequest
 	ForceEnd capacity.ForceEndRequest
+	Chain    capacity.NodeChain
 }
 
 // opResults are the operator routes' canned answers.
@@ -125,8 +126,8 @@ func (f *fakeService) ListReservationAudit(_ context.Context, p capacity.Princip
 	return orEmpty(f.auditPage, f.err), f.err
 }
 
-func (f *fakeService) ListNodeAudit(_ context.Context, p capacity.Principal, nodeID string, page capacity.PageRequest) (*capacity.AuditChainPage, error) {
-	f.record(call{Method: "ListNodeAudit", Principal: p, NodeID: nodeID, opCall: opCall{Page: page}})
+func (f *fakeService) ListNodeAudit(_ context.Context, p capacity.Principal, nodeID string, chain capacity.NodeChain, page capacity.PageRequest) (*capacity.AuditChainPage, error) {
+	f.record(call{Method: "ListNodeAudit", Principal: p, NodeID: nodeID, opCall: opCall{Page: page, Chain: chain}})
 	return orEmpty(f.chainPage, f.err), f.err
 }
 
@@ -436,7 +437,18 @@ func TestOperatorRoutes(t *testing.T) {
 			check: func(t *testing.T, c call, body []byte) {
 				var a wire.AuditChainPageJSON
 				decodeStrict(t, body, &a)
-				if c.NodeID != "n1" || c.Page.Cursor != "x" || a.Head != (wire.AuditHeadJSON{Seq: 1, Hash: "h1"}) || len(a.Records) != 1 {
+				if c.NodeID != "n1" || c.Page.Cursor != "x" || c.Chain != "" || a.Head != (wire.AuditHeadJSON{Seq: 1, Hash: "h1"}) || len(a.Records) != 1 {
+					t.Errorf("call %+v, answer %s", c, body)
+				}
+			},
+		},
+		{
+			name:       "node audit: the calls chain",
+			q:          req{method: http.MethodGet, path: "/v1/nodes/n1/audit?chain=calls&limit=5", auth: opAuth},
+			canned:     opResults{chainPage: &capacity.AuditChainPage{Head: capacity.AuditHead{Seq: 2, Hash: "h2"}}},
+			wantMethod: "ListNodeAudit", wantStatus: 200,
+			check: func(t *testing.T, c call, body []byte) {
+				if c.NodeID != "n1" || c.Chain != capacity.ChainCalls || c.Page.Limit != 5 {
 					t.Errorf("call %+v, answer %s", c, body)
 				}
 			},
@@ -898,6 +910,17 @@ func TestListQuery(t *testing.T) {
 				}
 			})
 		}
+		t.Run(list+"?chain=calls", func(t *testing.T) {
+			// Only a node's audit has two chains to choose from.
+			svc := &fakeService{}
+			w := req{method: http.MethodGet, path: list + "?chain=calls", auth: opAuth}.do(t, newHandler(svc))
+			if list != "/v1/nodes/n1/audit" {
+				problem(t, w, 400, httpapi.CodeMalformedRequest)
+				assertNoCalls(t, svc)
+			} else if calls := svc.Calls(); w.Code != 200 || len(calls) != 1 || calls[0].Chain != capacity.ChainCalls {
+				t.Errorf("status %d, calls %+v", w.Code, calls)
+			}
+		})
 		t.Run(list+" cursor refused by the store", func(t *testing.T) {
 			svc := &fakeService{err: capacity.Errorf(capacity.CodeInvalidRequest, "invalid cursor")}
 			w := req{method: http.MethodGet, path: list + "?cursor=garbage", auth: opAuth}.do(t, newHandler(svc))
