@@ -86,11 +86,11 @@ func TestReportOperatorKeys(t *testing.T) {
 	past := time.Now().Add(-time.Hour)
 	old := []string{capacity.PermCapacity, capacity.PermRead, capacity.PermPlace}
 	keys := []capacity.APIKey{
-		{KeyID: "key-legacy-op", Hash: capacity.HashKeySecret("ork_1"), OrgID: "platform", Operator: true, Permissions: old},
-		{KeyID: "key-new-op", Hash: capacity.HashKeySecret("ork_2"), OrgID: "platform", Operator: true, Permissions: capacity.AllPermissions},
-		{KeyID: "key-tenant", Hash: capacity.HashKeySecret("ork_3"), OrgID: "acme", Permissions: old},
-		{KeyID: "key-revoked-op", Hash: capacity.HashKeySecret("ork_4"), OrgID: "platform", Operator: true, Permissions: old, Revoked: true},
-		{KeyID: "key-expired-op", Hash: capacity.HashKeySecret("ork_5"), OrgID: "platform", Operator: true, Permissions: old, ExpiresAt: &past},
+		{KeyID: "key-legacy-op", Hash: capacity.HashKeySecret(capacity.FixedKeySecret("k1")), OrgID: "platform", Operator: true, Permissions: old},
+		{KeyID: "key-new-op", Hash: capacity.HashKeySecret(capacity.FixedKeySecret("k2")), OrgID: "platform", Operator: true, Permissions: capacity.AllPermissions},
+		{KeyID: "key-tenant", Hash: capacity.HashKeySecret(capacity.FixedKeySecret("k3")), OrgID: "acme", Permissions: old},
+		{KeyID: "key-revoked-op", Hash: capacity.HashKeySecret(capacity.FixedKeySecret("k4")), OrgID: "platform", Operator: true, Permissions: old, Revoked: true},
+		{KeyID: "key-expired-op", Hash: capacity.HashKeySecret(capacity.FixedKeySecret("k5")), OrgID: "platform", Operator: true, Permissions: old, ExpiresAt: &past},
 	}
 	if err := env.Store.Put(ctx, dynamo.Seed{Keys: keys}); err != nil {
 		t.Fatal(err)

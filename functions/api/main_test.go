@@ -168,7 +168,7 @@ func TestWiredOperatorRoutes(t *testing.T) {
 		t.Helper()
 		resp, err := adapter.ProxyWithContext(context.Background(), events.APIGatewayProxyRequest{
 			HTTPMethod: method, Path: path, Body: body,
-			Headers: map[string]string{"Authorization": "Bearer ork_demo_operator", "Content-Type": "application/json"},
+			Headers: map[string]string{"Authorization": "Bearer ocap_demoOperator000000000000000000000000000000020pbNU", "Content-Type": "application/json"},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -259,7 +259,7 @@ func TestPutNodeWithKMSEncryptDenied(t *testing.T) {
 		resp, err := adapter.ProxyWithContext(ctx, events.APIGatewayProxyRequest{
 			HTTPMethod: "PUT", Path: "/v1/nodes/node-new",
 			Body:    `{"ownerOrgId":"org-owner","unitIds":["gpu-0"],"agentEndpoint":"https://agent.example:8443"}`,
-			Headers: map[string]string{"Authorization": "Bearer ork_demo_operator", "Content-Type": "application/json"},
+			Headers: map[string]string{"Authorization": "Bearer ocap_demoOperator000000000000000000000000000000020pbNU", "Content-Type": "application/json"},
 		})
 		if err != nil {
 			t.Fatal(err)

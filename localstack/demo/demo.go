@@ -44,12 +44,12 @@ func Keys() []Key {
 	return []Key{
 		// The platform operator holds every permission; the marketplace scheduler, an operator
 		// key too, only places VMs (it gets 404 on every operator route).
-		mk("operator", "ork_demo_operator", OrgPlatform, true, capacity.AllPermissions...),
-		mk("scheduler", "ork_demo_scheduler", OrgPlatform, true, capacity.PermPlace),
-		mk("owner", "ork_demo_owner", OrgOwner, false, all...),
-		mk("manager", "ork_demo_manager", OrgManager, false, all...),
-		mk("audience", "ork_demo_audience", OrgAudience, false, all...),
-		mk("no-capacity", "ork_demo_readonly", OrgOwner, false, capacity.PermRead),
+		mk("operator", "ocap_demoOperator000000000000000000000000000000020pbNU", OrgPlatform, true, capacity.AllPermissions...),
+		mk("scheduler", "ocap_demoScheduler0000000000000000000000000000001jmSvo", OrgPlatform, true, capacity.PermPlace),
+		mk("owner", "ocap_demoOwner00000000000000000000000000000000000lf45s", OrgOwner, false, all...),
+		mk("manager", "ocap_demoManager000000000000000000000000000000000Mc1OA", OrgManager, false, all...),
+		mk("audience", "ocap_demoAudience00000000000000000000000000000002xzbhP", OrgAudience, false, all...),
+		mk("no-capacity", "ocap_demoReadonly00000000000000000000000000000000krpmi", OrgOwner, false, capacity.PermRead),
 	}
 }
 

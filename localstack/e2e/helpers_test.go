@@ -27,11 +27,11 @@ import (
 
 // Secrets of the demo keys.
 const (
-	keyOperator = "ork_demo_operator"
-	keyOwner    = "ork_demo_owner"
-	keyManager  = "ork_demo_manager"
-	keyAudience = "ork_demo_audience"
-	keyReadOnly = "ork_demo_readonly"
+	keyOperator = "ocap_demoOperator000000000000000000000000000000020pbNU"
+	keyOwner    = "ocap_demoOwner00000000000000000000000000000000000lf45s"
+	keyManager  = "ocap_demoManager000000000000000000000000000000000Mc1OA"
+	keyAudience = "ocap_demoAudience00000000000000000000000000000002xzbhP"
+	keyReadOnly = "ocap_demoReadonly00000000000000000000000000000000krpmi"
 )
 
 var (

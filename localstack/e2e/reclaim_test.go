@@ -84,7 +84,9 @@ func TestRefusalsChangeNothing(t *testing.T) {
 		code        string
 	}{
 		{"no key", "", "POST", reclaimPath, "", reclaimBody, "", 401, "unauthenticated"},
-		{"unknown key", "", "POST", reclaimPath, "ork_nope", reclaimBody, "", 401, "unauthenticated"},
+		{"unknown key", "", "POST", reclaimPath, "ocap_nope0000000000000000000000000000000000000002bmv86", reclaimBody, "", 401, "unauthenticated"},
+		{"junk key", "", "POST", reclaimPath, "ocap_nope0000000000000000000000000000000000000002bmv8X", reclaimBody, "", 401, "unauthenticated"},
+		{"retired ork_ key", "", "POST", reclaimPath, "ork_demo_owner", reclaimBody, "", 401, "unauthenticated"},
 		{"key without reservation.capacity", "", "POST", reclaimPath, keyReadOnly, reclaimBody, "", 404, "not_found"},
 		{"audience only", "", "POST", reclaimPath, keyAudience, reclaimBody, "", 403, "forbidden"},
 		{"reservation needs review", inactive, "POST", reclaimPath, keyOwner, reclaimBody, "", 409, "reservation_not_active"},

@@ -24,9 +24,9 @@ type Toucher interface {
 	TouchKey(ctx context.Context, keyHash string, at time.Time) error
 }
 
-// LegacyKeyPrefix starts the keys issued before the checksummed ocap_ format; they are still
-// looked up. A bearer with neither prefix is refused without a lookup.
-const LegacyKeyPrefix = "ork_"
+// legacyKeyPrefix started the unchecksummed keys of before the ocap_ format: they are
+// refused (without a read) with a message saying so.
+const legacyKeyPrefix = "ork_"
 
 // Hash returns the stored form of a key secret: hex SHA-256 (capacity.HashKeySecret).
 func Hash(secret string) string { return capacity.HashKeySecret(secret) }
@@ -83,17 +83,18 @@ func (a *Authenticator) Authenticate(ctx context.Context, header string) (capaci
 		return capacity.Principal{}, capacity.Errorf(capacity.CodeUnauthenticated, "an API key is required: Authorization: Bearer <key>")
 	}
 	secret = strings.TrimSpace(secret)
-	// A mistyped or truncated key of the current format is refused without a table read, and
-	// so is anything that is no key at all: otherwise junk bearers would each cost a read and
-	// a cache entry (and could flush the cache). Legacy ork_ keys are looked up as they are.
-	switch {
-	case strings.HasPrefix(secret, capacity.KeyPrefix):
-		if capacity.CheckKeySecret(secret) != nil {
-			return capacity.Principal{}, capacity.Errorf(capacity.CodeUnauthenticated, "the API key is malformed (mistyped or truncated?)")
+	// Only a well-formed, checksummed key is looked up: a mistyped or truncated key, a legacy
+	// unchecksummed ork_ key and anything that is no key at all are refused without a table
+	// read, so junk bearers cost no read and no cache entry (and cannot flush the cache).
+	if err := capacity.CheckKeySecret(secret); err != nil {
+		msg := "the API key is malformed (mistyped or truncated?)"
+		switch {
+		case strings.HasPrefix(secret, legacyKeyPrefix):
+			msg = "ork_ API keys are no longer accepted: ask an operator for a new ocap_ key"
+		case !strings.HasPrefix(secret, capacity.KeyPrefix):
+			msg = "the API key is malformed: keys start with " + capacity.KeyPrefix
 		}
-	case strings.HasPrefix(secret, LegacyKeyPrefix):
-	default:
-		return capacity.Principal{}, capacity.Errorf(capacity.CodeUnauthenticated, "the API key is malformed: keys start with %s", capacity.KeyPrefix)
+		return capacity.Principal{}, capacity.Errorf(capacity.CodeUnauthenticated, "%s", msg)
 	}
 	hash := Hash(secret)
 	key, err := a.lookup(ctx, hash)

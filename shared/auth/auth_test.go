@@ -97,12 +97,14 @@ func (c *clock) Advance(d time.Duration) {
 
 func ptr[T any](v T) *T { return &v }
 
-const (
-	secretValid    = "ork_valid"
-	secretOperator = "ork_operator"
-	secretRevoked  = "ork_revoked"
-	secretExpiring = "ork_expiring" // expires at t0
-	secretLater    = "ork_later"    // expires 1ns after t0
+var (
+	secretValid    = capacity.FixedKeySecret("valid")
+	secretOperator = capacity.FixedKeySecret("operator")
+	secretRevoked  = capacity.FixedKeySecret("revoked")
+	secretExpiring = capacity.FixedKeySecret("expiring") // expires at t0
+	secretLater    = capacity.FixedKeySecret("later")    // expires 1ns after t0
+	// secretLegacy is a key of the retired unchecksummed format, still in the store.
+	secretLegacy = "ork_legacy"
 )
 
 func standardKeys() *fakeKeys {
@@ -114,6 +116,7 @@ func standardKeys() *fakeKeys {
 		secretRevoked:  {KeyID: "key-rev", OrgID: "org-1", Permissions: []string{capacity.PermCapacity}, Revoked: true},
 		secretExpiring: {KeyID: "key-exp", OrgID: "org-1", ExpiresAt: ptr(t0)},
 		secretLater:    {KeyID: "key-later", OrgID: "org-2", ExpiresAt: ptr(t0.Add(time.Nanosecond))},
+		secretLegacy:   {KeyID: "key-legacy", OrgID: "org-1", Permissions: []string{capacity.PermCapacity}},
 	})
 }
 
@@ -158,13 +161,20 @@ func TestAuthenticate(t *testing.T) {
 		{"basic credentials", "Basic dXNlcjpwYXNz", nil, false},
 		{"other scheme", "Token " + secretValid, nil, false},
 		{"scheme glued to key", "Bearer" + secretValid, nil, false},
-		{"unknown key", "Bearer ork_unknown", nil, true},
-		{"key differing in case (ORK_: no known prefix)", "Bearer " + strings.ToUpper(secretValid), nil, false},
+		{"unknown well-formed key", "Bearer " + capacity.FixedKeySecret("unknown"), nil, true},
+		{"key differing in case (OCAP_: no known prefix)", "Bearer " + strings.ToUpper(secretValid), nil, false},
 		{"no known prefix", "Bearer nope", nil, false},
 		{"prefix not at the start", "Bearer x" + secretValid, nil, false},
-		{"legacy prefix only", "Bearer ork_", nil, true},
-		{"key with a suffix", "Bearer " + secretValid + "x", nil, true},
-		{"two keys", "Bearer " + secretValid + " " + secretValid, nil, true},
+		{"key with a suffix", "Bearer " + secretValid + "x", nil, false},
+		{"two keys", "Bearer " + secretValid + " " + secretValid, nil, false},
+		// Junk bearers with a well-formed prefix: no table read for any of them.
+		{"ocap_ prefix only", "Bearer " + capacity.KeyPrefix, nil, false},
+		{"ocap_ key with a wrong checksum", "Bearer " + secretValid[:len(secretValid)-1] + "x", nil, false},
+		{"ocap_ key truncated", "Bearer " + secretValid[:len(secretValid)-1], nil, false},
+		{"ocap_ prefix and random junk of the right length", "Bearer " + capacity.KeyPrefix + strings.Repeat("Z", 49), nil, false},
+		{"ork_ prefix only", "Bearer ork_", nil, false},
+		{"ork_ junk", "Bearer ork_" + strings.Repeat("a", 40), nil, false},
+		{"ork_ key that is in the store (retired format)", "Bearer " + secretLegacy, nil, false},
 		{"revoked", "Bearer " + secretRevoked, nil, true},
 		{"expired at exactly ExpiresAt", "Bearer " + secretExpiring, nil, true},
 	}
@@ -238,6 +248,7 @@ func TestStoreErrorIsNotUnauthenticated(t *testing.T) {
 
 func TestCache(t *testing.T) {
 	const ttl = 30 * time.Second
+	secretNew := capacity.FixedKeySecret("new")
 	ctx := context.Background()
 	type step struct {
 		advance  time.Duration
@@ -270,11 +281,11 @@ func TestCache(t *testing.T) {
 			{advance: time.Second, secret: secretValid, wantOK: false, wantHits: 2},
 		}},
 		{"misses are cached too", ttl, []step{
-			{secret: "ork_new", wantOK: false, wantHits: 1},
+			{secret: secretNew, wantOK: false, wantHits: 1},
 			{advance: time.Second, change: func(k *fakeKeys) {
-				k.put("ork_new", capacity.APIKey{KeyID: "key-new", OrgID: "org-3"})
-			}, secret: "ork_new", wantOK: false, wantHits: 1},
-			{advance: ttl, secret: "ork_new", wantOK: true, wantHits: 2},
+				k.put(secretNew, capacity.APIKey{KeyID: "key-new", OrgID: "org-3"})
+			}, secret: secretNew, wantOK: false, wantHits: 1},
+			{advance: ttl, secret: secretNew, wantOK: true, wantHits: 2},
 		}},
 		{"keys are cached separately", ttl, []step{
 			{secret: secretValid, wantOK: true, wantHits: 1},
@@ -325,7 +336,7 @@ func TestConcurrentAuthenticate(t *testing.T) {
 			for j := range 200 {
 				secret := secretValid
 				if (i+j)%3 == 0 {
-					secret = fmt.Sprintf("ork_unknown_%d", j%5)
+					secret = capacity.FixedKeySecret(fmt.Sprintf("unknown%d", j%5))
 				}
 				if j%50 == 0 {
 					clk.Advance(time.Second)
@@ -391,7 +402,8 @@ func (f failingKeys) LookupKey(context.Context, string) (*capacity.APIKey, error
 	return nil, errors.New("unexpected lookup")
 }
 
-// A mistyped, truncated or otherwise malformed ocap_ key is refused without a table read.
+// A mistyped, truncated or otherwise malformed ocap_ key, and any key of the retired ork_
+// format, is refused without a table read.
 func TestMalformedKeyIsRefusedWithoutLookup(t *testing.T) {
 	good := auth.NewSecret()
 	swapped := []byte(good)
@@ -409,6 +421,8 @@ func TestMalformedKeyIsRefusedWithoutLookup(t *testing.T) {
 		{"extended", good + "0"},
 		{"prefix only", capacity.KeyPrefix},
 		{"bad character", good[:30] + "_" + good[31:]},
+		{"retired ork_ key", "ork_legacy"},
+		{"retired ork_ prefix only", "ork_"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			a := &auth.Authenticator{Keys: failingKeys{t}, TTL: time.Minute, Now: func() time.Time { return t0 }}

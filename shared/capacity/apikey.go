@@ -14,12 +14,12 @@ import (
 // API key secrets look like ocap_<43 base62 chars><6 base62 chars>: the prefix lets secret
 // scanners recognise a leaked key, the 43 characters carry 256 random bits, and the last six
 // are the CRC32 (IEEE) of everything before them, so a mistyped key is refused without a
-// table read. Keys issued before this format (ork_...) are still looked up.
+// table read. It is the only format accepted: the unchecksummed ork_ keys of before are
+// refused without a read (a junk bearer of any format costs no table read), and must be
+// reissued.
 const (
-	// KeyPrefix starts every API key secret issued now.
+	// KeyPrefix starts every API key secret.
 	KeyPrefix = "ocap_"
-	// LegacyKeyPrefix started the secrets of keys issued before the checksummed format.
-	LegacyKeyPrefix = "ork_"
 
 	keyRandomLen = 43 // 62^43 > 2^256
 	keyCheckLen  = 6  // 62^6 > 2^32
@@ -36,6 +36,17 @@ func NewKeySecret() (string, error) {
 	}
 	body := KeyPrefix + encodeBase62(new(big.Int).SetBytes(b[:]), keyRandomLen)
 	return body + keyChecksum(body), nil
+}
+
+// FixedKeySecret returns the well-formed secret whose random part is name padded with '0':
+// for the local stack's published demo keys and for tests only, never for a real key (it
+// is not secret). name must be 1 to 43 characters of [0-9A-Za-z]; anything else panics.
+func FixedKeySecret(name string) string {
+	if name == "" || len(name) > keyRandomLen || strings.IndexFunc(name, func(r rune) bool { return !strings.ContainsRune(base62, r) }) >= 0 {
+		panic(fmt.Sprintf("FixedKeySecret(%q): want 1 to %d characters of [0-9A-Za-z]", name, keyRandomLen))
+	}
+	body := KeyPrefix + name + strings.Repeat("0", keyRandomLen-len(name))
+	return body + keyChecksum(body)
 }
 
 // CheckKeySecret returns nil for a well-formed ocap_ secret (prefix, length, alphabet and

@@ -98,7 +98,7 @@ func permWorld(t *testing.T) (*dynamotest.Env, *capacity.Service) {
 	permReclaimID = res.ReclaimID
 	svc.Keys = env.Store
 	svc.AgentKeySealer = &testSealer{}
-	target := capacity.APIKey{KeyID: "key-target", Hash: capacity.HashKeySecret("ork_target"), OrgID: "platform", Operator: true, Permissions: []string{capacity.PermKeyManage}}
+	target := capacity.APIKey{KeyID: "key-target", Hash: capacity.HashKeySecret(capacity.FixedKeySecret("target")), OrgID: "platform", Operator: true, Permissions: []string{capacity.PermKeyManage}}
 	if err := env.Store.Put(context.Background(), dynamo.Seed{Keys: []capacity.APIKey{target}}); err != nil {
 		t.Fatal(err)
 	}

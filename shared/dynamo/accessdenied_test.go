@@ -132,7 +132,7 @@ func TestTouchKeyAccessDenied(t *testing.T) {
 	before := tables(t, env)
 	var logs logBuffer
 	a := &auth.Authenticator{Keys: env.Store.Keys(), Touch: env.Store.Keys(), Now: func() time.Time { return t0 }, Logger: logs.logger()}
-	p, err := a.Authenticate(ctx, "Bearer ork_op")
+	p, err := a.Authenticate(ctx, "Bearer "+capacity.FixedKeySecret("op"))
 	if err != nil || p.KeyID != operatorKey.KeyID || !p.Operator {
 		t.Fatalf("authenticate = %+v, %v; want the operator key", p, err)
 	}

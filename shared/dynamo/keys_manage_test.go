@@ -132,7 +132,7 @@ func TestKeyLifecycle(t *testing.T) {
 	}
 	// The seeded key (id pointer written by Put) and a key provisioned before pointers existed
 	// are revoked by id too.
-	legacy := capacity.APIKey{KeyID: "key-legacy", Hash: hashOf("ork_legacy"), OrgID: "org-2", Permissions: []string{capacity.PermRead}}
+	legacy := capacity.APIKey{KeyID: "key-legacy", Hash: hashOf(capacity.FixedKeySecret("legacy")), OrgID: "org-2", Permissions: []string{capacity.PermRead}}
 	item, _ := attributevalue.MarshalMap(map[string]any{"pk": "APIKEY#" + legacy.Hash, "sk": "APIKEY", "type": "apikey",
 		"KeyID": legacy.KeyID, "Hash": legacy.Hash, "OrgID": legacy.OrgID, "Permissions": legacy.Permissions,
 		"Operator": false, "Revoked": false, "ExpiresAt": nil})
@@ -421,7 +421,7 @@ func TestTouchKey(t *testing.T) {
 			t.Errorf("after a touch at %v: LastUsedAt %d, want %d", st.at, got, st.want.Unix())
 		}
 	}
-	if err := keys.TouchKey(ctx, hashOf("ork_nobody"), t0); err != nil {
+	if err := keys.TouchKey(ctx, hashOf(capacity.FixedKeySecret("nobody")), t0); err != nil {
 		t.Fatalf("touch of a missing key: %v", err)
 	}
 	if n := countPrefix(t, env, "APIKEY#"); n != 1 {
@@ -490,7 +490,7 @@ func TestConcurrentKeyCreates(t *testing.T) {
 func TestKeyByIDIsGetItemOnly(t *testing.T) {
 	env := newEnv(t, dynamo.Seed{Keys: []capacity.APIKey{operatorKey}})
 	ctx := context.Background()
-	legacy := capacity.APIKey{KeyID: "key-legacy", Hash: hashOf("ork_legacy"), OrgID: "org-2", Permissions: []string{capacity.PermCapacity}}
+	legacy := capacity.APIKey{KeyID: "key-legacy", Hash: hashOf(capacity.FixedKeySecret("legacy")), OrgID: "org-2", Permissions: []string{capacity.PermCapacity}}
 	item, _ := attributevalue.MarshalMap(map[string]any{"pk": "APIKEY#" + legacy.Hash, "sk": "APIKEY", "type": "apikey",
 		"KeyID": legacy.KeyID, "Hash": legacy.Hash, "OrgID": legacy.OrgID, "Permissions": legacy.Permissions, "Revoked": false})
 	if _, err := env.Plain.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(env.Store.KeysTable), Item: item}); err != nil {

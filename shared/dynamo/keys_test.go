@@ -27,9 +27,9 @@ func hashOf(secret string) string {
 
 var (
 	tFar        = t0.AddDate(1, 0, 0)
-	operatorKey = capacity.APIKey{KeyID: "key-op", Hash: hashOf("ork_op"), OrgID: "platform", Operator: true,
+	operatorKey = capacity.APIKey{KeyID: "key-op", Hash: hashOf(capacity.FixedKeySecret("op")), OrgID: "platform", Operator: true,
 		Permissions: []string{capacity.PermCapacity, capacity.PermRead, capacity.PermPlace}, ExpiresAt: &tFar}
-	revokedKey = capacity.APIKey{KeyID: "key-rev", Hash: hashOf("ork_rev"), OrgID: "owner", Revoked: true,
+	revokedKey = capacity.APIKey{KeyID: "key-rev", Hash: hashOf(capacity.FixedKeySecret("rev")), OrgID: "owner", Revoked: true,
 		Permissions: []string{capacity.PermCapacity}}
 )
 
@@ -78,7 +78,7 @@ func TestKeysLiveInTheirOwnTable(t *testing.T) {
 	}{
 		{"operator key", operatorKey.Hash, &operatorKey},
 		{"revoked key is returned as revoked", revokedKey.Hash, &revokedKey},
-		{"unknown hash", hashOf("ork_unknown"), nil},
+		{"unknown hash", hashOf(capacity.FixedKeySecret("unknown")), nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := keys.LookupKey(context.Background(), tt.hash)
@@ -97,7 +97,7 @@ func TestKeysLiveInTheirOwnTable(t *testing.T) {
 func TestKeyForgedInStateTableIsNotFound(t *testing.T) {
 	env := newEnv(t, seed(1, 0))
 	forged := operatorKey
-	forged.Hash = hashOf("ork_forged")
+	forged.Hash = hashOf(capacity.FixedKeySecret("forged"))
 	item, err := attributevalue.MarshalMap(forged)
 	if err != nil {
 		t.Fatal(err)
@@ -236,7 +236,7 @@ func TestKeysRefusesBadInput(t *testing.T) {
 func TestThrottledKeyLookupIsThrottled(t *testing.T) {
 	inj := awsfault.New(1, awsfault.Rule{Operation: "GetItem", Fault: awsfault.Throttling, Rate: 1})
 	env := dynamotest.New(t, dynamotest.WithAPIOptions(inj.APIOption))
-	_, err := env.Store.Keys().LookupKey(context.Background(), hashOf("ork_op"))
+	_, err := env.Store.Keys().LookupKey(context.Background(), hashOf(capacity.FixedKeySecret("op")))
 	if capacity.ErrorCode(err) != capacity.CodeThrottled {
 		t.Fatalf("lookup: %v (code %s), want throttled", err, capacity.ErrorCode(err))
 	}

@@ -40,18 +40,18 @@ var (
 func ptr[T any](v T) *T { return &v }
 
 // Secrets of the test keys. The key store holds only their hashes, as production does.
-const (
-	secretOwner    = "ork_owner"    // node owner, may move capacity and read
-	secretNoPerm   = "ork_noperm"   // node owner, may only read
-	secretNoRights = "ork_norights" // node owner, no permission at all
-	secretAudience = "ork_audience" // in the reservation's audience, may move capacity
-	secretStranger = "ork_stranger" // unrelated org, may move capacity
-	secretOperator = "ork_operator" // the marketplace scheduler: operator, may place VMs only
-	secretPlatform = "ork_platform" // platform operator holding every permission
-	secretOpNoVM   = "ork_opnovm"   // platform operator, may move capacity but not place VMs
-	secretPlacer   = "ork_placer"   // node owner with vm.place, but not an operator
-	secretRevoked  = "ork_revoked"
-	secretExpired  = "ork_expired"
+var (
+	secretOwner    = capacity.FixedKeySecret("owner")    // node owner, may move capacity and read
+	secretNoPerm   = capacity.FixedKeySecret("noperm")   // node owner, may only read
+	secretNoRights = capacity.FixedKeySecret("norights") // node owner, no permission at all
+	secretAudience = capacity.FixedKeySecret("audience") // in the reservation's audience, may move capacity
+	secretStranger = capacity.FixedKeySecret("stranger") // unrelated org, may move capacity
+	secretOperator = capacity.FixedKeySecret("operator") // the marketplace scheduler: operator, may place VMs only
+	secretPlatform = capacity.FixedKeySecret("platform") // platform operator holding every permission
+	secretOpNoVM   = capacity.FixedKeySecret("opnovm")   // platform operator, may move capacity but not place VMs
+	secretPlacer   = capacity.FixedKeySecret("placer")   // node owner with vm.place, but not an operator
+	secretRevoked  = capacity.FixedKeySecret("revoked")
+	secretExpired  = capacity.FixedKeySecret("expired")
 )
 
 var ownerPrincipal = capacity.Principal{
@@ -650,7 +650,9 @@ func TestUnauthenticatedIs401AndNeverReachesTheService(t *testing.T) {
 		{"basic credentials", "Basic dXNlcjpwYXNz"},
 		{"other scheme", "Token " + secretOwner},
 		{"scheme glued to key", "Bearer" + secretOwner},
-		{"unknown key", "Bearer ork_nobody"},
+		{"unknown key", "Bearer " + capacity.FixedKeySecret("nobody")},
+		{"retired ork_ key", "Bearer ork_owner"},
+		{"ocap_ junk", "Bearer " + capacity.KeyPrefix + strings.Repeat("x", 49)},
 		{"key with a typo", "Bearer " + secretOwner + "x"},
 		{"revoked key", "Bearer " + secretRevoked},
 		{"expired key (expires now)", "Bearer " + secretExpired},
@@ -677,6 +679,52 @@ func TestUnauthenticatedIs401AndNeverReachesTheService(t *testing.T) {
 				assertNoCalls(t, svc)
 			})
 		}
+	}
+}
+
+// countingKeys counts the reads of the key store it wraps.
+type countingKeys struct {
+	keys  auth.KeyStore
+	mu    sync.Mutex
+	reads int
+}
+
+func (c *countingKeys) LookupKey(ctx context.Context, hash string) (*capacity.APIKey, error) {
+	c.mu.Lock()
+	c.reads++
+	c.mu.Unlock()
+	return c.keys.LookupKey(ctx, hash)
+}
+
+// A junk bearer that looks like a key costs no key-table read: an ocap_ one that fails its
+// checksum, and any ork_ one (the retired unchecksummed format), even one the table holds.
+// A well-formed unknown key is the control: it is read once.
+func TestJunkBearerIs401WithoutAKeyRead(t *testing.T) {
+	keys := testKeys()
+	legacy := keys[auth.Hash(secretOwner)]
+	legacy.Hash = auth.Hash("ork_owner")
+	keys[legacy.Hash] = legacy
+	for _, tt := range []struct {
+		name, bearer string
+		reads        int
+	}{
+		{"ocap_ with a wrong checksum", secretOwner[:len(secretOwner)-1] + "x", 0},
+		{"ocap_ truncated", secretOwner[:len(secretOwner)-1], 0},
+		{"ocap_ junk of a key's length", capacity.KeyPrefix + strings.Repeat("x", 49), 0},
+		{"ork_ junk", "ork_" + strings.Repeat("x", 40), 0},
+		{"ork_ key the table holds", "ork_owner", 0},
+		{"well-formed unknown ocap_ key", capacity.FixedKeySecret("nobody"), 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			store := &countingKeys{keys: keys}
+			svc := &fakeService{}
+			w := req{method: http.MethodPost, path: reclaimPath, body: `{"unitIds":["u1"]}`, auth: ptr("Bearer " + tt.bearer)}.do(t, newHandlerWithKeys(svc, store))
+			problem(t, w, http.StatusUnauthorized, capacity.CodeUnauthenticated)
+			if store.reads != tt.reads {
+				t.Errorf("key table reads = %d, want %d", store.reads, tt.reads)
+			}
+			assertNoCalls(t, svc)
+		})
 	}
 }
 

@@ -1131,14 +1131,15 @@ func TestOperatorRoutePermissions(t *testing.T) {
 			t.Errorf("%s %s: no valid body in operatorBodyRoutes", rt.Method, path)
 		}
 		keys := testKeys()
-		add := func(secret string, perms ...string) string {
-			k := capacity.APIKey{KeyID: "key-" + secret, OrgID: "platform", Operator: true, Permissions: perms, Hash: auth.Hash(secret)}
+		add := func(name string, perms ...string) string {
+			secret := capacity.FixedKeySecret(name)
+			k := capacity.APIKey{KeyID: "key-" + name, OrgID: "platform", Operator: true, Permissions: perms, Hash: auth.Hash(secret)}
 			keys[k.Hash] = k
 			return "Bearer " + secret
 		}
 		others := slices.DeleteFunc(slices.Clone(capacity.AllPermissions), func(p string) bool { return p == rt.Permission })
 		callers := map[string]string{
-			"operator without " + rt.Permission: add("ork_allbut", others...),
+			"operator without " + rt.Permission: add("allbut", others...),
 			"marketplace scheduler":             "Bearer " + secretOperator,
 			"tenant":                            "Bearer " + secretOwner,
 		}
@@ -1160,7 +1161,7 @@ func TestOperatorRoutePermissions(t *testing.T) {
 				}
 			}
 			svc := &fakeService{}
-			w := req{method: rt.Method, path: path, body: valid, auth: ptr(add("ork_only", rt.Permission))}.do(t, newHandlerWithKeys(svc, keys))
+			w := req{method: rt.Method, path: path, body: valid, auth: ptr(add("only", rt.Permission))}.do(t, newHandlerWithKeys(svc, keys))
 			if w.Code >= 300 || len(svc.Calls()) != 1 {
 				t.Errorf("operator holding only %s: %d %s, %d calls; want the service's answer", rt.Permission, w.Code, w.Body.String(), len(svc.Calls()))
 			}

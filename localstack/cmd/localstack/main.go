@@ -122,12 +122,12 @@ func printWelcome(out map[string]string, outputsPath, agentURL string, seeded bo
 		_ = w.Flush()
 		fmt.Printf("\nDry-run a reclaim of gpu-2 and gpu-3 as the node owner:\n\n"+
 			"  curl -s -X POST '%sv1/nodes/%s/reservations/%s/reclaim' \\\n"+
-			"    -H 'Authorization: Bearer ork_demo_owner' -H 'Content-Type: application/json' \\\n"+
+			"    -H 'Authorization: Bearer ocap_demoOwner00000000000000000000000000000000000lf45s' -H 'Content-Type: application/json' \\\n"+
 			"    -d '{\"unitIds\":[\"gpu-2\",\"gpu-3\"],\"dryRun\":true,\"reason\":\"try it\"}'\n\n",
 			api, demo.NodeID, demo.ReservationID)
 		fmt.Printf("Then reclaim for real (drop \"dryRun\"), follow the operation with the reclaimId it returns,\n"+
 			"and ask the node agent simulator what it did:\n\n"+
-			"  curl -s '%sv1/nodes/%s/reservations/%s/reclaims/<reclaimId>' -H 'Authorization: Bearer ork_demo_owner'\n"+
+			"  curl -s '%sv1/nodes/%s/reservations/%s/reclaims/<reclaimId>' -H 'Authorization: Bearer ocap_demoOwner00000000000000000000000000000000000lf45s'\n"+
 			"  curl -s '%s/_admin/vms?node=%s'\n\n", api, demo.NodeID, demo.ReservationID, agentURL, demo.NodeID)
 	}
 	fmt.Println("Ctrl-C stops everything.")
