@@ -65,7 +65,14 @@ type EnvConfig struct {
 		ApiErrorRate *float64 `json:"apiErrorRate,omitempty"`
 		ApiP99Millis *float64 `json:"apiP99Millis,omitempty"`
 	} `json:"alarms,omitempty"`
+	// Optional: the most pending scheduled reclaims one org may have (default
+	// capacity.DefaultMaxPendingScheduled), a whole number from 1 to MaxPendingScheduledLimit.
+	MaxPendingScheduledPerOrg *float64 `json:"maxPendingScheduledPerOrg,omitempty"`
 }
+
+// MaxPendingScheduledLimit bounds maxPendingScheduledPerOrg: each pending scheduled reclaim
+// is a one-time schedule, and EventBridge Scheduler's account quota is a million of them.
+const MaxPendingScheduledLimit = 10000
 
 // EventPrincipalConfig is one source of cdk.json eventPrincipals: the principal its events act
 // as (capacity.EventPrincipal: source, orgId, operator, permissions) and SenderRoles, the ARNs
@@ -224,6 +231,14 @@ func (c EnvConfig) props(env string) (CapacityStackProps, []error) {
 
 	if t := c.Termination; t != nil {
 		p.TerminateConcurrency, p.TerminateRounds, p.TerminateRetryWait = t.Concurrency, t.Rounds, t.RetryWaitSeconds
+	}
+
+	p.MaxPendingScheduledPerOrg = capacity.DefaultMaxPendingScheduled
+	if n := c.MaxPendingScheduledPerOrg; n != nil {
+		if *n < 1 || *n > MaxPendingScheduledLimit || *n != float64(int(*n)) {
+			bad("maxPendingScheduledPerOrg %v: want a whole number from 1 to %d", *n, MaxPendingScheduledLimit)
+		}
+		p.MaxPendingScheduledPerOrg = int(*n)
 	}
 
 	if a := c.Alarms; a != nil {

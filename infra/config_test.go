@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/openrelay/capacity/shared/capacity"
 )
 
 func TestStackPropsFor(t *testing.T) {
@@ -86,6 +88,22 @@ func TestStackPropsFor(t *testing.T) {
 	for _, want := range []string{"alarms.apiErrorRate 5", "alarms.apiP99Millis 30000"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v, want it to contain %q", err, want)
+		}
+	}
+	// The cap on an org's pending scheduled reclaims: optional (default 100), a whole number
+	// from 1 to MaxPendingScheduledLimit.
+	capBlock := func(n string) any {
+		return edit("local", `{"throttle": {"rate": 1, "burst": 1}, "eventPrincipals": [], "retention": {"historyDays": 90, "logDays": 7}, "logLevel": "info", "maxPendingScheduledPerOrg": `+n+`}`)
+	}
+	if p, err := StackPropsFor(capBlock("25"), "local"); err != nil || p.MaxPendingScheduledPerOrg != 25 {
+		t.Errorf("maxPendingScheduledPerOrg 25: props %+v, error %v", p, err)
+	}
+	if p, err := StackPropsFor(parse(good), "local"); err != nil || p.MaxPendingScheduledPerOrg != capacity.DefaultMaxPendingScheduled {
+		t.Errorf("no maxPendingScheduledPerOrg: %d, error %v; want the default", p.MaxPendingScheduledPerOrg, err)
+	}
+	for _, n := range []string{"0", "-1", "2.5", "10001", `"50"`} {
+		if _, err := StackPropsFor(capBlock(n), "local"); err == nil || !strings.Contains(err.Error(), "maxPendingScheduledPerOrg") {
+			t.Errorf("maxPendingScheduledPerOrg %s: error %v", n, err)
 		}
 	}
 	if _, err := StackPropsFor(alarmsBlock(`{"apiErrorRat": 0.1}`), "local"); err == nil || !strings.Contains(err.Error(), `unknown field "apiErrorRat"`) {

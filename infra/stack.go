@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -27,6 +29,7 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
+	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/routes"
 	"github.com/openrelay/capacity/shared/table"
 )
@@ -113,6 +116,10 @@ type CapacityStackProps struct {
 	// AlarmApiErrorRate (a fraction of requests) and AlarmApiP99Millis are the API alarms'
 	// thresholds. Zero means the default (DefaultAlarm*).
 	AlarmApiErrorRate, AlarmApiP99Millis float64
+	// MaxPendingScheduledPerOrg caps an org's pending scheduled reclaims
+	// (MAX_PENDING_SCHEDULED_PER_ORG of the api function). Zero means the default
+	// (capacity.DefaultMaxPendingScheduled).
+	MaxPendingScheduledPerOrg int
 }
 
 // CapacityStack is the service's stack for one environment.
@@ -319,7 +326,8 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 		"STATE_MACHINE_ARN": s.Termination.StateMachineArn(),
 		// Scheduled reclaims: one-time schedules in this group put a request on the bus as this role.
 		"SCHEDULE_GROUP": s.ScheduleGroup.ScheduleGroupName(), "SCHEDULE_ROLE_ARN": s.SchedulerRole.RoleArn(),
-		"EVENT_BUS_ARN": s.Bus.EventBusArn(),
+		"EVENT_BUS_ARN":                 s.Bus.EventBusArn(),
+		"MAX_PENDING_SCHEDULED_PER_ORG": jsii.String(strconv.Itoa(cmp.Or(props.MaxPendingScheduledPerOrg, capacity.DefaultMaxPendingScheduled))),
 		// Registration, an owner change and a rotation make a node a random agent key,
 		// sealed under this key, and hand it out once.
 		"AGENT_KEYS_KMS_KEY_ID": s.AgentKeysKey.KeyArn(),

@@ -300,6 +300,8 @@ func TestApiFunction(t *testing.T) {
 				"SCHEDULE_GROUP":    "capacity-" + tc.env,
 				"SCHEDULE_ROLE_ARN": getAtt(schedulerRoleID(t, tp, tc.env), "Arn"),
 				"EVENT_BUS_ARN":     getAtt(eventBusID(t, tp, tc.env), "Arn"),
+				// The default cap on an org's pending scheduled reclaims.
+				"MAX_PENDING_SCHEDULED_PER_ORG": "100",
 				// Seals the agent keys it makes (and may open none).
 				"AGENT_KEYS_KMS_KEY_ID": getAtt(agentKeysKeyID(t, tp), "Arn"),
 			}
@@ -1538,5 +1540,16 @@ func TestNoFunctionInjectsFaults(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPendingScheduledCapReachesTheApiFunction: the environment's cap on an org's pending
+// scheduled reclaims is the api function's MAX_PENDING_SCHEDULED_PER_ORG.
+func TestPendingScheduledCapReachesTheApiFunction(t *testing.T) {
+	_, tp := synthProps(t, CapacityStackProps{Env: "staging", MaxPendingScheduledPerOrg: 7})
+	_, r := apiFunction(t, tp, "staging")
+	vars := props(r)["Environment"].(map[string]any)["Variables"].(map[string]any)
+	if got := vars["MAX_PENDING_SCHEDULED_PER_ORG"]; got != "7" {
+		t.Errorf("MAX_PENDING_SCHEDULED_PER_ORG = %v, want 7", got)
 	}
 }

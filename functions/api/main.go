@@ -49,7 +49,8 @@ func main() {
 	store.KeysTable = env["KEYS_TABLE"]
 	workflow := &stepfn.Starter{Client: sfn.NewFromConfig(cfg), StateMachineARN: env["STATE_MACHINE_ARN"]}
 	metrics := emf.New(os.Stdout, env["APP_ENV"])
-	sched := config.Must(schedulerFromEnv(cfg))
+	sched := scheduling{Scheduler: config.Must(schedulerFromEnv(cfg)),
+		MaxPendingPerOrg: config.Must(config.PositiveInt("MAX_PENDING_SCHEDULED_PER_ORG", capacity.DefaultMaxPendingScheduled))}
 	agents := agentConfig{AllowHTTP: config.Must(allowHTTPAgents(os.Getenv("ALLOW_HTTP_AGENTS"), env["APP_ENV"]))}
 	if id := os.Getenv("AGENT_KEYS_KMS_KEY_ID"); id != "" {
 		agents.Sealer = kmsseal.New(kms.NewFromConfig(cfg), id)
@@ -96,13 +97,19 @@ func schedulerFromEnv(cfg aws.Config) (capacity.Scheduler, error) {
 	return &scheduler.Schedules{Client: awsscheduler.NewFromConfig(cfg), Group: group, RoleARN: role, BusARN: bus}, nil
 }
 
+// scheduling is what scheduled reclaims need: the scheduler (nil: they are unavailable) and
+// the cap on an org's pending ones (0: the default).
+type scheduling struct {
+	Scheduler        capacity.Scheduler
+	MaxPendingPerOrg int
+}
+
 // newAdapter wires the store, workflow, domain and HTTP API into an API Gateway proxy handler.
-// A nil scheduler leaves scheduled reclaims unavailable.
-func newAdapter(store *dynamo.Store, workflow capacity.Workflow, sched capacity.Scheduler, metrics capacity.Metrics, keyTTL time.Duration, agents agentConfig, logger *slog.Logger) *httpadapter.HandlerAdapter {
+func newAdapter(store *dynamo.Store, workflow capacity.Workflow, sched scheduling, metrics capacity.Metrics, keyTTL time.Duration, agents agentConfig, logger *slog.Logger) *httpadapter.HandlerAdapter {
 	svc := &capacity.Service{Store: store, Workflow: workflow, Logger: logger, Metrics: metrics,
 		Keys: store, AgentKeySealer: agents.Sealer, AllowHTTPAgents: agents.AllowHTTP}
-	if sched != nil {
-		svc.Scheduler, svc.Schedules = sched, store
+	if sched.Scheduler != nil {
+		svc.Scheduler, svc.Schedules, svc.MaxPendingScheduled = sched.Scheduler, store, sched.MaxPendingPerOrg
 	}
 	handler := &httpapi.Handler{
 		Service:   svc,

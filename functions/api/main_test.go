@@ -60,7 +60,7 @@ func TestSampleEvents(t *testing.T) {
 				t.Fatal(err)
 			}
 			var metrics bytes.Buffer
-			adapter := newAdapter(env.Store, nil, nil, emf.New(&metrics, "local"), time.Minute, agentConfig{}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+			adapter := newAdapter(env.Store, nil, scheduling{}, emf.New(&metrics, "local"), time.Minute, agentConfig{}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 			resp, err := adapter.ProxyWithContext(context.Background(), ev)
 			if err != nil {
 				t.Fatal(err)
@@ -200,7 +200,7 @@ func TestWiredOperatorRoutes(t *testing.T) {
 			if tc.sealer {
 				agents.Sealer = sealer
 			}
-			adapter := newAdapter(env.Store, nil, nil, emf.New(io.Discard, "local"), time.Minute, agents, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+			adapter := newAdapter(env.Store, nil, scheduling{}, emf.New(io.Discard, "local"), time.Minute, agents, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 			resp := call(t, adapter, "PUT", "/v1/nodes/node-b", `{"ownerOrgId":"org-owner","unitIds":["gpu-0"],"agentEndpoint":"`+tc.endpoint+`"}`)
 			if resp.StatusCode != tc.status {
 				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, resp.Body)
@@ -252,7 +252,7 @@ func TestPutNodeWithKMSEncryptDenied(t *testing.T) {
 	api.deny.Store(true)
 
 	var logs bytes.Buffer
-	adapter := newAdapter(env.Store, nil, nil, emf.New(io.Discard, "local"), time.Minute,
+	adapter := newAdapter(env.Store, nil, scheduling{}, emf.New(io.Discard, "local"), time.Minute,
 		agentConfig{Sealer: kmsseal.New(api, keyID)}, slog.New(slog.NewJSONHandler(&logs, nil)))
 	put := func() events.APIGatewayProxyResponse {
 		t.Helper()

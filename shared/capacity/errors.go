@@ -39,6 +39,10 @@ const (
 	// CodeScheduledReclaimNotDue: a scheduled reclaim's firing came before its at (beyond
 	// FiringSkew); refused, and the scheduled reclaim stays scheduled.
 	CodeScheduledReclaimNotDue Code = "scheduled_reclaim_not_due"
+	// CodeScheduledReclaimLimit: the org already has the most pending scheduled reclaims its
+	// environment allows; nothing was scheduled. One that fires, is refused or is cancelled
+	// frees a slot.
+	CodeScheduledReclaimLimit Code = "scheduled_reclaim_limit"
 	// CodeReservationExists: a reservation with the requested id exists on the node.
 	CodeReservationExists Code = "reservation_exists"
 	// CodeReservationOverlap: units are held by another reservation whose term overlaps.

@@ -18,6 +18,10 @@ const (
 // MaxScheduleAhead bounds how far ahead a reclaim may be scheduled.
 const MaxScheduleAhead = 365 * 24 * time.Hour
 
+// DefaultMaxPendingScheduled is an org's cap on pending scheduled reclaims when the
+// environment sets none (Service.MaxPendingScheduled).
+const DefaultMaxPendingScheduled = 100
+
 // FiringSkew is how long before its at a scheduled reclaim's firing is still accepted.
 // Scheduler fires on time or late, never early: only the clocks of Scheduler and of the
 // firing function may differ, by far less. An earlier firing did not come from the schedule.
@@ -58,6 +62,11 @@ type ScheduledReclaim struct {
 	FiredAt     *time.Time
 	CancelledAt *time.Time
 	Version     int64
+	// CountedOrgID is the org whose count of pending scheduled reclaims holds this one while
+	// it is pending (its creator's), and which its end (firing, refusal or cancel) decrements
+	// in the same write. Empty for those written before the count existed: never counted,
+	// so their end decrements nothing.
+	CountedOrgID string
 }
 
 // creator is the principal the scheduled reclaim runs as: it held reservation.capacity when
@@ -99,8 +108,12 @@ type Scheduler interface {
 type ScheduleStore interface {
 	// CreateScheduled writes a new scheduled reclaim, its Idempotency-Key record (if any)
 	// and its audit record in one transaction, conditioned on the reservation's version as
-	// read. ErrConflict when the reservation changed or the item exists; ErrAmbiguous when
-	// the outcome is unknown (Store.Landed tells by the audit record).
+	// read, and counts it in its CountedOrgID's pending scheduled reclaims, conditioned on
+	// that count being below c.MaxPending (else an *Error CodeScheduledReclaimLimit).
+	// ErrConflict when the reservation changed or the item exists; ErrAmbiguous when
+	// the outcome is unknown (Store.Landed tells by the audit record). UpdateScheduled and a
+	// Commit that fires one take a scheduled reclaim that leaves the pending state off its
+	// org's count in the same transaction.
 	CreateScheduled(ctx context.Context, c ScheduleCommit) error
 	// GetScheduled returns a scheduled reclaim, or an *Error with CodeNotFound.
 	GetScheduled(ctx context.Context, nodeID, id string) (*ScheduledReclaim, error)
@@ -125,6 +138,9 @@ type ScheduleCommit struct {
 	Reservation Reservation // as read: the write conditions on its version
 	Idempotency *IdempotencyRecord
 	Audit       AuditRecord
+	// MaxPending caps the pending scheduled reclaims of Scheduled.CountedOrgID, this one
+	// included.
+	MaxPending int
 }
 
 // ScheduleResult is the answer of ScheduleReclaim.
@@ -217,7 +233,7 @@ func (s *Service) ScheduleReclaim(ctx context.Context, p Principal, req Capacity
 			ID: "srcl_" + s.newID(), NodeID: req.NodeID, ReservationID: req.ReservationID,
 			UnitIDs: slices.Sorted(slices.Values(req.UnitIDs)), Reason: req.Reason, GraceSeconds: req.GraceSeconds,
 			At: at, State: ScheduledPending, CreatorKeyID: p.KeyID, CreatorOrgID: p.OrgID, CreatorOperator: p.Operator,
-			CreatedAt: now, UpdatedAt: now,
+			CreatedAt: now, UpdatedAt: now, CountedOrgID: p.OrgID,
 		}
 		audit.Outcome, audit.ReclaimID = "ok", sr.ID
 		result := ScheduleResult{Scheduled: sr}
@@ -228,7 +244,8 @@ func (s *Service) ScheduleReclaim(ctx context.Context, p Principal, req Capacity
 		if err := s.Scheduler.Create(ctx, sr); err != nil {
 			return nil, fmt.Errorf("create schedule of %s: %w", sr.ID, err)
 		}
-		err = s.Schedules.CreateScheduled(ctx, ScheduleCommit{Scheduled: sr, Reservation: *r, Idempotency: idem, Audit: audit})
+		err = s.Schedules.CreateScheduled(ctx, ScheduleCommit{Scheduled: sr, Reservation: *r, Idempotency: idem, Audit: audit,
+			MaxPending: s.maxPendingScheduled()})
 		if errors.Is(err, ErrAmbiguous) {
 			landed, lerr := s.Store.Landed(ctx, Commit{Node: st.Node, Audit: audit})
 			if lerr != nil {
@@ -247,6 +264,10 @@ func (s *Service) ScheduleReclaim(ctx context.Context, p Principal, req Capacity
 			s.logger().WarnContext(ctx, "schedule of an unwritten scheduled reclaim not deleted; its firing will be refused",
 				"scheduled_reclaim_id", sr.ID, "node", req.NodeID, "err", derr)
 		}
+		if ErrorCode(err) == CodeScheduledReclaimLimit {
+			s.auditRefusal(ctx, audit, err)
+			return nil, err
+		}
 		if errors.Is(err, ErrConflict) {
 			s.logger().InfoContext(ctx, "scheduled reclaim write lost a race; deciding again", "node", req.NodeID)
 			continue
@@ -254,6 +275,13 @@ func (s *Service) ScheduleReclaim(ctx context.Context, p Principal, req Capacity
 		return nil, fmt.Errorf("write scheduled reclaim %s: %w", sr.ID, err)
 	}
 	return nil, Errorf(CodeConcurrentModification, "the reservation kept changing while this call was applied; retrying is safe")
+}
+
+func (s *Service) maxPendingScheduled() int {
+	if s.MaxPendingScheduled > 0 {
+		return s.MaxPendingScheduled
+	}
+	return DefaultMaxPendingScheduled
 }
 
 // checkAt checks a scheduled reclaim's time against now, the reservation's term and the

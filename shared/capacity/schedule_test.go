@@ -2,6 +2,7 @@ package capacity_test
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -692,5 +693,133 @@ func TestListScheduledReclaims(t *testing.T) {
 
 	if _, err := svc.ListScheduledReclaims(ctx, owner, "n1", "rx", capacity.PageRequest{}); capacity.ErrorCode(err) != capacity.CodeNotFound {
 		t.Errorf("unknown reservation: %v", err)
+	}
+}
+
+// scheduledItems counts the scheduled reclaims stored, by state.
+func scheduledItems(t *testing.T, env *dynamotest.Env) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, it := range env.Items(t, env.Store.Table) {
+		if sk, ok := it["sk"].(*types.AttributeValueMemberS); ok && sk.Value == "SCHED" {
+			out[it["State"].(*types.AttributeValueMemberS).Value]++
+		}
+	}
+	return out
+}
+
+func wantPending(t *testing.T, env *dynamotest.Env, org string, want int) {
+	t.Helper()
+	if n, err := env.Store.PendingScheduled(context.Background(), org); err != nil || n != want {
+		t.Fatalf("pending scheduled reclaims of %s = %d, %v; want %d", org, n, err, want)
+	}
+}
+
+// An org has at most MaxPendingScheduled pending scheduled reclaims: the next is refused with
+// scheduled_reclaim_limit and writes nothing (its schedule is deleted); another org is not
+// held back; and each way one ends (cancel, firing, refused firing) frees its slot.
+func TestPendingScheduledReclaimsAreCappedPerOrg(t *testing.T) {
+	env, svc, fs, clock := schedWorld(t)
+	svc.MaxPendingScheduled = 3
+	ctx := context.Background()
+	at := clock.Add(time.Hour)
+	schedule := func(p capacity.Principal, at time.Time) string {
+		t.Helper()
+		res, err := svc.ScheduleReclaim(ctx, p, reclaim("u1"), at, capacity.RequestMeta{})
+		if err != nil {
+			t.Fatalf("schedule as %s: %v", p.KeyID, err)
+		}
+		return res.Scheduled.ID
+	}
+	refused := func(at time.Time) {
+		t.Helper()
+		before := scheduledItems(t, env)
+		_, err := svc.ScheduleReclaim(ctx, owner, reclaim("u1"), at, capacity.RequestMeta{})
+		if capacity.ErrorCode(err) != capacity.CodeScheduledReclaimLimit || !strings.Contains(err.Error(), "3 pending scheduled reclaims") {
+			t.Fatalf("schedule beyond the cap: %v, want %s", err, capacity.CodeScheduledReclaimLimit)
+		}
+		if after := scheduledItems(t, env); !maps.Equal(before, after) {
+			t.Errorf("scheduled reclaims %v after a refusal, were %v", after, before)
+		}
+		if last := fs.created[len(fs.created)-1]; !slices.Contains(fs.deleted, last) {
+			t.Errorf("the refused one's schedule %s was not deleted", last)
+		}
+		wantPending(t, env, "owner", 3)
+	}
+	ids := []string{schedule(owner, at), schedule(owner, at), schedule(owner2, at)}
+	wantPending(t, env, "owner", 3)
+	refused(at)
+	// The cap is per org: another org still schedules.
+	schedule(opCap, at)
+	wantPending(t, env, "platform", 1)
+
+	// A cancel frees a slot, once (a second cancel answers the same and frees nothing more).
+	for range 2 {
+		if _, err := svc.CancelScheduledReclaim(ctx, owner, "n1", "r1", ids[0], capacity.RequestMeta{}); err != nil {
+			t.Fatal(err)
+		}
+		wantPending(t, env, "owner", 2)
+	}
+	schedule(owner, at.Add(time.Minute))
+	refused(at)
+
+	// So does a firing, in the reclaim's own transaction (a repeated firing frees nothing).
+	*clock = at
+	for range 2 {
+		if _, err := svc.FireScheduledReclaim(ctx, "n1", "r1", ids[1], capacity.RequestMeta{}); err != nil {
+			t.Fatal(err)
+		}
+		wantPending(t, env, "owner", 2)
+	}
+	schedule(owner, at.Add(time.Hour))
+	refused(at.Add(time.Hour))
+
+	// And a refused firing: the key that scheduled ids[2] was revoked. (Pending now: two of
+	// owner, one of platform.)
+	svc.CreatorKeys = keyReader(func(ctx context.Context, keyID string) (*capacity.APIKey, error) {
+		k := keyOf(owner2)
+		k.Revoked = keyID == owner2.KeyID
+		return &k, nil
+	})
+	if _, err := svc.FireScheduledReclaim(ctx, "n1", "r1", ids[2], capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeCreatorKeyInvalid {
+		t.Fatalf("fire with a revoked creator key: %v", err)
+	}
+	wantPending(t, env, "owner", 2)
+	if got := scheduledItems(t, env); got["scheduled"] != 3 || got["cancelled"] != 1 || got["completed"] != 1 || got["refused"] != 1 {
+		t.Errorf("scheduled reclaims by state: %v", got)
+	}
+}
+
+// The cap holds when an org's calls race: of 8 concurrent schedules under a cap of 3, exactly
+// 3 land and the others are refused with scheduled_reclaim_limit.
+func TestPendingScheduledCapHoldsUnderConcurrency(t *testing.T) {
+	env, svc, fs, clock := schedWorld(t)
+	svc.MaxPendingScheduled, svc.Attempts = 3, 50
+	ctx := context.Background()
+	codes := make([]capacity.Code, 8)
+	var wg sync.WaitGroup
+	for i := range codes {
+		wg.Go(func() {
+			_, err := svc.ScheduleReclaim(ctx, owner, reclaim("u1"), clock.Add(time.Duration(i+1)*time.Minute), capacity.RequestMeta{})
+			codes[i] = "ok"
+			if err != nil {
+				codes[i] = capacity.ErrorCode(err)
+			}
+		})
+	}
+	wg.Wait()
+	count := map[capacity.Code]int{}
+	for _, c := range codes {
+		count[c]++
+	}
+	if count["ok"] != 3 || count[capacity.CodeScheduledReclaimLimit] != 5 {
+		t.Errorf("outcomes %v, want 3 ok and 5 %s", count, capacity.CodeScheduledReclaimLimit)
+	}
+	wantPending(t, env, "owner", 3)
+	if got := scheduledItems(t, env); got["scheduled"] != 3 || len(got) != 1 {
+		t.Errorf("scheduled reclaims by state: %v", got)
+	}
+	if live := fs.Live(); len(live) != 3 {
+		t.Errorf("live schedules %v, want 3", live)
 	}
 }

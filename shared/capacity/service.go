@@ -75,6 +75,9 @@ type Service struct {
 	// CodeSchedulingUnavailable).
 	Scheduler Scheduler
 	Schedules ScheduleStore
+	// MaxPendingScheduled caps an org's pending scheduled reclaims (0: the default,
+	// DefaultMaxPendingScheduled), so that no org's schedules can crowd out another's.
+	MaxPendingScheduled int
 	// CreatorKeys reads the key a scheduled reclaim runs as when it fires (nil: firings fail
 	// as internal errors, so they wait in the queue rather than run unchecked).
 	CreatorKeys KeyReader

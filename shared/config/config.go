@@ -152,6 +152,19 @@ func Duration(name string, def time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
+// PositiveInt reads a whole number above zero, with a default when unset.
+func PositiveInt(name string, def int) (int, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("environment variable %s: %q, want a whole number above 0", name, v)
+	}
+	return n, nil
+}
+
 // Must ends the process with a logged error: a function that cannot configure itself must
 // fail its init, which Lambda reports, rather than serve wrongly.
 func Must[T any](v T, err error) T {

@@ -58,3 +58,29 @@ func TestFaultsOnlyAgainstALocalEndpoint(t *testing.T) {
 		})
 	}
 }
+
+// A cap read from the environment: the default when unset, and a clear refusal of anything
+// but a whole number above zero (a typo must fail the function's init, not lift the cap).
+func TestPositiveInt(t *testing.T) {
+	for _, tt := range []struct {
+		value string
+		want  int
+		ok    bool
+	}{
+		{"", 100, true},
+		{"7", 7, true},
+		{"0", 0, false},
+		{"-3", 0, false},
+		{"ten", 0, false},
+		{"1.5", 0, false},
+	} {
+		t.Setenv("CONFIG_TEST_INT", tt.value)
+		got, err := PositiveInt("CONFIG_TEST_INT", 100)
+		if (err == nil) != tt.ok || got != tt.want {
+			t.Errorf("%q: %d, %v; want %d, ok %v", tt.value, got, err, tt.want, tt.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "CONFIG_TEST_INT") {
+			t.Errorf("%q: error %v does not name the variable", tt.value, err)
+		}
+	}
+}

@@ -24,9 +24,18 @@ import (
 //
 // and are listed per reservation through the byState index: gsi1pk
 // NODE#<nodeId>#RES#<reservationId>#SCHED, gsi1sk <at, RFC 3339 UTC>#<id> (in order of at).
+//
+// Each org's pending scheduled reclaims are counted in one item, which every transaction that
+// creates or ends a counted one updates, so the count is exact under any concurrency (the
+// transactions serialise on it):
+//
+//	ORG#<orgId>                SCHED#PENDING   Pending: the org's pending scheduled reclaims
 const (
-	typeScheduled = "scheduled-reclaim"
-	skScheduled   = "SCHED"
+	typeScheduled    = "scheduled-reclaim"
+	skScheduled      = "SCHED"
+	typePendingCount = "pending-scheduled-count"
+	skPendingCount   = "SCHED#PENDING"
+	attrPending      = "Pending"
 )
 
 var _ capacity.ScheduleStore = (*Store)(nil)
@@ -68,6 +77,7 @@ type scheduledItem struct {
 	FiredAt         *time.Time `dynamodbav:"FiredAt"`
 	CancelledAt     *time.Time `dynamodbav:"CancelledAt"`
 	Version         int64      `dynamodbav:"Version"`
+	CountedOrgID    string     `dynamodbav:"CountedOrgID,omitempty"`
 	// ExpiresAt is set once the scheduled reclaim has fired or was cancelled.
 	ExpiresAt int64 `dynamodbav:"expiresAt,omitempty"`
 	// The reservation's list (the byState index).
@@ -82,7 +92,7 @@ func newScheduledItem(sr capacity.ScheduledReclaim, retention time.Duration) sch
 		GraceSeconds: sr.GraceSeconds, At: sr.At, State: string(sr.State), CreatorKeyID: sr.CreatorKeyID,
 		CreatorOrgID: sr.CreatorOrgID, CreatorOperator: sr.CreatorOperator, CreatedAt: sr.CreatedAt,
 		UpdatedAt: sr.UpdatedAt, ReclaimID: sr.ReclaimID, Code: string(sr.Code), Detail: sr.Detail,
-		FiredAt: sr.FiredAt, CancelledAt: sr.CancelledAt, Version: sr.Version,
+		FiredAt: sr.FiredAt, CancelledAt: sr.CancelledAt, Version: sr.Version, CountedOrgID: sr.CountedOrgID,
 		GSI1PK: schedListPK(sr.NodeID, sr.ReservationID), GSI1SK: schedListSK(sr),
 	}
 	if sr.State != capacity.ScheduledPending {
@@ -97,8 +107,68 @@ func (i scheduledItem) scheduled() capacity.ScheduledReclaim {
 		GraceSeconds: i.GraceSeconds, At: i.At, State: capacity.ScheduledState(i.State), CreatorKeyID: i.CreatorKeyID,
 		CreatorOrgID: i.CreatorOrgID, CreatorOperator: i.CreatorOperator, CreatedAt: i.CreatedAt,
 		UpdatedAt: i.UpdatedAt, ReclaimID: i.ReclaimID, Code: capacity.Code(i.Code), Detail: i.Detail,
-		FiredAt: i.FiredAt, CancelledAt: i.CancelledAt, Version: i.Version,
+		FiredAt: i.FiredAt, CancelledAt: i.CancelledAt, Version: i.Version, CountedOrgID: i.CountedOrgID,
 	}
+}
+
+// pendingCount adds delta (1 or -1) to the org's count of pending scheduled reclaims. An
+// increment is conditioned on the count (absent: 0) being below limit; a decrement is not: it rides on the
+// conditional transition out of pending of a scheduled reclaim the increment counted, so it
+// happens exactly once per counted one, and a failed condition there would only block the
+// firing or cancel that frees the slot.
+func (s *Store) pendingCount(orgID string, delta, limit int) (types.TransactWriteItem, error) {
+	// SET with if_not_exists rather than ADD: the emulator drops ADD on numbers in a
+	// transaction; both mean the same on AWS.
+	upd := expression.Set(expression.Name(attrType), expression.Value(typePendingCount)).
+		Set(expression.Name(attrPending), expression.Plus(expression.IfNotExists(expression.Name(attrPending), expression.Value(0)), expression.Value(delta)))
+	b := expression.NewBuilder().WithUpdate(upd)
+	if delta > 0 {
+		b = b.WithCondition(expression.Name(attrPending).AttributeNotExists().
+			Or(expression.Name(attrPending).LessThan(expression.Value(limit))))
+	}
+	expr, err := b.Build()
+	if err != nil {
+		return types.TransactWriteItem{}, fmt.Errorf("build pending count of org %s: %w", orgID, err)
+	}
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName: aws.String(s.Table), Key: itemKey(orgPK(orgID), skPendingCount),
+		UpdateExpression: expr.Update(), ConditionExpression: expr.Condition(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+	}}, nil
+}
+
+// orgPK is the partition of an org's own items.
+func orgPK(orgID string) string { return "ORG#" + orgID }
+
+// PendingScheduled returns the org's count of pending scheduled reclaims (strongly
+// consistent; 0 when it has none).
+func (s *Store) PendingScheduled(ctx context.Context, orgID string) (int, error) {
+	out, err := s.Client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.Table), Key: itemKey(orgPK(orgID), skPendingCount), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("read pending scheduled reclaims of org %s: %w", orgID, classify(err))
+	}
+	var it struct {
+		Pending int `dynamodbav:"Pending"`
+	}
+	if err := attributevalue.UnmarshalMap(out.Item, &it); err != nil {
+		return 0, fmt.Errorf("decode pending scheduled reclaims of org %s: %w", orgID, err)
+	}
+	return it.Pending, nil
+}
+
+// ended returns the items that take a counted scheduled reclaim leaving the pending state
+// (from -> to) off its org's count: none when it stays pending or was never counted.
+func (s *Store) ended(from, to capacity.ScheduledReclaim) ([]types.TransactWriteItem, error) {
+	if from.State != capacity.ScheduledPending || to.State == capacity.ScheduledPending || from.CountedOrgID == "" {
+		return nil, nil
+	}
+	it, err := s.pendingCount(from.CountedOrgID, -1, 0)
+	if err != nil {
+		return nil, err
+	}
+	return []types.TransactWriteItem{it}, nil
 }
 
 // CreateScheduled writes a new scheduled reclaim with its idempotency and audit records, in
@@ -120,6 +190,13 @@ func (s *Store) CreateScheduled(ctx context.Context, c capacity.ScheduleCommit) 
 	if err := add(s.putNew(s.Table, newScheduledItem(sr, s.retention()), nil)); err != nil {
 		return fmt.Errorf("scheduled reclaim %s: %w", sr.ID, err)
 	}
+	counted := -1
+	if sr.CountedOrgID != "" {
+		counted = len(items)
+		if err := add(s.pendingCount(sr.CountedOrgID, 1, c.MaxPending)); err != nil {
+			return err
+		}
+	}
 	if c.Idempotency != nil {
 		expired := expression.Name(attrExpiresAt).LessThanEqual(expression.Value(c.Idempotency.CreatedAt.Unix()))
 		if err := add(s.putNew(s.Table, newIdempotencyItem(*c.Idempotency), &expired)); err != nil {
@@ -127,7 +204,14 @@ func (s *Store) CreateScheduled(ctx context.Context, c capacity.ScheduleCommit) 
 		}
 	}
 	// The record goes on the node's audit chain in the same transaction.
-	return s.appendChained(ctx, "create scheduled reclaim "+sr.ID, c.Audit, s.nodeHead(c.Audit.NodeID), items, nil)
+	atLimit := func(e *types.TransactionCanceledException) error {
+		if counted < 0 || counted >= len(e.CancellationReasons) || aws.ToString(e.CancellationReasons[counted].Code) != "ConditionalCheckFailed" {
+			return nil
+		}
+		return capacity.Errorf(capacity.CodeScheduledReclaimLimit,
+			"org %s has %d pending scheduled reclaims, the most allowed: cancel one, or wait for one to fire", sr.CountedOrgID, c.MaxPending)
+	}
+	return s.appendChained(ctx, "create scheduled reclaim "+sr.ID, c.Audit, s.nodeHead(c.Audit.NodeID), items, atLimit)
 }
 
 // GetScheduled reads a scheduled reclaim (strongly consistent).
@@ -216,7 +300,11 @@ func (s *Store) UpdateScheduled(ctx context.Context, from, to capacity.Scheduled
 	if err != nil {
 		return err
 	}
-	items := []types.TransactWriteItem{put}
+	count, err := s.ended(from, to)
+	if err != nil {
+		return err
+	}
+	items := append([]types.TransactWriteItem{put}, count...)
 	if audit != nil {
 		// The record goes on the node's audit chain in the same transaction.
 		return s.appendChained(ctx, "update scheduled reclaim "+from.ID, *audit, s.nodeHead(audit.NodeID), items, nil)
@@ -243,10 +331,18 @@ func (s *Store) scheduledTransition(from, to capacity.ScheduledReclaim) (types.T
 	}}, nil
 }
 
-// firedItem is the item of a commit that fires a scheduled reclaim: it moves from scheduled
-// (at the version read) to c.Scheduled's state.
-func (s *Store) firedItem(sr capacity.ScheduledReclaim) (types.TransactWriteItem, error) {
+// firedItems are the items of a commit that fires a scheduled reclaim: it moves from
+// scheduled (at the version read) to c.Scheduled's state, and off its org's pending count.
+func (s *Store) firedItems(sr capacity.ScheduledReclaim) ([]types.TransactWriteItem, error) {
 	from := sr
 	from.State = capacity.ScheduledPending
-	return s.scheduledTransition(from, sr)
+	put, err := s.scheduledTransition(from, sr)
+	if err != nil {
+		return nil, err
+	}
+	count, err := s.ended(from, sr)
+	if err != nil {
+		return nil, err
+	}
+	return append([]types.TransactWriteItem{put}, count...), nil
 }

@@ -593,9 +593,11 @@ func (s *Store) transactItems(c capacity.Commit, pin *capacity.ChainStart) ([]ty
 	}
 	if c.Scheduled != nil {
 		// A fired scheduled reclaim leaves the scheduled state with the reclaim, or not at all.
-		if err := add(s.firedItem(*c.Scheduled)); err != nil {
+		fired, err := s.firedItems(*c.Scheduled)
+		if err != nil {
 			return nil, fmt.Errorf("scheduled reclaim %s: %w", c.Scheduled.ID, err)
 		}
+		items = append(items, fired...)
 	}
 	return append(items, audit[1:]...), nil
 }

@@ -873,6 +873,7 @@ func TestEveryErrorCodeMapsToItsStatus(t *testing.T) {
 		{capacity.CodeScheduledReclaimFired, 409},
 		{capacity.CodeCreatorKeyInvalid, 409},
 		{capacity.CodeScheduledReclaimNotDue, 409},
+		{capacity.CodeScheduledReclaimLimit, 409},
 		{capacity.CodeReservationExists, 409},
 		{capacity.CodeReservationOverlap, 409},
 		{capacity.CodeInvalidTransition, 409},

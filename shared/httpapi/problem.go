@@ -34,7 +34,7 @@ func statusOf(code capacity.Code) int {
 		capacity.CodeUnitsInUse, capacity.CodeUnitsUnavailable, capacity.CodeVMExists,
 		capacity.CodeConcurrentModification, capacity.CodeOperationRunning,
 		capacity.CodeScheduledReclaimCancelled, capacity.CodeScheduledReclaimFired,
-		capacity.CodeCreatorKeyInvalid, capacity.CodeScheduledReclaimNotDue,
+		capacity.CodeCreatorKeyInvalid, capacity.CodeScheduledReclaimNotDue, capacity.CodeScheduledReclaimLimit,
 		capacity.CodeReservationExists, capacity.CodeReservationOverlap, capacity.CodeInvalidTransition:
 		return http.StatusConflict
 	case capacity.CodePlanChanged:

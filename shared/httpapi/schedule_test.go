@@ -166,6 +166,7 @@ func TestSchedulingErrorsMapToTheirStatus(t *testing.T) {
 		capacity.CodeSchedulingUnavailable:     http.StatusNotImplemented,
 		capacity.CodeScheduledReclaimFired:     http.StatusConflict,
 		capacity.CodeScheduledReclaimCancelled: http.StatusConflict,
+		capacity.CodeScheduledReclaimLimit:     http.StatusConflict,
 	} {
 		svc := &fakeService{err: capacity.Errorf(code, "no")}
 		w := req{method: http.MethodDelete, path: scheduledPath}.do(t, newHandler(svc))
