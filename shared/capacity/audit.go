@@ -329,8 +329,8 @@ const (
 	// ChainChanges holds the record of every call that changed the node's state, put in the
 	// change's own transaction; its head is on the node item, which every commit conditions on.
 	ChainChanges NodeChain = "changes"
-	// ChainCalls holds the records of the calls that changed nothing: dry runs, refusals and
-	// replays. Its head is an item no commit reads or conditions on, so these calls never
+	// ChainCalls holds the records of the calls that changed nothing: dry runs, refusals,
+	// replays, and repeats that found nothing to change. Its head is an item no commit reads or conditions on, so these calls never
 	// make a change go again.
 	ChainCalls NodeChain = "calls"
 )

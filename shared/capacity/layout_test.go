@@ -204,10 +204,12 @@ func TestDecisionReadIgnoresHistory(t *testing.T) {
 		return stats.Snapshot()
 	}
 	// The fresh node, in the shape it has at the start of every cycle: s1 running on u1. A
-	// release of a unit already released first puts the audit chain's head on the node item,
+	// reclaim and a release of the idle u2 first put the audit chain's head on the node item,
 	// as every cycle leaves it.
-	if _, err := svc.Release(ctx, owner, reclaim("u1"), capacity.RequestMeta{}); err != nil {
-		t.Fatal(err)
+	for _, call := range []func(context.Context, capacity.Principal, capacity.CapacityRequest, capacity.RequestMeta) (*capacity.CapacityResult, error){svc.Reclaim, svc.Release} {
+		if _, err := call(ctx, owner, reclaim("u2"), capacity.RequestMeta{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	fresh := read()
 	if fresh.ItemsRead != 4 || fresh.BytesRead == 0 {

@@ -45,7 +45,8 @@ type OperatorCommit struct {
 	Create bool
 	// NewNode, when set, is the node after the write (owner, endpoint, units, topologyGen);
 	// the store writes it with Version+1. Nil with BumpNode: only the version moves; nil
-	// without: the node only has its version checked (and its audit head advanced).
+	// without, and nothing else to write (changesNothing): the service records the call with
+	// Store.RecordUnchanged instead.
 	NewNode  *Node
 	BumpNode bool
 	// NewReservation is put; its id must be free.
@@ -57,6 +58,12 @@ type OperatorCommit struct {
 	Audit        AuditRecord
 	// ForceEnd, when set, ends a VM's termination on its operation (see ForceEnd).
 	ForceEnd *ForceEnd
+}
+
+// changesNothing reports whether the commit writes no state (a repeat: a node put or a
+// topology as they are, a reservation cancelled again, a force-end of a VM already ended).
+func (c *OperatorCommit) changesNothing() bool {
+	return !c.Create && c.NewNode == nil && !c.BumpNode && c.NewReservation == nil && len(c.Reservations) == 0 && c.ForceEnd == nil
 }
 
 // NodeRequest registers a node or updates its owner and agent endpoint.
@@ -308,6 +315,10 @@ func (s *Service) operatorCommits(ops OperatorStore, create bool) committer[Oper
 		kind: "operator", subject: "the node",
 		load: load,
 		commit: func(ctx context.Context, c *OperatorCommit) error {
+			if c.changesNothing() {
+				// Recorded on the calls chain: the node's head stays as read, and is answered.
+				return s.Store.RecordUnchanged(ctx, c.Audit, c.Idempotency)
+			}
 			head, err := ops.CommitOperator(ctx, *c)
 			if err == nil {
 				c.Node.AuditHead = head
@@ -819,7 +830,7 @@ func DecideCancel(st *NodeState, req ReservationChange, now time.Time) (*Operato
 	res := &ReservationResult{VMsOnUnits: vmsOn(st.VMs, r.ReservedUnitIDs)}
 	switch r.StatusAt(now) {
 	case StatusCancelled:
-		// Repeat-safe: nothing to write but the audit record (the version is checked).
+		// Repeat-safe: nothing to write but the audit record, on the calls chain.
 		res.Reservation = *r
 		return &OperatorCommit{Node: st.Node}, res, nil
 	case StatusExpired:

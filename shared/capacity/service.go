@@ -25,6 +25,12 @@ type Store interface {
 	Commit(ctx context.Context, c Commit) error
 	// AppendAudit appends a record for a call that wrote nothing else (dry runs, refusals).
 	AppendAudit(ctx context.Context, rec AuditRecord) error
+	// RecordUnchanged records a call whose decision changes nothing (a repeat of a change
+	// already made): its audit record goes on the node's calls chain, with its
+	// Idempotency-Key record (if any) in the same transaction, which writes nothing a commit
+	// conditions on. It fails with ErrConflict (wrapped) when a record under that key exists
+	// (the next round replays it), and with ErrAmbiguous when the outcome is unknown.
+	RecordUnchanged(ctx context.Context, rec AuditRecord, idem *IdempotencyRecord) error
 	// GetOperation returns a reclaim operation, or an *Error with CodeNotFound.
 	GetOperation(ctx context.Context, nodeID, opID string) (*Operation, error)
 	// Landed reports whether a commit whose Commit failed with ErrAmbiguous (a timeout or a
@@ -41,7 +47,8 @@ type Store interface {
 type Commit struct {
 	Node Node
 	// BumpNode serialises the write with every other capacity change on the node. A commit
-	// that changes no unit, reservation or VM only checks the node's version.
+	// that changes nothing at all (changesNothing) is not written as a commit: the service
+	// records it with Store.RecordUnchanged.
 	BumpNode    bool
 	Reservation *Reservation // new released set and UpdatedAt; Version as read
 	Evict       []VM         // VMs as read (running); they become terminating for Operation
@@ -52,6 +59,13 @@ type Commit struct {
 	// Scheduled, when a scheduled reclaim fires, is it moved to completed (Version as read,
 	// in the state scheduled): a cancel and the firing cannot both win.
 	Scheduled *ScheduledReclaim
+}
+
+// changesNothing reports whether the commit writes no state: a repeat of a change already
+// made (units already exclusive with nothing to evict, units already released). Writing it
+// would only move the node's changes chain, which every commit conditions on.
+func (c *Commit) changesNothing() bool {
+	return !c.BumpNode && c.Reservation == nil && len(c.Evict) == 0 && c.NewVM == nil && c.Operation == nil && c.Scheduled == nil
 }
 
 // Service applies capacity calls: read, decide, write in one transaction, re-deciding when a
@@ -290,9 +304,14 @@ type committer[C any] struct {
 func (s *Service) capacityCommits() committer[Commit] {
 	return committer[Commit]{
 		kind: "capacity", subject: "the node's capacity",
-		load:   s.Store.LoadNode,
-		commit: func(ctx context.Context, c *Commit) error { return s.Store.Commit(ctx, *c) },
-		probe:  func(c *Commit) Commit { return *c },
+		load: s.Store.LoadNode,
+		commit: func(ctx context.Context, c *Commit) error {
+			if c.changesNothing() {
+				return s.Store.RecordUnchanged(ctx, c.Audit, c.Idempotency)
+			}
+			return s.Store.Commit(ctx, *c)
+		},
+		probe: func(c *Commit) Commit { return *c },
 	}
 }
 

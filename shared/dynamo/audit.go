@@ -399,6 +399,22 @@ func (s *Store) AppendAudit(ctx context.Context, rec capacity.AuditRecord) error
 	return s.appendChained(ctx, "append audit record "+rec.ID, rec, s.auditRef(rec), nil, nil)
 }
 
+// RecordUnchanged puts the record of a call whose decision changed nothing (a repeat of a
+// change already made) on its node's calls chain, with the call's Idempotency-Key record (if
+// any) in the same transaction, so that a retry under the key replays the answer. Neither
+// is an item a decision reads or a commit conditions on: the node item is not written.
+func (s *Store) RecordUnchanged(ctx context.Context, rec capacity.AuditRecord, idem *capacity.IdempotencyRecord) error {
+	var others []types.TransactWriteItem
+	if idem != nil {
+		put, err := s.idempotencyPut(*idem)
+		if err != nil {
+			return fmt.Errorf("record unchanged %s %s: %w", rec.Action, rec.ID, err)
+		}
+		others = append(others, put)
+	}
+	return s.appendChained(ctx, "record unchanged "+rec.Action+" "+rec.ID, rec, s.callsHead(rec.NodeID), others, nil)
+}
+
 // auditRef names the chain a record belongs to.
 func (s *Store) auditRef(rec capacity.AuditRecord) headRef {
 	if rec.NodeID == "" && s.KeysTable != "" && len(rec.Action) > 4 && rec.Action[:4] == "key." {

@@ -192,11 +192,9 @@ func (s *Store) operatorItems(c capacity.OperatorCommit, pin *capacity.ChainStar
 		items = append(items, fe...)
 	}
 	if c.Idempotency != nil {
-		// A record past its expiry may still exist until TTL deletes it; it no longer binds.
-		expired := expression.Name(attrExpiresAt).LessThanEqual(expression.Value(c.Idempotency.CreatedAt.Unix()))
-		put, err := s.putNew(s.Table, newIdempotencyItem(*c.Idempotency), &expired)
+		put, err := s.idempotencyPut(*c.Idempotency)
 		if err != nil {
-			return nil, c.Audit, fmt.Errorf("idempotency record: %w", err)
+			return nil, c.Audit, err
 		}
 		items = append(items, put)
 	}

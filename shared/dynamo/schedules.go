@@ -198,9 +198,8 @@ func (s *Store) CreateScheduled(ctx context.Context, c capacity.ScheduleCommit) 
 		}
 	}
 	if c.Idempotency != nil {
-		expired := expression.Name(attrExpiresAt).LessThanEqual(expression.Value(c.Idempotency.CreatedAt.Unix()))
-		if err := add(s.putNew(s.Table, newIdempotencyItem(*c.Idempotency), &expired)); err != nil {
-			return fmt.Errorf("idempotency record: %w", err)
+		if err := add(s.idempotencyPut(*c.Idempotency)); err != nil {
+			return err
 		}
 	}
 	// The record goes on the node's audit chain in the same transaction.

@@ -585,10 +585,8 @@ func (s *Store) transactItems(c capacity.Commit, pin *capacity.ChainStart) ([]ty
 		}
 	}
 	if c.Idempotency != nil {
-		// A record past its expiry may still exist until TTL deletes it; it no longer binds.
-		expired := expression.Name(attrExpiresAt).LessThanEqual(expression.Value(c.Idempotency.CreatedAt.Unix()))
-		if err := add(s.putNew(s.Table, newIdempotencyItem(*c.Idempotency), &expired)); err != nil {
-			return nil, fmt.Errorf("idempotency record: %w", err)
+		if err := add(s.idempotencyPut(*c.Idempotency)); err != nil {
+			return nil, err
 		}
 	}
 	if c.Scheduled != nil {
@@ -600,6 +598,17 @@ func (s *Store) transactItems(c capacity.Commit, pin *capacity.ChainStart) ([]ty
 		items = append(items, fired...)
 	}
 	return append(items, audit[1:]...), nil
+}
+
+// idempotencyPut puts a call's Idempotency-Key record, on the condition that none binds the
+// key: a record past its expiry may still exist until TTL deletes it, and no longer binds.
+func (s *Store) idempotencyPut(r capacity.IdempotencyRecord) (types.TransactWriteItem, error) {
+	expired := expression.Name(attrExpiresAt).LessThanEqual(expression.Value(r.CreatedAt.Unix()))
+	put, err := s.putNew(s.Table, newIdempotencyItem(r), &expired)
+	if err != nil {
+		return put, fmt.Errorf("idempotency record: %w", err)
+	}
+	return put, nil
 }
 
 func itemKey(pk, sk string) map[string]types.AttributeValue {

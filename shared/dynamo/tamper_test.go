@@ -121,7 +121,7 @@ func TestVerifyCatchesTampering(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := seed(4, 2)
+			s := seed(4, 3) // u0..u2 released: each reclaim below changes the node
 			s.Keys = []capacity.APIKey{operatorKey}
 			env := newEnv(t, s)
 			svc := &capacity.Service{Store: env.Store, Keys: env.Store, Now: func() time.Time { return t0.Add(time.Hour) },

@@ -1170,6 +1170,16 @@ func (s *memStore) AppendAudit(_ context.Context, rec capacity.AuditRecord) erro
 	return nil
 }
 
+func (s *memStore) RecordUnchanged(_ context.Context, rec capacity.AuditRecord, idem *capacity.IdempotencyRecord) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if idem != nil {
+		s.idem[idem.Scope] = idem
+	}
+	s.audits = append(s.audits, rec)
+	return nil
+}
+
 // newRealHandler serves the real capacity.Service over a node n1 of units u0..u7 with one
 // open-ended active reservation r1 of u0..u5 (audience "aud", managed by "mgr", u2..u5
 // released), and VMs: vm-res (reserved, u0), vm-spot-a (spot, u2), vm-spot-b (spot, u3).
