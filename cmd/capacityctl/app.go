@@ -100,7 +100,7 @@ func commands() []command {
 		{"reservations", "create", "--node N --units U,... --allowed-orgs O,... [--managing-orgs O,...] [--id ID] [--status active|pending] [--starts TIME] [--ends TIME] [--contract REF] [--reason TEXT]", "create a reservation", reservationsCreate},
 		{"reservations", "list", "--node N [--limit N] [--cursor C]", "list a node's reservations", reservationsList},
 		{"reservations", "get", "--node N --reservation R", "show a reservation", reservationsGet},
-		{"reservations", "cancel", "--node N --reservation R [--reason TEXT]", "cancel a reservation (terminates nothing; lists the VMs on its units)", reservationsCancel},
+		{"reservations", "cancel", "--node N --reservation R [--reason TEXT]", "cancel a reservation and its pending scheduled reclaims (terminates nothing; lists the VMs on its units)", reservationsCancel},
 		{"reservations", "reaffirm", "--node N --reservation R [--reason TEXT]", "move a needs-review reservation back to active at the node's topology", reservationsReaffirm},
 		{"scheduled", "list", "--node N --reservation R [--limit N] [--cursor C]", "list a reservation's scheduled reclaims in order of at: pending, and fired or cancelled ones until their retention ends", scheduledList},
 		{"topology", "set", "--node N --units U,... [--expected-gen N] [--reason TEXT]", "set a node's unit list (its reservations go to needs-review)", topologySet},

@@ -785,9 +785,14 @@ func DecideCreateReservation(st *NodeState, req ReservationRequest, id string, n
 
 // CancelReservation cancels a reservation: its units stop being withheld and the VMs on them
 // keep running (listed in the answer). A cancelled one answers as it is; an expired one is
-// invalid_transition.
+// invalid_transition. Its pending scheduled reclaims are then cancelled (cancelScheduledOf),
+// after every answer that says cancelled: a repeat finishes what an earlier sweep left.
 func (s *Service) CancelReservation(ctx context.Context, p Principal, req ReservationChange, meta RequestMeta) (*ReservationResult, error) {
-	return s.changeReservation(ctx, p, req, meta, ActionReservationCancel, DecideCancel)
+	res, err := s.changeReservation(ctx, p, req, meta, ActionReservationCancel, DecideCancel)
+	if err == nil && res.Reservation.Status == StatusCancelled {
+		s.cancelScheduledOf(ctx, p, req, meta)
+	}
+	return res, err
 }
 
 // ReaffirmReservation moves a needs-review reservation back to active at the node's current

@@ -180,7 +180,8 @@ type ScheduledReclaimJSON struct {
 	CreatedByOrgID string   `json:"createdByOrgId"`
 	// ReclaimID names the reclaim operation of a completed one that evicted VMs.
 	ReclaimID string `json:"reclaimId,omitempty"`
-	// Code and Detail say why a refused one was refused (as the problem of a reclaim).
+	// Code and Detail say why a refused one was refused (as the problem of a reclaim), or why
+	// the service cancelled one (reservation_not_active: its reservation was cancelled).
 	Code        string `json:"code,omitempty"`
 	Detail      string `json:"detail,omitempty"`
 	FiredAt     string `json:"firedAt,omitempty"`
