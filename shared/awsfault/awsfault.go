@@ -77,6 +77,9 @@ type Rule struct {
 	Operation string
 	Fault     Fault
 	Rate      float64
+	// Max, if not 0, stops the rule once it has drawn Max faults: with Rate 1, exactly the
+	// first Max attempts it matches get the fault.
+	Max int
 }
 
 func (r Rule) String() string {
@@ -95,6 +98,7 @@ type Injector struct {
 	mu     sync.Mutex
 	rnd    *rand.Rand
 	counts map[Fault]int
+	used   []int                      // faults injected by each rule, by index
 	closed map[string]closedExecution // execution ARN -> the run that "already exists"
 	seq    int
 }
@@ -108,7 +112,7 @@ type closedExecution struct {
 func New(seed int64, rules ...Rule) *Injector {
 	return &Injector{
 		rules: append([]Rule(nil), rules...), rnd: rand.New(rand.NewSource(seed)),
-		counts: map[Fault]int{}, closed: map[string]closedExecution{},
+		counts: map[Fault]int{}, closed: map[string]closedExecution{}, used: make([]int, len(rules)),
 	}
 }
 
@@ -207,13 +211,14 @@ func (i *Injector) record(f Fault) {
 func (i *Injector) draw(service, op string) (Fault, bool, bool) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	for _, r := range i.rules {
-		if r.Operation != "" && r.Operation != op || !applies(r.Fault, service, op) {
+	for k, r := range i.rules {
+		if r.Operation != "" && r.Operation != op || !applies(r.Fault, service, op) || r.Max > 0 && i.used[k] >= r.Max {
 			continue
 		}
 		if r.Rate <= 0 || i.rnd.Float64() >= r.Rate {
 			continue
 		}
+		i.used[k]++
 		return r.Fault, i.rnd.Intn(2) == 0, true
 	}
 	return "", false, false

@@ -520,3 +520,32 @@ func TestParse(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxBoundsARule: a rule with Max faults exactly the first Max attempts it matches, and
+// then lets every attempt through.
+func TestMaxBoundsARule(t *testing.T) {
+	url := emulator(t)
+	table(t, url)
+	tests := []struct {
+		name string
+		max  int
+		want []bool // attempt k failed
+	}{
+		{"max 3", 3, []bool{true, true, true, false, false, false}},
+		{"no max", 0, []bool{true, true, true, true, true, true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			inj := awsfault.New(1, awsfault.Rule{Operation: "PutItem", Fault: awsfault.TransactionConflict, Rate: 1, Max: tt.max})
+			c := ddbClient(t, url, inj, 1)
+			var got []bool
+			for range tt.want {
+				_, err := c.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(tableName), Item: item("m")})
+				got = append(got, err != nil)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Errorf("attempts failed %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
