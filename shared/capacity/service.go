@@ -1,6 +1,7 @@
 package capacity
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -78,8 +80,12 @@ type Service struct {
 	// Now and NewID are replaceable for tests.
 	Now   func() time.Time
 	NewID func() string
-	// Attempts bounds read-decide-write rounds under contention (default 3).
+	// Attempts bounds read-decide-write rounds under contention (default 3). In a node's
+	// capacity and operator writes it bounds the rounds that lost a real race (see
+	// applyRounds); Retry says how the call goes on after a loss to a commit elsewhere.
 	Attempts int
+	// Retry shapes the rounds after a lost commit (zero: the defaults).
+	Retry RetryPolicy
 	// IdempotencyTTL is how long an Idempotency-Key is remembered (default 24h).
 	IdempotencyTTL time.Duration
 	Logger         *slog.Logger
@@ -159,7 +165,62 @@ func (s *Service) attempts() int {
 	if s.Attempts > 0 {
 		return s.Attempts
 	}
-	return 3
+	return DefaultAttempts
+}
+
+// RetryPolicy is how a node's read-decide-commit rounds go on after a lost commit (see
+// applyRounds). Zero fields take the defaults.
+type RetryPolicy struct {
+	// Detours is how many commits a call may lose to commits that left its own units as its
+	// decision read them (losses elsewhere on the node) before it gives up; they do not count
+	// against Service.Attempts (default DefaultDetours).
+	Detours int
+	// Base and Cap shape the wait before the read after the n-th lost commit: a uniformly
+	// random time below min(Cap, Base*2^(n-1)) ("full jitter"; defaults DefaultRetryBase and
+	// DefaultRetryCap).
+	Base, Cap time.Duration
+	// Margin is the time a round needs before the call's deadline: no round starts later
+	// than the context's deadline less Margin (default DefaultRetryMargin).
+	Margin time.Duration
+}
+
+// Defaults of Service.Attempts and RetryPolicy. With them one call's waits add up to under
+// 6.4 s (at most 32 waits, each under 200 ms; about 3 s on average were every round to
+// lose), and within the api function's 10 s the margin stops it sooner.
+const (
+	DefaultAttempts    = 3
+	DefaultDetours     = 30
+	DefaultRetryBase   = 5 * time.Millisecond
+	DefaultRetryCap    = 200 * time.Millisecond
+	DefaultRetryMargin = time.Second
+)
+
+func (p RetryPolicy) withDefaults() RetryPolicy {
+	p.Detours = cmp.Or(p.Detours, DefaultDetours)
+	p.Base = cmp.Or(p.Base, DefaultRetryBase)
+	p.Cap = cmp.Or(p.Cap, DefaultRetryCap)
+	p.Margin = cmp.Or(p.Margin, DefaultRetryMargin)
+	return p
+}
+
+// wait returns the full-jitter wait after the n-th lost commit (n >= 1): spread over the
+// whole window, the callers that lost together do not meet again at once.
+func (p RetryPolicy) wait(n int) time.Duration {
+	window := p.Cap
+	if n <= 16 && p.Base<<(n-1) < p.Cap {
+		window = p.Base << (n - 1)
+	}
+	if window <= 0 {
+		return 0
+	}
+	return rand.N(window)
+}
+
+// timeFor reports whether a round may start after waiting d: ctx has no deadline, or d and
+// the margin fit before it.
+func (p RetryPolicy) timeFor(ctx context.Context, d time.Duration) bool {
+	deadline, ok := ctx.Deadline()
+	return !ok || time.Until(deadline) > d+p.Margin
 }
 
 func (s *Service) idempotencyTTL() time.Duration {
@@ -298,6 +359,10 @@ type committer[C any] struct {
 	probe func(c *C) Commit
 	// found, if set, completes a pending commit that turned out to have landed.
 	found func(ctx context.Context, c *C)
+	// raced, if set, tells a lost commit's real race from a loss to a commit elsewhere on the
+	// node, by the state it was decided on and the state read after (see Raced). Nil: every
+	// loss is a real race.
+	raced func(before, after *NodeState, c *C) bool
 }
 
 // capacityCommits writes capacity commits with Store.Commit.
@@ -312,6 +377,7 @@ func (s *Service) capacityCommits() committer[Commit] {
 			return s.Store.Commit(ctx, *c)
 		},
 		probe: func(c *Commit) Commit { return *c },
+		raced: func(before, after *NodeState, c *Commit) bool { return Raced(before, after, *c) },
 	}
 }
 
@@ -321,9 +387,17 @@ func (s *Service) apply(ctx context.Context, nodeID string, key idempotency, dec
 }
 
 // applyRounds runs read-decide-commit rounds on one node until a commit lands, the decision
-// needs no write (it returns a nil commit), or the attempts run out: each lost race is re-read
-// and re-decided, since the state the decision was made on has changed. It returns the commit
-// that landed (nil if none did), whose round's answer is the call's answer.
+// needs no write (it returns a nil commit), or the retry budget runs out: each lost race is
+// re-read and re-decided, since the state the decision was made on has changed. It returns
+// the commit that landed (nil if none did), whose round's answer is the call's answer.
+//
+// The budget: Service.Attempts rounds that lost a real race (another write changed what the
+// decision read of the units its commit touches: w.raced, told on the next round's read) or
+// ended throttled or of unknown outcome. A commit lost to a commit on other units of the node
+// (they serialise on the node's version and audit head) does not count: up to
+// RetryPolicy.Detours of them are retried on top, while the call's deadline allows. Before
+// each read after a lost commit the call waits a full-jitter backoff, so that calls that lost
+// together spread out. Every commit still conditions on exactly what its own round read.
 //
 // A commit whose outcome is unknown (ErrAmbiguous: a timeout or server error, possibly after
 // the write was applied) stays pending: every later round first reads the node and then
@@ -337,7 +411,31 @@ func applyRounds[C any](s *Service, ctx context.Context, nodeID string, key idem
 	var pending []*C
 	var last error // the last round's failure, to word the final answer
 	stats := CallStatsFrom(ctx)
-	for round := range s.attempts() {
+	retry := s.Retry.withDefaults()
+	spent, detours, losses, rounds := 0, 0, 0, 0
+	// The last round's commit, while its loss is not yet told a real race or not, and the
+	// state it was decided on.
+	var lost *C
+	var lostOn *NodeState
+	settle := func(after *NodeState) {
+		if after != nil && w.raced != nil && !w.raced(lostOn, after, lost) {
+			detours++
+		} else {
+			spent++
+		}
+		lost, lostOn = nil, nil
+	}
+	for spent < s.attempts() {
+		if lost != nil {
+			wait := retry.wait(losses)
+			if !retry.timeFor(ctx, wait) {
+				break // the answer would come too late to be of use
+			}
+			if err := sleep(ctx, wait); err != nil {
+				return nil, err
+			}
+		}
+		rounds++
 		stats.AddRound()
 		now := s.now()
 		start := time.Now()
@@ -347,15 +445,25 @@ func applyRounds[C any](s *Service, ctx context.Context, nodeID string, key idem
 			return nil, errNodeNotFound
 		}
 		if err != nil && len(pending) > 0 {
+			if lost != nil {
+				settle(nil) // no read to tell it by
+			}
 			// Not "throttled, nothing was applied": an earlier round's commit may have landed.
 			if c, lerr := landed(s, ctx, w, pending); c != nil || lerr != nil {
 				return c, lerr
 			}
 			last = fmt.Errorf("load node %s after a commit of unknown outcome: %v: %w", nodeID, err, ErrAmbiguous)
+			spent++
 			continue // read again next round
 		}
 		if err != nil {
 			return nil, fmt.Errorf("load node %s: %w", nodeID, err)
+		}
+		if lost != nil {
+			settle(st)
+			if spent >= s.attempts() || detours >= retry.Detours {
+				break
+			}
 		}
 		if c, err := landed(s, ctx, w, pending); c != nil || err != nil {
 			return c, err
@@ -378,14 +486,18 @@ func applyRounds[C any](s *Service, ctx context.Context, nodeID string, key idem
 			s.logger().WarnContext(ctx, w.kind+" write outcome unknown; checking before deciding again",
 				"node", nodeID, "action", audit.Action, "audit_id", audit.ID, "err", err)
 			pending = append(pending, commit)
+			spent++
 		case errors.Is(err, ErrConflict):
 			s.logger().InfoContext(ctx, w.kind+" write lost a race; deciding again", "node", nodeID, "action", audit.Action)
+			lost, lostOn = commit, st
+			losses++
 		case errors.Is(err, ErrThrottled):
 			s.logger().WarnContext(ctx, w.kind+" write throttled; deciding again", "node", nodeID, "action", audit.Action, "err", err)
 			// The SDK already backed off; a short pause more keeps rounds from piling on.
-			if err := sleep(ctx, time.Duration(25<<round)*time.Millisecond); err != nil {
+			if err := sleep(ctx, time.Duration(25<<spent)*time.Millisecond); err != nil {
 				return nil, err
 			}
+			spent++
 		default:
 			// Such as vm_exists for the VM an earlier round of this call placed after all.
 			if c, lerr := landed(s, ctx, w, pending); c != nil || lerr != nil {
@@ -402,7 +514,11 @@ func applyRounds[C any](s *Service, ctx context.Context, nodeID string, key idem
 		return nil, errThrottled()
 	case errors.Is(last, ErrAmbiguous) || len(pending) > 0:
 		// Not applied as of the check; every later write conditions on the versions it reads.
-		return nil, fmt.Errorf("commit on node %s: outcome still unknown after %d rounds: %w", nodeID, s.attempts(), last)
+		return nil, fmt.Errorf("commit on node %s: outcome still unknown after %d rounds: %w", nodeID, rounds, last)
+	}
+	if detours > 0 {
+		s.logger().WarnContext(ctx, w.kind+" write gave up", "node", nodeID, "rounds", rounds,
+			"real_races", spent, "losses_elsewhere", detours)
 	}
 	return nil, Errorf(CodeConcurrentModification, "%s kept changing while this call was applied; retrying is safe", w.subject)
 }

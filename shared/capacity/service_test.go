@@ -183,20 +183,50 @@ func TestReclaimRedecidesAfterLosingARace(t *testing.T) {
 	}
 }
 
-func TestReclaimGivesUpAfterBoundedAttempts(t *testing.T) {
-	env, svc := world(t)
-	calls := 0
-	svc.Store = &alwaysConflict{Store: env.Store, calls: &calls}
-	before := env.StateItems(t)
-	_, err := svc.Reclaim(context.Background(), owner, reclaim("u1"), capacity.RequestMeta{})
-	if capacity.ErrorCode(err) != capacity.CodeConcurrentModification {
-		t.Fatalf("got %v, want concurrent_modification", err)
+// A call whose commit always loses, though its units stay as read (AWS's TransactionConflict
+// every time), gives up after a bounded number of rounds, and before its deadline, answering
+// concurrent_modification and changing nothing.
+func TestReclaimGivesUpAfterBoundedRounds(t *testing.T) {
+	tests := []struct {
+		name     string
+		retry    capacity.RetryPolicy
+		deadline time.Duration // 0: none
+		commits  func(n int) bool
+		want     string
+	}{
+		{"bounded by Detours", capacity.RetryPolicy{Detours: 5, Base: time.Millisecond, Cap: time.Millisecond}, 0,
+			func(n int) bool { return n == 5 }, "5"},
+		{"the default bound", capacity.RetryPolicy{Base: time.Millisecond, Cap: time.Millisecond}, 0,
+			func(n int) bool { return n == capacity.DefaultDetours }, "DefaultDetours"},
+		{"bounded by the deadline", capacity.RetryPolicy{Base: 20 * time.Millisecond, Cap: 20 * time.Millisecond, Margin: 100 * time.Millisecond},
+			300 * time.Millisecond, func(n int) bool { return n > 1 && n < capacity.DefaultDetours }, "fewer than DefaultDetours"},
 	}
-	if calls != 3 {
-		t.Errorf("commit attempts = %d, want 3", calls)
-	}
-	if !reflect.DeepEqual(env.StateItems(t), before) {
-		t.Fatal("state changed")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env, svc := world(t)
+			calls := 0
+			svc.Store, svc.Retry = &alwaysConflict{Store: env.Store, calls: &calls}, tt.retry
+			before := env.StateItems(t)
+			ctx := context.Background()
+			if tt.deadline > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tt.deadline)
+				defer cancel()
+			}
+			_, err := svc.Reclaim(ctx, owner, reclaim("u1"), capacity.RequestMeta{})
+			if capacity.ErrorCode(err) != capacity.CodeConcurrentModification {
+				t.Fatalf("got %v, want concurrent_modification", err)
+			}
+			if ctx.Err() != nil {
+				t.Errorf("answered after the deadline: %v", ctx.Err())
+			}
+			if !tt.commits(calls) {
+				t.Errorf("commit attempts = %d, want %s", calls, tt.want)
+			}
+			if !reflect.DeepEqual(env.StateItems(t), before) {
+				t.Fatal("state changed")
+			}
+		})
 	}
 }
 
