@@ -30,17 +30,18 @@ var (
 //   - own-units: 8 clients, each on its own unit of one node, each cycling release, spot
 //     placement and reclaim of its unit (the next cycle once the reclaim's operation has
 //     completed), for at least 2,000 calls: the 409s and 5xx they were answered (no client
-//     touches another's unit, so every 409 is the node's contention), the commit rounds per
-//     answered call, and the node's invariants at the end (capacity.Violations);
+//     touches another's unit, so a 409 would be a call that lost to the node's other commits
+//     past its retry budget), the commit rounds per answered call and the most one call
+//     used, and the node's invariants at the end (capacity.Violations);
 //   - writer: one writer alternating release and reclaim of one unit, alone on a fresh node,
 //     then on another beside 16 clients sending dry-run reclaims and refused releases at that
 //     node (each appends an audit record to the node): the writer's rounds per commit and its
 //     409s in both.
 //
 // Rounds come from the handler's Server-Timing, which reports them to operators on answered
-// calls: every call here is the operator's. A 409 concurrent_modification used every round
-// the service allows. A call answered 409 or 5xx is sent again with its Idempotency-Key (safe),
-// so each client's cycle goes on.
+// calls: every call here is the operator's. A 409 concurrent_modification spent the call's
+// retry budget (README "Architecture"). A call answered 409 or 5xx is sent again with its
+// Idempotency-Key (safe), so each client's cycle goes on.
 func BenchmarkContention(b *testing.B) {
 	b.Run(fmt.Sprintf("own-units/clients=%d", contentionClients), func(b *testing.B) {
 		for b.Loop() {
