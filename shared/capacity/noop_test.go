@@ -9,6 +9,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/openrelay/capacity/shared/awsfault"
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 )
@@ -215,4 +216,49 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// A repeat whose record meets transaction conflicts and answers lost after it landed (as on
+// AWS) still answers the state as it is, leaves the node item alone, and is on the calls
+// chain once; under an Idempotency-Key its retry replays.
+func TestRepeatUnderFaultsIsRecordedOnce(t *testing.T) {
+	for _, key := range []string{"", "rel-1"} {
+		t.Run("key "+key, func(t *testing.T) {
+			env, svc, inj := faultyWorld(t, 3,
+				awsfault.Rule{Operation: "TransactWriteItems", Fault: awsfault.AmbiguousTimeout, Rate: 0.5},
+				awsfault.Rule{Operation: "TransactWriteItems", Fault: awsfault.TransactionConflict, Rate: 0.3})
+			svc.Attempts = 6
+			ctx := context.Background()
+			node := nodeItem(t, env)
+			req := reclaim("u2") // released already
+			req.IdempotencyKey = key
+			for i := range 3 {
+				res, err := svc.Release(ctx, owner, req, capacity.RequestMeta{RequestID: "repeat"})
+				if err != nil {
+					t.Fatalf("release %d: %v", i, err)
+				}
+				if !slices.Equal(res.Reservation.ReleasedUnitIDs, []string{"u1", "u2"}) || res.Reservation.Version != 1 || res.Replayed != (key != "" && i > 0) {
+					t.Errorf("release %d answered %+v", i, res)
+				}
+			}
+			if inj.Count(awsfault.AmbiguousTimeout) == 0 {
+				t.Error("no lost answer injected")
+			}
+			if got := nodeItem(t, env); !reflect.DeepEqual(got, node) {
+				t.Errorf("node item written")
+			}
+			recs, rep := chainOf(t, svc, capacity.ChainCalls)
+			ids := map[string]bool{}
+			for _, r := range recs {
+				if ids[r.ID] {
+					t.Errorf("record %s twice", r.ID)
+				}
+				ids[r.ID] = true
+			}
+			want := 3 // each call once: with a key, the first and two replays
+			if !rep.OK || len(recs) != want {
+				t.Errorf("calls chain %+v, %d records, want %d", rep, len(recs), want)
+			}
+		})
+	}
 }

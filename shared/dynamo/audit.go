@@ -303,8 +303,8 @@ func (s *Store) headMoved(ctx context.Context, ref headRef, e *types.Transaction
 }
 
 // appendChained puts rec on its chain together with the other items (which must not write
-// the head item) in one transaction: it reads the head, and goes again when the head moved,
-// up to appendTries (callsAppendTries on a calls chain). A record for a node that does not exist is put unchained (conditioned on
+// the head item) in one transaction: it reads the head, and goes again when the head moved
+// or the transaction met another (TransactionConflict), up to appendTries (callsAppendTries on a calls chain). A record for a node that does not exist is put unchained (conditioned on
 // the node's absence). what names the write in errors; refuse is as for transact.
 func (s *Store) appendChained(ctx context.Context, what string, rec capacity.AuditRecord, ref headRef, others []types.TransactWriteItem,
 	refuse func(*types.TransactionCanceledException) error) error {
@@ -358,13 +358,25 @@ func (s *Store) appendChained(ctx context.Context, what string, rec capacity.Aud
 		if herr != nil {
 			return fmt.Errorf("%w (and reading the head: %w)", err, herr)
 		}
-		if !moved {
+		if !moved && !conflicted(canceled) {
 			return err
 		}
 		if err := headBackoff(ctx, try); err != nil {
 			return err
 		}
 	}
+}
+
+// conflicted reports whether a cancelled transaction met another transaction on one of its
+// items (on AWS, two appends at once on a head: the head has not moved yet). Nothing was
+// applied, and the same write may go again after a backoff.
+func conflicted(e *types.TransactionCanceledException) bool {
+	for _, r := range e.CancellationReasons {
+		if aws.ToString(r.Code) == "TransactionConflict" {
+			return true
+		}
+	}
+	return false
 }
 
 // headBackoff spreads writers that lost the head to one another before they go again (full
