@@ -402,6 +402,7 @@ func (s *Service) CancelScheduledReclaim(ctx context.Context, p Principal, nodeI
 	if err := s.scheduling(); err != nil {
 		return nil, err
 	}
+	wrote := false // a round sent the cancel
 	for range s.attempts() {
 		now := s.now()
 		st, err := s.Store.LoadNode(ctx, nodeID, "")
@@ -423,6 +424,10 @@ func (s *Service) CancelScheduledReclaim(ctx context.Context, p Principal, nodeI
 		audit.ReclaimID, audit.UnitIDs = sr.ID, sr.UnitIDs
 		switch sr.State {
 		case ScheduledCancelled:
+			if wrote {
+				// Perhaps by this call's own write whose answer was lost: its schedule too.
+				s.deleteSchedule(ctx, *sr)
+			}
 			return sr, nil
 		case ScheduledCompleted, ScheduledRefused:
 			err := Errorf(CodeScheduledReclaimFired, "scheduled reclaim %s has fired (%s); it can no longer be cancelled", sr.ID, sr.State)
@@ -433,6 +438,7 @@ func (s *Service) CancelScheduledReclaim(ctx context.Context, p Principal, nodeI
 		next.State, next.CancelledAt, next.UpdatedAt = ScheduledCancelled, &now, now
 		audit.Outcome = "ok"
 		err = s.Schedules.UpdateScheduled(ctx, *sr, next, &audit)
+		wrote = true
 		if errors.Is(err, ErrConflict) || errors.Is(err, ErrAmbiguous) {
 			continue // fired or cancelled meanwhile, or perhaps by this write: read again
 		}

@@ -180,3 +180,39 @@ func TestCancelSweepUnderFaults(t *testing.T) {
 		t.Errorf("schedules left %v", live)
 	}
 }
+
+// lostUpdate writes a scheduled reclaim's transition, then reports the outcome unknown (a
+// timeout after the write landed).
+type lostUpdate struct{ *dynamo.Store }
+
+func (l lostUpdate) UpdateScheduled(ctx context.Context, from, to capacity.ScheduledReclaim, audit *capacity.AuditRecord) error {
+	if err := l.Store.UpdateScheduled(ctx, from, to, audit); err != nil {
+		return err
+	}
+	return capacity.ErrAmbiguous
+}
+
+// A cancel whose write landed but whose answer was lost, found cancelled by its next read,
+// still deletes the schedule (and the sweep's likewise), and each is cancelled once.
+func TestCancelWithALostAnswerDeletesTheSchedule(t *testing.T) {
+	env, svc, fs, clock := schedWorld(t)
+	ctx := context.Background()
+	ids := scheduleOn(t, svc, owner, "r1", "u1", clock.Add(time.Hour), 2)
+	svc.Schedules = lostUpdate{env.Store}
+	c, err := svc.CancelScheduledReclaim(ctx, owner, "n1", "r1", ids[0], capacity.RequestMeta{})
+	if err != nil || c.State != capacity.ScheduledCancelled {
+		t.Fatalf("cancel: %+v, %v", c, err)
+	}
+	if _, err := svc.CancelReservation(ctx, op, capacity.ReservationChange{NodeID: "n1", ReservationID: "r1"}, capacity.RequestMeta{}); err != nil {
+		t.Fatal(err)
+	}
+	if live := fs.Live(); len(live) != 0 {
+		t.Errorf("schedules left %v", live)
+	}
+	for _, id := range ids {
+		if n := cancelRecords(t, svc, id); n != 1 {
+			t.Errorf("%s: %d cancel records, want 1", id, n)
+		}
+	}
+	wantPending(t, env, "owner", 0)
+}
