@@ -39,7 +39,7 @@ import (
 
 func main() {
 	logger := config.Logger()
-	env := config.Must(config.Required("APP_ENV", "STATE_TABLE", "AUDIT_TABLE", "KEYS_TABLE", "STATE_MACHINE_ARN"))
+	env := config.Must(config.Required("APP_ENV", "STATE_TABLE", "AUDIT_TABLE", "KEYS_TABLE", "LIMITS_TABLE", "STATE_MACHINE_ARN"))
 	keyTTL := config.Must(config.Duration("KEY_CACHE_TTL", 30*time.Second))
 	cfg := config.Must(config.AWS(context.Background()))
 
@@ -47,6 +47,8 @@ func main() {
 	// How long history is kept (the stack sets it per environment; 0: the store's default).
 	store.Retention = config.Must(config.Duration("HISTORY_RETENTION", 0))
 	store.KeysTable = env["KEYS_TABLE"]
+	store.LimitsTable = env["LIMITS_TABLE"]
+	rate := config.Must(config.RateLimit())
 	workflow := &stepfn.Starter{Client: sfn.NewFromConfig(cfg), StateMachineARN: env["STATE_MACHINE_ARN"]}
 	metrics := emf.New(os.Stdout, env["APP_ENV"])
 	sched := scheduling{Scheduler: config.Must(schedulerFromEnv(cfg)),
@@ -57,7 +59,7 @@ func main() {
 	} else {
 		logger.Warn("AGENT_KEYS_KMS_KEY_ID is not set: registering a node hands out no agent key, and none can be rotated")
 	}
-	lambda.Start(newAdapter(store, workflow, sched, metrics, keyTTL, agents, logger).ProxyWithContext)
+	lambda.Start(newAdapter(store, workflow, sched, metrics, keyTTL, agents, &rate, logger).ProxyWithContext)
 }
 
 // agentConfig is what the API needs of the node agents: the sealer of the keys it makes
@@ -105,9 +107,10 @@ type scheduling struct {
 }
 
 // newAdapter wires the store, workflow, domain and HTTP API into an API Gateway proxy handler.
-func newAdapter(store *dynamo.Store, workflow capacity.Workflow, sched scheduling, metrics capacity.Metrics, keyTTL time.Duration, agents agentConfig, logger *slog.Logger) *httpadapter.HandlerAdapter {
+// rate is the environment's per-key rate limit (nil: calls are not limited).
+func newAdapter(store *dynamo.Store, workflow capacity.Workflow, sched scheduling, metrics capacity.Metrics, keyTTL time.Duration, agents agentConfig, rate *capacity.RateLimit, logger *slog.Logger) *httpadapter.HandlerAdapter {
 	svc := &capacity.Service{Store: store, Workflow: workflow, Logger: logger, Metrics: metrics,
-		Keys: store, AgentKeySealer: agents.Sealer, AllowHTTPAgents: agents.AllowHTTP}
+		Keys: store, AgentKeySealer: agents.Sealer, AllowHTTPAgents: agents.AllowHTTP, RateLimit: rate}
 	if sched.Scheduler != nil {
 		svc.Scheduler, svc.Schedules, svc.MaxPendingScheduled = sched.Scheduler, store, sched.MaxPendingPerOrg
 	}
@@ -116,6 +119,12 @@ func newAdapter(store *dynamo.Store, workflow capacity.Workflow, sched schedulin
 		Auth:      &auth.Authenticator{Keys: store.Keys(), TTL: keyTTL, Touch: store.Keys(), Logger: logger},
 		Logger:    logger,
 		RequestID: apiGatewayRequestID,
+	}
+	if rate != nil {
+		// Right after authentication, before any node read or write (see httpapi.Handler).
+		limiter := &capacity.RateLimiter{Store: store, Limit: *rate, Logger: logger}
+		limiter.Metrics, _ = metrics.(capacity.RateMetrics)
+		handler.Limit = limiter
 	}
 	return httpadapter.New(handler.Mux())
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/openrelay/capacity/localstack/demo"
 	"github.com/openrelay/capacity/shared/awsfault"
+	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 	"github.com/openrelay/capacity/shared/emf"
 	"github.com/openrelay/capacity/shared/kmsseal"
@@ -60,7 +61,8 @@ func TestSampleEvents(t *testing.T) {
 				t.Fatal(err)
 			}
 			var metrics bytes.Buffer
-			adapter := newAdapter(env.Store, nil, scheduling{}, emf.New(&metrics, "local"), time.Minute, agentConfig{}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+			// Limited as deployed: the limiter's write goes to the emulator's limits table.
+			adapter := newAdapter(env.Store, nil, scheduling{}, emf.New(&metrics, "local"), time.Minute, agentConfig{}, &capacity.RateLimit{PerSecond: 100, Burst: 100}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 			resp, err := adapter.ProxyWithContext(context.Background(), ev)
 			if err != nil {
 				t.Fatal(err)
@@ -200,7 +202,7 @@ func TestWiredOperatorRoutes(t *testing.T) {
 			if tc.sealer {
 				agents.Sealer = sealer
 			}
-			adapter := newAdapter(env.Store, nil, scheduling{}, emf.New(io.Discard, "local"), time.Minute, agents, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+			adapter := newAdapter(env.Store, nil, scheduling{}, emf.New(io.Discard, "local"), time.Minute, agents, nil, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 			resp := call(t, adapter, "PUT", "/v1/nodes/node-b", `{"ownerOrgId":"org-owner","unitIds":["gpu-0"],"agentEndpoint":"`+tc.endpoint+`"}`)
 			if resp.StatusCode != tc.status {
 				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, resp.Body)
@@ -253,7 +255,7 @@ func TestPutNodeWithKMSEncryptDenied(t *testing.T) {
 
 	var logs bytes.Buffer
 	adapter := newAdapter(env.Store, nil, scheduling{}, emf.New(io.Discard, "local"), time.Minute,
-		agentConfig{Sealer: kmsseal.New(api, keyID)}, slog.New(slog.NewJSONHandler(&logs, nil)))
+		agentConfig{Sealer: kmsseal.New(api, keyID)}, nil, slog.New(slog.NewJSONHandler(&logs, nil)))
 	put := func() events.APIGatewayProxyResponse {
 		t.Helper()
 		resp, err := adapter.ProxyWithContext(ctx, events.APIGatewayProxyRequest{

@@ -66,6 +66,14 @@ type canonicalGrants struct {
 	Permissions []string `json:"permissions"`
 	Operator    bool     `json:"operator"`
 	ExpiresAt   string   `json:"expiresAt"`
+	// RateLimit is left out when the key has none of its own: records from before keys could
+	// have one hash as they did.
+	RateLimit *canonicalRate `json:"rateLimit,omitempty"`
+}
+
+type canonicalRate struct {
+	PerSecond float64 `json:"perSecond"`
+	Burst     int     `json:"burst"`
 }
 
 func canonicalGrantsOf(g *KeyGrants) *canonicalGrants {
@@ -78,6 +86,9 @@ func canonicalGrantsOf(g *KeyGrants) *canonicalGrants {
 	}
 	if g.ExpiresAt != nil {
 		c.ExpiresAt = g.ExpiresAt.UTC().Format(time.RFC3339Nano)
+	}
+	if l := g.RateLimit; l != nil {
+		c.RateLimit = &canonicalRate{PerSecond: l.PerSecond, Burst: l.Burst}
 	}
 	return c
 }

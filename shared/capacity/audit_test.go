@@ -78,6 +78,8 @@ func TestHashAuditRecordForm(t *testing.T) {
 			form + `,"targetKeyId":"key-1","grants":{"orgId":"o","permissions":["reservation.read","vm.place"],"operator":true,"expiresAt":"2027-01-02T02:04:05Z"}}`},
 		{"key-1", &KeyGrants{OrgID: "o"},
 			form + `,"targetKeyId":"key-1","grants":{"orgId":"o","permissions":[],"operator":false,"expiresAt":""}}`},
+		{"key-1", &KeyGrants{OrgID: "o", RateLimit: &RateLimit{PerSecond: 2.5, Burst: 5}},
+			form + `,"targetKeyId":"key-1","grants":{"orgId":"o","permissions":[],"operator":false,"expiresAt":"","rateLimit":{"perSecond":2.5,"burst":5}}}`},
 	} {
 		r := base
 		r.TargetKeyID, r.Grants = tc.target, tc.grants

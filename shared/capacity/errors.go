@@ -3,6 +3,7 @@ package capacity
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Code is a stable, machine-readable error code. Clients branch on it; the HTTP layer maps
@@ -63,6 +64,10 @@ const (
 	// retrying after a moment is safe (503 with Retry-After).
 	CodeThrottled Code = "throttled"
 
+	// CodeRateLimited: the calling API key is over its rate limit; nothing was read or
+	// written for the call, and Error.RetryAfter says when one would be admitted (429).
+	CodeRateLimited Code = "rate_limited"
+
 	// CodeSchedulingUnavailable: this deployment has no scheduler for scheduled reclaims (501).
 	CodeSchedulingUnavailable Code = "scheduling_unavailable"
 
@@ -78,6 +83,8 @@ type Error struct {
 	UnitIDs []string
 	// Plan is the current plan (a dry-run result with its PlanETag) for CodePlanChanged.
 	Plan *CapacityResult
+	// RetryAfter is how long the caller should wait before trying again (CodeRateLimited).
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }

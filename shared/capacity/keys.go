@@ -49,6 +49,9 @@ type KeyRequest struct {
 	ExpiresAt      *time.Time
 	Description    string
 	IdempotencyKey string
+	// RateLimit is the key's own rate limit (nil: the environment's), at most the
+	// environment's and, from a calling key with a limit of its own, at most that.
+	RateLimit *RateLimit
 }
 
 // KeyResult is a created key. Secret is set only in the answer that created it; a replay of
@@ -95,8 +98,16 @@ func CheckGrant(p Principal, k APIKey) error {
 		return Errorf(CodeForbidden, "expiresAt: the calling key expires at %s, so the key must expire by then", p.ExpiresAt.UTC().Format(time.RFC3339))
 	case p.ExpiresAt != nil && k.ExpiresAt.After(*p.ExpiresAt):
 		return Errorf(CodeForbidden, "expiresAt: the calling key expires at %s; the key may not outlive it", p.ExpiresAt.UTC().Format(time.RFC3339))
+	case p.RateLimit != nil && k.RateLimit == nil:
+		return Errorf(CodeForbidden, "rateLimit: the calling key is limited to %s, so the key needs a rateLimit within it", describeRate(*p.RateLimit))
+	case p.RateLimit != nil && !k.RateLimit.Within(*p.RateLimit):
+		return Errorf(CodeForbidden, "rateLimit: the calling key is limited to %s; the key may not call faster", describeRate(*p.RateLimit))
 	}
 	return nil
+}
+
+func describeRate(l RateLimit) string {
+	return fmt.Sprintf("%g calls a second, burst %d", l.PerSecond, l.Burst)
 }
 
 // checkHolds refuses (403) a key with a permission or the operator flag the principal lacks.
@@ -181,6 +192,11 @@ func (r KeyRequest) validate(now time.Time) (KeyRequest, error) {
 		}
 		r.ExpiresAt = &at
 	}
+	if l := r.RateLimit; l != nil {
+		if err := l.Validate(); err != nil {
+			return r, Errorf(CodeInvalidRequest, "rateLimit: %v", err)
+		}
+	}
 	if !utf8.ValidString(r.Description) || utf8.RuneCountInString(r.Description) > MaxKeyDescription {
 		return r, Errorf(CodeInvalidRequest, "description must be at most %d characters of UTF-8", MaxKeyDescription)
 	}
@@ -213,7 +229,12 @@ func (s *Service) CreateKey(ctx context.Context, p Principal, req KeyRequest, me
 	}
 	// Before anything is read or written, so a refused grant changes nothing, not even an
 	// idempotency record.
-	if err := CheckGrant(p, APIKey{OrgID: req.OrgID, Permissions: req.Permissions, Operator: req.Operator, ExpiresAt: req.ExpiresAt}); err != nil {
+	// A key's own limit only narrows the environment's (which is sized for what one key may
+	// take of the service): one above it would be no limit at all, so it is refused.
+	if l, env := req.RateLimit, s.RateLimit; l != nil && env != nil && !l.Within(*env) {
+		return nil, Errorf(CodeInvalidRequest, "rateLimit: at most this environment's per-key limit, %s", describeRate(*env))
+	}
+	if err := CheckGrant(p, APIKey{OrgID: req.OrgID, Permissions: req.Permissions, Operator: req.Operator, ExpiresAt: req.ExpiresAt, RateLimit: req.RateLimit}); err != nil {
 		return nil, err
 	}
 	key, err := keyed(p, meta, req.IdempotencyKey, fingerprintOf(ActionKeyCreate, req))
@@ -310,7 +331,7 @@ func (s *Service) newKey(p Principal, req KeyRequest, meta RequestMeta, key idem
 	k := APIKey{
 		KeyID: "key-" + s.newID(), Hash: HashKeySecret(secret), OrgID: req.OrgID, Permissions: req.Permissions,
 		Operator: req.Operator, ExpiresAt: req.ExpiresAt, Description: req.Description,
-		CreatedAt: now, CreatedByKeyID: p.KeyID,
+		CreatedAt: now, CreatedByKeyID: p.KeyID, RateLimit: req.RateLimit,
 	}
 	return &KeyResult{Key: k, Secret: secret}, nil
 }
@@ -357,18 +378,21 @@ type KeyGrants struct {
 	Permissions []string
 	Operator    bool
 	ExpiresAt   *time.Time
+	// RateLimit: the key's own rate limit (nil: its environment's).
+	RateLimit *RateLimit
 }
 
 // GrantsOf returns what k grants.
 func GrantsOf(k APIKey) KeyGrants {
-	return KeyGrants{OrgID: k.OrgID, Permissions: slices.Clone(k.Permissions), Operator: k.Operator, ExpiresAt: k.ExpiresAt}
+	return KeyGrants{OrgID: k.OrgID, Permissions: slices.Clone(k.Permissions), Operator: k.Operator, ExpiresAt: k.ExpiresAt, RateLimit: k.RateLimit}
 }
 
 // Equal reports whether g and o grant the same (permissions in any order, expiry as an
 // instant).
 func (g KeyGrants) Equal(o KeyGrants) bool {
 	a, b := canonicalGrantsOf(&g), canonicalGrantsOf(&o)
-	return a.OrgID == b.OrgID && slices.Equal(a.Permissions, b.Permissions) && a.Operator == b.Operator && a.ExpiresAt == b.ExpiresAt
+	return a.OrgID == b.OrgID && slices.Equal(a.Permissions, b.Permissions) && a.Operator == b.Operator && a.ExpiresAt == b.ExpiresAt &&
+		(a.RateLimit == nil) == (b.RateLimit == nil) && (a.RateLimit == nil || *a.RateLimit == *b.RateLimit)
 }
 
 // KeyReport is the outcome of checking the keys against the key-management chain: OK, or the
@@ -445,7 +469,11 @@ func describeGrants(g KeyGrants) string {
 	if g.ExpiresAt != nil {
 		exp = g.ExpiresAt.UTC().Format(time.RFC3339)
 	}
-	return fmt.Sprintf("org %s, permissions [%s], operator %t, expires %s", g.OrgID, strings.Join(canonicalGrantsOf(&g).Permissions, " "), g.Operator, exp)
+	rate := ""
+	if g.RateLimit != nil {
+		rate = ", rate limit " + describeRate(*g.RateLimit)
+	}
+	return fmt.Sprintf("org %s, permissions [%s], operator %t, expires %s%s", g.OrgID, strings.Join(canonicalGrantsOf(&g).Permissions, " "), g.Operator, exp, rate)
 }
 
 // ListKeys lists API keys in the store's order, to operators holding key.manage only (anyone

@@ -109,6 +109,9 @@ type Service struct {
 	// AllowHTTPAgents admits http agent endpoints (the local environment).
 	AgentKeySealer  AgentKeySealer
 	AllowHTTPAgents bool
+	// RateLimit is the environment's per-key rate limit (nil: none known), the most a key
+	// created with a limit of its own may have.
+	RateLimit *RateLimit
 }
 
 // RequestMeta carries facts about the call that the domain records but does not decide on.

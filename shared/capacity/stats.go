@@ -21,6 +21,7 @@ type CallStats struct {
 // Phases of a call, as CallStats names them.
 const (
 	PhaseAuth   = "auth"
+	PhaseLimit  = "limit" // the key's rate limit
 	PhaseRead   = "read"
 	PhaseDecide = "decide"
 	PhaseCommit = "commit"

@@ -48,6 +48,9 @@ type Principal struct {
 	// ExpiresAt is when the key stops working (nil: never); nothing it schedules may fire
 	// after it, and no key it creates expires later.
 	ExpiresAt *time.Time
+	// RateLimit is the key's own rate limit (nil: its environment's); it only narrows the
+	// environment's, and no key it creates may call faster.
+	RateLimit *RateLimit
 }
 
 // Can reports whether the principal holds the permission.
@@ -85,11 +88,13 @@ type APIKey struct {
 	RevokedAt      *time.Time
 	// LastUsedAt is when the key last authenticated a call, recorded at most once a minute.
 	LastUsedAt *time.Time
+	// RateLimit is the key's own rate limit, set at creation (nil: its environment's).
+	RateLimit *RateLimit
 }
 
 // Principal is the caller the key authenticates as (whether it still may is Usable's).
 func (k APIKey) Principal() Principal {
-	return Principal{KeyID: k.KeyID, OrgID: k.OrgID, Permissions: k.Permissions, Operator: k.Operator, ExpiresAt: k.ExpiresAt}
+	return Principal{KeyID: k.KeyID, OrgID: k.OrgID, Permissions: k.Permissions, Operator: k.Operator, ExpiresAt: k.ExpiresAt, RateLimit: k.RateLimit}
 }
 
 // Usable reports whether the key authenticates at now: not revoked, not expired.

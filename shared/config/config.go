@@ -18,6 +18,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 
 	"github.com/openrelay/capacity/shared/awsfault"
+	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/trace"
 )
 
@@ -163,6 +164,35 @@ func PositiveInt(name string, def int) (int, error) {
 		return 0, fmt.Errorf("environment variable %s: %q, want a whole number above 0", name, v)
 	}
 	return n, nil
+}
+
+// Environment variables of the per-key rate limit (the api function's; infra sets them from
+// cdk.json rateLimit).
+const (
+	RateLimitPerSecondVar = "RATE_LIMIT_PER_SECOND"
+	RateLimitBurstVar     = "RATE_LIMIT_BURST"
+)
+
+// RateLimit reads the per-key rate limit: RATE_LIMIT_PER_SECOND (a number above 0) and
+// RATE_LIMIT_BURST (a whole number), both required and checked as cdk.json's are.
+func RateLimit() (capacity.RateLimit, error) {
+	vals, err := Required(RateLimitPerSecondVar, RateLimitBurstVar)
+	if err != nil {
+		return capacity.RateLimit{}, err
+	}
+	rate, err := strconv.ParseFloat(vals[RateLimitPerSecondVar], 64)
+	if err != nil {
+		return capacity.RateLimit{}, fmt.Errorf("environment variable %s: %q, want a number", RateLimitPerSecondVar, vals[RateLimitPerSecondVar])
+	}
+	burst, err := strconv.Atoi(vals[RateLimitBurstVar])
+	if err != nil {
+		return capacity.RateLimit{}, fmt.Errorf("environment variable %s: %q, want a whole number", RateLimitBurstVar, vals[RateLimitBurstVar])
+	}
+	l := capacity.RateLimit{PerSecond: rate, Burst: burst}
+	if err := l.Validate(); err != nil {
+		return capacity.RateLimit{}, fmt.Errorf("environment variables %s and %s: %w", RateLimitPerSecondVar, RateLimitBurstVar, err)
+	}
+	return l, nil
 }
 
 // Must ends the process with a logged error: a function that cannot configure itself must

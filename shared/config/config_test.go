@@ -2,6 +2,7 @@ package config
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -82,5 +83,39 @@ func TestPositiveInt(t *testing.T) {
 		if err != nil && !strings.Contains(err.Error(), "CONFIG_TEST_INT") {
 			t.Errorf("%q: error %v does not name the variable", tt.value, err)
 		}
+	}
+}
+
+// The api function's rate limit: both variables required and checked as cdk.json's are, so a
+// function given a broken limit fails its init instead of limiting nothing (or everything).
+func TestRateLimit(t *testing.T) {
+	tests := []struct {
+		name, rate, burst string
+		wantErr           string
+	}{
+		{name: "set", rate: "50", burst: "100"},
+		{name: "fractional rate", rate: "0.5", burst: "1"},
+		{name: "rate missing", burst: "100", wantErr: "RATE_LIMIT_PER_SECOND must be set"},
+		{name: "burst missing", rate: "50", wantErr: "RATE_LIMIT_BURST must be set"},
+		{name: "rate not a number", rate: "fast", burst: "1", wantErr: "want a number"},
+		{name: "burst not whole", rate: "1", burst: "1.5", wantErr: "want a whole number"},
+		{name: "rate zero", rate: "0", burst: "1", wantErr: "perSecond 0"},
+		{name: "burst zero", rate: "1", burst: "0", wantErr: "burst 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv(RateLimitPerSecondVar, tt.rate)
+			t.Setenv(RateLimitBurstVar, tt.burst)
+			l, err := RateLimit()
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("RateLimit() = %+v, %v; want an error with %q", l, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || strconv.FormatFloat(l.PerSecond, 'f', -1, 64) != tt.rate || strconv.Itoa(l.Burst) != tt.burst {
+				t.Fatalf("RateLimit() = %+v, %v; want %s/s burst %s", l, err, tt.rate, tt.burst)
+			}
+		})
 	}
 }

@@ -408,6 +408,28 @@ type apiKeyItem struct {
 	RevokedAt      *time.Time `dynamodbav:"RevokedAt,omitempty"`
 	// LastUsedAt is epoch seconds, a number so that TouchKey's condition compares it.
 	LastUsedAt int64 `dynamodbav:"LastUsedAt,omitempty"`
+	// RateLimit is the key's own rate limit; absent when it has none (the environment's).
+	RateLimit *rateRecord `dynamodbav:"RateLimit,omitempty"`
+}
+
+// rateRecord is a capacity.RateLimit as key and audit items store it.
+type rateRecord struct {
+	PerSecond float64 `dynamodbav:"perSecond"`
+	Burst     int     `dynamodbav:"burst"`
+}
+
+func newRateRecord(l *capacity.RateLimit) *rateRecord {
+	if l == nil {
+		return nil
+	}
+	return &rateRecord{PerSecond: l.PerSecond, Burst: l.Burst}
+}
+
+func (r *rateRecord) limit() *capacity.RateLimit {
+	if r == nil {
+		return nil
+	}
+	return &capacity.RateLimit{PerSecond: r.PerSecond, Burst: r.Burst}
 }
 
 func newAPIKeyItem(k capacity.APIKey) apiKeyItem {
@@ -416,6 +438,7 @@ func newAPIKeyItem(k capacity.APIKey) apiKeyItem {
 		KeyID: k.KeyID, Hash: k.Hash, OrgID: k.OrgID, Permissions: k.Permissions,
 		Operator: k.Operator, Revoked: k.Revoked, ExpiresAt: k.ExpiresAt,
 		Description: k.Description, CreatedByKeyID: k.CreatedByKeyID, RevokedAt: k.RevokedAt,
+		RateLimit: newRateRecord(k.RateLimit),
 	}
 	if !k.CreatedAt.IsZero() {
 		at := k.CreatedAt
@@ -432,6 +455,7 @@ func (i apiKeyItem) apiKey() capacity.APIKey {
 		KeyID: i.KeyID, Hash: i.Hash, OrgID: i.OrgID, Permissions: i.Permissions,
 		Operator: i.Operator, Revoked: i.Revoked, ExpiresAt: i.ExpiresAt,
 		Description: i.Description, CreatedByKeyID: i.CreatedByKeyID, RevokedAt: i.RevokedAt,
+		RateLimit: i.RateLimit.limit(),
 	}
 	if i.CreatedAt != nil {
 		k.CreatedAt = *i.CreatedAt
@@ -486,10 +510,11 @@ type auditItem struct {
 
 // grantsRecord is capacity.KeyGrants as an audit item stores it.
 type grantsRecord struct {
-	OrgID       string     `dynamodbav:"orgId"`
-	Permissions []string   `dynamodbav:"permissions"`
-	Operator    bool       `dynamodbav:"operator"`
-	ExpiresAt   *time.Time `dynamodbav:"expiresAt"`
+	OrgID       string      `dynamodbav:"orgId"`
+	Permissions []string    `dynamodbav:"permissions"`
+	Operator    bool        `dynamodbav:"operator"`
+	ExpiresAt   *time.Time  `dynamodbav:"expiresAt"`
+	RateLimit   *rateRecord `dynamodbav:"rateLimit,omitempty"`
 }
 
 // startRecord is capacity.ChainStart as an audit item stores it.
@@ -536,7 +561,7 @@ func newAuditItemIn(pk string, a capacity.AuditRecord) auditItem {
 		it.Start = &startRecord{Unchained: st.Unchained, Digest: st.Digest}
 	}
 	if g := a.Grants; g != nil {
-		it.Grants = &grantsRecord{OrgID: g.OrgID, Permissions: g.Permissions, Operator: g.Operator, ExpiresAt: g.ExpiresAt}
+		it.Grants = &grantsRecord{OrgID: g.OrgID, Permissions: g.Permissions, Operator: g.Operator, ExpiresAt: g.ExpiresAt, RateLimit: newRateRecord(g.RateLimit)}
 	}
 	for _, v := range a.Victims {
 		it.Victims = append(it.Victims, victimRecord{VMID: v.VMID, OrgID: v.OrgID, UnitIDs: v.UnitIDs})
@@ -557,7 +582,7 @@ func (i auditItem) record() capacity.AuditRecord {
 		a.Start = &capacity.ChainStart{Unchained: st.Unchained, Digest: st.Digest}
 	}
 	if g := i.Grants; g != nil {
-		a.Grants = &capacity.KeyGrants{OrgID: g.OrgID, Permissions: g.Permissions, Operator: g.Operator, ExpiresAt: g.ExpiresAt}
+		a.Grants = &capacity.KeyGrants{OrgID: g.OrgID, Permissions: g.Permissions, Operator: g.Operator, ExpiresAt: g.ExpiresAt, RateLimit: g.RateLimit.limit()}
 	}
 	for _, v := range i.Victims {
 		a.Victims = append(a.Victims, capacity.Victim{VMID: v.VMID, OrgID: v.OrgID, UnitIDs: v.UnitIDs})

@@ -34,6 +34,9 @@ type Store struct {
 	AuditTable string
 	// KeysTable holds API keys (see Keys). Only the api function and provisioning need it.
 	KeysTable string
+	// LimitsTable holds each API key's rate limiter state (TakeRate). Only the api function
+	// needs it.
+	LimitsTable string
 	// Retention is how long terminated VMs and ended operations (with their outcomes) are
 	// kept before TTL deletes them: DefaultRetention when zero, never less than MinRetention.
 	Retention time.Duration

@@ -72,6 +72,20 @@ func (r *Recorder) Call(ctx context.Context, c capacity.CallOutcome) {
 	}
 }
 
+var _ capacity.RateMetrics = (*Recorder)(nil)
+
+// RateLimited records a call refused 429 for its key's rate (RateLimited; the key id is a
+// property, not a dimension: one metric however many keys).
+func (r *Recorder) RateLimited(ctx context.Context, keyID string) {
+	r.Put(ctx, nil, map[string]any{"key_id": keyID}, Metric{"RateLimited", Count, 1})
+}
+
+// RateUnchecked records a call let through because the rate limiter's own write failed
+// (RateLimitUnchecked).
+func (r *Recorder) RateUnchecked(ctx context.Context, keyID string) {
+	r.Put(ctx, nil, map[string]any{"key_id": keyID}, Metric{"RateLimitUnchecked", Count, 1})
+}
+
 // OperationEnded records ReclaimTerminationTime: from the reclaim's commit to the end of its
 // operation.
 func (r *Recorder) OperationEnded(ctx context.Context, op capacity.Operation, endedAt time.Time) {

@@ -52,6 +52,12 @@ type Service interface {
 	ListKeyAudit(ctx context.Context, p capacity.Principal, page capacity.PageRequest) (*capacity.AuditChainPage, error)
 }
 
+// Limiter admits or refuses an authenticated call by its key's rate (capacity.RateLimiter):
+// an *Error CodeRateLimited, with RetryAfter, refuses it.
+type Limiter interface {
+	Admit(ctx context.Context, p capacity.Principal) error
+}
+
 // Authenticator resolves an Authorization header to a principal.
 type Authenticator interface {
 	Authenticate(ctx context.Context, header string) (capacity.Principal, error)
@@ -61,7 +67,10 @@ type Authenticator interface {
 type Handler struct {
 	Service Service
 	Auth    Authenticator
-	Logger  *slog.Logger
+	// Limit, if set, admits each authenticated call before its handler reads or writes
+	// anything: a key over its rate limit is answered 429 rate_limited with Retry-After.
+	Limit  Limiter
+	Logger *slog.Logger
 	// RequestID returns the id of the request (e.g. API Gateway's); default: X-Request-Id or
 	// a new random id.
 	RequestID func(*http.Request) string
@@ -219,6 +228,14 @@ func (h *Handler) dispatch(w *statusRecorder, r *http.Request, rt route, reqID s
 		return p, err
 	}
 	w.counts = p.Operator
+	if h.Limit != nil {
+		limitStart := time.Now()
+		err := h.Limit.Admit(r.Context(), p)
+		w.stats.Since(capacity.PhaseLimit, limitStart)
+		if err != nil {
+			return p, err
+		}
+	}
 	return p, bh.fn(w, r, p, reqID)
 }
 

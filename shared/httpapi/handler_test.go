@@ -879,6 +879,7 @@ func TestEveryErrorCodeMapsToItsStatus(t *testing.T) {
 		{capacity.CodeInvalidTransition, 409},
 		{capacity.CodePlanChanged, 412},
 		{capacity.CodeSchedulingUnavailable, 501},
+		{capacity.CodeRateLimited, 429},
 		{capacity.CodeThrottled, 503},
 		{capacity.CodeInvalidRequest, 422},
 		{capacity.CodeUnitsNotReserved, 422},

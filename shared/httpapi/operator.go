@@ -67,6 +67,8 @@ type KeyBody struct {
 	Operator    bool     `json:"operator"`
 	ExpiresAt   *string  `json:"expiresAt"`
 	Description string   `json:"description"`
+	// RateLimit is the key's own rate limit (absent: the environment's).
+	RateLimit *wire.RateLimitJSON `json:"rateLimit"`
 }
 
 // admitOperator refuses, before the body is read, a caller who is not an operator holding
@@ -383,7 +385,7 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, p capacity.P
 	}
 	req := capacity.KeyRequest{
 		OrgID: body.OrgID, Permissions: body.Permissions, Operator: body.Operator, Description: body.Description,
-		IdempotencyKey: r.Header.Get("Idempotency-Key"),
+		IdempotencyKey: r.Header.Get("Idempotency-Key"), RateLimit: body.RateLimit.Limit(),
 	}
 	if body.ExpiresAt != nil {
 		at, err := parseTime("expiresAt", *body.ExpiresAt)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/wire"
@@ -46,6 +47,8 @@ func statusOf(code capacity.Code) int {
 	case capacity.CodeInvalidRequest, capacity.CodeUnitsNotReserved, capacity.CodeUnknownUnits,
 		capacity.CodeIdempotencyKeyReused:
 		return http.StatusUnprocessableEntity
+	case capacity.CodeRateLimited:
+		return http.StatusTooManyRequests
 	case capacity.CodeThrottled:
 		return http.StatusServiceUnavailable
 	case capacity.CodeSchedulingUnavailable:
@@ -68,6 +71,8 @@ type Problem struct {
 	// Plan (plan_changed) is the plan the reclaim would carry out now, as a dry run answers
 	// it; its planEtag is also the answer's ETag.
 	Plan *wire.ReservationJSON `json:"plan,omitempty"`
+	// retryAfter (seconds, 0: none) goes in the Retry-After header, not the body.
+	retryAfter int
 }
 
 func problemOf(err error) Problem {
@@ -80,6 +85,9 @@ func problemOf(err error) Problem {
 	var e *capacity.Error
 	if errors.As(err, &e) {
 		p.UnitIDs = e.UnitIDs
+		if e.RetryAfter > 0 {
+			p.retryAfter = capacity.RetryAfterSeconds(e.RetryAfter)
+		}
 		if e.Plan != nil {
 			res := *e.Plan
 			res.DryRun = true // the body a dry run answers now, whatever the caller sent
@@ -94,6 +102,9 @@ func writeProblem(w http.ResponseWriter, p Problem) {
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Cache-Control", "no-store")
+	if p.retryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(p.retryAfter)) // whole seconds (RFC 9110 10.2.3)
+	}
 	if p.Status == http.StatusServiceUnavailable && h.Get("Retry-After") == "" {
 		h.Set("Retry-After", "1") // throttling clears in about a second
 	}

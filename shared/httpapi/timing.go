@@ -10,7 +10,7 @@ import (
 )
 
 // timedPhases are the phases a call's Server-Timing header and log line report, in call order.
-var timedPhases = []string{capacity.PhaseAuth, capacity.PhaseRead, capacity.PhaseDecide, capacity.PhaseCommit, capacity.PhaseStart}
+var timedPhases = []string{capacity.PhaseAuth, capacity.PhaseLimit, capacity.PhaseRead, capacity.PhaseDecide, capacity.PhaseCommit, capacity.PhaseStart}
 
 // serverTiming renders a call's figures as a Server-Timing header (W3C Server Timing): each
 // recorded phase as `<phase>;dur=<ms>`, then `total;dur=<ms>` (the handler's whole time, so

@@ -85,8 +85,18 @@ var Keys = Table{
 	Suffix:    "keys",
 }
 
+// Limits holds one item per API key, its rate limiter's state (pk KEY#<keyId>, sk RATE: the
+// key's theoretical arrival time, GCRA), apart from every node partition and from the keys:
+// no decision reads it, no commit conditions on it, and only the api function may write it,
+// by UpdateItem alone. Items expire by TTL once long idle, when they are as good as absent.
+var Limits = Table{
+	LogicalID: "LimitsTable",
+	Suffix:    "limits",
+	TTL:       true,
+}
+
 // All lists every table, in the order the stack creates them.
-var All = []Table{State, Audit, Keys}
+var All = []Table{State, Audit, Keys, Limits}
 
 // Name returns the physical table name for an environment.
 func (t Table) Name(env string) string { return "capacity-" + env + "-" + t.Suffix }

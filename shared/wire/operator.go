@@ -153,6 +153,30 @@ type KeyJSON struct {
 	Revoked     bool     `json:"revoked"`
 	RevokedAt   string   `json:"revokedAt,omitempty"`
 	LastUsedAt  string   `json:"lastUsedAt,omitempty"`
+	// RateLimit is the key's own limit; absent: the environment's.
+	RateLimit *RateLimitJSON `json:"rateLimit,omitempty"`
+}
+
+// RateLimitJSON is a key's own rate limit.
+type RateLimitJSON struct {
+	PerSecond float64 `json:"perSecond"`
+	Burst     int     `json:"burst"`
+}
+
+// RateLimit is l as the API shows it (nil: none).
+func RateLimit(l *capacity.RateLimit) *RateLimitJSON {
+	if l == nil {
+		return nil
+	}
+	return &RateLimitJSON{PerSecond: l.PerSecond, Burst: l.Burst}
+}
+
+// Limit is j as the domain has it (nil: none).
+func (j *RateLimitJSON) Limit() *capacity.RateLimit {
+	if j == nil {
+		return nil
+	}
+	return &capacity.RateLimit{PerSecond: j.PerSecond, Burst: j.Burst}
 }
 
 // KeyAnswerJSON answers POST /v1/keys. Secret is only in the answer that created the key; a
@@ -361,7 +385,7 @@ func Key(k capacity.APIKey) KeyJSON {
 		KeyID: k.KeyID, OrgID: k.OrgID, Permissions: list(k.Permissions), Operator: k.Operator,
 		Description: k.Description, CreatedAt: timeString(k.CreatedAt), CreatedBy: k.CreatedByKeyID,
 		ExpiresAt: optTime(k.ExpiresAt), Revoked: k.Revoked, RevokedAt: optTime(k.RevokedAt),
-		LastUsedAt: optTime(k.LastUsedAt),
+		LastUsedAt: optTime(k.LastUsedAt), RateLimit: RateLimit(k.RateLimit),
 	}
 }
 
@@ -369,7 +393,7 @@ func Key(k capacity.APIKey) KeyJSON {
 // is revoked, for checking keys against their audit records.
 func KeyFrom(j KeyJSON) (capacity.APIKey, error) {
 	k := capacity.APIKey{KeyID: j.KeyID, OrgID: j.OrgID, Permissions: nilIfEmpty(j.Permissions), Operator: j.Operator,
-		Revoked: j.Revoked, Description: j.Description, CreatedByKeyID: j.CreatedBy}
+		Revoked: j.Revoked, Description: j.Description, CreatedByKeyID: j.CreatedBy, RateLimit: j.RateLimit.Limit()}
 	if j.ExpiresAt != "" {
 		at, err := time.Parse(time.RFC3339Nano, j.ExpiresAt)
 		if err != nil {

@@ -79,6 +79,7 @@ func New(t testing.TB, opts ...Option) *Env {
 	client := dynamodb.New(o)
 	store := dynamo.New(client, table.State.Name(env), table.Audit.Name(env))
 	store.KeysTable = table.Keys.Name(env)
+	store.LimitsTable = table.Limits.Name(env)
 	return &Env{Client: client, Plain: setup, Store: store, Calls: calls, URL: srv.URL}
 }
 

@@ -1,0 +1,234 @@
+package capacity
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+)
+
+// RateLimit is how fast one API key may call: PerSecond on average, and up to Burst calls at
+// once after a quiet moment (a bucket of Burst tokens refilled at PerSecond).
+type RateLimit struct {
+	PerSecond float64
+	Burst     int
+}
+
+// Bounds of a rate limit, wherever it is set (cdk.json, a key's own).
+const (
+	MaxRatePerSecond = 10000
+	MaxRateBurst     = 100000
+)
+
+// Validate refuses a limit that could not be kept: a rate outside (0, MaxRatePerSecond], a
+// burst outside 1..MaxRateBurst.
+func (l RateLimit) Validate() error {
+	if math.IsNaN(l.PerSecond) || l.PerSecond <= 0 || l.PerSecond > MaxRatePerSecond {
+		return fmt.Errorf("perSecond %v: want a number above 0 and at most %d", l.PerSecond, MaxRatePerSecond)
+	}
+	if l.Burst < 1 || l.Burst > MaxRateBurst {
+		return fmt.Errorf("burst %d: want a whole number from 1 to %d", l.Burst, MaxRateBurst)
+	}
+	return nil
+}
+
+// Narrow returns the lower of l and o in each of rate and burst (l when o is nil): a key's own
+// limit can only narrow its environment's.
+func (l RateLimit) Narrow(o *RateLimit) RateLimit {
+	if o == nil {
+		return l
+	}
+	return RateLimit{PerSecond: min(l.PerSecond, o.PerSecond), Burst: min(l.Burst, o.Burst)}
+}
+
+// Within reports whether l allows no more than o in either rate or burst.
+func (l RateLimit) Within(o RateLimit) bool { return l.PerSecond <= o.PerSecond && l.Burst <= o.Burst }
+
+// The limiter is GCRA (the generic cell rate algorithm): a key's whole state is one
+// "theoretical arrival time" (TAT), when its bucket would be full again, in microseconds since
+// the epoch. A call at now is admitted when TAT - now <= tolerance, and moves TAT to
+// max(TAT, now) + interval; otherwise it is refused until TAT - tolerance.
+
+// interval is the time one call uses up (the emission interval), in microseconds, at least 1.
+func (l RateLimit) interval() int64 { return max(1, int64(math.Round(1e6/l.PerSecond))) }
+
+// tolerance is how far TAT may run ahead of now: Burst-1 intervals, so that Burst calls at
+// once are admitted from a full bucket.
+func (l RateLimit) tolerance() int64 { return int64(l.Burst-1) * l.interval() }
+
+// Admit is GCRA on a stored TAT (0: none) at now: whether a call is admitted, the TAT it
+// leaves, and otherwise how long until one would be.
+func (l RateLimit) Admit(tat, now int64) (next int64, retryAfter time.Duration, ok bool) {
+	t := max(tat, now)
+	if t-now > l.tolerance() {
+		return tat, time.Duration(t-l.tolerance()-now) * time.Microsecond, false
+	}
+	return t + l.interval(), 0, true
+}
+
+// RetryAfterSeconds is d as HTTP's Retry-After says it: whole seconds, rounded up, at least 1
+// (RFC 9110 10.2.3: a non-negative integer; 0 would invite an immediate, refused retry).
+func RetryAfterSeconds(d time.Duration) int {
+	return max(1, int(math.Ceil(d.Seconds())))
+}
+
+// RateStore keeps each key's TAT, in an item of its own that no node decision reads and no
+// commit conditions on. Implementation: shared/dynamo.Store.
+type RateStore interface {
+	// TakeRate spends one call of the key's bucket with one conditional write, on the branch
+	// step names (see RateStep). Applied: it was spent, and TAT is the stored TAT after it.
+	// Not applied: the branch's condition did not hold, and TAT is the stored TAT if the store
+	// learned it from the refusal (Known), which DynamoDB tells (ReturnValuesOnConditionCheck
+	// Failure ALL_OLD) and the local emulator does not. An error: nothing is known.
+	TakeRate(ctx context.Context, keyID string, step RateStep) (RateTake, error)
+}
+
+// RateStep is one conditional write of a key's TAT at Now (microseconds):
+//   - Busy false (the bucket is full): applies when no TAT is stored or it is <= Now, and sets
+//     it to Now + Interval;
+//   - Busy true: applies when the stored TAT is in (Now, Now + Tolerance], and adds Interval
+//     to it. Adding, not setting, lets concurrent calls of one key all land.
+//
+// Expires is when the item may go (after its TAT, when it is as good as absent).
+type RateStep struct {
+	Now, Interval, Tolerance int64
+	Busy                     bool
+	Expires                  time.Time
+}
+
+// RateTake is what a TakeRate did.
+type RateTake struct {
+	Applied bool
+	TAT     int64
+	Known   bool
+}
+
+// RateMetrics counts the limiter's decisions (shared/emf). Implementations must not block.
+type RateMetrics interface {
+	// RateLimited: a call refused with 429.
+	RateLimited(ctx context.Context, keyID string)
+	// RateUnchecked: a call let through unchecked because the limiter's write failed.
+	RateUnchecked(ctx context.Context, keyID string)
+}
+
+// DefaultRateTimeout bounds the limiter's writes for one call.
+const DefaultRateTimeout = 500 * time.Millisecond
+
+// RateLimiter limits each API key's calls to Limit (narrowed by the key's own limit), before
+// they reach any node: at most two conditional writes to the key's own item per call, and
+// usually one.
+//
+// When its write fails (throttled, timed out, refused), the call goes on unchecked, with a
+// warning and a RateUnchecked metric: the limiter protects other keys' latency, and the
+// node's own protections (conditional writes, the retry budget, the stage's throttle) hold
+// without it, while refusing every call whenever the limiter's table is unwell would turn its
+// hiccup into an outage.
+type RateLimiter struct {
+	Store   RateStore
+	Limit   RateLimit
+	Now     func() time.Time
+	Timeout time.Duration // default DefaultRateTimeout
+	Logger  *slog.Logger
+	Metrics RateMetrics
+
+	mu sync.Mutex
+	// seen is the TAT this instance last learned per key: only a guess of which branch to
+	// try first (a key calling often is busy), so a stale one costs a second write, never a
+	// wrong answer.
+	seen map[string]int64
+}
+
+// maxRateSeen bounds seen; past it the map starts again (a guess lost costs a write).
+const maxRateSeen = 10000
+
+// Admit spends one call of p's key, or refuses it with an *Error CodeRateLimited whose
+// RetryAfter says when a call would be admitted.
+func (l *RateLimiter) Admit(ctx context.Context, p Principal) error {
+	if l == nil || l.Store == nil || p.KeyID == "" {
+		return nil
+	}
+	lim := l.Limit.Narrow(p.RateLimit)
+	now := l.now().UnixMicro()
+	step := RateStep{Now: now, Interval: lim.interval(), Tolerance: lim.tolerance()}
+	// Past now + tolerance + interval no TAT can be, and a TAT in the past is a full bucket.
+	step.Expires = time.UnixMicro(now + step.Tolerance + step.Interval).Add(time.Hour)
+	step.Busy = l.guess(p.KeyID) > now
+
+	timeout := l.Timeout
+	if timeout <= 0 {
+		timeout = DefaultRateTimeout
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for range 2 {
+		take, err := l.Store.TakeRate(wctx, p.KeyID, step)
+		if err != nil {
+			l.logger().WarnContext(ctx, "rate limit not checked: the limiter's write failed; the call goes on", "key_id", p.KeyID, "err", err)
+			if l.Metrics != nil {
+				l.Metrics.RateUnchecked(ctx, p.KeyID)
+			}
+			return nil
+		}
+		if take.Applied {
+			l.remember(p.KeyID, take.TAT)
+			return nil
+		}
+		if !take.Known {
+			// The other branch: a refused "full" write means TAT > now, a refused "busy" one
+			// that it is not in (now, now+tolerance] (or, on AWS, that no item exists).
+			step.Busy = !step.Busy
+			continue
+		}
+		l.remember(p.KeyID, take.TAT)
+		if _, wait, ok := lim.Admit(take.TAT, now); !ok {
+			return l.refuse(ctx, p.KeyID, wait)
+		}
+		step.Busy = take.TAT > now
+	}
+	// Two writes, neither applied. A refused "full" write then a refused "busy" one: TAT was
+	// past now, then past now + tolerance (it only grows), so the key is over its limit. The
+	// other order, or a known TAT that moved in between: the key's own calls raced for its
+	// bucket, which only a key calling at its limit does. Either way no TAT runs past
+	// now + tolerance + interval, so a call is admitted again within one interval.
+	return l.refuse(ctx, p.KeyID, time.Duration(step.Interval)*time.Microsecond)
+}
+
+func (l *RateLimiter) refuse(ctx context.Context, keyID string, wait time.Duration) error {
+	if l.Metrics != nil {
+		l.Metrics.RateLimited(ctx, keyID)
+	}
+	e := Errorf(CodeRateLimited, "this API key is over its rate limit; retry after %d s", RetryAfterSeconds(wait))
+	e.RetryAfter = wait
+	return e
+}
+
+func (l *RateLimiter) guess(keyID string) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.seen[keyID]
+}
+
+func (l *RateLimiter) remember(keyID string, tat int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.seen == nil || len(l.seen) >= maxRateSeen {
+		l.seen = make(map[string]int64)
+	}
+	l.seen[keyID] = tat
+}
+
+func (l *RateLimiter) now() time.Time {
+	if l.Now != nil {
+		return l.Now()
+	}
+	return time.Now()
+}
+
+func (l *RateLimiter) logger() *slog.Logger {
+	if l.Logger != nil {
+		return l.Logger
+	}
+	return slog.Default()
+}
