@@ -117,8 +117,8 @@ type RateMetrics interface {
 const DefaultRateTimeout = 500 * time.Millisecond
 
 // RateLimiter limits each API key's calls to Limit (narrowed by the key's own limit), before
-// they reach any node: at most two conditional writes to the key's own item per call, and
-// usually one.
+// they reach any node: at most two conditional writes to the key's own item per call, usually
+// one, and none for a call this instance already knows to be over the limit.
 //
 // When its write fails (throttled, timed out, refused), the call goes on unchecked, with a
 // warning and a RateUnchecked metric: the limiter protects other keys' latency, and the
@@ -134,9 +134,9 @@ type RateLimiter struct {
 	Metrics RateMetrics
 
 	mu sync.Mutex
-	// seen is the TAT this instance last learned per key: only a guess of which branch to
-	// try first (a key calling often is busy), so a stale one costs a second write, never a
-	// wrong answer.
+	// seen is the TAT this instance last learned per key: a lower bound of the stored one,
+	// and a guess of which branch to try first (a key calling often is busy), so a stale one
+	// costs a second write, never a wrong answer.
 	seen map[string]int64
 }
 
@@ -154,7 +154,14 @@ func (l *RateLimiter) Admit(ctx context.Context, p Principal) error {
 	step := RateStep{Now: now, Interval: lim.interval(), Tolerance: lim.tolerance()}
 	// Past now + tolerance + interval no TAT can be, and a TAT in the past is a full bucket.
 	step.Expires = time.UnixMicro(now + step.Tolerance + step.Interval).Add(time.Hour)
-	step.Busy = l.guess(p.KeyID) > now
+	seen := l.guess(p.KeyID)
+	// The stored TAT is at least what this instance last learned (it only grows): past the
+	// tolerance, the store would refuse too, so the call is refused without a write, and a
+	// flood of one key costs its table nothing.
+	if _, wait, ok := lim.Admit(seen, now); !ok {
+		return l.refuse(ctx, p.KeyID, wait)
+	}
+	step.Busy = seen > now
 
 	timeout := l.Timeout
 	if timeout <= 0 {

@@ -176,8 +176,9 @@ func (c *rateCounts) RateUnchecked(_ context.Context, keyID string) {
 }
 
 // A key over its limit is refused with rate_limited and a RetryAfter, whether the store tells
-// the stored TAT of a refused write (AWS) or not (the emulator), in at most two writes per
-// call; another key's calls are admitted as before, its bucket untouched.
+// the stored TAT of a refused write (AWS) or not (the emulator): by the instance that admitted
+// its burst without a write (it knows the TAT), and by another instance in at most two writes;
+// another key's calls are admitted as before, its bucket untouched.
 func TestRateLimiterAdmit(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	tests := []struct {
@@ -186,8 +187,8 @@ func TestRateLimiterAdmit(t *testing.T) {
 		own      *capacity.RateLimit
 		admitted int           // calls of key A admitted at one instant
 		retry    time.Duration // the refusal's RetryAfter
-		// writes of the refused call: with ALL_OLD the refusal is known from the first.
-		refusedWrites int
+		// writes of another instance's refusal: with ALL_OLD it is known from the first.
+		otherWrites int
 	}{
 		{"AWS: the refused write tells the TAT", true, nil, 3, time.Second, 1},
 		{"emulator: two refused writes", false, nil, 3, time.Second, 2},
@@ -199,8 +200,12 @@ func TestRateLimiterAdmit(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			store := &memRates{tellsOld: tt.tellsOld}
 			counts := &rateCounts{}
-			l := &capacity.RateLimiter{Store: store, Limit: capacity.RateLimit{PerSecond: 1, Burst: 3},
-				Now: func() time.Time { return now }, Metrics: counts}
+			clock := now
+			limiter := func() *capacity.RateLimiter {
+				return &capacity.RateLimiter{Store: store, Limit: capacity.RateLimit{PerSecond: 1, Burst: 3},
+					Now: func() time.Time { return clock }, Metrics: counts}
+			}
+			l, other := limiter(), limiter()
 			a := capacity.Principal{KeyID: "key-a", RateLimit: tt.own}
 			b := capacity.Principal{KeyID: "key-b"}
 			ctx := context.Background()
@@ -213,21 +218,27 @@ func TestRateLimiterAdmit(t *testing.T) {
 					t.Errorf("admitted call %d took %d writes, want 1", i+1, w)
 				}
 			}
-			before := store.writes["key-a"]
-			err := l.Admit(ctx, a)
-			var e *capacity.Error
-			if !errors.As(err, &e) || e.Code != capacity.CodeRateLimited {
-				t.Fatalf("call %d: %v, want rate_limited", tt.admitted+1, err)
-			}
-			if e.RetryAfter != tt.retry {
-				t.Errorf("RetryAfter = %v, want %v", e.RetryAfter, tt.retry)
-			}
-			if w := store.writes["key-a"] - before; w != tt.refusedWrites {
-				t.Errorf("refused call took %d writes, want %d", w, tt.refusedWrites)
-			}
 			tatA := store.tat["key-a"]
-			if err := l.Admit(ctx, a); capacity.ErrorCode(err) != capacity.CodeRateLimited || store.tat["key-a"] != tatA {
-				t.Errorf("a refused call moved the bucket or was admitted: %v", err)
+			for _, c := range []struct {
+				who    string
+				l      *capacity.RateLimiter
+				writes int
+			}{{"the same instance", l, 0}, {"another instance", other, tt.otherWrites}} {
+				before := store.writes["key-a"]
+				err := c.l.Admit(ctx, a)
+				var e *capacity.Error
+				if !errors.As(err, &e) || e.Code != capacity.CodeRateLimited {
+					t.Fatalf("%s, call %d: %v, want rate_limited", c.who, tt.admitted+1, err)
+				}
+				if e.RetryAfter != tt.retry {
+					t.Errorf("%s: RetryAfter = %v, want %v", c.who, e.RetryAfter, tt.retry)
+				}
+				if w := store.writes["key-a"] - before; w != c.writes {
+					t.Errorf("%s: the refusal took %d writes, want %d", c.who, w, c.writes)
+				}
+			}
+			if store.tat["key-a"] != tatA {
+				t.Errorf("a refused call moved the bucket")
 			}
 			for i := range 3 {
 				if err := l.Admit(ctx, b); err != nil {
@@ -237,10 +248,10 @@ func TestRateLimiterAdmit(t *testing.T) {
 			if counts.limited["key-b"] != 0 || counts.limited["key-a"] != 2 {
 				t.Errorf("RateLimited metrics = %v, want 2 for key-a only", counts.limited)
 			}
-			// After RetryAfter, A is admitted again.
-			now = now.Add(e.RetryAfter)
-			if err := l.Admit(ctx, a); err != nil {
-				t.Errorf("after %v: %v", e.RetryAfter, err)
+			// After RetryAfter, A is admitted again, by either instance.
+			clock = clock.Add(tt.retry)
+			if err := other.Admit(ctx, a); err != nil {
+				t.Errorf("after %v: %v", tt.retry, err)
 			}
 		})
 	}
