@@ -68,7 +68,18 @@ type EnvConfig struct {
 	// Optional: the most pending scheduled reclaims one org may have (default
 	// capacity.DefaultMaxPendingScheduled), a whole number from 1 to MaxPendingScheduledLimit.
 	MaxPendingScheduledPerOrg *float64 `json:"maxPendingScheduledPerOrg,omitempty"`
+	// Optional: each API key's rate limit (default DefaultRateLimit): perSecond calls a second
+	// on average (above 0, at most capacity.MaxRatePerSecond) and burst calls at once (a whole
+	// number from 1 to capacity.MaxRateBurst). Both are required when the block is given.
+	RateLimit *struct {
+		PerSecond *float64 `json:"perSecond"`
+		Burst     *float64 `json:"burst"`
+	} `json:"rateLimit,omitempty"`
 }
+
+// DefaultRateLimit is each API key's rate limit in an environment whose cdk.json block sets
+// none: well under the stage's default throttle, so one key cannot take the whole stage.
+var DefaultRateLimit = capacity.RateLimit{PerSecond: 50, Burst: 100}
 
 // MaxPendingScheduledLimit bounds maxPendingScheduledPerOrg: each pending scheduled reclaim
 // is a one-time schedule, and EventBridge Scheduler's account quota is a million of them.
@@ -239,6 +250,21 @@ func (c EnvConfig) props(env string) (CapacityStackProps, []error) {
 			bad("maxPendingScheduledPerOrg %v: want a whole number from 1 to %d", *n, MaxPendingScheduledLimit)
 		}
 		p.MaxPendingScheduledPerOrg = int(*n)
+	}
+
+	p.RateLimit = DefaultRateLimit
+	if r := c.RateLimit; r != nil {
+		switch {
+		case r.PerSecond == nil || r.Burst == nil:
+			bad("rateLimit: perSecond and burst are both required")
+		case *r.Burst != float64(int(*r.Burst)):
+			bad("rateLimit.burst %v: want a whole number", *r.Burst)
+		default:
+			p.RateLimit = capacity.RateLimit{PerSecond: *r.PerSecond, Burst: int(*r.Burst)}
+			if err := p.RateLimit.Validate(); err != nil {
+				bad("rateLimit: %v", err)
+			}
+		}
 	}
 
 	if a := c.Alarms; a != nil {

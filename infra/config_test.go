@@ -106,6 +106,33 @@ func TestStackPropsFor(t *testing.T) {
 			t.Errorf("maxPendingScheduledPerOrg %s: error %v", n, err)
 		}
 	}
+	// Each key's rate limit: optional (DefaultRateLimit), both members when given, checked as
+	// the function checks it; a misspelt member is an error, not the default.
+	rateBlock := func(rate string) any {
+		return edit("local", `{"throttle": {"rate": 1, "burst": 1}, "eventPrincipals": [], "retention": {"historyDays": 90, "logDays": 7}, "logLevel": "info", "rateLimit": `+rate+`}`)
+	}
+	if p, err := StackPropsFor(rateBlock(`{"perSecond": 2.5, "burst": 10}`), "local"); err != nil || p.RateLimit != (capacity.RateLimit{PerSecond: 2.5, Burst: 10}) {
+		t.Errorf("rateLimit 2.5/10: props %+v, error %v", p.RateLimit, err)
+	}
+	if p, err := StackPropsFor(parse(good), "local"); err != nil || p.RateLimit != DefaultRateLimit {
+		t.Errorf("no rateLimit: %+v, error %v; want the default %+v", p.RateLimit, err, DefaultRateLimit)
+	}
+	for rate, want := range map[string]string{
+		`{"perSecond": 0, "burst": 10}`:      "perSecond 0",
+		`{"perSecond": -1, "burst": 10}`:     "perSecond -1",
+		`{"perSecond": 10001, "burst": 10}`:  "perSecond 10001",
+		`{"perSecond": 10, "burst": 0}`:      "burst 0",
+		`{"perSecond": 10, "burst": 2.5}`:    "burst 2.5: want a whole number",
+		`{"perSecond": 10, "burst": 100001}`: "burst 100001",
+		`{"perSecond": 10}`:                  "both required",
+		`{"burst": 10}`:                      "both required",
+		`{"perSecond": "10", "burst": 10}`:   "perSecond",
+		`{"perSec": 10, "burst": 10}`:        `unknown field "perSec"`,
+	} {
+		if _, err := StackPropsFor(rateBlock(rate), "local"); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("rateLimit %s: error %v, want it to say %q", rate, err, want)
+		}
+	}
 	if _, err := StackPropsFor(alarmsBlock(`{"apiErrorRat": 0.1}`), "local"); err == nil || !strings.Contains(err.Error(), `unknown field "apiErrorRat"`) {
 		t.Errorf("misspelt alarms key: error %v", err)
 	}

@@ -69,7 +69,7 @@ func resourceNames(t *testing.T, tp tmpl, env string) map[string]string {
 	t.Helper()
 	names := map[string]string{`"*"`: "*"}
 	join := func(parts ...any) string { return toJSON(map[string]any{"Fn::Join": []any{"", parts}}) }
-	for _, spec := range []table.Table{table.State, table.Audit, table.Keys} {
+	for _, spec := range table.All {
 		id := tableID(t, tp, spec, env)
 		name := strings.ToLower(strings.TrimSuffix(spec.LogicalID, "Table")) + " table"
 		names[toJSON(getAtt(id, "Arn"))] = name

@@ -120,6 +120,9 @@ type CapacityStackProps struct {
 	// (MAX_PENDING_SCHEDULED_PER_ORG of the api function). Zero means the default
 	// (capacity.DefaultMaxPendingScheduled).
 	MaxPendingScheduledPerOrg int
+	// RateLimit is each API key's rate limit (RATE_LIMIT_PER_SECOND and RATE_LIMIT_BURST of
+	// the api function). Zero means DefaultRateLimit.
+	RateLimit capacity.RateLimit
 }
 
 // CapacityStack is the service's stack for one environment.
@@ -289,6 +292,11 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 		s.Tables[spec.LogicalID] = s.newTable(spec)
 	}
 	state, audit, keys := s.Tables[table.State.LogicalID], s.Tables[table.Audit.LogicalID], s.Tables[table.Keys.LogicalID]
+	limits := s.Tables[table.Limits.LogicalID]
+	rate := props.RateLimit
+	if rate == (capacity.RateLimit{}) {
+		rate = DefaultRateLimit
+	}
 
 	// Functions: one goFunction call each, then its grants. The workflow comes between the
 	// terminate-node function (its task) and the functions that start it.
@@ -328,6 +336,11 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 		"SCHEDULE_GROUP": s.ScheduleGroup.ScheduleGroupName(), "SCHEDULE_ROLE_ARN": s.SchedulerRole.RoleArn(),
 		"EVENT_BUS_ARN":                 s.Bus.EventBusArn(),
 		"MAX_PENDING_SCHEDULED_PER_ORG": jsii.String(strconv.Itoa(cmp.Or(props.MaxPendingScheduledPerOrg, capacity.DefaultMaxPendingScheduled))),
+		// Each key's rate limit, kept in the limits table.
+		"LIMITS_TABLE": limits.TableName(),
+		// (shared/config.RateLimit reads them.)
+		"RATE_LIMIT_PER_SECOND": jsii.String(strconv.FormatFloat(rate.PerSecond, 'f', -1, 64)),
+		"RATE_LIMIT_BURST":      jsii.String(strconv.Itoa(rate.Burst)),
 		// Registration, an owner change and a rotation make a node a random agent key,
 		// sealed under this key, and hand it out once.
 		"AGENT_KEYS_KMS_KEY_ID": s.AgentKeysKey.KeyArn(),
@@ -358,6 +371,10 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	// Seals the agent keys it makes, and can open none: no kms:Decrypt here, no read of the
 	// master secret, and the key's policy denies this role Decrypt (denyAgentKeysOpen), so
 	// whoever takes over the internet-facing function obtains no existing node's key.
+	// Rate limits: one conditional UpdateItem (two at most) of the calling key's own item per
+	// call, which also tells the stored state when its condition fails; no read, no delete
+	// (TTL removes idle items). No other role reaches the table.
+	allow(s.ApiFunction, "LimitsTable", limits, "dynamodb:UpdateItem")
 	allowAgentKeys(s.ApiFunction, "AgentKeysSeal", s.AgentKeysKey, "kms:Encrypt")
 	s.denyAgentKeysOpen(s.ApiFunction)
 	allowStateMachine(s.ApiFunction, "StartTermination", s.Termination, "states:StartExecution")

@@ -242,8 +242,8 @@ func TestStateTableHasByStateIndex(t *testing.T) {
 			t.Errorf("state table indexes %s lack %s", gsis, s)
 		}
 	}
-	if n := len(tp.resources("AWS::DynamoDB::Table")); n != 3 {
-		t.Errorf("want 3 tables (state, audit, keys), got %d", n)
+	if n := len(tp.resources("AWS::DynamoDB::Table")); n != 4 {
+		t.Errorf("want 4 tables (state, audit, keys, limits), got %d", n)
 	}
 }
 
@@ -302,6 +302,10 @@ func TestApiFunction(t *testing.T) {
 				"EVENT_BUS_ARN":     getAtt(eventBusID(t, tp, tc.env), "Arn"),
 				// The default cap on an org's pending scheduled reclaims.
 				"MAX_PENDING_SCHEDULED_PER_ORG": "100",
+				// Each key's rate limit (the default: props without one) and where it is kept.
+				"LIMITS_TABLE":          ref(tableID(t, tp, table.Limits, tc.env)),
+				"RATE_LIMIT_PER_SECOND": "50",
+				"RATE_LIMIT_BURST":      "100",
 				// Seals the agent keys it makes (and may open none).
 				"AGENT_KEYS_KMS_KEY_ID": getAtt(agentKeysKeyID(t, tp), "Arn"),
 			}
@@ -481,6 +485,8 @@ func TestRolePermissions(t *testing.T) {
 					toJSON(map[string]any{"Fn::Join": []any{"", []any{getAtt(tableID(t, tp, table.State, env), "Arn"), "/index/" + table.ByStateIndex}}}): {"dynamodb:Query"},
 					// Key lookup and management; never DeleteItem.
 					keysArn: {"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Scan", "dynamodb:UpdateItem"},
+					// Each key's rate limiter: one conditional update of its bucket.
+					toJSON(getAtt(tableID(t, tp, table.Limits, env), "Arn")): {"dynamodb:UpdateItem"},
 					// Seals the agent keys it makes; opens none, reads no master secret.
 					agentKeys:         {"kms:Encrypt"},
 					smArn:             {"states:StartExecution"},
@@ -635,52 +641,65 @@ func TestEveryRoleIsAsserted(t *testing.T) {
 // TestOnlyApiTouchesKeys: API keys decide who may do what, so no role of the stack but the
 // api function's may write them (it manages them for operators), only reclaim-events may also
 // read one (GetItem: a scheduled reclaim's firing checks its creator's key), none may delete
-// one, and no role holds any DynamoDB action on "*".
+// one, and no role holds any DynamoDB action on "*". The rate limiters' table is the api
+// function's alone, and only to UpdateItem a key's bucket (which also returns the stored state
+// when its condition fails): no read, no delete, no other role.
 func TestOnlyApiTouchesKeys(t *testing.T) {
 	for _, env := range []string{"local", "prod"} {
 		t.Run(env, func(t *testing.T) {
 			tp := synth(t, env)
-			keysID := tableID(t, tp, table.Keys, env)
 			_, api := apiFunction(t, tp, env)
 			_, firing := functionByName(t, tp, env, "reclaim-events")
-			allowed := map[string][]string{ // role -> its only actions on the keys table
-				roleOf(t, api, "Role"):    {"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Scan", "dynamodb:UpdateItem"},
-				roleOf(t, firing, "Role"): {"dynamodb:GetItem"},
-			}
-			statements := map[string]int{}
-			cwRole := apiGatewayCloudWatchRoleID(t, tp) // only a managed policy: TestApiGatewayCloudWatchRole
-			for id, role := range tp.resources("AWS::IAM::Role") {
-				if id == cwRole {
-					continue
-				}
-				for res, actions := range rolePermissions(t, tp, id, assumedBy(t, role), slices.Concat(logDeliveryActions, stateMachineTraceActions, schedulingActions)...) {
-					if res == `"*"` {
-						for _, a := range actions {
-							if strings.HasPrefix(a, "dynamodb:") {
-								t.Errorf("role %s: %s on every resource", id, a)
+			for _, tc := range []struct {
+				spec    table.Table
+				envVar  string
+				allowed map[string][]string // role -> its only actions on the table
+				told    map[string]map[string]any
+			}{
+				{table.Keys, "KEYS_TABLE", map[string][]string{
+					roleOf(t, api, "Role"):    {"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Scan", "dynamodb:UpdateItem"},
+					roleOf(t, firing, "Role"): {"dynamodb:GetItem"},
+				}, map[string]map[string]any{"api": api, "reclaim-events": firing}},
+				{table.Limits, "LIMITS_TABLE", map[string][]string{
+					roleOf(t, api, "Role"): {"dynamodb:UpdateItem"},
+				}, map[string]map[string]any{"api": api}},
+			} {
+				tableID := tableID(t, tp, tc.spec, env)
+				statements := map[string]int{}
+				cwRole := apiGatewayCloudWatchRoleID(t, tp) // only a managed policy: TestApiGatewayCloudWatchRole
+				for id, role := range tp.resources("AWS::IAM::Role") {
+					if id == cwRole {
+						continue
+					}
+					for res, actions := range rolePermissions(t, tp, id, assumedBy(t, role), slices.Concat(logDeliveryActions, stateMachineTraceActions, schedulingActions)...) {
+						if res == `"*"` {
+							for _, a := range actions {
+								if strings.HasPrefix(a, "dynamodb:") {
+									t.Errorf("role %s: %s on every resource", id, a)
+								}
 							}
+							continue
 						}
-						continue
+						if !strings.Contains(res, `"`+tableID+`"`) {
+							continue
+						}
+						if want, ok := tc.allowed[id]; !ok || !reflect.DeepEqual(actions, want) {
+							t.Errorf("role %s: %v on the %s (%s); only %v may, each only its own of them", id, actions, tc.spec.LogicalID, res, tc.allowed)
+							continue
+						}
+						statements[id]++
 					}
-					if !strings.Contains(res, `"`+keysID+`"`) {
-						continue
-					}
-					if want, ok := allowed[id]; !ok || !reflect.DeepEqual(actions, want) {
-						t.Errorf("role %s: %v on the keys table (%s); only %v may, each only its own of them", id, actions, res, allowed)
-						continue
-					}
-					statements[id]++
 				}
-			}
-			for id := range allowed {
-				if statements[id] != 1 {
-					t.Errorf("role %s uses the keys table through %d statements, want 1", id, statements[id])
+				for id := range tc.allowed {
+					if statements[id] != 1 {
+						t.Errorf("role %s uses the %s through %d statements, want 1", id, tc.spec.LogicalID, statements[id])
+					}
 				}
-			}
-			// And the functions are told where to look.
-			for name, fn := range map[string]map[string]any{"api": api, "reclaim-events": firing} {
-				if got := props(fn)["Environment"].(map[string]any)["Variables"].(map[string]any)["KEYS_TABLE"]; !reflect.DeepEqual(got, ref(keysID)) {
-					t.Errorf("%s KEYS_TABLE = %s, want the keys table %s", name, toJSON(got), keysID)
+				// And the functions are told where to look.
+				for name, fn := range tc.told {
+					if got := props(fn)["Environment"].(map[string]any)["Variables"].(map[string]any)[tc.envVar]; !reflect.DeepEqual(got, ref(tableID)) {
+						t.Errorf("%s %s = %s, want the %s %s", name, tc.envVar, toJSON(got), tc.spec.LogicalID, tableID)
+					}
 				}
 			}
 		})
@@ -1551,5 +1570,16 @@ func TestPendingScheduledCapReachesTheApiFunction(t *testing.T) {
 	vars := props(r)["Environment"].(map[string]any)["Variables"].(map[string]any)
 	if got := vars["MAX_PENDING_SCHEDULED_PER_ORG"]; got != "7" {
 		t.Errorf("MAX_PENDING_SCHEDULED_PER_ORG = %v, want 7", got)
+	}
+}
+
+// The environment's per-key rate limit reaches the api function (RATE_LIMIT_PER_SECOND,
+// RATE_LIMIT_BURST), as shared/config.RateLimit reads it.
+func TestRateLimitSetting(t *testing.T) {
+	_, tp := synthProps(t, CapacityStackProps{Env: "staging", RateLimit: capacity.RateLimit{PerSecond: 2.5, Burst: 7}})
+	_, api := apiFunction(t, tp, "staging")
+	vars := props(api)["Environment"].(map[string]any)["Variables"].(map[string]any)
+	if vars["RATE_LIMIT_PER_SECOND"] != "2.5" || vars["RATE_LIMIT_BURST"] != "7" {
+		t.Errorf("RATE_LIMIT_PER_SECOND %v, RATE_LIMIT_BURST %v; want 2.5 and 7", vars["RATE_LIMIT_PER_SECOND"], vars["RATE_LIMIT_BURST"])
 	}
 }
