@@ -108,6 +108,7 @@ func shortBenchmarks() {
 	terminationVictims = []int{1, 8}
 	faultBenchNodes, faultBenchPerNode = 2, 2
 	contentionCalls, contentionCommits = 48, 6
+	floodCalls = 20
 }
 
 func percentile(d []time.Duration, p int) time.Duration {

@@ -37,6 +37,9 @@ var (
 //     then on another beside 16 clients sending dry-run reclaims and refused releases at that
 //     node (each appends an audit record to the node): the writer's rounds per commit and its
 //     409s in both.
+//   - flood: key B's steady stream of GETs at a node, alone and while key A floods it far above
+//     A's own rate limit (flood_bench_test.go): B's 429s (none expected) and p50 flooded/alone,
+//     A's calls and 429s.
 //
 // Rounds come from the handler's Server-Timing, which reports them to operators on answered
 // calls: every call here is the operator's. A 409 concurrent_modification spent the call's
@@ -63,6 +66,12 @@ func BenchmarkContention(b *testing.B) {
 			b.ReportMetric(ms(percentile(beside.took, 50)), "beside-commit-p50-ms")
 			b.ReportMetric(float64(beside.noiseCalls), "noise-calls")
 			b.ReportMetric(float64(beside.noiseServerErrors), "noise-5xx")
+		}
+		b.ReportMetric(0, "ns/op")
+	})
+	b.Run(fmt.Sprintf("flood/clients=%d", floodClients), func(b *testing.B) {
+		for b.Loop() {
+			reportFlood(b, floodRun(b))
 		}
 		b.ReportMetric(0, "ns/op")
 	})
