@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -113,6 +114,8 @@ func TestUsageErrors(t *testing.T) {
 		{"expected generation 0", false, []string{"topology", "set", "--node", "n", "--units", "u", "--expected-gen", "0"}, "--expected-gen must be at least 1"},
 		{"expected generation negative", false, []string{"topology", "set", "--node", "n", "--units", "u", "--expected-gen", "-2"}, "--expected-gen must be at least 1"},
 		{"bad expiry", false, []string{"keys", "create", "--org", "o", "--expires", "tomorrow"}, "--expires"},
+		{"bad rate limit", false, []string{"keys", "create", "--org", "o", "--rate-limit", "5"}, "--rate-limit: want PER_SECOND/BURST"},
+		{"rate limit not a number", false, []string{"keys", "create", "--org", "o", "--rate-limit", "fast/10"}, "--rate-limit: want PER_SECOND/BURST"},
 		{"bad start", false, []string{"reservations", "create", "--node", "n", "--units", "u", "--allowed-orgs", "o", "--starts", "monday"}, "--starts: want an RFC 3339 time"},
 		{"no endpoint", true, []string{"--key", "k", "nodes", "get", "--node", "n"}, "no API endpoint"},
 		{"no key", true, []string{"--endpoint", "https://x/", "nodes", "get", "--node", "n"}, "no API key"},
@@ -140,7 +143,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"help"}, nil},
 		{[]string{"-h"}, nil},
 		{[]string{"reclaim", "-h"}, []string{"-idempotency-key", "-wait", "-grace", "-yes", "-endpoint"}},
-		{[]string{"keys", "create", "--help"}, []string{"-bootstrap", "-idempotency-key"}},
+		{[]string{"keys", "create", "--help"}, []string{"-bootstrap", "-idempotency-key", "-rate-limit"}},
 		{[]string{"topology", "set", "--help"}, []string{"-expected-gen", "-idempotency-key"}},
 	}
 	for _, tt := range tests {
@@ -1141,5 +1144,32 @@ func TestNodesRotateKey(t *testing.T) {
 	}
 	if want := []string{"laptop lost first", " again"}; !slices.Equal(got, want) {
 		t.Errorf("requests %q, want %q", got, want)
+	}
+}
+
+// keys create --rate-limit sends the key's own limit in the creation's body; without it the
+// body has none (the environment's).
+func TestKeysCreateRateLimit(t *testing.T) {
+	for _, tt := range []struct {
+		flag []string
+		want any
+	}{
+		{[]string{"--rate-limit", "2.5/10"}, map[string]any{"perSecond": 2.5, "burst": float64(10)}},
+		{nil, nil},
+	} {
+		var body map[string]any
+		api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_ = json.NewDecoder(r.Body).Decode(&body)
+			w.WriteHeader(http.StatusCreated)
+			_, _ = io.WriteString(w, `{"key":{"keyId":"key-1","orgId":"o","permissions":["reservation.read"],"operator":false,"createdAt":"2026-01-01T00:00:00Z","revoked":false},"secret":"s"}`)
+		}))
+		args := append([]string{"keys", "create", "--org", "o", "--permissions", "reservation.read"}, tt.flag...)
+		if got := runCLI(t, api, "", nil, args...); got.code != 0 {
+			t.Fatalf("%v: exit %d, stderr %q", args, got.code, got.err)
+		}
+		api.Close()
+		if !reflect.DeepEqual(body["rateLimit"], tt.want) {
+			t.Errorf("%v: body rateLimit %v, want %v", tt.flag, body["rateLimit"], tt.want)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,6 +27,7 @@ func keysCreate(ctx context.Context, a *app, fs *flag.FlagSet, args []string) er
 	operator := fs.Bool("operator", false, "operator key, for your own org: its permissions reach every org (it grants none by itself)")
 	expires := fs.String("expires", "", "expiry: RFC 3339 time or a duration from now (e.g. 720h)")
 	desc := fs.String("description", "", "what the key is for")
+	rate := fs.String("rate-limit", "", "the key's own rate limit, PER_SECOND/BURST (e.g. 5/10): at most the environment's (default: the environment's)")
 	bootstrap := fs.Bool("bootstrap", false, "create the first operator key with AWS credentials on the stack's tables (not through the API)")
 	idem := fs.String("idempotency-key", "", "Idempotency-Key of the call")
 	if _, err := a.parse(fs, args, 0); err != nil {
@@ -38,14 +40,21 @@ func keysCreate(ctx context.Context, a *app, fs *flag.FlagSet, args []string) er
 	if err != nil {
 		return usageErr(fs, "--expires: %v", err)
 	}
+	limit, err := parseRateLimit(*rate)
+	if err != nil {
+		return usageErr(fs, "--rate-limit: %v", err)
+	}
 	if *bootstrap {
+		if limit != nil {
+			return usageErr(fs, "--rate-limit is for keys created through the API, not --bootstrap")
+		}
 		return a.bootstrapKey(ctx, *org, list(*perms), exp, *desc, *idem)
 	}
 	c, err := a.client(ctx)
 	if err != nil {
 		return err
 	}
-	req := client.KeyRequest{OrgID: *org, Permissions: list(*perms), Operator: *operator, Description: *desc}
+	req := client.KeyRequest{OrgID: *org, Permissions: list(*perms), Operator: *operator, Description: *desc, RateLimit: limit}
 	if exp != nil {
 		req.ExpiresAt = exp.Format(time.RFC3339)
 	}
@@ -63,6 +72,20 @@ func keysCreate(ctx context.Context, a *app, fs *flag.FlagSet, args []string) er
 			fmt.Fprintln(w, "\nthe secret was shown by the first call with this Idempotency-Key; revoke and recreate the key if it is lost")
 		}
 	})
+}
+
+// parseRateLimit reads PER_SECOND/BURST ("" is none); the API checks the values.
+func parseRateLimit(s string) (*wire.RateLimitJSON, error) {
+	if s == "" {
+		return nil, nil
+	}
+	rate, burst, ok := strings.Cut(s, "/")
+	r, rerr := strconv.ParseFloat(rate, 64)
+	b, berr := strconv.Atoi(burst)
+	if !ok || rerr != nil || berr != nil {
+		return nil, fmt.Errorf("want PER_SECOND/BURST, such as 5/10, not %q", s)
+	}
+	return &wire.RateLimitJSON{PerSecond: r, Burst: b}, nil
 }
 
 // parseExpiry reads an RFC 3339 time or a duration from now; "" is no expiry.

@@ -122,6 +122,8 @@ type KeyRequest struct {
 	Operator    bool     `json:"operator,omitempty"`
 	ExpiresAt   string   `json:"expiresAt,omitempty"`
 	Description string   `json:"description,omitempty"`
+	// RateLimit is the key's own rate limit (nil: the environment's).
+	RateLimit *wire.RateLimitJSON `json:"rateLimit,omitempty"`
 }
 
 // CreateKey creates an API key; the answer holds its secret, once.
