@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -62,8 +63,13 @@ func TestRateLimitedKeyGets429(t *testing.T) {
 	}
 	// The owner's burst of 2: two calls answered by the service.
 	for i := range 2 {
-		if w := routes[0].do(t, h); w.Code != http.StatusOK {
+		w := routes[0].do(t, h)
+		if w.Code != http.StatusOK {
 			t.Fatalf("call %d within the burst: %d %s", i+1, w.Code, w.Body.String())
+		}
+		// The limiter's time is a phase of its own in Server-Timing.
+		if st := w.Header().Get("Server-Timing"); !strings.Contains(st, "limit;dur=") {
+			t.Errorf("Server-Timing %q lacks the limit phase", st)
 		}
 	}
 	called := len(svc.Calls())
