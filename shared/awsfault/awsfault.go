@@ -1,6 +1,6 @@
 // Package awsfault injects the faults AWS returns and the local emulator never does
-// (transaction conflicts, throttling, answers lost after a write was applied, closed
-// Step Functions executions) into AWS SDK clients, as an APIOptions middleware.
+// (transaction conflicts, throttling, answers lost or turned into server errors after a
+// write was applied, closed Step Functions executions) into AWS SDK clients, as an APIOptions middleware.
 //
 // Faults are injected as the service's wire answer (an HTTP response with the error body
 // AWS sends), just above the HTTP transport: the SDK deserialises them into its real error
@@ -53,6 +53,12 @@ const (
 	// lost: the caller gets the transport timeout the HTTP client reports, which the SDK
 	// retries (the retry then meets the state the first attempt left).
 	AmbiguousTimeout Fault = "AmbiguousTimeout"
+	// InternalServerError: a DynamoDB write (TransactWriteItems, PutItem, UpdateItem,
+	// DeleteItem) is applied, then answered with HTTP 500 InternalServerError, which AWS
+	// documents as "the outcome may or may not have been applied". The SDK retries it (the
+	// retry meets the state the first attempt left). A 500 with nothing applied behind it
+	// reads the same to the caller, so the injector gives the harder case.
+	InternalServerError Fault = "InternalServerError"
 	// ExecutionAlreadyExists: StartExecution answers as AWS does when an execution of that
 	// name has already closed (names stay taken for 90 days). The name is then closed for
 	// good: every later StartExecution of it gets the same answer and DescribeExecution of it
@@ -68,7 +74,8 @@ const (
 	AccessDenied Fault = "AccessDenied"
 )
 
-var faults = []Fault{TransactionConflict, ProvisionedThroughputExceeded, Throttling, AmbiguousTimeout, ExecutionAlreadyExists, StartThrottling, AccessDenied}
+var faults = []Fault{TransactionConflict, ProvisionedThroughputExceeded, Throttling, AmbiguousTimeout, InternalServerError,
+	ExecutionAlreadyExists, StartThrottling, AccessDenied}
 
 // Rule injects Fault into a share Rate (0..1) of the attempts of an operation.
 type Rule struct {
@@ -173,7 +180,7 @@ func (i *Injector) handle(ctx context.Context, in middleware.DeserializeInput, n
 	if !ok {
 		return next.HandleDeserialize(ctx, in)
 	}
-	if f == AmbiguousTimeout {
+	if f == AmbiguousTimeout || f == InternalServerError {
 		out, md, err := next.HandleDeserialize(ctx, in)
 		r, ok := out.RawResponse.(*smithyhttp.Response)
 		if err != nil || !ok || r.StatusCode < 200 || r.StatusCode > 299 {
@@ -183,6 +190,10 @@ func (i *Injector) handle(ctx context.Context, in middleware.DeserializeInput, n
 		if r.Body != nil {
 			_, _ = io.Copy(io.Discard, r.Body)
 			_ = r.Body.Close()
+		}
+		if f == InternalServerError {
+			return i.errorResponse(500, map[string]any{"__type": "com.amazonaws.dynamodb.v20120810#InternalServerError",
+				"message": "Internal server error"}), md, nil
 		}
 		u := ""
 		if req != nil && req.URL != nil {
@@ -232,6 +243,8 @@ func applies(f Fault, service, op string) bool {
 		return service == dynamodb.ServiceID && isData(op)
 	case Throttling, AmbiguousTimeout, AccessDenied:
 		return true
+	case InternalServerError:
+		return service == dynamodb.ServiceID && (op == "TransactWriteItems" || isItemWrite(op))
 	case ExecutionAlreadyExists, StartThrottling:
 		return service == sfn.ServiceID && op == "StartExecution"
 	}

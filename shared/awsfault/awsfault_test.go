@@ -382,6 +382,63 @@ func TestAmbiguousTimeoutAppliesTheWrite(t *testing.T) {
 	})
 }
 
+// TestServerErrorAppliesTheWrite: a write answered with a 500 was applied all the same; the
+// caller gets DynamoDB's InternalServerError (HTTP 500), the SDK retries it, and the retry
+// meets the first attempt's write.
+func TestServerErrorAppliesTheWrite(t *testing.T) {
+	url := emulator(t)
+	plain := table(t, url)
+	ctx := context.Background()
+	tests := []struct {
+		op    string
+		write func(c *dynamodb.Client, pk string) error
+		// retryFailed: the error the retry gets from the state the first attempt left.
+		retryFailed func(err error) bool
+	}{
+		{"PutItem", func(c *dynamodb.Client, pk string) error { _, err := c.PutItem(ctx, putNew(pk)); return err },
+			func(err error) bool { var e *types.ConditionalCheckFailedException; return errors.As(err, &e) }},
+		{"UpdateItem", func(c *dynamodb.Client, pk string) error {
+			_, err := c.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(tableName), Key: item(pk),
+				UpdateExpression: aws.String("SET A = :a"), ConditionExpression: aws.String("attribute_not_exists(PK)"),
+				ExpressionAttributeValues: map[string]types.AttributeValue{":a": &types.AttributeValueMemberS{Value: "x"}}})
+			return err
+		}, func(err error) bool { var e *types.ConditionalCheckFailedException; return errors.As(err, &e) }},
+		{"TransactWriteItems", func(c *dynamodb.Client, pk string) error {
+			in := transact(pk)
+			in.TransactItems[0].Put.ConditionExpression = aws.String("attribute_not_exists(PK)")
+			_, err := c.TransactWriteItems(ctx, in)
+			return err
+		}, func(err error) bool {
+			var e *types.TransactionCanceledException
+			return errors.As(err, &e) && strings.Join(reasonCodes(e), ",") == "ConditionalCheckFailed"
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.op, func(t *testing.T) {
+			inj := awsfault.New(1, awsfault.Rule{Operation: tt.op, Fault: awsfault.InternalServerError, Rate: 1})
+			pk := "ise-" + tt.op
+			err := tt.write(ddbClient(t, url, inj, 1), pk)
+			var ise *types.InternalServerError
+			var status interface{ HTTPStatusCode() int }
+			if !errors.As(err, &ise) || !errors.As(err, &status) || status.HTTPStatusCode() != 500 {
+				t.Fatalf("got %T %v, want InternalServerError with HTTP 500", err, err)
+			}
+			if !exists(t, plain, pk) {
+				t.Error("the write was not applied")
+			}
+			// Retried by the SDK: the retry meets the write the first attempt applied.
+			inj = awsfault.New(1, awsfault.Rule{Operation: tt.op, Fault: awsfault.InternalServerError, Rate: 1, Max: 1})
+			err = tt.write(ddbClient(t, url, inj, 3), pk+"-retried")
+			if !tt.retryFailed(err) || inj.Count(awsfault.InternalServerError) != 1 {
+				t.Fatalf("got %T %v after %d faults, want the retry's condition failure after 1", err, err, inj.Count(awsfault.InternalServerError))
+			}
+			if !exists(t, plain, pk+"-retried") {
+				t.Error("the write was not applied")
+			}
+		})
+	}
+}
+
 func sfnClient(url string, inj *awsfault.Injector, attempts int) *sfn.Client {
 	return sfn.New(sfn.Options{
 		Region: "us-east-1", BaseEndpoint: aws.String(url), Retryer: retryer(attempts)(),
@@ -440,6 +497,7 @@ func TestRulesMatchOperationsAndFaultsTheyFit(t *testing.T) {
 	inj := awsfault.New(1,
 		awsfault.Rule{Operation: "UpdateItem", Fault: awsfault.Throttling, Rate: 1},
 		awsfault.Rule{Fault: awsfault.TransactionConflict, Rate: 1},                 // not for reads
+		awsfault.Rule{Fault: awsfault.InternalServerError, Rate: 1},                 // writes only
 		awsfault.Rule{Fault: awsfault.ExecutionAlreadyExists, Rate: 1},              // not for DynamoDB
 		awsfault.Rule{Operation: "Query", Fault: awsfault.StartThrottling, Rate: 1}, // StartExecution only
 	)

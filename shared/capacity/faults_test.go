@@ -60,44 +60,48 @@ func auditsOf(t *testing.T, env *dynamotest.Env, action string) int {
 }
 
 // TestAmbiguousReclaimAnswersWithItsEvictions: a reclaim whose commit landed but whose
-// answer was lost still answers with the VMs it evicted, evicts nothing twice and creates
-// one operation.
+// answer was lost, or came back as a server error (DynamoDB's 500: possibly applied), still
+// answers with the VMs it evicted, evicts nothing twice and creates one operation.
 func TestAmbiguousReclaimAnswersWithItsEvictions(t *testing.T) {
-	env, svc, inj := faultyWorld(t, 1, ambiguous)
-	ctx := context.Background()
-	res, err := svc.Reclaim(ctx, owner, reclaim("u1", "u2"), capacity.RequestMeta{})
-	if err != nil {
-		t.Fatalf("reclaim: %v", err)
-	}
-	if inj.Count(awsfault.AmbiguousTimeout) == 0 {
-		t.Fatal("no timeout injected")
-	}
-	if !slices.Equal(res.Terminated, []string{"s1"}) || res.ReclaimID == "" {
-		t.Fatalf("answer terminated %v reclaim %q, want [s1] and its reclaim id", res.Terminated, res.ReclaimID)
-	}
-	if len(res.Reservation.ReleasedUnitIDs) != 0 {
-		t.Errorf("answer released %v, want none", res.Reservation.ReleasedUnitIDs)
-	}
-	st, err := env.Store.LoadNode(ctx, "n1", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, vm := range st.VMs {
-		if vm.ID == "s1" && (vm.State != capacity.VMTerminating || vm.ReclaimID != res.ReclaimID || vm.Version != 2) {
-			t.Errorf("s1 = %+v, want terminating once (version 2) for %s", vm, res.ReclaimID)
-		}
-	}
-	ops := 0
-	for _, it := range env.Items(t, env.Store.Table) {
-		if attrString(it["type"]) == "operation" {
-			ops++
-		}
-	}
-	if ops != 1 {
-		t.Errorf("%d operations, want 1", ops)
-	}
-	if n := auditsOf(t, env, capacity.ActionReclaim); n != 1 {
-		t.Errorf("%d successful reclaim audit records, want 1", n)
+	for _, f := range []awsfault.Fault{awsfault.AmbiguousTimeout, awsfault.InternalServerError} {
+		t.Run(string(f), func(t *testing.T) {
+			env, svc, inj := faultyWorld(t, 1, awsfault.Rule{Operation: "TransactWriteItems", Fault: f, Rate: 1})
+			ctx := context.Background()
+			res, err := svc.Reclaim(ctx, owner, reclaim("u1", "u2"), capacity.RequestMeta{})
+			if err != nil {
+				t.Fatalf("reclaim: %v", err)
+			}
+			if inj.Count(f) == 0 {
+				t.Fatalf("no %s injected", f)
+			}
+			if !slices.Equal(res.Terminated, []string{"s1"}) || res.ReclaimID == "" {
+				t.Fatalf("answer terminated %v reclaim %q, want [s1] and its reclaim id", res.Terminated, res.ReclaimID)
+			}
+			if len(res.Reservation.ReleasedUnitIDs) != 0 {
+				t.Errorf("answer released %v, want none", res.Reservation.ReleasedUnitIDs)
+			}
+			st, err := env.Store.LoadNode(ctx, "n1", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, vm := range st.VMs {
+				if vm.ID == "s1" && (vm.State != capacity.VMTerminating || vm.ReclaimID != res.ReclaimID || vm.Version != 2) {
+					t.Errorf("s1 = %+v, want terminating once (version 2) for %s", vm, res.ReclaimID)
+				}
+			}
+			ops := 0
+			for _, it := range env.Items(t, env.Store.Table) {
+				if attrString(it["type"]) == "operation" {
+					ops++
+				}
+			}
+			if ops != 1 {
+				t.Errorf("%d operations, want 1", ops)
+			}
+			if n := auditsOf(t, env, capacity.ActionReclaim); n != 1 {
+				t.Errorf("%d successful reclaim audit records, want 1", n)
+			}
+		})
 	}
 }
 

@@ -207,24 +207,29 @@ func TestCommitOperatorFaults(t *testing.T) {
 	}
 }
 
-// TestCommitOperatorAmbiguousCreate: the create lands, its answer is lost and the SDK's retry
+// TestCommitOperatorAmbiguousCreate: the create lands, its answer is lost (or is a server
+// error: DynamoDB's 500 says the write may or may not have been applied) and the SDK's retry
 // meets the node it made. The store says the outcome is unknown; Landed finds the record.
 func TestCommitOperatorAmbiguousCreate(t *testing.T) {
-	inj := awsfault.New(1, awsfault.Rule{Operation: "TransactWriteItems", Fault: awsfault.AmbiguousTimeout, Rate: 1})
-	env := opEnv(t, inj)
-	ctx := context.Background()
-	n := capacity.Node{ID: "n2", OwnerOrgID: "acme", AgentEndpoint: "https://n2", UnitIDs: []string{"g0"}, TopologyGen: 1, Version: 1}
-	c := capacity.OperatorCommit{Node: capacity.Node{ID: "n2"}, Create: true, NewNode: &n, Audit: opAudit("a1", "n2")}
-	_, err := env.Store.CommitOperator(ctx, c)
-	if !errors.Is(err, capacity.ErrAmbiguous) {
-		t.Fatalf("got %v, want ErrAmbiguous", err)
-	}
-	landed, err := env.Store.Landed(ctx, capacity.Commit{Node: c.Node, Audit: c.Audit})
-	if err != nil || !landed {
-		t.Fatalf("Landed = %v, %v; want true", landed, err)
-	}
-	if got := len(env.Items(t, env.Store.AuditTable)); got != 1 {
-		t.Errorf("%d audit records, want 1", got)
+	for _, f := range []awsfault.Fault{awsfault.AmbiguousTimeout, awsfault.InternalServerError} {
+		t.Run(string(f), func(t *testing.T) {
+			inj := awsfault.New(1, awsfault.Rule{Operation: "TransactWriteItems", Fault: f, Rate: 1})
+			env := opEnv(t, inj)
+			ctx := context.Background()
+			n := capacity.Node{ID: "n2", OwnerOrgID: "acme", AgentEndpoint: "https://n2", UnitIDs: []string{"g0"}, TopologyGen: 1, Version: 1}
+			c := capacity.OperatorCommit{Node: capacity.Node{ID: "n2"}, Create: true, NewNode: &n, Audit: opAudit("a1", "n2")}
+			_, err := env.Store.CommitOperator(ctx, c)
+			if !errors.Is(err, capacity.ErrAmbiguous) || inj.Count(f) == 0 {
+				t.Fatalf("got %v (%d injected), want ErrAmbiguous", err, inj.Count(f))
+			}
+			landed, err := env.Store.Landed(ctx, capacity.Commit{Node: c.Node, Audit: c.Audit})
+			if err != nil || !landed {
+				t.Fatalf("Landed = %v, %v; want true", landed, err)
+			}
+			if got := len(env.Items(t, env.Store.AuditTable)); got != 1 {
+				t.Errorf("%d audit records, want 1", got)
+			}
+		})
 	}
 }
 
