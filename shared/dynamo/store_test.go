@@ -201,3 +201,50 @@ func passWorkflow(t *testing.T, env *dynamotest.Env) *stepfn.Starter {
 	}
 	return &stepfn.Starter{Client: client, StateMachineARN: aws.ToString(out.StateMachineArn)}
 }
+
+// TestLandedFindsOnlyItsOwnRecord: "did the commit whose answer was lost land?" is answered by
+// that commit's own audit record, wherever on the chain after the head it read the store
+// put it, never by another call's record that took the slot right after that head.
+func TestLandedFindsOnlyItsOwnRecord(t *testing.T) {
+	tests := []struct {
+		name   string
+		before []string // records other calls chain after the head "mine" read, in order
+		mine   bool     // "mine" is then committed (on its stale head: the store chains it after them)
+		want   bool
+	}{
+		{name: "mine right after the head", mine: true, want: true},
+		{name: "nothing after the head", want: false},
+		{name: "another call's record in the slot, mine nowhere", before: []string{"other-1"}, want: false},
+		{name: "another call's record in the slot, mine after it", before: []string{"other-1"}, mine: true, want: true},
+		{name: "other calls' records in the slot and after it, mine nowhere", before: []string{"other-1", "other-2"}, want: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := newEnv(t, seed(2, 0))
+			ctx := context.Background()
+			st, err := env.Store.LoadNode(ctx, "n1", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			mine := capacity.Commit{Node: st.Node, Audit: opAudit("mine", "n1")}
+			for _, id := range tt.before {
+				now, err := env.Store.LoadNode(ctx, "n1", "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := env.Store.Commit(ctx, capacity.Commit{Node: now.Node, Audit: opAudit(id, "n1")}); err != nil {
+					t.Fatalf("commit %s: %v", id, err)
+				}
+			}
+			if tt.mine {
+				if err := env.Store.Commit(ctx, mine); err != nil {
+					t.Fatalf("commit mine: %v", err)
+				}
+			}
+			landed, err := env.Store.Landed(ctx, mine)
+			if err != nil || landed != tt.want {
+				t.Fatalf("Landed = %v, %v; want %v", landed, err, tt.want)
+			}
+		})
+	}
+}
