@@ -2,7 +2,6 @@ package capacity_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 
 	"github.com/openrelay/capacity/shared/awsfault"
@@ -30,39 +29,11 @@ func TestAmbiguousCommitOutlastsAThrottledCheck(t *testing.T) {
 	}
 }
 
-// lateLanding loses its first commit's answer without applying it (as a transaction still in
-// flight), answers "not landed" to the first check, and applies that commit just before the
-// next one reaches the store: the next one then fails on what the first wrote.
-type lateLanding struct {
-	capacity.Store
-	first   *capacity.Commit
-	checked bool
-}
-
-func (s *lateLanding) Commit(ctx context.Context, c capacity.Commit) error {
-	if s.first == nil {
-		s.first = &c
-		return fmt.Errorf("commit: %w", capacity.ErrAmbiguous)
-	}
-	if err := s.Store.Commit(ctx, *s.first); err != nil {
-		return fmt.Errorf("late landing: %w", err)
-	}
-	return s.Store.Commit(ctx, c)
-}
-
-func (s *lateLanding) Landed(ctx context.Context, c capacity.Commit) (bool, error) {
-	if !s.checked {
-		s.checked = true
-		return false, nil
-	}
-	return s.Store.Landed(ctx, c)
-}
-
 // A placement whose first commit landed late answers 201 with its VM, not vm_exists about
 // itself from the round that decided again.
 func TestPlacementThatLandedLateIsNotRefusedAsExisting(t *testing.T) {
 	env, svc := world(t)
-	svc.Store = &lateLanding{Store: env.Store}
+	svc.Store = &lateRounds{Store: env.Store}
 	res, err := svc.Place(context.Background(), sched, capacity.PlacementRequest{NodeID: "n1", VMID: "s9", OrgID: "buyer", Tier: capacity.TierSpot, UnitIDs: []string{"u2"}}, capacity.RequestMeta{})
 	if err != nil {
 		t.Fatalf("placement: %v", err)
