@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -157,11 +158,13 @@ func TestRedriveRefusals(t *testing.T) {
 		name      string
 		p         capacity.Principal
 		res, op   string // "" = the operation's
-		running   bool
+		running   bool   // pending-start: its workflow not started yet
+		begun     bool   // with running: terminating, its workflow under way
 		want      capacity.Code
 		wantAudit bool
 	}{
 		{name: "still running", p: owner, running: true, want: capacity.CodeOperationRunning, wantAudit: true},
+		{name: "still terminating", p: owner, running: true, begun: true, want: capacity.CodeOperationRunning, wantAudit: true},
 		{name: "audience", p: audi, want: capacity.CodeForbidden, wantAudit: true},
 		{name: "no capacity permission", p: readonly, want: capacity.CodeNotFound},
 		{name: "not the caller's", p: stranger, want: capacity.CodeNotFound},
@@ -178,6 +181,11 @@ func TestRedriveRefusals(t *testing.T) {
 			if tt.running {
 				env, svc, op = evicted(t)
 				svc.Workflow = wf
+				if tt.begun {
+					if err := env.Store.BeginTermination(ctx, *op, "arn:exec", t0.Add(time.Hour)); err != nil {
+						t.Fatal(err)
+					}
+				}
 			} else {
 				env, svc, op, wf = failedOp(t)
 			}
