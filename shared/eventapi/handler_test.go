@@ -278,7 +278,7 @@ func TestHandle(t *testing.T) {
 			calls:  "FireScheduledReclaim", outcome: capacity.DetailReclaimRefused, code: "scheduled_reclaim_not_due", eventID: "ev-38/refused",
 		},
 		{name: "conflict rounds used up are retried", body: envelope("ev-19", tenant, valid), svcErr: conflict, calls: "Reclaim", failed: true},
-		{name: "throttling is retried", body: envelope("ev-20", tenant, valid), svcErr: fmt.Errorf("commit: %w", capacity.ErrThrottled), calls: "Reclaim", failed: true},
+		{name: "throttling is retried", body: envelope("ev-20", tenant, valid), svcErr: capacity.Errorf(capacity.CodeThrottled, "the database is throttling this node"), calls: "Reclaim", failed: true},
 		{name: "internal is retried", body: envelope("ev-21", tenant, valid), svcErr: capacity.Errorf(capacity.CodeInternal, "x"), calls: "Reclaim", failed: true},
 		{
 			name: "a deployment without scheduling is retried", body: envelope("ev-25", capacity.SourceSchedule, schedule),

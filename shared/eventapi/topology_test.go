@@ -156,7 +156,7 @@ func TestTopology(t *testing.T) {
 			name: "conflict rounds used up are retried", body: topologyEnvelope("ev-16", fleet, topologyValid),
 			svcErr: capacity.Errorf(capacity.CodeConcurrentModification, "concurrent writes kept winning"), called: true, failed: true,
 		},
-		{name: "throttling is retried", body: topologyEnvelope("ev-17", fleet, topologyValid), svcErr: fmt.Errorf("set topology: %w", capacity.ErrThrottled), called: true, failed: true},
+		{name: "throttling is retried", body: topologyEnvelope("ev-17", fleet, topologyValid), svcErr: capacity.Errorf(capacity.CodeThrottled, "the database is throttling this node"), called: true, failed: true},
 		{name: "any other error is retried", body: topologyEnvelope("ev-18", fleet, topologyValid), svcErr: errors.New("connection reset"), called: true, failed: true},
 		{name: "publish failure is retried", body: topologyEnvelope("ev-19", fleet, topologyValid), pubFail: 1, called: true, failed: true},
 		{name: "publish failure of a refusal is retried", body: topologyEnvelope("ev-20", fleet, `{}`), pubFail: 1, failed: true},
