@@ -25,6 +25,7 @@ require (
 	github.com/pb33f/libopenapi-validator v0.16.3
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 	github.com/sivchari/kumo v0.33.1
+	pgregory.net/rapid v1.3.0
 )
 
 require (

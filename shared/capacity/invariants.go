@@ -17,7 +17,11 @@ func Violations(st *NodeState, now time.Time) []string {
 			if !slices.Contains(r.ReservedUnitIDs, u) {
 				out = append(out, fmt.Sprintf("reservation %s releases %s, which it does not reserve", r.ID, u))
 			}
-			if r.Status == StatusActive {
+			// Only a reservation in its term puts its released units on the market: one whose
+			// term has ended (its item may still say active) or is still to come may release
+			// the same unit as the one in term (a spot VM on the unit at its creation
+			// started it released).
+			if r.Status == StatusActive && r.InTerm(now) {
 				releasedBy[u] = append(releasedBy[u], r.ID)
 			}
 		}
@@ -38,7 +42,7 @@ func Violations(st *NodeState, now time.Time) []string {
 				out = append(out, fmt.Sprintf("unit %s carries both %s and %s", u, other, vm.ID))
 			}
 			occupant[u] = vm.ID
-			if vm.Tier == TierSpot && vm.State == VMRunning && exclusive(st, u, now) {
+			if vm.Tier == TierSpot && vm.State == VMRunning && exclusive(st, vm, u, now) {
 				out = append(out, fmt.Sprintf("running spot VM %s stands on exclusive reserved unit %s", vm.ID, u))
 			}
 		}
@@ -53,10 +57,13 @@ func Violations(st *NodeState, now time.Time) []string {
 	return out
 }
 
-// exclusive reports whether a unit is held, not released, by an active reservation in term.
-func exclusive(st *NodeState, unit string, now time.Time) bool {
+// exclusive reports whether a unit that vm stands on is held, not released, by an active
+// reservation in term that vm was not placed before: a spot VM placed while the reservation
+// was still to start (which placement allows) stays until its owner reclaims the unit.
+func exclusive(st *NodeState, vm VM, unit string, now time.Time) bool {
 	for _, r := range st.Reservations {
-		if r.Status == StatusActive && r.InTerm(now) && slices.Contains(r.ReservedUnitIDs, unit) && !slices.Contains(r.ReleasedUnitIDs, unit) {
+		if r.Status == StatusActive && r.InTerm(now) && slices.Contains(r.ReservedUnitIDs, unit) && !slices.Contains(r.ReleasedUnitIDs, unit) &&
+			(vm.CreatedAt.IsZero() || !vm.CreatedAt.Before(r.StartsAt)) {
 			return true
 		}
 	}

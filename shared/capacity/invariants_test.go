@@ -3,6 +3,7 @@ package capacity
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestViolations(t *testing.T) {
@@ -23,12 +24,33 @@ func TestViolations(t *testing.T) {
 			r2.ReleasedUnitIDs = []string{"u2"}
 			st.Reservations = append(st.Reservations, r2)
 		}, "released by 2 active reservations"},
+		{"released by an ended reservation and by the one created on its units since", func(st *NodeState) {
+			st.VMs = nil
+			r2 := st.Reservations[0]
+			r2.ID, r2.StartsAt, r2.EndsAt = "r2", *r2.EndsAt, nil
+			r2.ReleasedUnitIDs = []string{"u2"}
+			st.Reservations[0].EndsAt = ptr(now.Add(-time.Hour)) // still stored active
+			st.Reservations = append(st.Reservations, r2)
+		}, ""},
+		{"released by the reservation in term and by one still to start", func(st *NodeState) {
+			st.VMs = nil
+			r2 := st.Reservations[0]
+			r2.ID, r2.StartsAt, r2.EndsAt = "r2", *r2.EndsAt, nil
+			r2.ReleasedUnitIDs = []string{"u2"}
+			st.Reservations = append(st.Reservations, r2)
+		}, ""},
 		{"two VMs on one unit", func(st *NodeState) {
 			st.VMs = append(st.VMs[:1], VM{ID: "vm-x", Tier: TierSpot, UnitIDs: []string{"u2"}, State: VMRunning})
 		}, "carries both"},
 		{"spot on exclusive capacity", func(st *NodeState) {
 			st.VMs = []VM{{ID: "vm-x", Tier: TierSpot, UnitIDs: []string{"u1"}, State: VMRunning}}
 		}, "exclusive reserved unit u1"},
+		{"spot VM placed on exclusive capacity after the reservation started", func(st *NodeState) {
+			st.VMs = []VM{{ID: "vm-x", Tier: TierSpot, UnitIDs: []string{"u1"}, State: VMRunning, CreatedAt: t0.Add(time.Hour)}}
+		}, "exclusive reserved unit u1"},
+		{"spot VM placed before the reservation started, not yet reclaimed", func(st *NodeState) {
+			st.VMs = []VM{{ID: "vm-x", Tier: TierSpot, UnitIDs: []string{"u1"}, State: VMRunning, CreatedAt: t0.Add(-time.Hour)}}
+		}, ""},
 		{"non-spot VM terminating", func(st *NodeState) {
 			st.VMs = []VM{{ID: "vm-x", Tier: TierReserved, UnitIDs: []string{"u1"}, State: VMTerminating, ReclaimID: "rcl_1"}}
 		}, "reserved VM vm-x is being terminated"},
