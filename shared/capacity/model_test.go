@@ -71,7 +71,7 @@ func (mt *modelTables) fresh(t *rapid.T) (*dynamo.Store, func()) {
 // Orgs and callers of the model's world.
 var (
 	mOperator = capacity.Principal{KeyID: "k-op", OrgID: "platform", Operator: true, Permissions: capacity.AllPermissions}
-	mSched    = capacity.Principal{KeyID: "k-sched", OrgID: "platform", Operator: true, Permissions: []string{capacity.PermPlace}}
+	mPlacer   = capacity.Principal{KeyID: "k-sched", OrgID: "platform", Operator: true, Permissions: []string{capacity.PermPlace}}
 	mOwnerA   = capacity.Principal{KeyID: "k-own-a", OrgID: "own-a", Permissions: []string{capacity.PermCapacity}}
 	mOwnerB   = capacity.Principal{KeyID: "k-own-b", OrgID: "own-b", Permissions: []string{capacity.PermCapacity}}
 	mManager  = capacity.Principal{KeyID: "k-mgr", OrgID: "mgr", Permissions: []string{capacity.PermCapacity}}
@@ -84,6 +84,15 @@ var (
 	// mCallers of capacity calls: those who may move capacity first (rapid draws the first
 	// ones most often).
 	mCallers = []capacity.Principal{mManager, mOwnerA, mOperator, mOwnerB, mAudience, mStranger, mNoPerm}
+
+	// mCreators schedule reclaims: keys of their own, which the model revokes (a scheduled
+	// reclaim runs as the key that created it, and only while that key still could).
+	mCreators = []capacity.Principal{
+		{KeyID: "k-c-mgr", OrgID: "mgr", Permissions: []string{capacity.PermCapacity}},
+		{KeyID: "k-c-own", OrgID: "own-a", Permissions: []string{capacity.PermCapacity}},
+		{KeyID: "k-c-op", OrgID: "platform", Operator: true, Permissions: []string{capacity.PermCapacity}},
+		{KeyID: "k-c-aud", OrgID: "aud", Permissions: []string{capacity.PermCapacity}},
+	}
 )
 
 // The model's world: nodes n1, n2 (owner own-a) and n3 (own-b), four units each to start.
@@ -114,6 +123,18 @@ type mVM struct {
 	units         []string
 	state         capacity.VMState
 	reclaim       string
+}
+
+// mSched is a scheduled reclaim.
+type mSched struct {
+	id, node, res string
+	units         []string
+	grace         int
+	at            time.Time
+	creator       capacity.Principal
+	state         capacity.ScheduledState
+	code          capacity.Code // why it was refused
+	reclaimID     string        // of its firing
 }
 
 type mOutcome struct {
@@ -161,6 +182,7 @@ type mCall struct {
 	cap  capacity.CapacityRequest
 	pl   capacity.PlacementRequest
 	meta capacity.RequestMeta
+	fire *mSched // the scheduled reclaim a firing runs
 }
 
 type model struct {
@@ -180,6 +202,8 @@ type model struct {
 	etags   map[string]string // a dry run's ETag -> the plan it names (the model's key)
 	dirty   map[string]bool   // operations a step changed, checked after it
 	touched map[string]bool   // nodes a step called on, checked after it
+	scheds  map[string]*mSched
+	revoked map[string]bool // key ids
 	stats   *modelStats
 	kind    string // the step's kind, for the outcome counts
 }
@@ -257,11 +281,20 @@ func newModel(t *rapid.T, mt *modelTables, stats *modelStats) (*model, func()) {
 		t: t, ctx: context.Background(), store: store, wf: &modelWorkflow{}, clock: mT0,
 		nodes: map[string]*mNode{}, res: map[string]*mRes{}, vms: map[string]*mVM{}, ops: map[string]*mOp{},
 		records: map[string]mRecord{}, etags: map[string]string{}, dirty: map[string]bool{}, touched: map[string]bool{}, stats: stats,
+		scheds: map[string]*mSched{}, revoked: map[string]bool{},
 	}
 	m.svc = &capacity.Service{
 		Store: store, Workflow: m.wf, Logger: quiet,
-		Now:   func() time.Time { return m.clock },
-		NewID: func() string { m.seq++; return fmt.Sprintf("id%05d", m.seq) },
+		Now:       func() time.Time { return m.clock },
+		NewID:     func() string { m.seq++; return fmt.Sprintf("id%05d", m.seq) },
+		Scheduler: &fakeScheduler{live: map[string]capacity.ScheduledReclaim{}}, Schedules: store, CreatorKeys: store, Keys: store,
+	}
+	var keys []capacity.APIKey
+	for _, p := range mCreators {
+		keys = append(keys, keyOf(p))
+	}
+	if err := store.Keys().Put(m.ctx, keys...); err != nil {
+		t.Fatalf("put keys: %v", err)
 	}
 	for i, id := range mNodeIDs {
 		owner := "own-a"
@@ -502,12 +535,13 @@ func (m *model) replayed(node string, p capacity.Principal, key, fp string) ([]b
 // replay checks the answer to a call that the model says its Idempotency-Key binds: the
 // stored answer, replayed, or the refusal of a key used for another request. It reports
 // whether the key bound the call.
-func (m *model) replay(what, node string, p capacity.Principal, key, fp string, res any, replayed func() bool, err error) bool {
+func (m *model) replay(what, node string, p capacity.Principal, key, fp string, res any, replayed func() bool, err error) (capacity.Code, bool) {
 	answer, ok, code := m.replayed(node, p, key, fp)
 	switch {
 	case code != "":
 		m.expectErr(what, err, code, nil)
 	case ok:
+		code = "replayed"
 		m.expectOK(what, err)
 		got, _ := json.Marshal(res)
 		if !replayed() || string(got) != string(answer) {
@@ -515,7 +549,7 @@ func (m *model) replay(what, node string, p capacity.Principal, key, fp string, 
 		}
 		m.stats.outcome(m.kind + " -> replayed")
 	}
-	return ok || code != ""
+	return code, code != ""
 }
 
 func (m *model) remember(node string, p capacity.Principal, key, fp string, answer any) {
@@ -539,7 +573,7 @@ func (m *model) mismatch(format string, args ...any) {
 }
 
 // expectErr checks that err has the code the model predicts (and its unit list, if any).
-func (m *model) expectErr(what string, err error, code capacity.Code, units []string) {
+func (m *model) expectErr(what string, err error, code capacity.Code, units []string) capacity.Code {
 	m.stats.outcome(m.kind + " -> " + string(code))
 	if err == nil {
 		m.mismatch("%s: succeeded, model says %s", what, code)
@@ -553,6 +587,7 @@ func (m *model) expectErr(what string, err error, code capacity.Code, units []st
 			m.mismatch("%s: %s names units %v, model says %v", what, code, e.UnitIDs, units)
 		}
 	}
+	return code
 }
 
 func (m *model) expectOK(what string, err error) {
@@ -670,42 +705,48 @@ func dryLabel(dry bool) string {
 // capacityCall runs a reclaim or release and checks its answer against the model, which it
 // then moves on.
 func (m *model) capacityCall(c mCall) {
-	req, p := c.cap, c.p
-	m.touched[req.NodeID] = true
-	what := fmt.Sprintf("%s %+v by %s", c.kind, req, p.KeyID)
 	var res *capacity.CapacityResult
 	var err error
 	if c.kind == capacity.ActionReclaim {
-		res, err = m.svc.Reclaim(m.ctx, p, req, c.meta)
+		res, err = m.svc.Reclaim(m.ctx, c.p, c.cap, c.meta)
 	} else {
-		res, err = m.svc.Release(m.ctx, p, req, c.meta)
+		res, err = m.svc.Release(m.ctx, c.p, c.cap, c.meta)
 	}
+	m.expectCapacity(c, fmt.Sprintf("%s %+v by %s", c.kind, c.cap, c.p.KeyID), res, err)
+}
+
+// expectCapacity checks the answer to a reclaim or release (of a scheduled reclaim's firing
+// too) against the model, which it then moves on; it returns what the model predicted: ""
+// (applied), "replayed", or the error code.
+func (m *model) expectCapacity(c mCall, what string, res *capacity.CapacityResult, err error) capacity.Code {
+	req, p := c.cap, c.p
+	m.touched[req.NodeID] = true
 	if !slices.Contains(p.Permissions, capacity.PermCapacity) {
-		m.expectErr(what, err, capacity.CodeNotFound, nil)
-		return
+		return m.expectErr(what, err, capacity.CodeNotFound, nil)
 	}
 	// A client may not take the keys the service keys events and scheduled firings with.
 	ownKey := strings.HasPrefix(req.IdempotencyKey, capacity.EventKeyPrefix) || strings.HasPrefix(req.IdempotencyKey, capacity.ScheduledKeyPrefix)
 	ownKey = ownKey && !(c.meta.Via == capacity.ViaEvent && req.IdempotencyKey == capacity.EventKeyPrefix+c.meta.EventID)
+	ownKey = ownKey && !(c.meta.Via == capacity.ViaSchedule && strings.HasPrefix(req.IdempotencyKey, capacity.ScheduledKeyPrefix))
 	if ownKey || req.GraceSeconds > capacity.MaxGraceSeconds || c.kind == capacity.ActionRelease && req.IfMatch != "" {
-		m.expectErr(what, err, capacity.CodeInvalidRequest, nil)
-		return
+		return m.expectErr(what, err, capacity.CodeInvalidRequest, nil)
 	}
 	if code := m.authorize(p, req.NodeID, req.ReservationID); code != "" {
-		m.expectErr(what, err, code, nil)
-		return
+		return m.expectErr(what, err, code, nil)
 	}
 	fp := fingerprint(c.kind, req)
-	if m.replay(what, req.NodeID, p, req.IdempotencyKey, fp, res, func() bool { return res.Replayed }, err) {
-		return
+	if code, ok := m.replay(what, req.NodeID, p, req.IdempotencyKey, fp, res, func() bool { return res.Replayed }, err); ok {
+		return code
 	}
 	pl := m.decideCapacity(c.kind, p, req)
 	if pl.err == "" && c.kind == capacity.ActionReclaim && req.IfMatch != "" && !req.DryRun && !m.ifMatches(req.IfMatch, pl.etagKey) {
 		pl.err = capacity.CodePlanChanged
 	}
+	if pl.err == "" && c.fire != nil && c.fire.state != capacity.ScheduledPending {
+		pl.err = capacity.CodeScheduledReclaimFired // its record has expired: it fired before
+	}
 	if pl.err != "" {
-		m.expectErr(what, err, pl.err, pl.errUnits)
-		return
+		return m.expectErr(what, err, pl.err, pl.errUnits)
 	}
 	m.expectOK(what, err)
 	r := m.res[req.NodeID+"/"+req.ReservationID]
@@ -742,7 +783,7 @@ func (m *model) capacityCall(c mCall) {
 			m.mismatch("%s: dry run answered the reservation at v%d %v, model v%d %v", what,
 				res.Reservation.Version, res.Reservation.ReleasedUnitIDs, r.version, r.released)
 		}
-		return
+		return ""
 	}
 	if pl.changes {
 		r.version++
@@ -769,6 +810,7 @@ func (m *model) capacityCall(c mCall) {
 		}
 	}
 	m.remember(req.NodeID, p, req.IdempotencyKey, fp, res)
+	return ""
 }
 
 func (w *modelWorkflow) last() string {
@@ -791,7 +833,7 @@ func (m *model) stepPlace(t *rapid.T) {
 	tier := rapid.SampledFrom([]capacity.Tier{capacity.TierSpot, capacity.TierSpot, capacity.TierReserved, capacity.TierOnDemand}).Draw(t, "tier")
 	org := rapid.SampledFrom([]string{"aud", "buyer"}).Draw(t, "org")
 	req := capacity.PlacementRequest{NodeID: node, VMID: vmID, OrgID: org, Tier: tier, UnitIDs: drawUnits(t, n.units, "units")}
-	p := mSched
+	p := mPlacer
 	if chance(t, 5, "placeNoPerm") {
 		p = mOwnerA
 	}
@@ -812,7 +854,7 @@ func (m *model) placeCall(p capacity.Principal, req capacity.PlacementRequest) {
 		return
 	}
 	fp := fingerprint(capacity.ActionPlace, req)
-	if m.replay(what, req.NodeID, p, req.IdempotencyKey, fp, res, func() bool { return res.Replayed }, err) {
+	if _, ok := m.replay(what, req.NodeID, p, req.IdempotencyKey, fp, res, func() bool { return res.Replayed }, err); ok {
 		return
 	}
 	n := m.nodes[req.NodeID]
@@ -1179,6 +1221,11 @@ func (m *model) stepCancel(t *rapid.T) {
 	if got := capacity.VMIDs(res.VMsOnUnits); !same(got, on) || res.Reservation.Status != capacity.StatusCancelled {
 		m.mismatch("%s: answered %s with VMs %v, model VMs %v", what, res.Reservation.Status, got, on)
 	}
+	for _, sc := range m.scheds {
+		if sc.node == r.node && sc.res == r.id && sc.state == capacity.ScheduledPending {
+			sc.state, sc.code = capacity.ScheduledCancelled, capacity.CodeReservationNotActive
+		}
+	}
 }
 
 // stepReaffirm reaffirms a reservation.
@@ -1276,6 +1323,151 @@ func (m *model) stepClock(t *rapid.T) {
 	m.clock = m.clock.Add(d)
 }
 
+// stepSchedule schedules a reclaim.
+func (m *model) stepSchedule(t *rapid.T) {
+	node := rapid.SampledFrom(mNodeIDs).Draw(t, "node")
+	m.touched[node] = true
+	resID := m.drawReservation(t, node)
+	pool := m.nodes[node].units
+	if r := m.res[node+"/"+resID]; r != nil {
+		pool = r.units
+	}
+	p := rapid.SampledFrom(mCreators).Draw(t, "creator")
+	req := capacity.CapacityRequest{NodeID: node, ReservationID: resID, UnitIDs: drawUnits(t, pool, "units"),
+		GraceSeconds: rapid.SampledFrom([]int{0, 30}).Draw(t, "grace")}
+	at := m.clock.Add(rapid.SampledFrom([]time.Duration{10 * time.Minute, time.Hour, 26 * time.Hour, 0}).Draw(t, "at"))
+	m.step("schedule")
+	what := fmt.Sprintf("schedule %+v at %v by %s", req, at, p.KeyID)
+	res, err := m.svc.ScheduleReclaim(m.ctx, p, req, at, capacity.RequestMeta{RequestID: m.newID("req-")})
+	if code := m.authorize(p, node, resID); code != "" {
+		m.expectErr(what, err, code, nil)
+		return
+	}
+	if pl := m.decideCapacity(capacity.ActionReclaim, p, req); pl.err != "" {
+		m.expectErr(what, err, pl.err, pl.errUnits)
+		return
+	}
+	if r := m.res[node+"/"+resID]; !at.After(m.clock) || !inTerm(r, at) {
+		m.expectErr(what, err, capacity.CodeInvalidRequest, nil)
+		return
+	}
+	m.expectOK(what, err)
+	sr := res.Scheduled
+	if sr.State != capacity.ScheduledPending || !sr.At.Equal(at) || !same(sr.UnitIDs, req.UnitIDs) || m.scheds[sr.ID] != nil {
+		m.mismatch("%s: scheduled %+v", what, sr)
+	}
+	m.scheds[sr.ID] = &mSched{id: sr.ID, node: node, res: resID, units: sorted(req.UnitIDs), grace: req.GraceSeconds, at: at,
+		creator: p, state: capacity.ScheduledPending}
+}
+
+func (m *model) drawScheduled(t *rapid.T) *mSched {
+	ids := slices.Sorted(maps.Keys(m.scheds))
+	if len(ids) == 0 {
+		return nil
+	}
+	// Pending ones first: rapid draws the first ones most often.
+	slices.SortStableFunc(ids, func(a, b string) int {
+		return cmpBool(m.scheds[a].state == capacity.ScheduledPending, m.scheds[b].state == capacity.ScheduledPending)
+	})
+	return m.scheds[rapid.SampledFrom(ids).Draw(t, "scheduled")]
+}
+
+// stepFire fires a scheduled reclaim, mostly once its time has come (the clock moves on to
+// it), sometimes early, and again (Scheduler may deliver a firing twice).
+func (m *model) stepFire(t *rapid.T) {
+	sc := m.drawScheduled(t)
+	if sc == nil {
+		return
+	}
+	if m.clock.Before(sc.at) && !chance(t, 20, "early") {
+		m.clock = sc.at
+		for _, id := range mNodeIDs {
+			m.touched[id] = true
+		}
+	}
+	m.touched[sc.node] = true
+	m.step(fmt.Sprintf("fire (%s)", sc.state))
+	meta := capacity.RequestMeta{RequestID: m.newID("req-"), Via: capacity.ViaSchedule, EventID: m.newID("ev-")}
+	what := fmt.Sprintf("fire %s (%s, at %v, now %v, creator %s)", sc.id, sc.state, sc.at, m.clock, sc.creator.KeyID)
+	res, err := m.svc.FireScheduledReclaim(m.ctx, sc.node, sc.res, sc.id, meta)
+	switch sc.state {
+	case capacity.ScheduledCancelled:
+		m.expectErr(what, err, capacity.CodeScheduledReclaimCancelled, nil)
+		return
+	case capacity.ScheduledRefused:
+		m.expectErr(what, err, sc.code, nil)
+		return
+	case capacity.ScheduledPending:
+		if m.clock.Before(sc.at.Add(-capacity.FiringSkew)) {
+			m.expectErr(what, err, capacity.CodeScheduledReclaimNotDue, nil)
+			return
+		}
+		if m.revoked[sc.creator.KeyID] {
+			sc.state, sc.code = capacity.ScheduledRefused, m.expectErr(what, err, capacity.CodeCreatorKeyInvalid, nil)
+			return
+		}
+	}
+	creator := capacity.Principal{KeyID: sc.creator.KeyID, OrgID: sc.creator.OrgID, Operator: sc.creator.Operator,
+		Permissions: []string{capacity.PermCapacity}}
+	req := capacity.CapacityRequest{NodeID: sc.node, ReservationID: sc.res, UnitIDs: sc.units, GraceSeconds: sc.grace,
+		IdempotencyKey: capacity.FireIdempotencyKey(sc.id)}
+	code := m.expectCapacity(mCall{kind: capacity.ActionReclaim, p: creator, cap: req, meta: meta, fire: sc}, what, res, err)
+	if sc.state != capacity.ScheduledPending {
+		return
+	}
+	switch code {
+	case "":
+		sc.state, sc.reclaimID = capacity.ScheduledCompleted, res.ReclaimID
+	case "replayed":
+		m.mismatch("%s: a pending scheduled reclaim replayed an answer", what)
+	default:
+		sc.state, sc.code = capacity.ScheduledRefused, code
+	}
+}
+
+// stepUnschedule cancels a scheduled reclaim.
+func (m *model) stepUnschedule(t *rapid.T) {
+	sc := m.drawScheduled(t)
+	if sc == nil {
+		return
+	}
+	m.touched[sc.node] = true
+	p := rapid.SampledFrom(mCallers).Draw(t, "caller")
+	m.step(fmt.Sprintf("cancel scheduled (%s)", sc.state))
+	what := fmt.Sprintf("cancel scheduled %s (%s) by %s", sc.id, sc.state, p.KeyID)
+	res, err := m.svc.CancelScheduledReclaim(m.ctx, p, sc.node, sc.res, sc.id, capacity.RequestMeta{RequestID: m.newID("req-")})
+	if code := m.authorize(p, sc.node, sc.res); code != "" {
+		m.expectErr(what, err, code, nil)
+		return
+	}
+	switch sc.state {
+	case capacity.ScheduledCompleted, capacity.ScheduledRefused:
+		m.expectErr(what, err, capacity.CodeScheduledReclaimFired, nil)
+		return
+	case capacity.ScheduledPending:
+		sc.state = capacity.ScheduledCancelled
+	}
+	m.expectOK(what, err)
+	if res.State != capacity.ScheduledCancelled {
+		m.mismatch("%s: answered %s", what, res.State)
+	}
+}
+
+// stepRevoke revokes the key of a creator of scheduled reclaims.
+func (m *model) stepRevoke(t *rapid.T) {
+	if !chance(t, 25, "revoke") {
+		return // rarely: a revoked key's scheduled reclaims are refused from then on
+	}
+	p := rapid.SampledFrom(mCreators).Draw(t, "key")
+	m.step("revoke key")
+	k, err := m.svc.RevokeKey(m.ctx, mOperator, capacity.KeyRevocation{KeyID: p.KeyID}, capacity.RequestMeta{RequestID: m.newID("req-")})
+	m.expectOK("revoke "+p.KeyID, err)
+	if !k.Revoked {
+		m.mismatch("revoke %s: answered a key not revoked", p.KeyID)
+	}
+	m.revoked[p.KeyID] = true
+}
+
 // ---- after every step ----
 
 func (m *model) violation(format string, args ...any) {
@@ -1324,6 +1516,19 @@ func (m *model) check(t *rapid.T) {
 			if g := got.Outcomes[vm]; g.Outcome != out.outcome || max(1, g.Attempt) != out.attempt {
 				m.mismatch("operation %s VM %s outcome %s at %d, model %s at %d", id, vm, g.Outcome, g.Attempt, out.outcome, out.attempt)
 			}
+		}
+	}
+	for _, sc := range m.scheds {
+		if !m.touched[sc.node] {
+			continue
+		}
+		got, err := m.store.GetScheduled(m.ctx, sc.node, sc.id)
+		if err != nil {
+			t.Fatalf("get scheduled reclaim %s: %v", sc.id, err)
+		}
+		if got.State != sc.state || got.ReclaimID != sc.reclaimID || sc.state == capacity.ScheduledRefused && got.Code != sc.code {
+			m.mismatch("scheduled reclaim %s is %s (%s) reclaim %q, model %s (%s) %q", sc.id, got.State, got.Code, got.ReclaimID,
+				sc.state, sc.code, sc.reclaimID)
 		}
 	}
 	clear(m.dirty)
@@ -1402,25 +1607,30 @@ func (m *model) actions() map[string]func(*rapid.T) {
 	reclaim := func(t *rapid.T) { m.stepCapacity(t, capacity.ActionReclaim) }
 	release := func(t *rapid.T) { m.stepCapacity(t, capacity.ActionRelease) }
 	return map[string]func(*rapid.T){
-		"00 reclaim":   reclaim,
-		"01 place":     m.stepPlace,
-		"02 reclaim":   reclaim,
-		"03 release":   release,
-		"04 terminate": m.stepTerminate,
-		"05 place":     m.stepPlace,
-		"06 create":    m.stepCreate,
-		"07 duplicate": m.stepDuplicate,
-		"08 clock":     m.stepClock,
-		"09 redrive":   m.stepRedrive,
-		"10 terminate": m.stepTerminate,
-		"11 reclaim":   reclaim,
-		"12 release":   release,
-		"13 cancel":    m.stepCancel,
-		"14 topology":  m.stepTopology,
-		"15 reaffirm":  m.stepReaffirm,
-		"16 create":    m.stepCreate,
-		"17 clock":     m.stepClock,
-		"":             m.check,
+		"00 reclaim":    reclaim,
+		"01 place":      m.stepPlace,
+		"02 reclaim":    reclaim,
+		"03 release":    release,
+		"04 terminate":  m.stepTerminate,
+		"05 place":      m.stepPlace,
+		"06 create":     m.stepCreate,
+		"07 duplicate":  m.stepDuplicate,
+		"08 clock":      m.stepClock,
+		"09 redrive":    m.stepRedrive,
+		"10 terminate":  m.stepTerminate,
+		"11 reclaim":    reclaim,
+		"12 release":    release,
+		"13 cancel":     m.stepCancel,
+		"14 topology":   m.stepTopology,
+		"15 reaffirm":   m.stepReaffirm,
+		"16 create":     m.stepCreate,
+		"17 clock":      m.stepClock,
+		"18 schedule":   m.stepSchedule,
+		"19 fire":       m.stepFire,
+		"20 unschedule": m.stepUnschedule,
+		"21 revoke":     m.stepRevoke,
+		"22 fire":       m.stepFire,
+		"":              m.check,
 	}
 }
 
