@@ -69,7 +69,7 @@ run: ## run the whole stack on 127.0.0.1:4566 with demo data (Ctrl-C stops it); 
 test: ## every test: unit, store, fuzz (short), CDK assertions, end to end on the local stack, every benchmark once (short)
 	@echo "==> vet"
 	go vet ./...
-	@echo "==> unit and store tests, with the race detector (the store's run on the in-process emulator)"
+	@echo "==> unit and store tests, with the race detector (the store's run on the in-process emulator; the model-based test short: TestModel)"
 	go test -race -count=1 ./shared/... ./functions/... ./cmd/...
 	@echo "==> fuzz request decoding for $(FUZZTIME)"
 	go test -count=1 ./shared/httpapi -run '^$$' -fuzz FuzzDecodeCapacityBody -fuzztime $(FUZZTIME)
@@ -82,6 +82,16 @@ test: ## every test: unit, store, fuzz (short), CDK assertions, end to end on th
 	@echo "==> every benchmark once in its short form (one iteration, small sizes; no figure judged): $(BENCH_PKGS)"
 	go test -count=1 -short -timeout 10m -run '^$$' -bench . -benchtime 1x $(BENCH_PKGS)
 	E2E_FAULTS='$(E2E_FAULTS)' go test -count=1 -short -timeout 10m -run '^$$' -bench UnderFaults -benchtime 1x ./localstack/e2e
+
+# MODEL_OPS, MODEL_TIME: how many operations the model-based soak runs, and its bound in time.
+MODEL_OPS  ?= 100000
+MODEL_TIME ?= 15m
+
+.PHONY: soak
+soak: ## long runs with the figures of README "Reliability": the model-based test (MODEL_OPS operations, bounded by MODEL_TIME)
+	@echo "==> soak 1/1: model-based test of the domain and the store, $(MODEL_OPS) operations (at most $(MODEL_TIME)) on the in-process emulator"
+	MODEL_OPS=$(MODEL_OPS) MODEL_TIME=$(MODEL_TIME) go test -count=1 -timeout 30m -run '^TestModelSoak$$' -v ./shared/capacity
+	@echo "==> soak: done"
 
 .PHONY: bench
 bench: ## latency and size figures (see README "Numbers")

@@ -78,6 +78,8 @@ var (
 	mAudience = capacity.Principal{KeyID: "k-aud", OrgID: "aud", Permissions: []string{capacity.PermCapacity}}
 	mStranger = capacity.Principal{KeyID: "k-str", OrgID: "str", Permissions: []string{capacity.PermCapacity}}
 	mNoPerm   = capacity.Principal{KeyID: "k-np", OrgID: "mgr", Permissions: []string{capacity.PermRead}}
+	// mFleet is the event source of topology changes.
+	mFleet = capacity.Principal{KeyID: "event:fleet", OrgID: "platform", Operator: true, Permissions: []string{capacity.PermTopology}}
 	// mSource is an event source acting for the managing org (events act as their source).
 	mSource = capacity.Principal{KeyID: "event:mgr.source", OrgID: "mgr", Permissions: []string{capacity.PermCapacity}}
 
@@ -182,6 +184,7 @@ type mCall struct {
 	cap  capacity.CapacityRequest
 	pl   capacity.PlacementRequest
 	meta capacity.RequestMeta
+	topo capacity.TopologyRequest
 	fire *mSched // the scheduled reclaim a firing runs
 }
 
@@ -273,7 +276,10 @@ func (s *modelStats) String() string {
 	return b.String()
 }
 
-var mT0 = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+// mT0 is where the model's clock starts: years ahead of the wall clock, as the emulator deletes
+// items whose TTL (an Idempotency-Key record's expiry) the wall clock has passed, at moments
+// of its own, which would make a run depend on when it ran.
+var mT0 = time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func newModel(t *rapid.T, mt *modelTables, stats *modelStats) (*model, func()) {
 	store, drop := mt.fresh(t)
@@ -947,12 +953,15 @@ func (m *model) stepDuplicate(t *rapid.T) {
 	}
 	c := rapid.SampledFrom(m.calls).Draw(t, "call")
 	m.step("duplicate " + c.kind)
-	if c.kind == capacity.ActionPlace {
-		m.placeCall(c.p, c.pl)
-		return
-	}
 	c.meta.RequestID = m.newID("req-")
-	m.capacityCall(c)
+	switch c.kind {
+	case capacity.ActionPlace:
+		m.placeCall(c.p, c.pl)
+	case capacity.ActionTopologySet:
+		m.topologyCall(c)
+	default:
+		m.capacityCall(c)
+	}
 }
 
 // fates of a VM under termination, as its agent answers.
@@ -1281,13 +1290,34 @@ func (m *model) stepTopology(t *rapid.T) {
 		}
 	}
 	m.step("topology")
-	what := fmt.Sprintf("topology %+v (node at gen %d, units %v)", req, n.gen, n.units)
-	res, err := m.svc.SetTopology(m.ctx, mOperator, req, capacity.RequestMeta{RequestID: m.newID("req-")})
+	c := mCall{kind: capacity.ActionTopologySet, p: mOperator, topo: req, meta: capacity.RequestMeta{RequestID: m.newID("req-")}}
+	if chance(t, 25, "topologyEvent") {
+		// A Node Topology Changed event from the fleet: keyed by its event id.
+		c.p, c.meta.Via, c.meta.EventID = mFleet, capacity.ViaEvent, m.newID("ev-")
+		c.topo.IdempotencyKey = capacity.EventKeyPrefix + c.meta.EventID
+		m.calls = append(m.calls, c)
+	}
+	m.topologyCall(c)
+}
+
+// topologyCall runs a topology change and checks its answer against the model, which it
+// then moves on.
+func (m *model) topologyCall(c mCall) {
+	req, n, node := c.topo, m.nodes[c.topo.NodeID], c.topo.NodeID
+	m.touched[node] = true
+	units := req.UnitIDs
+	what := fmt.Sprintf("topology %+v by %s (node at gen %d, units %v)", req, c.p.KeyID, n.gen, n.units)
+	res, err := m.svc.SetTopology(m.ctx, c.p, req, c.meta)
+	fp := fingerprint(c.kind, req)
+	if _, ok := m.replay(what, node, c.p, req.IdempotencyKey, fp, res, func() bool { return res.Replayed }, err); ok {
+		return
+	}
 	if req.ExpectedTopologyGen != nil && *req.ExpectedTopologyGen != n.gen {
 		m.expectErr(what, err, capacity.CodeTopologyChanged, nil)
 		return
 	}
 	m.expectOK(what, err)
+	defer m.remember(node, c.p, req.IdempotencyKey, fp, res)
 	changed := !same(units, n.units)
 	if res.Changed != changed {
 		m.mismatch("%s: changed %v, model %v", what, res.Changed, changed)

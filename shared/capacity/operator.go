@@ -3,6 +3,7 @@ package capacity
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -55,7 +56,12 @@ type OperatorCommit struct {
 	// UpdatedAt written), each conditioned on its Version as read and bumped.
 	Reservations []Reservation
 	Idempotency  *IdempotencyRecord
-	Audit        AuditRecord
+	// AnswerAt, when set, gives Idempotency's Result for the audit head the commit leaves
+	// on the node: an answer that names that head (a node put's, a topology change's) is
+	// stored as it is answered, so a replay answers it too. Only the store knows the head,
+	// once it has chained the record (it chains again on a head that moved meanwhile).
+	AnswerAt func(head AuditHead) ([]byte, error)
+	Audit    AuditRecord
 	// ForceEnd, when set, ends a VM's termination on its operation (see ForceEnd).
 	ForceEnd *ForceEnd
 }
@@ -405,6 +411,13 @@ func runOp[R any](s *Service, ctx context.Context, call opCall[R]) (*R, error) {
 		}
 		idem, err := s.idempotencyRecord(call.key, nodeID, stored, now)
 		c.Idempotency = idem
+		if _, ok := any(stored).(interface{ setHead(AuditHead) }); ok && idem != nil {
+			c.AnswerAt = func(head AuditHead) ([]byte, error) {
+				answer := *stored
+				any(&answer).(interface{ setHead(AuditHead) }).setHead(head)
+				return json.Marshal(answer)
+			}
+		}
 		return c, err
 	})
 	if errors.Is(err, errNodeNotFound) {

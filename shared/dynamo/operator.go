@@ -192,7 +192,18 @@ func (s *Store) operatorItems(c capacity.OperatorCommit, pin *capacity.ChainStar
 		items = append(items, fe...)
 	}
 	if c.Idempotency != nil {
-		put, err := s.idempotencyPut(*c.Idempotency)
+		rec := *c.Idempotency
+		if c.AnswerAt != nil {
+			// The answer names the head this transaction leaves (as CommitOperator returns it).
+			head := capacity.AuditHead{Seq: chained.Seq, Hash: chained.Hash, Start: c.Node.AuditHead.Start}
+			if pin != nil {
+				head.Start = *pin
+			}
+			if rec.Result, err = c.AnswerAt(head); err != nil {
+				return nil, c.Audit, fmt.Errorf("encode the answer of %s on node %s: %w", c.Audit.Action, c.Node.ID, err)
+			}
+		}
+		put, err := s.idempotencyPut(rec)
 		if err != nil {
 			return nil, c.Audit, err
 		}
