@@ -28,18 +28,19 @@ import (
 
 // The model-based test: rapid draws sequences of calls over several nodes and reservations
 // (reclaim, release, placement, termination, re-drive, topology, reaffirm, cancel,
-// reservation terms passing, duplicate deliveries), runs each through the Service on the
-// store on the in-process emulator, predicts each answer with a small reference model (plain
-// maps of nodes, reservations, VMs and operations, with the README's rules written out
-// again), and after every step checks every invariant (capacity.Violations,
-// OverlapViolations) and that the store holds what the model holds. A failing run prints
-// rapid's seed and the shrunk sequence of steps; replay it with
+// reservation terms passing, scheduled reclaims, key revocation, duplicate deliveries), runs
+// each through the Service on the store on the in-process emulator, predicts each answer with
+// a small reference model (plain maps of nodes, reservations, VMs, operations and scheduled
+// reclaims, with the README's rules written out again), and after every step checks every
+// invariant (capacity.Violations, OverlapViolations) and that the store holds what the model
+// holds. A failing run prints rapid's seed and the shrunk sequence of steps; replay it with
 //
 //	go test ./shared/capacity -run '^TestModel$' -rapid.seed=<seed>
 //
 // (or -rapid.failfile=<file> as rapid prints). The same test scales: `make test` runs it
-// short (modelChecksShort checks of about -rapid.steps steps), `make soak` runs
-// TestModelSoak for at least MODEL_OPS operations (see README "Reliability").
+// short (TestModel: 10 sequences unless -rapid.checks says otherwise, of about -rapid.steps
+// steps), `make soak` runs TestModelSoak for at least MODEL_OPS operations (see README
+// "Reliability").
 
 // modelTables gives each rapid check a fresh set of tables on one emulator: an emulator per
 // check would outlive its check (dynamotest.New cleans up at the end of the test).
@@ -548,7 +549,9 @@ func (m *model) replay(what, node string, p capacity.Principal, key, fp string, 
 		m.expectErr(what, err, code, nil)
 	case ok:
 		code = "replayed"
-		m.expectOK(what, err)
+		if err != nil {
+			m.mismatch("%s: answered %v (%s), model replays the stored answer", what, err, capacity.ErrorCode(err))
+		}
 		got, _ := json.Marshal(res)
 		if !replayed() || string(got) != string(answer) {
 			m.mismatch("%s: replayed=%v %s, model replays %s", what, replayed(), got, answer)
