@@ -48,6 +48,7 @@ type supervisor struct {
 	stopCh   chan struct{}
 	running  map[*slot]*exec.Cmd
 	pids     []int
+	restarts int // processes started again after they exited
 	files    []*os.File
 	wg       sync.WaitGroup
 }
@@ -168,8 +169,54 @@ func (s *supervisor) watch(sl *slot, cmd *exec.Cmd, logFile *os.File) {
 			return
 		}
 
+		s.mu.Lock()
+		s.restarts++
+		s.mu.Unlock()
+
 		cmd = next
 	}
+}
+
+// kill ends one running process of function with SIGKILL (its whole group), as an execution
+// environment that crashes or is reclaimed mid-invocation; watch starts it again. pick chooses
+// among the function's running processes (modulo their number). It returns the killed PID.
+func (s *supervisor) kill(function string, pick int) (int, error) {
+	s.mu.Lock()
+	var pids []int
+	for sl, cmd := range s.running {
+		if sl.spec.function == function {
+			pids = append(pids, cmd.Process.Pid)
+		}
+	}
+	s.mu.Unlock()
+
+	if len(pids) == 0 {
+		return 0, fmt.Errorf("no running process of function %s", function)
+	}
+
+	slices.Sort(pids)
+	pid := pids[pick%len(pids)]
+
+	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil {
+		return 0, fmt.Errorf("kill process group %d of %s: %w", pid, function, err)
+	}
+
+	return pid, nil
+}
+
+// counts returns how many processes of function run now, and how many processes of any
+// function were started again after exiting.
+func (s *supervisor) counts(function string) (running, restarts int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	for sl := range s.running {
+		if sl.spec.function == function {
+			running++
+		}
+	}
+
+	return running, s.restarts
 }
 
 // stop ends every process group: SIGTERM, then SIGKILL after stopGrace.

@@ -144,3 +144,29 @@ func TestSupervisorRestartsCrashedProcess(t *testing.T) {
 		t.Errorf("log ends %q", tail)
 	}
 }
+
+// TestSupervisorRestartsKilledProcess: a bootstrap killed (SIGKILL, as a crashed or reclaimed
+// execution environment) is started again, as Lambda starts a new one.
+func TestSupervisorRestartsKilledProcess(t *testing.T) {
+	s := newSupervisor(slog.New(slog.DiscardHandler))
+	if err := s.start(testSpec(t, script(t, `exec sleep 300`)), 2); err != nil {
+		t.Fatal(err)
+	}
+
+	defer s.stop()
+
+	if _, err := s.kill("other", 0); err == nil {
+		t.Error("killed a process of a function that has none")
+	}
+
+	pid, err := s.kill("fn", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	waitFor(t, func() bool { return gone(pid) })
+	waitFor(t, func() bool {
+		running, restarts := s.counts("fn")
+		return running == 2 && restarts == 1 && len(s.startedPIDs()) == 3
+	})
+}

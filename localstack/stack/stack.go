@@ -185,6 +185,20 @@ func (s *Stack) Functions() []Function {
 	return out
 }
 
+// KillProcess kills one running bootstrap of the named function (SIGKILL to its process group,
+// pick choosing among them), as a crashed execution environment: an invocation it was serving
+// fails as a timed-out one does, and the stack starts the bootstrap again after a second, as
+// Lambda starts a new environment. It returns the killed PID.
+func (s *Stack) KillProcess(function string, pick int) (int, error) {
+	return s.procs.kill(function, pick)
+}
+
+// Processes returns how many bootstraps of the named function run now, and how many
+// bootstraps of any function the stack has started again after they exited.
+func (s *Stack) Processes(function string) (running, restarts int) {
+	return s.procs.counts(function)
+}
+
 // StackName is the stack's name: the key of its outputs in the outputs file.
 func (s *Stack) StackName() string { return s.name }
 

@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand"
 	"net/http"
 	"net/url"
@@ -66,6 +67,10 @@ const (
 	ExecutionAlreadyExists Fault = "ExecutionAlreadyExists"
 	// StartThrottling: ThrottlingException on StartExecution (the SDK retries it).
 	StartThrottling Fault = "StartThrottling"
+	// ExecutionLimitExceeded: StartExecution answers ExecutionLimitExceeded, as AWS does when
+	// the account's open executions are at their quota. Nothing is started and the SDK does
+	// not retry it, so the start fails: the fault that makes a StartExecution fail outright.
+	ExecutionLimitExceeded Fault = "ExecutionLimitExceeded"
 	// AccessDenied: AccessDeniedException (HTTP 400), what any operation of any service
 	// answers when the caller's IAM policy does not allow it (the emulator enforces no IAM).
 	// Nothing is applied. The SDK does not retry it: its retryer retries this code only as a
@@ -75,7 +80,7 @@ const (
 )
 
 var faults = []Fault{TransactionConflict, ProvisionedThroughputExceeded, Throttling, AmbiguousTimeout, InternalServerError,
-	ExecutionAlreadyExists, StartThrottling, AccessDenied}
+	ExecutionAlreadyExists, StartThrottling, ExecutionLimitExceeded, AccessDenied}
 
 // Rule injects Fault into a share Rate (0..1) of the attempts of an operation.
 type Rule struct {
@@ -101,6 +106,10 @@ func (r Rule) String() string {
 // concurrent use by any number of clients.
 type Injector struct {
 	rules []Rule
+	// Log, if set, gets one line per injected fault ("awsfault injected", with the fault and
+	// the operation): a process's counts die with it, its log lines let a run count faults
+	// across every process of the local stack.
+	Log *slog.Logger
 
 	mu     sync.Mutex
 	rnd    *rand.Rand
@@ -186,7 +195,7 @@ func (i *Injector) handle(ctx context.Context, in middleware.DeserializeInput, n
 		if err != nil || !ok || r.StatusCode < 200 || r.StatusCode > 299 {
 			return out, md, err // the call failed anyway: nothing was applied, the answer stands
 		}
-		i.record(f)
+		i.record(ctx, f, op)
 		if r.Body != nil {
 			_, _ = io.Copy(io.Discard, r.Body)
 			_ = r.Body.Close()
@@ -207,14 +216,17 @@ func (i *Injector) handle(ctx context.Context, in middleware.DeserializeInput, n
 				Op: "Post", URL: u, Err: timeoutError{},
 			}}
 	}
-	i.record(f)
+	i.record(ctx, f, op)
 	return i.answer(service, op, params, f, variant), middleware.Metadata{}, nil
 }
 
-func (i *Injector) record(f Fault) {
+func (i *Injector) record(ctx context.Context, f Fault, op string) {
 	i.mu.Lock()
 	i.counts[f]++
 	i.mu.Unlock()
+	if i.Log != nil {
+		i.Log.InfoContext(ctx, "awsfault injected", "fault", string(f), "operation", op)
+	}
 }
 
 // draw picks the fault for one attempt, if any: rules are tried in order, each with its own
@@ -245,7 +257,7 @@ func applies(f Fault, service, op string) bool {
 		return true
 	case InternalServerError:
 		return service == dynamodb.ServiceID && (op == "TransactWriteItems" || isItemWrite(op))
-	case ExecutionAlreadyExists, StartThrottling:
+	case ExecutionAlreadyExists, StartThrottling, ExecutionLimitExceeded:
 		return service == sfn.ServiceID && op == "StartExecution"
 	}
 	return false
@@ -290,6 +302,9 @@ func (i *Injector) answer(service, op string, params any, f Fault, variant bool)
 		return i.errorResponse(400, map[string]any{"__type": "ThrottlingException", "message": "Rate exceeded"})
 	case AccessDenied:
 		return i.accessDenied(service, op)
+	case ExecutionLimitExceeded:
+		return i.errorResponse(400, map[string]any{"__type": "ExecutionLimitExceeded",
+			"message": "The maximum number of running executions has been reached"})
 	case ExecutionAlreadyExists:
 		arn := i.close(params)
 		return i.errorResponse(400, map[string]any{"__type": "ExecutionAlreadyExists",

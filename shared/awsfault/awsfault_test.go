@@ -1,9 +1,11 @@
 package awsfault_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -484,6 +486,23 @@ func TestStartExecutionFaults(t *testing.T) {
 		}
 		if got := inj.Count(awsfault.StartThrottling); got != 3 {
 			t.Errorf("injected %d, want 3 (one per attempt)", got)
+		}
+	})
+	t.Run("execution limit exceeded fails the start", func(t *testing.T) {
+		inj := awsfault.New(1, awsfault.Rule{Operation: "StartExecution", Fault: awsfault.ExecutionLimitExceeded, Rate: 1, Max: 1})
+		var logged bytes.Buffer
+		inj.Log = slog.New(slog.NewTextHandler(&logged, nil))
+		c := sfnClient(url, inj, 3)
+		_, err := c.StartExecution(ctx, &sfn.StartExecutionInput{StateMachineArn: aws.String(sm), Name: aws.String("rcl_3"), Input: aws.String(`{}`)})
+		var e *sfntypes.ExecutionLimitExceeded
+		if !errors.As(err, &e) {
+			t.Fatalf("got %T %v, want ExecutionLimitExceeded", err, err)
+		}
+		if got := inj.Count(awsfault.ExecutionLimitExceeded); got != 1 {
+			t.Errorf("injected %d, want 1 (not retried by the SDK)", got)
+		}
+		if n := strings.Count(logged.String(), `msg="awsfault injected" fault=ExecutionLimitExceeded operation=StartExecution`); n != 1 {
+			t.Errorf("logged %d lines for the fault, want 1: %s", n, logged.String())
 		}
 	})
 }

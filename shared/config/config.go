@@ -110,7 +110,10 @@ func Faults() (*awsfault.Injector, error) {
 		}
 	}
 	slog.Warn("AWS fault injection is on", "rules", spec, "seed", seed, "endpoint", endpoint)
-	return awsfault.New(seed, rules...), nil
+	inj := awsfault.New(seed, rules...)
+	// One line per fault, so a run can count the faults of every function process.
+	inj.Log = slog.Default()
+	return inj, nil
 }
 
 // loopback reports whether an endpoint URL names this machine.
