@@ -108,6 +108,17 @@ bench: ## latency and size figures (see README "Numbers")
 	@echo "==> 64-VM reclaim over 8 nodes, functions under AWS faults ($(E2E_FAULTS)), agents failing 30% of calls"
 	E2E_FAULTS='$(E2E_FAULTS)' go test -count=1 -timeout 20m -run '^$$' -bench TerminationUnderFaults -benchtime 3x ./localstack/e2e
 
+# CHAOS_FAULTS: E2E_FAULTS and 5% of StartExecution calls failing outright; CHAOS_DURATION:
+# how long the chaos run drives the stack before it drains and checks.
+CHAOS_FAULTS   ?= $(E2E_FAULTS),StartExecution:ExecutionLimitExceeded=0.05
+CHAOS_DURATION ?= 5m
+
+.PHONY: soak
+soak: ## long runs with figures (README "Numbers -> Reliability"): chaos on the whole local stack
+	@$(MAKE) --no-print-directory synth ENV=local
+	@echo "==> chaos: $(CHAOS_DURATION) of concurrent load on the local stack under $(CHAOS_FAULTS), agents failing 30%, bootstraps killed"
+	CHAOS_DURATION=$(CHAOS_DURATION) E2E_FAULTS='$(CHAOS_FAULTS)' go test -count=1 -timeout 20m -run '^TestChaos$$' -parallel 16 -v ./localstack/e2e 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'; exit $${PIPESTATUS[0]}
+
 .PHONY: ctl
 ctl: ## build the operator CLI into bin/capacityctl (README "Operating")
 	go build -trimpath -o bin/capacityctl ./cmd/capacityctl
