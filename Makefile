@@ -87,10 +87,18 @@ test: ## every test: unit, store, fuzz (short), CDK assertions, end to end on th
 MODEL_OPS  ?= 100000
 MODEL_TIME ?= 15m
 
+# CHAOS_FAULTS: E2E_FAULTS and 5% of StartExecution calls failing outright; CHAOS_DURATION:
+# how long the chaos run drives the stack before it drains and checks.
+CHAOS_FAULTS   ?= $(E2E_FAULTS),StartExecution:ExecutionLimitExceeded=0.05
+CHAOS_DURATION ?= 5m
+
 .PHONY: soak
-soak: ## long runs with the figures of README "Reliability": the model-based test (MODEL_OPS operations, bounded by MODEL_TIME)
-	@echo "==> soak 1/1: model-based test of the domain and the store, $(MODEL_OPS) operations (at most $(MODEL_TIME)) on the in-process emulator"
+soak: ## long runs with the figures of README "Reliability": the model-based test (MODEL_OPS operations, bounded by MODEL_TIME), then chaos on the whole local stack (CHAOS_DURATION)
+	@echo "==> soak 1/2: model-based test of the domain and the store, $(MODEL_OPS) operations (at most $(MODEL_TIME)) on the in-process emulator"
 	MODEL_OPS=$(MODEL_OPS) MODEL_TIME=$(MODEL_TIME) go test -count=1 -timeout 30m -run '^TestModelSoak$$' -v ./shared/capacity
+	@$(MAKE) --no-print-directory synth ENV=local
+	@echo "==> soak 2/2: chaos, $(CHAOS_DURATION) of concurrent load on the local stack under $(CHAOS_FAULTS), agents failing 30%, bootstraps killed"
+	CHAOS_DURATION=$(CHAOS_DURATION) E2E_FAULTS='$(CHAOS_FAULTS)' go test -count=1 -timeout 20m -run '^TestChaos$$' -parallel 16 -v ./localstack/e2e 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'; exit $${PIPESTATUS[0]}
 	@echo "==> soak: done"
 
 .PHONY: bench
@@ -107,17 +115,6 @@ bench: ## latency and size figures (see README "Numbers")
 	go test -count=1 -timeout 15m -run '^$$' -bench 'Contention$$' -benchtime 1x ./localstack/e2e
 	@echo "==> 64-VM reclaim over 8 nodes, functions under AWS faults ($(E2E_FAULTS)), agents failing 30% of calls"
 	E2E_FAULTS='$(E2E_FAULTS)' go test -count=1 -timeout 20m -run '^$$' -bench TerminationUnderFaults -benchtime 3x ./localstack/e2e
-
-# CHAOS_FAULTS: E2E_FAULTS and 5% of StartExecution calls failing outright; CHAOS_DURATION:
-# how long the chaos run drives the stack before it drains and checks.
-CHAOS_FAULTS   ?= $(E2E_FAULTS),StartExecution:ExecutionLimitExceeded=0.05
-CHAOS_DURATION ?= 5m
-
-.PHONY: soak
-soak: ## long runs with figures (README "Numbers -> Reliability"): chaos on the whole local stack
-	@$(MAKE) --no-print-directory synth ENV=local
-	@echo "==> chaos: $(CHAOS_DURATION) of concurrent load on the local stack under $(CHAOS_FAULTS), agents failing 30%, bootstraps killed"
-	CHAOS_DURATION=$(CHAOS_DURATION) E2E_FAULTS='$(CHAOS_FAULTS)' go test -count=1 -timeout 20m -run '^TestChaos$$' -parallel 16 -v ./localstack/e2e 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'; exit $${PIPESTATUS[0]}
 
 .PHONY: ctl
 ctl: ## build the operator CLI into bin/capacityctl (README "Operating")
