@@ -55,9 +55,10 @@ FAULTS ?=
 # BENCH_PKGS: every package with a benchmark; make test runs each benchmark once, short.
 BENCH_PKGS := $(sort $(patsubst %/,./%,$(dir $(shell grep -rl --include='*_test.go' '^func Benchmark' shared functions cmd localstack))))
 # E2E_FAULTS: the AWS faults of the end-to-end runs under faults of make test and make bench:
-# 10% transaction conflicts and 10% throttling on every call, and 5% of writes applied but
-# answered with a timeout (the simulated agents also fail 30% of terminate calls).
-E2E_FAULTS ?= TransactionConflict=0.1,Throttling=0.1,TransactWriteItems:AmbiguousTimeout=0.05,UpdateItem:AmbiguousTimeout=0.05,PutItem:AmbiguousTimeout=0.05
+# 10% transaction conflicts and 10% throttling on every call, 5% of writes applied but
+# answered with a timeout and 3% applied but answered 500 InternalServerError (the simulated
+# agents also fail 30% of terminate calls).
+E2E_FAULTS ?= TransactionConflict=0.1,Throttling=0.1,TransactWriteItems:AmbiguousTimeout=0.05,UpdateItem:AmbiguousTimeout=0.05,PutItem:AmbiguousTimeout=0.05,InternalServerError=0.03
 
 .PHONY: run
 run: ## run the whole stack on 127.0.0.1:4566 with demo data (Ctrl-C stops it); FAULTS=... injects AWS faults
