@@ -374,11 +374,11 @@ func (s *Service) mayReadScheduled(ctx context.Context, p Principal, nodeID, res
 
 // scheduled reads a scheduled reclaim of the reservation.
 func (s *Service) scheduled(ctx context.Context, nodeID, reservationID, id string) (*ScheduledReclaim, error) {
+	if !ValidID(id) { // names nothing, in any deployment
+		return nil, scheduledNotFound()
+	}
 	if err := s.scheduledReads(); err != nil {
 		return nil, err
-	}
-	if !ValidID(id) {
-		return nil, scheduledNotFound()
 	}
 	sr, err := s.Schedules.GetScheduled(ctx, nodeID, id)
 	if ErrorCode(err) == CodeNotFound || err == nil && sr.ReservationID != reservationID {
@@ -398,6 +398,9 @@ func scheduledNotFound() *Error { return Errorf(CodeNotFound, "scheduled reclaim
 func (s *Service) CancelScheduledReclaim(ctx context.Context, p Principal, nodeID, reservationID, id string, meta RequestMeta) (*ScheduledReclaim, error) {
 	if err := AdmitCapacityCall(p, nodeID, reservationID); err != nil {
 		return nil, err
+	}
+	if !ValidID(id) { // names nothing, in any deployment: a 404, not scheduling_unavailable
+		return nil, scheduledNotFound()
 	}
 	if err := s.scheduling(); err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"path"
 	"sort"
 	"strings"
 	"time"
@@ -162,8 +163,58 @@ func (h *Handler) Mux() http.Handler {
 	for _, rt := range bound {
 		mux.Handle(rt.pattern, h.serve(rt))
 	}
-	mux.Handle("/", h.serve(route{}))
-	return mux
+	notFound := h.serve(route{})
+	mux.Handle("/", notFound)
+	return literalPaths(mux, notFound)
+}
+
+// literalPaths routes every path as sent. http.ServeMux answers a path that is not clean
+// (a "." or ".." segment, an empty one) with a 307 redirect to the cleaned path: a path id
+// of ".." would send the caller to another resource (the node instead of the reservation),
+// and through API Gateway to a URL without the stage. Here a "." or ".." segment is routed
+// as an ordinary segment (escaped, so the mux leaves it alone): as an id it names nothing
+// and gets the route's 404, as anything else it matches no route. A path still not clean
+// after that (an empty segment: no id is empty) gets the 404 of no route.
+func literalPaths(mux *http.ServeMux, notFound http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		escaped := r.URL.EscapedPath()
+		if isClean(escaped) {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		segs := strings.Split(escaped, "/")
+		for i, s := range segs {
+			switch s {
+			case ".":
+				segs[i] = "%2E"
+			case "..":
+				segs[i] = "%2E%2E"
+			}
+		}
+		escaped = strings.Join(segs, "/")
+		if !isClean(escaped) {
+			notFound.ServeHTTP(w, r)
+			return
+		}
+		r2 := *r
+		u := *r.URL
+		u.RawPath = escaped // decodes to u.Path, which keeps the dots
+		r2.URL = &u
+		mux.ServeHTTP(w, &r2)
+	})
+}
+
+// isClean reports whether the mux routes the escaped path as it is, without redirecting:
+// the mux's own cleaning (net/http cleanPath) leaves it unchanged.
+func isClean(escaped string) bool {
+	if escaped == "" || escaped[0] != '/' {
+		return false
+	}
+	c := path.Clean(escaped)
+	if escaped[len(escaped)-1] == '/' && c != "/" {
+		c += "/"
+	}
+	return c == escaped
 }
 
 // Actions the capacity handler serves.
@@ -216,6 +267,10 @@ func (h *Handler) dispatch(w *statusRecorder, r *http.Request, rt route, reqID s
 	}
 	if !bh.auth {
 		return capacity.Principal{}, bh.fn(w, r, capacity.Principal{}, reqID)
+	}
+	if len(r.Header.Values("Authorization")) > 1 {
+		// Which one would count is anyone's guess (a proxy may check one, we another).
+		return capacity.Principal{}, capacity.Errorf(capacity.CodeUnauthenticated, "send one Authorization header")
 	}
 	authStart := time.Now()
 	p, err := h.Auth.Authenticate(r.Context(), r.Header.Get("Authorization"))
@@ -450,7 +505,9 @@ func (h *Handler) requestID(r *http.Request) string {
 			return id
 		}
 	}
-	if id := r.Header.Get("X-Request-Id"); id != "" && len(id) <= 128 {
+	// A caller's own id is taken only if it is printable ASCII: it is echoed in a header and
+	// recorded in logs and audit records, where a control character could forge lines.
+	if id := r.Header.Get("X-Request-Id"); id != "" && len(id) <= 128 && !strings.ContainsFunc(id, func(c rune) bool { return c <= ' ' || c > '~' }) {
 		return id
 	}
 	return capacity.NewID()
