@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
@@ -119,6 +120,7 @@ func newAdapter(store *dynamo.Store, workflow capacity.Workflow, sched schedulin
 		Auth:      &auth.Authenticator{Keys: store.Keys(), TTL: keyTTL, Touch: store.Keys(), Logger: logger},
 		Logger:    logger,
 		RequestID: apiGatewayRequestID,
+		BasePath:  apiGatewayBasePath,
 	}
 	if rate != nil {
 		// Right after authentication, before any node read or write (see httpapi.Handler).
@@ -134,6 +136,23 @@ func newAdapter(store *dynamo.Store, workflow capacity.Workflow, sched schedulin
 func apiGatewayRequestID(r *http.Request) string {
 	if rc, ok := core.GetAPIGatewayContextFromContext(r.Context()); ok {
 		return rc.RequestID
+	}
+	return ""
+}
+
+// apiGatewayBasePath returns the path API Gateway serves the API under: what its request
+// context's path holds before the route's path ("/prod" on the execute-api domain, a base path
+// mapping's "/capacity" on a custom domain), else "/<stage>"; "" outside API Gateway.
+func apiGatewayBasePath(r *http.Request) string {
+	rc, ok := core.GetAPIGatewayContextFromContext(r.Context())
+	if !ok {
+		return ""
+	}
+	if base, ok := strings.CutSuffix(rc.Path, r.URL.Path); ok && r.URL.Path != "" {
+		return base
+	}
+	if rc.Stage != "" && rc.Stage != "$default" {
+		return "/" + rc.Stage
 	}
 	return ""
 }

@@ -339,3 +339,34 @@ func (s *switchable) Encrypt(ctx context.Context, in *kms.EncryptInput, opts ...
 func (s *switchable) Decrypt(ctx context.Context, in *kms.DecryptInput, opts ...func(*kms.Options)) (*kms.DecryptOutput, error) {
 	return s.allowed.Decrypt(ctx, in, opts...)
 }
+
+// TestOpenAPIServersURLIsWhereTheAPIIs: the served document's server is the base path API
+// Gateway serves the API under, so that a client taking its base URL from the document reaches
+// the API: the stage on the execute-api domain, a base path mapping on a custom domain.
+func TestOpenAPIServersURLIsWhereTheAPIIs(t *testing.T) {
+	adapter := newAdapter(dynamotest.New(t).Store, nil, scheduling{}, emf.New(io.Discard, "local"), time.Minute, agentConfig{}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	for _, tc := range []struct {
+		name, stage, contextPath, want string
+	}{
+		{"execute-api domain", "prod", "/prod/v1/openapi.json", "/prod"},
+		{"custom domain, base path mapping", "prod", "/capacity/v1/openapi.json", "/capacity"},
+		{"custom domain at the root", "prod", "/v1/openapi.json", "/"},
+		{"context path without the route: the stage", "dev", "", "/dev"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := adapter.ProxyWithContext(context.Background(), events.APIGatewayProxyRequest{
+				HTTPMethod: "GET", Path: "/v1/openapi.json", Resource: "/v1/openapi.json",
+				RequestContext: events.APIGatewayProxyRequestContext{Stage: tc.stage, Path: tc.contextPath, RequestID: "req-1"},
+			})
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("GET /v1/openapi.json: %d %v", resp.StatusCode, err)
+			}
+			var doc struct {
+				Servers []struct{ URL string } `json:"servers"`
+			}
+			if err := json.Unmarshal([]byte(resp.Body), &doc); err != nil || len(doc.Servers) != 1 || doc.Servers[0].URL != tc.want {
+				t.Fatalf("servers %+v (%v), want one at %q", doc.Servers, err, tc.want)
+			}
+		})
+	}
+}

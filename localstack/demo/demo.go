@@ -88,6 +88,7 @@ func Seed(now time.Time) dynamo.Seed {
 		},
 	}
 	for _, k := range Keys() {
+		k.Key.CreatedAt = now // the API shows when a key was made; these are made by the seed
 		s.Keys = append(s.Keys, k.Key)
 	}
 	return s

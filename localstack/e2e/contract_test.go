@@ -2,15 +2,23 @@ package e2e
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
+	"github.com/pb33f/libopenapi-validator/config"
 
+	"github.com/openrelay/capacity/localstack/demo"
 	"github.com/openrelay/capacity/shared/httpapi"
 	"github.com/openrelay/capacity/shared/routes"
 )
@@ -32,7 +40,8 @@ func loadContract() {
 		contract.err = fmt.Errorf("read openapi.json: %w", err)
 		return
 	}
-	v, errs := validator.NewValidator(doc)
+	// Formats too (date-time, uri, int64): "" is a string but no date-time.
+	v, errs := validator.NewValidator(doc, config.WithFormatAssertions())
 	if len(errs) > 0 {
 		contract.err = fmt.Errorf("build a validator from openapi.json: %v", errs)
 		return
@@ -126,10 +135,110 @@ func describe[E interface{ Error() string }](errs []E) string {
 }
 
 // TestOpenAPIServed: the document is served through API Gateway without a key, as kept in
-// the repository.
+// the repository but for its server URL, which is the stage the API is served under: a client
+// that takes its base URL from the document (resolving it against the document's own URL, as
+// OpenAPI says) reaches the API. It asks as a client on AWS would, on the execute-api host
+// ({apiId}.execute-api.localhost:4566/local/...), not in the local path form.
 func TestOpenAPIServed(t *testing.T) {
-	r := call(t, http.MethodGet, "/v1/openapi.json", "", nil)
-	if r.Status != http.StatusOK || !bytes.Equal(r.Body, httpapi.OpenAPI) {
-		t.Errorf("GET /v1/openapi.json: %d, %d bytes, want 200 and the document (%d bytes)", r.Status, len(r.Body), len(httpapi.OpenAPI))
+	api, err := url.Parse(apiURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := strings.Split(strings.TrimPrefix(api.Path, "/restapis/"), "/") // {apiId}/{stage}/_user_request_/
+	if len(parts) < 2 {
+		t.Fatalf("ApiUrl %s is not in the local path form", apiURL)
+	}
+	host := parts[0] + ".execute-api.localhost:" + api.Port()
+	stage := parts[1]
+	// *.localhost may not resolve here: dial the local stack whatever the host.
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, api.Host)
+		},
+	}}
+	get := func(t *testing.T, u, key string) response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, u, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", u, err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return response{resp.StatusCode, resp.Header, body}
+	}
+
+	docURL := "http://" + host + "/" + stage + "/v1/openapi.json"
+	r := get(t, docURL, "")
+	var doc struct {
+		Servers []struct{ URL string } `json:"servers"`
+	}
+	if r.Status != http.StatusOK || json.Unmarshal(r.Body, &doc) != nil || len(doc.Servers) != 1 {
+		t.Fatalf("GET %s: %d, %d bytes, want 200 and a document with one server", docURL, r.Status, len(r.Body))
+	}
+	if want := "/" + stage; doc.Servers[0].URL != want || !bytes.Equal(r.Body, httpapi.OpenAPIFor(want)) {
+		t.Errorf("GET %s: server %q, want %q, and the document as kept otherwise", docURL, doc.Servers[0].URL, want)
+	}
+	base, err := url.Parse(docURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := base.Parse(doc.Servers[0].URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := newNode(t, nil)
+	path := "/v1/nodes/" + node + "/reservations/" + demo.ReservationID
+	if got := get(t, strings.TrimSuffix(server.String(), "/")+path, keyOwner); got.Status != http.StatusOK {
+		t.Errorf("GET %s%s (the document's server): %d %s, want 200", server, path, got.Status, got.Body)
+	}
+}
+
+// errorsTB records what a check reports instead of failing the test.
+type errorsTB struct {
+	testing.TB
+	errs []string
+}
+
+func (e *errorsTB) Errorf(format string, args ...any) {
+	e.errs = append(e.errs, fmt.Sprintf(format, args...))
+}
+func (e *errorsTB) Helper() {}
+
+// TestContractChecksFormats: the contract check refuses an answer whose members have the right
+// type but not the document's format (a createdAt of "", a date-time without its zone), and
+// passes the same answer with real date-times.
+func TestContractChecksFormats(t *testing.T) {
+	key := func(createdAt string) []byte {
+		return []byte(`{"key":{"keyId":"key-1","orgId":"org-1","permissions":["reservation.read"],"operator":false,"revoked":false` + createdAt + `}}`)
+	}
+	for _, tc := range []struct {
+		name, createdAt string
+		ok              bool
+	}{
+		{"date-time", `,"createdAt":"2026-12-03T10:00:00Z"`, true},
+		{"absent", ``, true},
+		{"empty", `,"createdAt":""`, false},
+		{"no zone", `,"createdAt":"2026-12-03T10:00:00"`, false},
+		{"a date", `,"createdAt":"2026-12-03"`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &errorsTB{TB: t}
+			h := http.Header{"Authorization": {"Bearer " + keyOperator}}
+			resp := response{http.StatusOK, http.Header{"Content-Type": {"application/json"}, "X-Request-Id": {"r-1"}}, key(tc.createdAt)}
+			checkContract(rec, http.MethodGet, "/v1/keys/key-1", h, nil, resp)
+			if ok := len(rec.errs) == 0; ok != tc.ok {
+				t.Errorf("contract check passed=%v, want %v: %v", ok, tc.ok, rec.errs)
+			}
+		})
 	}
 }

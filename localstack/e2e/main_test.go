@@ -149,10 +149,7 @@ func stackOutputs() (map[string]string, func(), error) {
 
 // seedKeys writes the demo API keys unless a running stack already has them.
 func seedKeys() error {
-	var seed dynamo.Seed
-	for _, k := range demo.Keys() {
-		seed.Keys = append(seed.Keys, k.Key)
-	}
+	seed := dynamo.Seed{Keys: demo.Seed(time.Now()).Keys}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err := store.Put(ctx, seed)

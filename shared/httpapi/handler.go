@@ -75,6 +75,10 @@ type Handler struct {
 	// RequestID returns the id of the request (e.g. API Gateway's); default: X-Request-Id or
 	// a new random id.
 	RequestID func(*http.Request) string
+	// BasePath returns the path the API is served under, before its routes (API Gateway's
+	// stage, "/prod"); the served OpenAPI document names it as its server. Default: "" (the
+	// API at the host's root).
+	BasePath func(*http.Request) string
 }
 
 // route is one path and the handler of each method it accepts. Routes are matched by path
@@ -96,7 +100,7 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, p capacity.Princip
 // handlers binds each operationId of routes.All to its handler.
 func (h *Handler) handlers() map[string]handlerFunc {
 	return map[string]handlerFunc{
-		"getOpenAPI":             serveOpenAPI,
+		"getOpenAPI":             h.serveOpenAPI,
 		"getReservation":         h.getReservation,
 		"reclaim":                h.capacity(ActionReclaim),
 		"release":                h.capacity(ActionRelease),

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"go/ast"
@@ -175,13 +176,31 @@ func (d denyAuth) Authenticate(context.Context, string) (capacity.Principal, err
 	return capacity.Principal{}, capacity.Errorf(capacity.CodeUnauthenticated, "no")
 }
 
-// TestServeOpenAPI: GET /v1/openapi.json answers the document without a key.
+// TestServeOpenAPI: GET /v1/openapi.json answers the document without a key, its server URL
+// the base path the API is served under (as is at the host's root).
 func TestServeOpenAPI(t *testing.T) {
 	h := (&Handler{Auth: denyAuth{t}}).Mux()
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v1/openapi.json", nil))
 	if w.Code != http.StatusOK || w.Header().Get("Content-Type") != "application/json" || w.Body.String() != string(OpenAPI) {
 		t.Errorf("GET /v1/openapi.json: %d %s, body %d bytes, want 200 application/json and the document", w.Code, w.Header().Get("Content-Type"), w.Body.Len())
+	}
+	for _, tc := range []struct{ base, want string }{
+		{"", "/"}, {"/", "/"}, {"/prod", "/prod"}, {"/prod/", "/prod"}, {"/a\"b", "/a\"b"},
+	} {
+		staged := (&Handler{Auth: denyAuth{t}, BasePath: func(*http.Request) string { return tc.base }}).Mux()
+		w := httptest.NewRecorder()
+		staged.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v1/openapi.json", nil))
+		var doc struct {
+			Servers []struct{ URL string } `json:"servers"`
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &doc); err != nil || len(doc.Servers) != 1 || doc.Servers[0].URL != tc.want {
+			t.Errorf("base path %q: servers %+v (%v), want one at %q", tc.base, doc.Servers, err, tc.want)
+		}
+		// Everything else is the document as kept.
+		if rest := bytes.Replace(w.Body.Bytes(), []byte(`"url": `+strconv.Quote(tc.want)), []byte(serverURL), 1); !bytes.Equal(rest, OpenAPI) {
+			t.Errorf("base path %q: the served document differs from openapi.json beyond its server URL", tc.base)
+		}
 	}
 	w = httptest.NewRecorder()
 	h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/openapi.json", nil))

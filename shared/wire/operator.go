@@ -147,7 +147,9 @@ type KeyJSON struct {
 	Permissions []string `json:"permissions"`
 	Operator    bool     `json:"operator"`
 	Description string   `json:"description,omitempty"`
-	CreatedAt   string   `json:"createdAt"`
+	// CreatedAt is absent on a key that records no creation time (one written to the table
+	// outside the API): never "", which is no date-time.
+	CreatedAt   string   `json:"createdAt,omitempty"`
 	CreatedBy   string   `json:"createdBy,omitempty"`
 	ExpiresAt   string   `json:"expiresAt,omitempty"`
 	Revoked     bool     `json:"revoked"`

@@ -139,3 +139,15 @@ func TestNodeJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyWithoutCreationTime: a key that records no creation time shows no createdAt, never
+// "" (which is no date-time).
+func TestKeyWithoutCreationTime(t *testing.T) {
+	raw, err := json.Marshal(wire.Key(capacity.APIKey{KeyID: "key-1", OrgID: "org-1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(raw), `"createdAt"`) {
+		t.Errorf("key without a creation time shows %s", raw)
+	}
+}
