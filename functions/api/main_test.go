@@ -344,7 +344,7 @@ func (s *switchable) Decrypt(ctx context.Context, in *kms.DecryptInput, opts ...
 // Gateway serves the API under, so that a client taking its base URL from the document reaches
 // the API: the stage on the execute-api domain, a base path mapping on a custom domain.
 func TestOpenAPIServersURLIsWhereTheAPIIs(t *testing.T) {
-	adapter := newAdapter(dynamotest.New(t).Store, nil, scheduling{}, emf.New(io.Discard, "local"), time.Minute, agentConfig{}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	adapter := newAdapter(dynamotest.New(t).Store, nil, scheduling{}, emf.New(io.Discard, "local"), time.Minute, agentConfig{}, nil, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 	for _, tc := range []struct {
 		name, stage, contextPath, want string
 	}{

@@ -149,12 +149,12 @@ type KeyJSON struct {
 	Description string   `json:"description,omitempty"`
 	// CreatedAt is absent on a key that records no creation time (one written to the table
 	// outside the API): never "", which is no date-time.
-	CreatedAt   string   `json:"createdAt,omitempty"`
-	CreatedBy   string   `json:"createdBy,omitempty"`
-	ExpiresAt   string   `json:"expiresAt,omitempty"`
-	Revoked     bool     `json:"revoked"`
-	RevokedAt   string   `json:"revokedAt,omitempty"`
-	LastUsedAt  string   `json:"lastUsedAt,omitempty"`
+	CreatedAt  string `json:"createdAt,omitempty"`
+	CreatedBy  string `json:"createdBy,omitempty"`
+	ExpiresAt  string `json:"expiresAt,omitempty"`
+	Revoked    bool   `json:"revoked"`
+	RevokedAt  string `json:"revokedAt,omitempty"`
+	LastUsedAt string `json:"lastUsedAt,omitempty"`
 	// RateLimit is the key's own limit; absent: the environment's.
 	RateLimit *RateLimitJSON `json:"rateLimit,omitempty"`
 }
