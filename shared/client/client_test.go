@@ -113,14 +113,14 @@ func TestRoutes(t *testing.T) {
 			return c.RevokeKey(ctx, "key/1", "", client.Options{})
 		},
 			"POST", "/dev/v1/keys/key%2F1/revoke", "", map[string]any{}, "",
-			`{"key":{"keyId":"key/1","orgId":"o","permissions":[],"operator":false,"createdAt":"","revoked":true}}`,
-			`{"key":{"keyId":"key/1","orgId":"o","permissions":[],"operator":false,"createdAt":"","revoked":true}}`},
+			`{"key":{"keyId":"key/1","orgId":"o","permissions":[],"operator":false,"revoked":true}}`,
+			`{"key":{"keyId":"key/1","orgId":"o","permissions":[],"operator":false,"revoked":true}}`},
 		{"revoke key with a reason", func(c *client.Client) (any, *client.Meta, error) {
 			return c.RevokeKey(ctx, "key-1", "leaked", client.Options{})
 		},
 			"POST", "/dev/v1/keys/key-1/revoke", "", map[string]any{"reason": "leaked"}, "",
-			`{"key":{"keyId":"key-1","orgId":"o","permissions":[],"operator":false,"createdAt":"","revoked":true}}`,
-			`{"key":{"keyId":"key-1","orgId":"o","permissions":[],"operator":false,"createdAt":"","revoked":true}}`},
+			`{"key":{"keyId":"key-1","orgId":"o","permissions":[],"operator":false,"revoked":true}}`,
+			`{"key":{"keyId":"key-1","orgId":"o","permissions":[],"operator":false,"revoked":true}}`},
 		{"get reclaim operation", func(c *client.Client) (any, *client.Meta, error) { return c.GetReclaim(ctx, "node-1", "res-1", "op-1") },
 			"GET", "/dev/v1/nodes/node-1/reservations/res-1/reclaims/op-1", "", nil, "",
 			`{"id":"op-1","nodeId":"node-1","reservationId":"res-1","state":"completed","unitIds":["gpu-2"],"vms":[{"vmId":"vm-1","outcome":"terminated"}],"createdAt":"t"}`,
