@@ -84,9 +84,11 @@ test: ## every test: unit, store, fuzz (short), CDK assertions, end to end on th
 	go test -count=1 -short -timeout 10m -run '^$$' -bench . -benchtime 1x $(BENCH_PKGS)
 	E2E_FAULTS='$(E2E_FAULTS)' go test -count=1 -short -timeout 10m -run '^$$' -bench UnderFaults -benchtime 1x ./localstack/e2e
 
-# MODEL_OPS, MODEL_TIME: how many operations the model-based soak runs, and its bound in time.
-MODEL_OPS  ?= 100000
-MODEL_TIME ?= 15m
+# MODEL_OPS, MODEL_TIME: how many operations the model-based soak runs, and its bound in time;
+# MODEL_FAULTS_OPS: how many more it runs under AWS faults.
+MODEL_OPS        ?= 100000
+MODEL_FAULTS_OPS ?= 20000
+MODEL_TIME       ?= 15m
 
 # CHAOS_FAULTS: E2E_FAULTS and 5% of StartExecution calls failing outright; CHAOS_DURATION:
 # how long the chaos run drives the stack before it drains and checks.
@@ -94,11 +96,13 @@ CHAOS_FAULTS   ?= $(E2E_FAULTS),StartExecution:ExecutionLimitExceeded=0.05
 CHAOS_DURATION ?= 5m
 
 .PHONY: soak
-soak: ## long runs with the figures of README "Reliability": the model-based test (MODEL_OPS operations, bounded by MODEL_TIME), then chaos on the whole local stack (CHAOS_DURATION)
-	@echo "==> soak 1/2: model-based test of the domain and the store, $(MODEL_OPS) operations (at most $(MODEL_TIME)) on the in-process emulator"
+soak: ## long runs with the figures of README "Reliability": the model-based test (MODEL_OPS operations, then MODEL_FAULTS_OPS under AWS faults, each bounded by MODEL_TIME), then chaos on the whole local stack (CHAOS_DURATION)
+	@echo "==> soak 1/3: model-based test of the domain and the store, $(MODEL_OPS) operations (at most $(MODEL_TIME)) on the in-process emulator"
 	MODEL_OPS=$(MODEL_OPS) MODEL_TIME=$(MODEL_TIME) go test -count=1 -timeout 30m -run '^TestModelSoak$$' -v ./shared/capacity
+	@echo "==> soak 2/3: the same under AWS faults (transaction conflicts, throttling, lost answers), $(MODEL_FAULTS_OPS) operations (at most $(MODEL_TIME))"
+	MODEL_FAULTS=1 MODEL_OPS=$(MODEL_FAULTS_OPS) MODEL_TIME=$(MODEL_TIME) go test -count=1 -timeout 30m -run '^TestModelSoak$$' -v ./shared/capacity
 	@$(MAKE) --no-print-directory synth ENV=local
-	@echo "==> soak 2/2: chaos, $(CHAOS_DURATION) of concurrent load on the local stack under $(CHAOS_FAULTS), agents failing 30%, bootstraps killed"
+	@echo "==> soak 3/3: chaos, $(CHAOS_DURATION) of concurrent load on the local stack under $(CHAOS_FAULTS), agents failing 30%, bootstraps killed"
 	CHAOS_DURATION=$(CHAOS_DURATION) E2E_FAULTS='$(CHAOS_FAULTS)' go test -count=1 -timeout 20m -run '^TestChaos$$' -parallel 16 -v ./localstack/e2e 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'; exit $${PIPESTATUS[0]}
 	@echo "==> soak: done"
 

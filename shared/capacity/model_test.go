@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"pgregory.net/rapid"
 
+	"github.com/openrelay/capacity/shared/awsfault"
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
@@ -47,6 +48,27 @@ import (
 type modelTables struct {
 	env *dynamotest.Env
 	seq atomic.Int64
+	// faults, if any, are injected into the service's calls to DynamoDB (not the setup's,
+	// the checks', nor the terminator's), with a seed each sequence draws.
+	faults []awsfault.Rule
+}
+
+// modelFaults are the AWS faults of a run under faults: transactions cancelled by a conflict,
+// throttled, and applied with their answer lost (a timeout, a 500).
+var modelFaults = []awsfault.Rule{
+	{Operation: "TransactWriteItems", Fault: awsfault.TransactionConflict, Rate: 0.05},
+	{Operation: "TransactWriteItems", Fault: awsfault.Throttling, Rate: 0.05},
+	{Operation: "TransactWriteItems", Fault: awsfault.AmbiguousTimeout, Rate: 0.05},
+	{Operation: "TransactWriteItems", Fault: awsfault.InternalServerError, Rate: 0.03},
+}
+
+// faulted returns store with its client under mt's faults, drawn from seed.
+func (mt *modelTables) faulted(store *dynamo.Store, seed int64) (*dynamo.Store, *awsfault.Injector) {
+	inj := awsfault.New(seed, mt.faults...)
+	client := dynamodb.New(mt.env.Plain.Options(), func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, inj.APIOption) })
+	out := dynamo.New(client, store.Table, store.AuditTable)
+	out.KeysTable = store.KeysTable
+	return out, inj
 }
 
 func (mt *modelTables) fresh(t *rapid.T) (*dynamo.Store, func()) {
@@ -138,6 +160,10 @@ type mSched struct {
 	state         capacity.ScheduledState
 	code          capacity.Code // why it was refused
 	reclaimID     string        // of its firing
+	// loose: the model's last move of it (a refusal, its reservation's cancel) is a write the
+	// service makes on a best effort (it logs a failure; a later firing refuses it again),
+	// which under AWS faults may not have landed: the store may still say scheduled.
+	loose bool
 }
 
 type mOutcome struct {
@@ -208,6 +234,7 @@ type model struct {
 	touched map[string]bool   // nodes a step called on, checked after it
 	scheds  map[string]*mSched
 	revoked map[string]bool // key ids
+	inj     *awsfault.Injector
 	stats   *modelStats
 	kind    string // the step's kind, for the outcome counts
 }
@@ -233,10 +260,11 @@ type modelStats struct {
 	checks     int
 	violations int
 	mismatches int
+	faults     map[awsfault.Fault]int // injected
 }
 
 func newModelStats() *modelStats {
-	return &modelStats{ops: map[string]int{}, outcomes: map[string]int{}}
+	return &modelStats{ops: map[string]int{}, outcomes: map[string]int{}, faults: map[awsfault.Fault]int{}}
 }
 
 func (s *modelStats) count(kind string) {
@@ -272,6 +300,12 @@ func (s *modelStats) String() string {
 	b.WriteString("answers by kind:\n")
 	for _, k := range slices.Sorted(maps.Keys(s.outcomes)) {
 		fmt.Fprintf(&b, "  %-60s %7d\n", k, s.outcomes[k])
+	}
+	if len(s.faults) > 0 {
+		b.WriteString("AWS faults injected:\n")
+		for _, f := range slices.Sorted(maps.Keys(s.faults)) {
+			fmt.Fprintf(&b, "  %-34s %7d\n", f, s.faults[f])
+		}
 	}
 	fmt.Fprintf(&b, "invariant violations: %d\nmodel mismatches: %d\n", s.violations, s.mismatches)
 	return b.String()
@@ -329,6 +363,12 @@ func newModel(t *rapid.T, mt *modelTables, stats *modelStats) (*model, func()) {
 		m.res[id+"/r0"] = &mRes{id: "r0", node: id, units: r0.ReservedUnitIDs, released: []string{"u1", "u2"}, allowed: r0.AllowedOrgIDs,
 			managing: r0.ManagingOrgIDs, status: capacity.StatusActive, start: r0.StartsAt, end: r0.EndsAt, gen: 1, version: 2}
 		m.nodes[id].version = 3
+	}
+	if len(mt.faults) > 0 {
+		// From here on the service's writes meet AWS's faults; the model predicts the same.
+		fs, inj := mt.faulted(store, rapid.Int64().Draw(t, "faultSeed"))
+		m.svc.Store, m.svc.Schedules, m.svc.CreatorKeys, m.svc.Keys = fs, fs, fs, fs
+		m.inj = inj
 	}
 	return m, drop
 }
@@ -599,6 +639,21 @@ func (m *model) expectErr(what string, err error, code capacity.Code, units []st
 	return code
 }
 
+// transient reports, under AWS faults, an answer that the faults may leave a call with however
+// the model decides (throttled, concurrent_modification): it says nothing was applied, which
+// the check after the step verifies against the store, and the model stays as it was.
+func (m *model) transient(err error) bool {
+	if m.inj == nil {
+		return false
+	}
+	switch code := capacity.ErrorCode(err); code {
+	case capacity.CodeThrottled, capacity.CodeConcurrentModification:
+		m.stats.outcome(m.kind + " -> " + string(code) + " (under faults)")
+		return true
+	}
+	return false
+}
+
 func (m *model) expectOK(what string, err error) {
 	m.stats.outcome(m.kind + " -> ok")
 	if err != nil {
@@ -720,6 +775,9 @@ func (m *model) capacityCall(c mCall) {
 		res, err = m.svc.Reclaim(m.ctx, c.p, c.cap, c.meta)
 	} else {
 		res, err = m.svc.Release(m.ctx, c.p, c.cap, c.meta)
+	}
+	if m.transient(err) {
+		return
 	}
 	m.expectCapacity(c, fmt.Sprintf("%s %+v by %s", c.kind, c.cap, c.p.KeyID), res, err)
 }
@@ -858,6 +916,9 @@ func (m *model) placeCall(p capacity.Principal, req capacity.PlacementRequest) {
 	what := fmt.Sprintf("place %+v by %s", req, p.KeyID)
 	m.touched[req.NodeID] = true
 	res, err := m.svc.Place(m.ctx, p, req, capacity.RequestMeta{RequestID: m.newID("req-")})
+	if m.transient(err) {
+		return
+	}
 	if !p.Operator || !slices.Contains(p.Permissions, capacity.PermPlace) {
 		m.expectErr(what, err, capacity.CodeNotFound, nil)
 		return
@@ -1083,6 +1144,9 @@ func (m *model) stepRedrive(t *rapid.T) {
 	m.step(fmt.Sprintf("redrive (%s)", op.state))
 	what := fmt.Sprintf("redrive %s (%s) by %s", op.id, op.state, p.KeyID)
 	res, err := m.svc.Redrive(m.ctx, p, op.node, op.res, op.id, capacity.RequestMeta{RequestID: m.newID("req-")})
+	if m.transient(err) {
+		return
+	}
 	if code := m.authorize(p, op.node, op.res); code != "" {
 		m.expectErr(what, err, code, nil)
 		return
@@ -1133,6 +1197,9 @@ func (m *model) stepCreate(t *rapid.T) {
 	m.step("create reservation")
 	what := fmt.Sprintf("create %+v", req)
 	res, err := m.svc.CreateReservation(m.ctx, mOperator, req, capacity.RequestMeta{RequestID: m.newID("req-")})
+	if m.transient(err) {
+		return
+	}
 	if end != nil && !end.After(m.clock) {
 		m.expectErr(what, err, capacity.CodeInvalidRequest, nil)
 		return
@@ -1212,6 +1279,9 @@ func (m *model) stepCancel(t *rapid.T) {
 	m.step("cancel")
 	what := fmt.Sprintf("cancel %s/%s (%s)", r.node, r.id, statusAt(r, m.clock))
 	res, err := m.svc.CancelReservation(m.ctx, mOperator, capacity.ReservationChange{NodeID: r.node, ReservationID: r.id}, capacity.RequestMeta{RequestID: m.newID("req-")})
+	if m.transient(err) {
+		return
+	}
 	switch statusAt(r, m.clock) {
 	case capacity.StatusExpired:
 		m.expectErr(what, err, capacity.CodeInvalidTransition, nil)
@@ -1235,7 +1305,7 @@ func (m *model) stepCancel(t *rapid.T) {
 	}
 	for _, sc := range m.scheds {
 		if sc.node == r.node && sc.res == r.id && sc.state == capacity.ScheduledPending {
-			sc.state, sc.code = capacity.ScheduledCancelled, capacity.CodeReservationNotActive
+			sc.state, sc.code, sc.loose = capacity.ScheduledCancelled, capacity.CodeReservationNotActive, m.inj != nil
 		}
 	}
 }
@@ -1251,6 +1321,9 @@ func (m *model) stepReaffirm(t *rapid.T) {
 	n := m.nodes[r.node]
 	what := fmt.Sprintf("reaffirm %s/%s (%s)", r.node, r.id, statusAt(r, m.clock))
 	res, err := m.svc.ReaffirmReservation(m.ctx, mOperator, capacity.ReservationChange{NodeID: r.node, ReservationID: r.id}, capacity.RequestMeta{RequestID: m.newID("req-")})
+	if m.transient(err) {
+		return
+	}
 	if statusAt(r, m.clock) != capacity.StatusNeedsReview {
 		m.expectErr(what, err, capacity.CodeInvalidTransition, nil)
 		return
@@ -1311,6 +1384,9 @@ func (m *model) topologyCall(c mCall) {
 	units := req.UnitIDs
 	what := fmt.Sprintf("topology %+v by %s (node at gen %d, units %v)", req, c.p.KeyID, n.gen, n.units)
 	res, err := m.svc.SetTopology(m.ctx, c.p, req, c.meta)
+	if m.transient(err) {
+		return
+	}
 	fp := fingerprint(c.kind, req)
 	if _, ok := m.replay(what, node, c.p, req.IdempotencyKey, fp, res, func() bool { return res.Replayed }, err); ok {
 		return
@@ -1372,6 +1448,9 @@ func (m *model) stepSchedule(t *rapid.T) {
 	m.step("schedule")
 	what := fmt.Sprintf("schedule %+v at %v by %s", req, at, p.KeyID)
 	res, err := m.svc.ScheduleReclaim(m.ctx, p, req, at, capacity.RequestMeta{RequestID: m.newID("req-")})
+	if m.transient(err) {
+		return
+	}
 	if code := m.authorize(p, node, resID); code != "" {
 		m.expectErr(what, err, code, nil)
 		return
@@ -1423,6 +1502,9 @@ func (m *model) stepFire(t *rapid.T) {
 	meta := capacity.RequestMeta{RequestID: m.newID("req-"), Via: capacity.ViaSchedule, EventID: m.newID("ev-")}
 	what := fmt.Sprintf("fire %s (%s, at %v, now %v, creator %s)", sc.id, sc.state, sc.at, m.clock, sc.creator.KeyID)
 	res, err := m.svc.FireScheduledReclaim(m.ctx, sc.node, sc.res, sc.id, meta)
+	if m.transient(err) {
+		return
+	}
 	switch sc.state {
 	case capacity.ScheduledCancelled:
 		m.expectErr(what, err, capacity.CodeScheduledReclaimCancelled, nil)
@@ -1437,6 +1519,7 @@ func (m *model) stepFire(t *rapid.T) {
 		}
 		if m.revoked[sc.creator.KeyID] {
 			sc.state, sc.code = capacity.ScheduledRefused, m.expectErr(what, err, capacity.CodeCreatorKeyInvalid, nil)
+			sc.loose = m.inj != nil
 			return
 		}
 	}
@@ -1454,7 +1537,7 @@ func (m *model) stepFire(t *rapid.T) {
 	case "replayed":
 		m.mismatch("%s: a pending scheduled reclaim replayed an answer", what)
 	default:
-		sc.state, sc.code = capacity.ScheduledRefused, code
+		sc.state, sc.code, sc.loose = capacity.ScheduledRefused, code, m.inj != nil
 	}
 }
 
@@ -1469,6 +1552,9 @@ func (m *model) stepUnschedule(t *rapid.T) {
 	m.step(fmt.Sprintf("cancel scheduled (%s)", sc.state))
 	what := fmt.Sprintf("cancel scheduled %s (%s) by %s", sc.id, sc.state, p.KeyID)
 	res, err := m.svc.CancelScheduledReclaim(m.ctx, p, sc.node, sc.res, sc.id, capacity.RequestMeta{RequestID: m.newID("req-")})
+	if m.transient(err) {
+		return
+	}
 	if code := m.authorize(p, sc.node, sc.res); code != "" {
 		m.expectErr(what, err, code, nil)
 		return
@@ -1494,6 +1580,9 @@ func (m *model) stepRevoke(t *rapid.T) {
 	p := rapid.SampledFrom(mCreators).Draw(t, "key")
 	m.step("revoke key")
 	k, err := m.svc.RevokeKey(m.ctx, mOperator, capacity.KeyRevocation{KeyID: p.KeyID}, capacity.RequestMeta{RequestID: m.newID("req-")})
+	if m.transient(err) {
+		return
+	}
 	m.expectOK("revoke "+p.KeyID, err)
 	if !k.Revoked {
 		m.mismatch("revoke %s: answered a key not revoked", p.KeyID)
@@ -1559,6 +1648,11 @@ func (m *model) check(t *rapid.T) {
 		if err != nil {
 			t.Fatalf("get scheduled reclaim %s: %v", sc.id, err)
 		}
+		if sc.loose && got.State == capacity.ScheduledPending {
+			sc.state, sc.code = capacity.ScheduledPending, "" // the best-effort write did not land
+			m.stats.outcome("scheduled reclaim's refusal or cancel not recorded (under faults)")
+		}
+		sc.loose = false
 		if got.State != sc.state || got.ReclaimID != sc.reclaimID || sc.state == capacity.ScheduledRefused && got.Code != sc.code {
 			m.mismatch("scheduled reclaim %s is %s (%s) reclaim %q, model %s (%s) %q", sc.id, got.State, got.Code, got.ReclaimID,
 				sc.state, sc.code, sc.reclaimID)
@@ -1676,6 +1770,11 @@ func runModel(t *testing.T, mt *modelTables, stats *modelStats) {
 		m.verifyChains(rt)
 		stats.mu.Lock()
 		stats.checks++
+		if m.inj != nil {
+			for f, n := range m.inj.Counts() {
+				stats.faults[f] += n
+			}
+		}
 		stats.mu.Unlock()
 	})
 }
@@ -1700,6 +1799,18 @@ func TestModel(t *testing.T) {
 	t.Logf("%d sequences, %d operations in %v\n%s", stats.checks, stats.total(), time.Since(start).Round(time.Millisecond), stats)
 }
 
+// TestModelUnderFaults is TestModel with AWS's faults injected into the service's
+// transactions (modelFaults): every answer and every state is still the model's.
+func TestModelUnderFaults(t *testing.T) {
+	if !rapidFlagSet("checks") {
+		setFlag(t, "rapid.checks", "10")
+	}
+	stats := newModelStats()
+	start := time.Now()
+	runModel(t, &modelTables{env: dynamotest.New(t), faults: modelFaults}, stats)
+	t.Logf("%d sequences, %d operations in %v\n%s", stats.checks, stats.total(), time.Since(start).Round(time.Millisecond), stats)
+}
+
 func setFlag(t *testing.T, name, value string) {
 	t.Helper()
 	old := flag.Lookup(name).Value.String()
@@ -1711,8 +1822,9 @@ func setFlag(t *testing.T, name, value string) {
 
 // TestModelSoak is the long run of `make soak`: sequences of about 100 steps (-rapid.steps)
 // until MODEL_OPS operations have run (or MODEL_TIME, default 15m, has passed: the run is
-// bounded), in MODEL_WORKERS (default 2) loops side by side, each on tables of its own; then
-// it prints the figures. Skipped unless MODEL_OPS is set.
+// bounded), in MODEL_WORKERS (default 2) loops side by side, each on tables of its own, under
+// AWS faults (modelFaults) if MODEL_FAULTS is set; then it prints the figures. Skipped unless
+// MODEL_OPS is set.
 func TestModelSoak(t *testing.T) {
 	target, err := strconv.Atoi(os.Getenv("MODEL_OPS"))
 	if err != nil || target <= 0 {
@@ -1738,6 +1850,10 @@ func TestModelSoak(t *testing.T) {
 	}
 	stats := newModelStats()
 	mt := &modelTables{env: dynamotest.New(t)}
+	label := "model soak"
+	if os.Getenv("MODEL_FAULTS") != "" {
+		mt.faults, label = modelFaults, "model soak under faults"
+	}
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range workers {
@@ -1745,7 +1861,7 @@ func TestModelSoak(t *testing.T) {
 			for stats.total() < target && time.Since(start) < bound && !t.Failed() {
 				runModel(t, mt, stats)
 				ops := stats.total()
-				fmt.Printf("model soak: %d sequences, %d of %d operations, %v, %.0f ops/s\n", stats.checks, ops, target,
+				fmt.Printf("%s: %d sequences, %d of %d operations, %v, %.0f ops/s\n", label, stats.checks, ops, target,
 					time.Since(start).Round(time.Second), float64(ops)/time.Since(start).Seconds())
 			}
 		})
@@ -1753,7 +1869,7 @@ func TestModelSoak(t *testing.T) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	ops := stats.total()
-	fmt.Printf("model soak: %d operations in %d sequences, elapsed %v, %.0f ops/s\n%s", ops, stats.checks,
+	fmt.Printf("%s: %d operations in %d sequences, elapsed %v, %.0f ops/s\n%s", label, ops, stats.checks,
 		elapsed.Round(time.Second), float64(ops)/elapsed.Seconds(), stats)
 	if ops < target && !t.Failed() {
 		t.Errorf("only %d of %d operations within %v (MODEL_TIME)", ops, target, bound)
