@@ -137,6 +137,7 @@ func TestChaos(t *testing.T) {
 	}
 
 	c.checkNodes(t, nodes)
+	c.checkOutcomes(t, watches)
 	c.checkQueues(t)
 	for _, u := range c.unexpected {
 		t.Errorf("5xx or transport error off an injected path: %s", u)
@@ -158,6 +159,7 @@ type chaos struct {
 	cycles     map[string]int         // node -> cycles done
 	maxFree    time.Duration          // the longest time from a reclaim's answer to its units free
 	maxFreeOp  string
+	outcomes   int // request outcomes read from the bus, every one checked
 	// The same for the operations that failed and were re-driven.
 	maxFreeRedriven   time.Duration
 	maxFreeRedrivenOp string
@@ -795,6 +797,41 @@ func verifyChain(t *testing.T, name string, page func(cursor string) (capacity.A
 	}
 }
 
+// checkOutcomes reads every outcome published for the nodes' requests (first deliveries,
+// duplicate puts, redeliveries, duplicate firings): each is a completion naming a reclaim the
+// run followed, never a refusal or a reclaim of its own.
+func (c *chaos) checkOutcomes(t *testing.T, watches map[string]*busWatch) {
+	known := map[string]bool{}
+	for _, op := range c.ops {
+		known[op.node+"/"+op.reclaimID] = true
+	}
+	outcomes, replays := 0, 0
+	for node, w := range watches {
+		for n := -1; n != len(w.seen); { // until a receive brings nothing more
+			n = len(w.seen)
+			w.receive()
+		}
+		first := map[string]bool{}
+		for _, ev := range w.seen {
+			outcomes++
+			result, _ := ev.detail["result"].(map[string]any)
+			id, _ := result["reclaimId"].(string)
+			if ev.DetailType != capacity.DetailReclaimCompleted || !known[node+"/"+id] {
+				t.Errorf("node %s: outcome %s names no reclaim of the run: %s", node, ev.DetailType, ev.Detail)
+				continue
+			}
+			if first[id] {
+				replays++
+			}
+			first[id] = true
+		}
+	}
+	c.add(c.recovered, "request delivered again answered with its first reclaim", replays)
+	c.mu.Lock()
+	c.outcomes = outcomes
+	c.mu.Unlock()
+}
+
 // checkQueues: nothing dead-lettered, nothing left.
 func (c *chaos) checkQueues(t *testing.T) {
 	if n := queueDepth(t, outputs["ReclaimRequestsDeadLetterQueueUrl"]); n != 0 {
@@ -840,7 +877,8 @@ func (c *chaos) report(t *testing.T) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "chaos: %d nodes, load %s, drained and checked after %s\n", chaosNodes, c.deadline.Sub(c.start).Round(time.Second), time.Since(c.start).Round(time.Second))
-	fmt.Fprintf(&b, "operations: %d HTTP calls sent (retries included); %d reclaims %v, ended %v, %d re-driven\n", c.calls.Load(), len(c.ops), byVia, byState, redriven)
+	fmt.Fprintf(&b, "operations: %d HTTP calls sent (retries included); %d reclaims %v, ended %v, %d re-driven; %d request outcomes on the bus\n",
+		c.calls.Load(), len(c.ops), byVia, byState, redriven, c.outcomes)
 	list := func(title string, m map[string]int) {
 		total := 0
 		for _, n := range m {

@@ -564,6 +564,20 @@ func (s *Service) deleteSchedule(ctx context.Context, sr ScheduledReclaim) {
 // is revoked, expired, gone, or no longer holds what the scheduled reclaim was created with
 // (CodeCreatorKeyInvalid; it ends refused).
 func (s *Service) FireScheduledReclaim(ctx context.Context, nodeID, reservationID, scheduledID string, meta RequestMeta) (*CapacityResult, error) {
+	res, err := s.fireScheduled(ctx, nodeID, reservationID, scheduledID, meta)
+	if ErrorCode(err) == CodeScheduledReclaimFired {
+		// A copy of this firing (Scheduler and SQS deliver at least once) ended the scheduled
+		// reclaim between this one's read of the node and its decision. Its answer is stored
+		// under the same Idempotency-Key, or its refusal on the scheduled reclaim: one more
+		// call answers with it, as a repeat after it does, never "has fired".
+		res, err = s.fireScheduled(ctx, nodeID, reservationID, scheduledID, meta)
+	}
+	s.recordCapacity(ctx, ActionReclaim, meta, res, err)
+	return res, err
+}
+
+// fireScheduled is one attempt of FireScheduledReclaim.
+func (s *Service) fireScheduled(ctx context.Context, nodeID, reservationID, scheduledID string, meta RequestMeta) (*CapacityResult, error) {
 	if !ValidID(nodeID) || !ValidID(reservationID) {
 		return nil, scheduledNotFound()
 	}
@@ -603,7 +617,6 @@ func (s *Service) FireScheduledReclaim(ctx context.Context, nodeID, reservationI
 		return nil
 	}
 	res, err := s.capacityCallWith(ctx, sr.creator(), sr.request(), meta, ActionReclaim, fire)
-	s.recordCapacity(ctx, ActionReclaim, meta, res, err)
 	if err != nil && sr.State == ScheduledPending {
 		s.refuse(ctx, *sr, err, nil)
 	}

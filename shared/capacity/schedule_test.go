@@ -555,14 +555,8 @@ func (f keyReader) KeyByID(ctx context.Context, keyID string) (*capacity.APIKey,
 // table), so a revoke through key management refuses the firing; a key store that cannot be
 // read fails the firing as transient (retried) and leaves it scheduled.
 func TestFiringReadsTheStoredKey(t *testing.T) {
-	env, svc, _, clock := schedWorld(t)
+	env, svc, id := scheduledDue(t)
 	ctx := context.Background()
-	res, err := svc.ScheduleReclaim(ctx, owner, reclaim("u1"), clock.Add(time.Hour), capacity.RequestMeta{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := res.Scheduled.ID
-	*clock = clock.Add(time.Hour)
 	svc.CreatorKeys = keyReader(func(context.Context, string) (*capacity.APIKey, error) { return nil, capacity.ErrThrottled })
 	if _, err := svc.FireScheduledReclaim(ctx, "n1", "r1", id, capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeThrottled {
 		t.Fatalf("fire with the key unreadable: %v, want throttled", err)
@@ -822,4 +816,56 @@ func TestPendingScheduledCapHoldsUnderConcurrency(t *testing.T) {
 	if live := fs.Live(); len(live) != 3 {
 		t.Errorf("live schedules %v, want 3", live)
 	}
+}
+
+// duplicateBetween runs once() just before the second read of a scheduled reclaim: a firing
+// reads it first on arrival, then again inside its decision, after it has read the node.
+type duplicateBetween struct {
+	capacity.ScheduleStore
+	reads atomic.Int32
+	once  func()
+}
+
+func (d *duplicateBetween) GetScheduled(ctx context.Context, nodeID, id string) (*capacity.ScheduledReclaim, error) {
+	if d.reads.Add(1) == 2 {
+		d.once()
+	}
+	return d.ScheduleStore.GetScheduled(ctx, nodeID, id)
+}
+
+// TestDuplicateFiringRacingTheFirstAnswersIt: the schedule's event delivered twice at once (at
+// least once delivery, an SQS redelivery), the second copy reading the node before the first
+// commits: the second answers the first's reclaim, as a later repeat does, not a refusal
+// that the scheduled reclaim "has fired" (which the event path publishes as Capacity Reclaim
+// Refused for a scheduled reclaim that completed). Found by the chaos run.
+func TestDuplicateFiringRacingTheFirstAnswersIt(t *testing.T) {
+	env, svc, id := scheduledDue(t)
+	ctx := context.Background()
+	var err error
+	var first *capacity.CapacityResult
+	other := *svc // the first copy, on the store as it is
+	svc.Schedules = &duplicateBetween{ScheduleStore: env.Store, once: func() {
+		if first, err = other.FireScheduledReclaim(ctx, "n1", "r1", id, capacity.RequestMeta{EventID: "ev-1"}); err != nil {
+			t.Errorf("first firing: %v", err)
+		}
+	}}
+	second, err := svc.FireScheduledReclaim(ctx, "n1", "r1", id, capacity.RequestMeta{EventID: "ev-2"})
+	if err != nil || first == nil || second.ReclaimID != first.ReclaimID || !slices.Equal(second.Terminated, first.Terminated) {
+		t.Fatalf("second firing = %+v, %v; the first answered %+v", second, err, first)
+	}
+	if sr, _ := env.Store.GetScheduled(ctx, "n1", id); sr.State != capacity.ScheduledCompleted || sr.ReclaimID != first.ReclaimID {
+		t.Errorf("scheduled reclaim after both: %+v", sr)
+	}
+}
+
+// scheduledDue schedules the owner's reclaim of u1 an hour ahead and moves the clock to it.
+func scheduledDue(t *testing.T) (*dynamotest.Env, *capacity.Service, string) {
+	t.Helper()
+	env, svc, _, clock := schedWorld(t)
+	res, err := svc.ScheduleReclaim(context.Background(), owner, reclaim("u1"), clock.Add(time.Hour), capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	*clock = clock.Add(time.Hour)
+	return env, svc, res.Scheduled.ID
 }
