@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,14 +46,13 @@ type busWatch struct {
 	seen     []busEvent
 }
 
-var watchSeq int
+var watchSeq atomic.Int64
 
 // watchBus makes the rule and its queue, removed when the test ends.
 func watchBus(t testing.TB, pattern map[string]any) *busWatch {
 	t.Helper()
 	ctx := context.Background()
-	watchSeq++
-	name := fmt.Sprintf("e2e-watch-%d-%d", time.Now().UnixNano()%1e9, watchSeq)
+	name := fmt.Sprintf("e2e-watch-%d-%d", time.Now().UnixNano()%1e9, watchSeq.Add(1))
 	q := sqsClient()
 	created, err := q.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)})
 	if err != nil {
@@ -138,6 +138,12 @@ func (w *busWatch) await(what string, n int, within time.Duration, match func(bu
 // putRequest puts a Capacity Reclaim Requested on the bus and returns its event id.
 func putRequest(t testing.TB, source string, detail any) string {
 	t.Helper()
+	return putEvent(t, source, capacity.DetailReclaimRequested, detail)
+}
+
+// putEvent puts an event of the detail type on the bus and returns its event id.
+func putEvent(t testing.TB, source, detailType string, detail any) string {
+	t.Helper()
 	raw, ok := detail.(string)
 	if !ok {
 		b, err := json.Marshal(detail)
@@ -148,10 +154,10 @@ func putRequest(t testing.TB, source string, detail any) string {
 	}
 	out, err := ebClient().PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{{
 		EventBusName: aws.String(outputs["EventBusName"]), Source: aws.String(source),
-		DetailType: aws.String(capacity.DetailReclaimRequested), Detail: aws.String(raw),
+		DetailType: aws.String(detailType), Detail: aws.String(raw),
 	}}})
 	if err != nil || out.FailedEntryCount > 0 || len(out.Entries) != 1 {
-		t.Fatalf("put reclaim request: %v %+v", err, out)
+		t.Fatalf("put %s: %v %+v", detailType, err, out)
 	}
 	return aws.ToString(out.Entries[0].EventId)
 }

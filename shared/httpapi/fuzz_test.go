@@ -31,7 +31,7 @@ func FuzzDecodeCapacityBody(f *testing.F) {
 			if !errors.As(err, &e) {
 				t.Fatalf("error %v (%T) is not a *capacity.Error", err, err)
 			}
-			if s := statusOf(e.Code); s < 400 || s > 499 {
+			if s := StatusOf(e.Code); s < 400 || s > 499 {
 				t.Fatalf("code %q maps to %d, want a 4xx (err: %v)", e.Code, s, err)
 			}
 			if e.Message == "" {

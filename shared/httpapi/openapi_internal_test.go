@@ -159,7 +159,7 @@ func TestOpenAPIProblemCodes(t *testing.T) {
 		t.Errorf("ProblemCode enum %v\nwant the codes %v", slices.Sorted(maps.Keys(enum)), slices.Sorted(maps.Keys(codes)))
 	}
 	for c := range codes {
-		if got, want := pc.StatusByCode[c], statusOf(capacity.Code(c)); got != want {
+		if got, want := pc.StatusByCode[c], StatusOf(capacity.Code(c)); got != want {
 			t.Errorf("code %s: document says status %d, API answers %d", c, got, want)
 		}
 	}

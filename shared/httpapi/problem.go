@@ -18,8 +18,8 @@ const (
 	CodeMethodNotAllowed     capacity.Code = "method_not_allowed"
 )
 
-// statusOf maps every error code to its HTTP status. It is the only place that does.
-func statusOf(code capacity.Code) int {
+// StatusOf maps every error code to its HTTP status. It is the only place that does.
+func StatusOf(code capacity.Code) int {
 	switch code {
 	case CodeMalformedRequest:
 		return http.StatusBadRequest
@@ -77,7 +77,7 @@ type Problem struct {
 
 func problemOf(err error) Problem {
 	code := capacity.ErrorCode(err)
-	status := statusOf(code)
+	status := StatusOf(code)
 	p := Problem{
 		Type: ProblemTypeBase + string(code), Title: http.StatusText(status), Status: status,
 		Detail: capacity.ErrorMessage(err), Code: code,
