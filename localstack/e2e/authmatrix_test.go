@@ -559,7 +559,7 @@ func TestAuthMatrix(t *testing.T) {
 		}
 	}
 
-	var checked, unchanged atomic.Int64
+	var checked, events, unchanged atomic.Int64
 	sem := make(chan struct{}, matrixWorkers)
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -570,20 +570,21 @@ func TestAuthMatrix(t *testing.T) {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			t.Run(j.name, func(t *testing.T) {
-				c, u := j.run(t)
+				c, e, u := j.run(t)
 				checked.Add(c)
+				events.Add(e)
 				unchanged.Add(u)
 			})
 		}()
 	}
 	wg.Wait()
-	t.Logf("authorisation matrix: %d routes x %d callers x up to %d reservation states: %d cells checked through the gateway and the bus, %d refused calls and reads verified to change nothing, in %s",
-		len(routes.All), len(callers), len(matrixStates), checked.Load(), unchanged.Load(), time.Since(start).Round(time.Second))
+	t.Logf("authorisation matrix: %d routes x %d callers x up to %d reservation states: %d cells checked (%d calls through API Gateway, %d events on the bus), %d refused calls and reads verified to change nothing, in %s",
+		len(routes.All), len(callers), len(matrixStates), checked.Load(), checked.Load()-events.Load(), events.Load(), unchanged.Load(), time.Since(start).Round(time.Second))
 }
 
 // run checks the job's cells in order on a fixture of its own and returns how many it
-// checked and how many of those it verified changed nothing.
-func (j *matrixJob) run(t *testing.T) (checked, unchanged int64) {
+// checked, how many of those were events, and how many it verified changed nothing.
+func (j *matrixJob) run(t *testing.T) (checked, events, unchanged int64) {
 	f := newMatrixFixture(t, j.state, j.events)
 	// Events no rule routes are put first and looked for last: had one been routed, it would
 	// have been answered (and audited) by then.
@@ -612,6 +613,7 @@ func (j *matrixJob) run(t *testing.T) (checked, unchanged int64) {
 		var body string
 		method := "EVENT"
 		if c.caller.source != "" {
+			events++
 			dt, d := f.event(c.row.op, c.caller.source)
 			id := putEvent(t, c.caller.source, dt, d)
 			ev := f.watch.await(c.caller.name+" "+c.row.op, 1, 60*time.Second, byRequest(id))[0]
@@ -644,6 +646,7 @@ func (j *matrixJob) run(t *testing.T) (checked, unchanged int64) {
 		f.watch.receive()
 		for _, d := range dropped {
 			checked++
+			events++
 			answered := slices.ContainsFunc(f.watch.seen, byRequest(d.id))
 			if recs := auditByEvent(t, f.node, d.id); answered || len(recs) > 0 {
 				t.Errorf("%s from %s in state %s: routed (answered %v, %d audit records), want dropped", d.cell.row.op, d.cell.caller.source, d.cell.row.state, answered, len(recs))
@@ -652,5 +655,5 @@ func (j *matrixJob) run(t *testing.T) (checked, unchanged int64) {
 			}
 		}
 	}
-	return checked, unchanged
+	return checked, events, unchanged
 }
