@@ -47,7 +47,7 @@ test-infra: ## CDK assertion tests (first run compiles the CDK app: several minu
 
 LOCAL_TEMPLATE := cdk.out/local/capacity-local.template.json
 OUTPUTS        := .local/outputs.json
-FUZZTIME       ?= 10s
+FUZZTIME       ?= 60s
 
 # FAULTS: AWS faults for the functions of the local stack (README "Fault layer"), e.g.
 # make run FAULTS='TransactWriteItems:TransactionConflict=0.1,*:Throttling=0.1'
@@ -67,13 +67,11 @@ run: ## run the whole stack on 127.0.0.1:4566 with demo data (Ctrl-C stops it); 
 	CAPACITY_FAULTS='$(FAULTS)' go run ./localstack/cmd/localstack -template $(LOCAL_TEMPLATE) -outputs $(OUTPUTS)
 
 .PHONY: test
-test: ## every test: unit, store, fuzz (short), CDK assertions, end to end on the local stack, every benchmark once (short)
+test: ## every test: unit, store (fuzz seed corpus included), CDK assertions, end to end on the local stack, every benchmark once (short)
 	@echo "==> vet"
 	go vet ./...
 	@echo "==> unit and store tests, with the race detector (the store's run on the in-process emulator; the model-based test short: TestModel)"
 	go test -race -count=1 ./shared/... ./functions/... ./cmd/...
-	@echo "==> fuzz request decoding for $(FUZZTIME)"
-	go test -count=1 ./shared/httpapi -run '^$$' -fuzz FuzzDecodeCapacityBody -fuzztime $(FUZZTIME)
 	@$(MAKE) --no-print-directory test-infra
 	@$(MAKE) --no-print-directory synth ENV=local
 	@echo "==> local stack runner and end-to-end tests through API Gateway on 127.0.0.1:4566"
@@ -96,14 +94,16 @@ CHAOS_FAULTS   ?= $(E2E_FAULTS),StartExecution:ExecutionLimitExceeded=0.05
 CHAOS_DURATION ?= 5m
 
 .PHONY: soak
-soak: ## long runs with the figures of README "Reliability": the model-based test (MODEL_OPS operations, then MODEL_FAULTS_OPS under AWS faults, each bounded by MODEL_TIME), then chaos on the whole local stack (CHAOS_DURATION)
-	@echo "==> soak 1/3: model-based test of the domain and the store, $(MODEL_OPS) operations (at most $(MODEL_TIME)) on the in-process emulator"
+soak: ## long runs with the figures of README "Reliability": the model-based test (MODEL_OPS operations, then MODEL_FAULTS_OPS under AWS faults, each bounded by MODEL_TIME), then chaos on the whole local stack (CHAOS_DURATION), then fuzzing of request decoding (FUZZTIME)
+	@echo "==> soak 1/4: model-based test of the domain and the store, $(MODEL_OPS) operations (at most $(MODEL_TIME)) on the in-process emulator"
 	MODEL_OPS=$(MODEL_OPS) MODEL_TIME=$(MODEL_TIME) go test -count=1 -timeout 30m -run '^TestModelSoak$$' -v ./shared/capacity
-	@echo "==> soak 2/3: the same under AWS faults (transaction conflicts, throttling, lost answers), $(MODEL_FAULTS_OPS) operations (at most $(MODEL_TIME))"
+	@echo "==> soak 2/4: the same under AWS faults (transaction conflicts, throttling, lost answers), $(MODEL_FAULTS_OPS) operations (at most $(MODEL_TIME))"
 	MODEL_FAULTS=1 MODEL_OPS=$(MODEL_FAULTS_OPS) MODEL_TIME=$(MODEL_TIME) go test -count=1 -timeout 30m -run '^TestModelSoak$$' -v ./shared/capacity
 	@$(MAKE) --no-print-directory synth ENV=local
-	@echo "==> soak 3/3: chaos, $(CHAOS_DURATION) of concurrent load on the local stack under $(CHAOS_FAULTS), agents failing 30%, bootstraps killed"
+	@echo "==> soak 3/4: chaos, $(CHAOS_DURATION) of concurrent load on the local stack under $(CHAOS_FAULTS), agents failing 30%, bootstraps killed"
 	CHAOS_DURATION=$(CHAOS_DURATION) E2E_FAULTS='$(CHAOS_FAULTS)' go test -count=1 -timeout 20m -run '^TestChaos$$' -parallel 16 -v ./localstack/e2e 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'; exit $${PIPESTATUS[0]}
+	@echo "==> soak 4/4: fuzz request decoding for $(FUZZTIME) (its instrumented build takes minutes on a cold cache)"
+	go test -count=1 ./shared/httpapi -run '^$$' -fuzz FuzzDecodeCapacityBody -fuzztime $(FUZZTIME)
 	@echo "==> soak: done"
 
 .PHONY: bench
