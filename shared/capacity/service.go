@@ -206,9 +206,9 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 	return p
 }
 
-// wait returns the full-jitter wait after the n-th lost commit (n >= 1): spread over the
+// Wait returns the full-jitter wait after the n-th lost commit (n >= 1): spread over the
 // whole window, the callers that lost together do not meet again at once.
-func (p RetryPolicy) wait(n int) time.Duration {
+func (p RetryPolicy) Wait(n int) time.Duration {
 	window := p.Cap
 	if n <= 16 && p.Base<<(n-1) < p.Cap {
 		window = p.Base << (n - 1)
@@ -430,7 +430,7 @@ func applyRounds[C any](s *Service, ctx context.Context, nodeID string, key idem
 	}
 	for spent < s.attempts() {
 		if lost != nil {
-			wait := retry.wait(losses)
+			wait := retry.Wait(losses)
 			if !retry.timeFor(ctx, wait) {
 				break // the answer would come too late to be of use
 			}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"regexp"
 	"strconv"
 	"time"
@@ -380,9 +379,9 @@ func conflicted(e *types.TransactionCanceledException) bool {
 }
 
 // headBackoff spreads writers that lost the head to one another before they go again (full
-// jitter: otherwise they read the same new head and collide again).
+// jitter, 5 ms doubling to 160 ms: otherwise they read the same new head and collide again).
 func headBackoff(ctx context.Context, try int) error {
-	t := time.NewTimer(time.Duration(rand.Int64N(int64(5*time.Millisecond) << min(try, 5))))
+	t := time.NewTimer(headRetry.Wait(try + 1))
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
@@ -391,6 +390,8 @@ func headBackoff(ctx context.Context, try int) error {
 		return nil
 	}
 }
+
+var headRetry = capacity.RetryPolicy{Base: 5 * time.Millisecond, Cap: 160 * time.Millisecond}
 
 // auditLanded reports whether the chained record is stored under its seq (with its id).
 func (s *Store) auditLanded(ctx context.Context, ref headRef, rec capacity.AuditRecord) (bool, error) {
