@@ -4,8 +4,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"reflect"
-	"slices"
 	"strconv"
 	"strings"
 )
@@ -268,50 +266,6 @@ func (r *resolver) join(arg any) (any, error) {
 	return strings.Join(parts, delim), nil
 }
 
-func (r *resolver) sub(arg any) (any, error) {
-	var (
-		text string
-		vars map[string]any
-	)
-
-	switch a := arg.(type) {
-	case string:
-		text = a
-	case []any:
-		if len(a) != 2 {
-			return nil, fmt.Errorf("Fn::Sub: want string or [string, variables], got %v", arg)
-		}
-
-		text, _ = a[0].(string)
-
-		m, ok := a[1].(map[string]any)
-		if !ok {
-			return nil, fmt.Errorf("Fn::Sub: variables must be a map, got %v", a[1])
-		}
-
-		vars = m
-	default:
-		return nil, fmt.Errorf("Fn::Sub: unexpected argument %v", arg)
-	}
-
-	out, err := substitute(text, func(name string) (string, error) {
-		if v, ok := vars[name]; ok {
-			return r.resolveString(v)
-		}
-
-		if id, attr, ok := strings.Cut(name, "."); ok {
-			return r.resolveString(map[string]any{"Fn::GetAtt": []any{id, attr}})
-		}
-
-		return r.resolveString(map[string]any{"Ref": name})
-	})
-	if err != nil {
-		return nil, fmt.Errorf("Fn::Sub: %w", err)
-	}
-
-	return out, nil
-}
-
 func (r *resolver) selectFn(arg any) (any, error) {
 	a, ok := arg.([]any)
 	if !ok || len(a) != 2 {
@@ -366,29 +320,6 @@ func (r *resolver) split(arg any) (any, error) {
 	return out, nil
 }
 
-func (r *resolver) ifFn(arg any) (any, error) {
-	a, ok := arg.([]any)
-	if !ok || len(a) != 3 {
-		return nil, fmt.Errorf("Fn::If: want [condition, then, else], got %v", arg)
-	}
-
-	name, ok := a[0].(string)
-	if !ok {
-		return nil, fmt.Errorf("Fn::If: condition must be a name, got %v", a[0])
-	}
-
-	cond, err := r.condition(name)
-	if err != nil {
-		return nil, err
-	}
-
-	if cond {
-		return r.resolve(a[1])
-	}
-
-	return r.resolve(a[2])
-}
-
 func (r *resolver) findInMap(arg any) (any, error) {
 	a, ok := arg.([]any)
 	if !ok || len(a) < 3 {
@@ -434,111 +365,6 @@ func (r *resolver) resolveList(v any) ([]any, error) {
 	return list, nil
 }
 
-// condition evaluates the named template condition (memoised).
-func (r *resolver) condition(name string) (bool, error) {
-	if v, ok := r.conditions[name]; ok {
-		return v, nil
-	}
-
-	def, ok := r.t.Conditions[name]
-	if !ok {
-		return false, fmt.Errorf("condition %s is not defined", name)
-	}
-
-	if r.evaluating[name] {
-		return false, fmt.Errorf("condition %s refers to itself", name)
-	}
-
-	r.evaluating[name] = true
-	defer delete(r.evaluating, name)
-
-	v, err := r.evalCondition(def)
-	if err != nil {
-		return false, fmt.Errorf("condition %s: %w", name, err)
-	}
-
-	r.conditions[name] = v
-
-	return v, nil
-}
-
-func (r *resolver) evalCondition(v any) (bool, error) {
-	m, ok := v.(map[string]any)
-	if !ok || len(m) != 1 {
-		if b, ok := v.(bool); ok {
-			return b, nil
-		}
-
-		return false, fmt.Errorf("not a condition: %v", v)
-	}
-
-	for name, arg := range m {
-		switch name {
-		case "Condition":
-			s, _ := arg.(string)
-
-			return r.condition(s)
-		case "Fn::Equals":
-			a, ok := arg.([]any)
-			if !ok || len(a) != 2 {
-				return false, fmt.Errorf("Fn::Equals: want two values, got %v", arg)
-			}
-
-			x, err := r.resolve(a[0])
-			if err != nil {
-				return false, err
-			}
-
-			y, err := r.resolve(a[1])
-			if err != nil {
-				return false, err
-			}
-
-			xs, xerr := scalarString(x)
-			ys, yerr := scalarString(y)
-
-			if xerr == nil && yerr == nil {
-				return xs == ys, nil
-			}
-
-			return reflect.DeepEqual(x, y), nil
-		case "Fn::And", "Fn::Or":
-			a, ok := arg.([]any)
-			if !ok {
-				return false, fmt.Errorf("%s: want a list, got %v", name, arg)
-			}
-
-			results := make([]bool, len(a))
-
-			for i, c := range a {
-				b, err := r.evalCondition(c)
-				if err != nil {
-					return false, err
-				}
-
-				results[i] = b
-			}
-
-			if name == "Fn::And" {
-				return !slices.Contains(results, false), nil
-			}
-
-			return slices.Contains(results, true), nil
-		case "Fn::Not":
-			a, ok := arg.([]any)
-			if !ok || len(a) != 1 {
-				return false, fmt.Errorf("Fn::Not: want one condition, got %v", arg)
-			}
-
-			b, err := r.evalCondition(a[0])
-
-			return !b, err
-		}
-	}
-
-	return false, fmt.Errorf("not a condition: %v", v)
-}
-
 // scalarString formats a resolved scalar as CloudFormation does when it needs a string.
 func scalarString(v any) (string, error) {
 	switch v := v.(type) {
@@ -555,55 +381,4 @@ func scalarString(v any) (string, error) {
 	default:
 		return "", fmt.Errorf("want a string, got %T %v", v, v)
 	}
-}
-
-// substitute replaces ${name} in text using lookup; ${!text} is the literal ${text}.
-func substitute(text string, lookup func(string) (string, error)) (string, error) {
-	var b strings.Builder
-
-	for {
-		start := strings.Index(text, "${")
-		if start < 0 {
-			b.WriteString(text)
-
-			return b.String(), nil
-		}
-
-		end := strings.Index(text[start:], "}")
-		if end < 0 {
-			b.WriteString(text)
-
-			return b.String(), nil
-		}
-
-		end += start
-		name := text[start+2 : end]
-		b.WriteString(text[:start])
-
-		if lit, ok := strings.CutPrefix(name, "!"); ok {
-			b.WriteString("${" + lit + "}")
-		} else {
-			val, err := lookup(strings.TrimSpace(name))
-			if err != nil {
-				return "", fmt.Errorf("${%s}: %w", name, err)
-			}
-
-			b.WriteString(val)
-		}
-
-		text = text[end+1:]
-	}
-}
-
-// subVariables lists the ${name} references of an Fn::Sub string (not the ${!literals}).
-func subVariables(text string) []string {
-	var names []string
-
-	_, _ = substitute(text, func(name string) (string, error) {
-		names = append(names, name)
-
-		return "", nil
-	})
-
-	return names
 }
