@@ -13,19 +13,14 @@
 package awsfault
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand"
 	"net/http"
 	"net/url"
-	"strconv"
-	"strings"
 	"sync"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
@@ -117,11 +112,6 @@ type Injector struct {
 	used   []int                      // faults injected by each rule, by index
 	closed map[string]closedExecution // execution ARN -> the run that "already exists"
 	seq    int
-}
-
-type closedExecution struct {
-	StateMachineArn, Name, Input string
-	Start                        time.Time
 }
 
 // New returns an injector that applies rules with a deterministic random source.
@@ -273,233 +263,4 @@ func isData(op string) bool {
 		return true
 	}
 	return isTransact(op) || isItemWrite(op)
-}
-
-// answer synthesises AWS's HTTP answer for a fault.
-func (i *Injector) answer(service, op string, params any, f Fault, variant bool) middleware.DeserializeOutput {
-	const ddb = "com.amazonaws.dynamodb.v20120810#"
-	switch f {
-	case TransactionConflict:
-		if isTransact(op) {
-			return i.cancelled(params, "TransactionConflict", "Transaction is ongoing for the item")
-		}
-		return i.errorResponse(400, map[string]any{"__type": ddb + "TransactionConflictException",
-			"message": "Transaction is ongoing for the item"})
-	case ProvisionedThroughputExceeded:
-		msg := "The level of configured provisioned throughput for the table was exceeded. Consider increasing your provisioning level with the UpdateTable API."
-		if isTransact(op) && variant {
-			return i.cancelled(params, "ProvisionedThroughputExceeded", msg)
-		}
-		return i.errorResponse(400, map[string]any{"__type": ddb + "ProvisionedThroughputExceededException", "message": msg})
-	case Throttling, StartThrottling:
-		if service == dynamodb.ServiceID {
-			msg := "Throughput exceeds the current capacity of your table or index. DynamoDB is automatically scaling your table or index so please try again shortly."
-			if isTransact(op) && variant {
-				return i.cancelled(params, "ThrottlingError", msg)
-			}
-			return i.errorResponse(400, map[string]any{"__type": ddb + "ThrottlingException", "message": msg})
-		}
-		return i.errorResponse(400, map[string]any{"__type": "ThrottlingException", "message": "Rate exceeded"})
-	case AccessDenied:
-		return i.accessDenied(service, op)
-	case ExecutionLimitExceeded:
-		return i.errorResponse(400, map[string]any{"__type": "ExecutionLimitExceeded",
-			"message": "The maximum number of running executions has been reached"})
-	case ExecutionAlreadyExists:
-		arn := i.close(params)
-		return i.errorResponse(400, map[string]any{"__type": "ExecutionAlreadyExists",
-			"message": fmt.Sprintf("Execution Already Exists: '%s'", arn)})
-	}
-	return i.errorResponse(500, map[string]any{"__type": "InternalServerError", "message": "awsfault: unknown fault " + string(f)})
-}
-
-// accessDenied is IAM's refusal as the service words it. DynamoDB names the error in the
-// coral namespace, the JSON 1.1 services bare; the SDK strips the namespace either way.
-func (i *Injector) accessDenied(service, op string) middleware.DeserializeOutput {
-	action := iamPrefix(service) + ":" + op
-	typ := "AccessDeniedException"
-	if service == dynamodb.ServiceID {
-		typ = "com.amazon.coral.service#AccessDeniedException"
-	}
-	return i.errorResponse(400, map[string]any{"__type": typ,
-		"Message": "User: arn:aws:sts::000000000000:assumed-role/awsfault/injected is not authorized to perform: " +
-			action + " because no identity-based policy allows the " + action + " action"})
-}
-
-// iamPrefix is the IAM action prefix of an SDK service id ("Secrets Manager" -> "secretsmanager").
-func iamPrefix(service string) string {
-	switch service {
-	case sfn.ServiceID:
-		return "states"
-	case "EventBridge":
-		return "events"
-	}
-	return strings.ToLower(strings.ReplaceAll(service, " ", ""))
-}
-
-// cancelled is TransactionCanceledException with reason code on one action (chosen at
-// random) and "None" on the others, as AWS reports it.
-func (i *Injector) cancelled(params any, code, msg string) middleware.DeserializeOutput {
-	n := 1
-	switch p := params.(type) {
-	case *dynamodb.TransactWriteItemsInput:
-		n = max(len(p.TransactItems), 1)
-	case *dynamodb.TransactGetItemsInput:
-		n = max(len(p.TransactItems), 1)
-	}
-	i.mu.Lock()
-	at := i.rnd.Intn(n)
-	i.mu.Unlock()
-	reasons := make([]map[string]string, n)
-	names := make([]string, n)
-	for k := range reasons {
-		reasons[k], names[k] = map[string]string{"Code": "None"}, "None"
-	}
-	reasons[at], names[at] = map[string]string{"Code": code, "Message": msg}, code
-	return i.errorResponse(400, map[string]any{
-		"__type":              "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
-		"Message":             "Transaction cancelled, please refer cancellation reasons for specific reasons [" + strings.Join(names, ", ") + "]",
-		"CancellationReasons": reasons,
-	})
-}
-
-// close records a StartExecution's name as taken by a closed run and returns its ARN.
-func (i *Injector) close(params any) string {
-	p, ok := params.(*sfn.StartExecutionInput)
-	if !ok || p.StateMachineArn == nil || p.Name == nil {
-		return ""
-	}
-	arn := executionArn(*p.StateMachineArn, *p.Name)
-	input := "{}"
-	if p.Input != nil {
-		input = *p.Input
-	}
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	if _, ok := i.closed[arn]; !ok {
-		i.closed[arn] = closedExecution{StateMachineArn: *p.StateMachineArn, Name: *p.Name, Input: input, Start: time.Now().Add(-time.Minute)}
-	}
-	return arn
-}
-
-// closedAnswer keeps a name the injector closed closed: StartExecution of it is refused again
-// and DescribeExecution reports the failed run.
-func (i *Injector) closedAnswer(op string, params any) (middleware.DeserializeOutput, bool) {
-	switch p := params.(type) {
-	case *sfn.StartExecutionInput:
-		if p.StateMachineArn == nil || p.Name == nil {
-			return middleware.DeserializeOutput{}, false
-		}
-		arn := executionArn(*p.StateMachineArn, *p.Name)
-		i.mu.Lock()
-		_, ok := i.closed[arn]
-		i.mu.Unlock()
-		if !ok {
-			return middleware.DeserializeOutput{}, false
-		}
-		return i.errorResponse(400, map[string]any{"__type": "ExecutionAlreadyExists",
-			"message": fmt.Sprintf("Execution Already Exists: '%s'", arn)}), true
-	case *sfn.DescribeExecutionInput:
-		if p.ExecutionArn == nil {
-			return middleware.DeserializeOutput{}, false
-		}
-		i.mu.Lock()
-		c, ok := i.closed[*p.ExecutionArn]
-		i.mu.Unlock()
-		if !ok {
-			return middleware.DeserializeOutput{}, false
-		}
-		return i.response(200, map[string]any{
-			"executionArn": *p.ExecutionArn, "stateMachineArn": c.StateMachineArn, "name": c.Name,
-			"status": "FAILED", "input": c.Input,
-			"startDate": float64(c.Start.UnixMilli()) / 1000, "stopDate": float64(c.Start.Add(time.Second).UnixMilli()) / 1000,
-			"error": "States.TaskFailed", "cause": "injected by awsfault: the run failed before its first round",
-		}), true
-	}
-	_ = op
-	return middleware.DeserializeOutput{}, false
-}
-
-// executionArn derives an execution's ARN from its state machine's, as Step Functions does.
-func executionArn(stateMachineArn, name string) string {
-	return strings.Replace(stateMachineArn, ":stateMachine:", ":execution:", 1) + ":" + name
-}
-
-func (i *Injector) errorResponse(status int, body map[string]any) middleware.DeserializeOutput {
-	return i.response(status, body)
-}
-
-func (i *Injector) response(status int, body map[string]any) middleware.DeserializeOutput {
-	b, _ := json.Marshal(body)
-	i.mu.Lock()
-	i.seq++
-	id := "awsfault-" + strconv.Itoa(i.seq)
-	i.mu.Unlock()
-	h := http.Header{}
-	h.Set("Content-Type", "application/x-amz-json-1.0")
-	h.Set("X-Amzn-Requestid", id)
-	h.Set("Content-Length", strconv.Itoa(len(b)))
-	return middleware.DeserializeOutput{RawResponse: &smithyhttp.Response{Response: &http.Response{
-		StatusCode: status, Status: strconv.Itoa(status) + " " + http.StatusText(status),
-		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: h, Body: io.NopCloser(bytes.NewReader(b)), ContentLength: int64(len(b)),
-	}}}
-}
-
-// timeoutError is net/http's error for an answer that did not arrive in time.
-type timeoutError struct{}
-
-func (timeoutError) Error() string   { return "net/http: timeout awaiting response headers" }
-func (timeoutError) Timeout() bool   { return true }
-func (timeoutError) Temporary() bool { return true }
-
-// Parse reads rules written as "Operation:Fault=rate" separated by commas, for example
-// "TransactWriteItems:TransactionConflict=0.1,*:Throttling=0.1". "*" or no "Operation:"
-// matches any operation.
-func Parse(spec string) ([]Rule, error) {
-	var rules []Rule
-	for _, part := range strings.Split(spec, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		lhs, rate, ok := strings.Cut(part, "=")
-		if !ok {
-			return nil, fmt.Errorf("fault rule %q: want Operation:Fault=rate", part)
-		}
-		op, name, hasOp := strings.Cut(strings.TrimSpace(lhs), ":")
-		if !hasOp {
-			op, name = "", op
-		}
-		op, name = strings.TrimSpace(op), strings.TrimSpace(name)
-		if op == "*" {
-			op = ""
-		}
-		f, err := parseFault(name)
-		if err != nil {
-			return nil, fmt.Errorf("fault rule %q: %w", part, err)
-		}
-		r, err := strconv.ParseFloat(strings.TrimSpace(rate), 64)
-		if err != nil || r < 0 || r > 1 {
-			return nil, fmt.Errorf("fault rule %q: rate must be a number from 0 to 1", part)
-		}
-		rules = append(rules, Rule{Operation: op, Fault: f, Rate: r})
-	}
-	if len(rules) == 0 {
-		return nil, fmt.Errorf("fault spec %q has no rules", spec)
-	}
-	return rules, nil
-}
-
-func parseFault(name string) (Fault, error) {
-	for _, f := range faults {
-		if string(f) == name {
-			return f, nil
-		}
-	}
-	known := make([]string, len(faults))
-	for k, f := range faults {
-		known[k] = string(f)
-	}
-	return "", fmt.Errorf("unknown fault %q (known: %s)", name, strings.Join(known, ", "))
 }
