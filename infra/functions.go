@@ -1,0 +1,98 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+)
+
+// puts its binary at <assetRoot>/<Name>/bootstrap.
+type goFunctionSpec struct {
+	Name        string             // package directory under functions/, e.g. "terminate-node"
+	Environment map[string]*string // besides APP_ENV and LOG_LEVEL, which every function gets
+	MemoryMB    float64            // default 256
+	Timeout     awscdk.Duration    // default 10 s
+}
+
+type missingAssetError struct{ path string }
+
+func (e *missingAssetError) Error() string {
+	return fmt.Sprintf("lambda binary %s not found: build the functions first (make lambdas)", e.path)
+}
+
+// goFunction creates the function "capacity-<env>-<name>" (provided.al2023, arm64) under a
+// construct named after it, with its own log group and a role that may only write to that log
+// group; grant data access with allow. The CfnFunction carries metadata
+// "capacity:function": <name>, which tells the local stack runner which package to build.
+func (s *CapacityStack) goFunction(spec goFunctionSpec) awslambda.Function {
+	assetDir := filepath.Join(s.assetRoot, spec.Name)
+	if st, err := os.Stat(filepath.Join(assetDir, "bootstrap")); err != nil || st.IsDir() {
+		panic(&missingAssetError{path: filepath.Join(assetDir, "bootstrap")})
+	}
+	if spec.MemoryMB == 0 {
+		spec.MemoryMB = 256
+	}
+	if spec.Timeout == nil {
+		spec.Timeout = awscdk.Duration_Seconds(jsii.Number(10))
+	}
+	env := map[string]*string{"APP_ENV": jsii.String(s.Env), "LOG_LEVEL": jsii.String(s.logLevel)}
+	if s.historyWindow != "" && spec.Environment["STATE_TABLE"] != nil {
+		// Every function that writes the store's history ages it by the same window.
+		env["HISTORY_RETENTION"] = jsii.String(s.historyWindow)
+	}
+	for k, v := range spec.Environment {
+		env[k] = v
+	}
+	fnName := "capacity-" + s.Env + "-" + spec.Name
+	c := constructs.NewConstruct(s.Stack, jsii.String(constructID(spec.Name)))
+
+	logs := s.logGroup(c, "/aws/lambda/"+fnName)
+	// Instead of the AWS managed AWSLambdaBasicExecutionRole (logs:* on "*"): only this
+	// function's log group (its ARN covers the group's streams).
+	role := awsiam.NewRole(c, jsii.String("Role"), &awsiam.RoleProps{
+		AssumedBy:   awsiam.NewServicePrincipal(jsii.String("lambda.amazonaws.com"), nil),
+		Description: jsii.String("Execution role of " + fnName),
+		InlinePolicies: &map[string]awsiam.PolicyDocument{
+			"logs": awsiam.NewPolicyDocument(&awsiam.PolicyDocumentProps{
+				Statements: &[]awsiam.PolicyStatement{awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+					Sid:       jsii.String("WriteOwnLogs"),
+					Actions:   jsii.Strings("logs:CreateLogStream", "logs:PutLogEvents"),
+					Resources: &[]*string{logs.LogGroupArn()},
+				})},
+			}),
+		},
+	})
+	fn := awslambda.NewFunction(c, jsii.String("Function"), &awslambda.FunctionProps{
+		FunctionName: jsii.String(fnName),
+		Description:  jsii.String("capacity " + spec.Name + " (" + s.Env + ")"),
+		Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
+		Handler:      jsii.String("bootstrap"),
+		Architecture: awslambda.Architecture_ARM_64(),
+		MemorySize:   jsii.Number(spec.MemoryMB),
+		Timeout:      spec.Timeout,
+		Code:         awslambda.Code_FromAsset(jsii.String(assetDir), nil),
+		Role:         role,
+		LogGroup:     logs,
+		Environment:  &env,
+		// Adds xray:PutTraceSegments and xray:PutTelemetryRecords on "*" to the role.
+		Tracing: awslambda.Tracing_ACTIVE,
+	})
+	fn.Node().DefaultChild().(awslambda.CfnFunction).AddMetadata(jsii.String("capacity:function"), spec.Name)
+	return fn
+}
+
+// constructID turns a function name such as "terminate-node" into "TerminateNode".
+func constructID(name string) string {
+	var b strings.Builder
+	for _, part := range strings.FieldsFunc(name, func(r rune) bool { return r == '-' || r == '_' }) {
+		b.WriteString(strings.ToUpper(part[:1]) + part[1:])
+	}
+	return b.String()
+}
