@@ -1,4 +1,4 @@
-// Command floor is a benchmark's floor of a reclaim (see shared/floor): behind the same API
+// Command floor is a benchmark's floor of a reclaim (see localstack/floor): behind the same API
 // Gateway as the api function, it makes the same three SDK calls from precomputed inputs and
 // nothing else. It has no authentication and writes what it is given, so the stack creates
 // it in env local only, and it refuses to start anywhere else.
@@ -12,8 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 
+	"github.com/openrelay/capacity/localstack/floor"
 	"github.com/openrelay/capacity/shared/config"
-	"github.com/openrelay/capacity/shared/floor"
 )
 
 func main() {

@@ -15,7 +15,7 @@ import (
 // Gateway on the local stack, against its floor: the floor function behind the same gateway
 // making the same three SDK calls (the same partition Query, the same TransactWriteItems
 // items, StartExecution) from inputs precomputed by the product's own store and plan, with
-// no product logic (shared/floor). Reclaim and floor alternate in one run, each on a fresh
+// no product logic (localstack/floor). Reclaim and floor alternate in one run, each on a fresh
 // node (seeding is not timed), taking turns to go first. It also reports a bare
 // TransactWriteItems of the same items from the benchmark itself, and the medians of the
 // handler's own phases from its Server-Timing header.

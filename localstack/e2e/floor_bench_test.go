@@ -13,9 +13,9 @@ import (
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/openrelay/capacity/localstack/demo"
+	"github.com/openrelay/capacity/localstack/floor"
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/dynamo"
-	"github.com/openrelay/capacity/shared/floor"
 	"github.com/openrelay/capacity/shared/stepfn"
 )
 

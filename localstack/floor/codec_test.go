@@ -10,9 +10,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/openrelay/capacity/localstack/floor"
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/dynamo"
-	"github.com/openrelay/capacity/shared/floor"
 )
 
 // every holds one attribute value of each kind, empty collections included: a lost empty list
