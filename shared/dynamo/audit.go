@@ -9,13 +9,11 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/openrelay/capacity/shared/capacity"
-	"github.com/openrelay/capacity/shared/table"
 )
 
 // Audit records form hash chains (capacity.ChainAuditRecord): two per node, and one for key
@@ -437,96 +435,3 @@ func (s *Store) auditRef(rec capacity.AuditRecord) headRef {
 }
 
 var _ capacity.AuditStore = (*Store)(nil)
-
-// ReservationAudit returns a page of the records about a reservation, newest first, from the
-// byReservation index (eventually consistent: a record just written may be missing).
-func (s *Store) ReservationAudit(ctx context.Context, nodeID, reservationID string, limit int, cursor string) ([]capacity.AuditRecord, string, error) {
-	resKey := auditResKey(capacity.AuditRecord{NodeID: nodeID, ReservationID: reservationID})
-	start, err := decodeCursor(cursor, nodePK(nodeID))
-	if err != nil {
-		return nil, "", err
-	}
-	if start != nil {
-		// A cursor of another reservation's trail is refused. The index key is set from the
-		// request: the emulator leaves it out of LastEvaluatedKey, which AWS requires back.
-		if k := attr(start, table.AuditByReservationKey); k != "" && k != resKey {
-			return nil, "", capacity.Errorf(capacity.CodeInvalidRequest, "invalid cursor")
-		}
-		start[table.AuditByReservationKey] = &types.AttributeValueMemberS{Value: resKey}
-	}
-	expr, err := expression.NewBuilder().
-		WithKeyCondition(expression.Key(table.AuditByReservationKey).Equal(expression.Value(resKey))).Build()
-	if err != nil {
-		return nil, "", fmt.Errorf("build audit query: %w", err)
-	}
-	return s.auditPage(ctx, &dynamodb.QueryInput{
-		TableName: aws.String(s.AuditTable), IndexName: aws.String(table.AuditByReservationIndex),
-		KeyConditionExpression: expr.KeyCondition(), ExpressionAttributeNames: expr.Names(),
-		ExpressionAttributeValues: expr.Values(), ScanIndexForward: aws.Bool(false),
-		Limit: aws.Int32(int32(limit)), ExclusiveStartKey: start,
-	}, "reservation "+reservationID)
-}
-
-// NodeAudit reads the head of one of the node's chains, then a page of its records in chain
-// order. It writes nothing (a calls chain not begun reads as empty).
-func (s *Store) NodeAudit(ctx context.Context, nodeID string, chain capacity.NodeChain, limit int, cursor string) (capacity.AuditHead, []capacity.AuditRecord, string, error) {
-	ref := s.nodeChainHead(nodeID, chain)
-	head, exists, err := s.readHead(ctx, ref)
-	if err != nil {
-		return head, nil, "", err
-	}
-	if !exists {
-		return head, nil, "", capacity.Errorf(capacity.CodeNotFound, "node %s not found", nodeID)
-	}
-	recs, next, err := s.chainRecords(ctx, ref.auditPK, limit, cursor)
-	return head, recs, next, err
-}
-
-// KeyAudit reads the key-management chain's head, then a page of its records in chain order.
-func (s *Store) KeyAudit(ctx context.Context, limit int, cursor string) (capacity.AuditHead, []capacity.AuditRecord, string, error) {
-	head, _, err := s.readHead(ctx, s.keysHead())
-	if err != nil {
-		return head, nil, "", err
-	}
-	recs, next, err := s.chainRecords(ctx, keysAuditPK, limit, cursor)
-	return head, recs, next, err
-}
-
-// chainRecords reads a page of an audit partition in key order, which is chain order:
-// unchained records (<time>#<id>) sort before SEQ#, and seqs are zero-padded.
-func (s *Store) chainRecords(ctx context.Context, pk string, limit int, cursor string) ([]capacity.AuditRecord, string, error) {
-	start, err := decodeCursor(cursor, pk)
-	if err != nil {
-		return nil, "", err
-	}
-	expr, err := expression.NewBuilder().WithKeyCondition(expression.Key(attrPK).Equal(expression.Value(pk))).Build()
-	if err != nil {
-		return nil, "", fmt.Errorf("build audit query: %w", err)
-	}
-	return s.auditPage(ctx, &dynamodb.QueryInput{
-		TableName: aws.String(s.AuditTable), KeyConditionExpression: expr.KeyCondition(),
-		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-		ScanIndexForward: aws.Bool(true), ConsistentRead: aws.Bool(true),
-		Limit: aws.Int32(int32(limit)), ExclusiveStartKey: start,
-	}, pk)
-}
-
-func (s *Store) auditPage(ctx context.Context, in *dynamodb.QueryInput, what string) ([]capacity.AuditRecord, string, error) {
-	out, err := s.Client.Query(ctx, in)
-	if err != nil {
-		return nil, "", fmt.Errorf("query audit of %s: %w", what, classify(err))
-	}
-	recs := make([]capacity.AuditRecord, 0, len(out.Items))
-	for _, item := range out.Items {
-		var it auditItem
-		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
-			return nil, "", fmt.Errorf("decode audit record of %s: %w", what, err)
-		}
-		recs = append(recs, it.record())
-	}
-	next, err := encodeCursor(out.LastEvaluatedKey)
-	if err != nil {
-		return nil, "", err
-	}
-	return recs, next, nil
-}
