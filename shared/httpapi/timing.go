@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"log/slog"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -47,3 +48,38 @@ func timingAttrs(s capacity.Snapshot) []any {
 func msFloat(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func msString(d time.Duration) string { return strconv.FormatFloat(msFloat(d), 'f', 3, 64) }
+
+// statusRecorder remembers the status written, for the request log, and adds the call's
+// Server-Timing header to a successful answer as it goes out.
+//
+// Timings are public on purpose: durations tell a caller nothing its own clock does not, and
+// they let anyone tell our time from the network's. They go on successful answers only: a
+// 404 must carry the same headers whether or not the resource exists, and the phases reached
+// (and the items read) would tell them apart. Items, bytes and rounds go to operators only:
+// they count the node's live VMs and reservations, other orgs' business. The log line always
+// has everything.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+	stats  *capacity.CallStats
+	start  time.Time
+	counts bool // the caller may see items, bytes and rounds
+	wrote  bool
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if !s.wrote && code < http.StatusBadRequest {
+		s.Header().Set("Server-Timing", serverTiming(s.stats.Snapshot(), time.Since(s.start), s.counts))
+	}
+	s.wrote = true
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+// Write sends the implicit 200 through WriteHeader, so that it gets its timing too.
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if !s.wrote {
+		s.WriteHeader(http.StatusOK)
+	}
+	return s.ResponseWriter.Write(b)
+}
