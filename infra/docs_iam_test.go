@@ -12,9 +12,9 @@ import (
 	"github.com/openrelay/capacity/shared/table"
 )
 
-// The README's IAM table ("### Data") lists, one row per role and resource, the actions each
-// role of the stack may take. TestReadmeIAMTableMatchesRoles holds it to the synthesised
-// roles both ways, so the README cannot promise less (or more) than the stack grants.
+// The IAM table of docs/architecture.md ("Data") lists, one row per role and resource, the
+// actions each role of the stack may take. TestIAMDocMatchesRoles holds it to the synthesised
+// roles both ways, so the docs cannot promise less (or more) than the stack grants.
 
 // iamRow is one row of the table: a role's actions on one resource.
 type iamRow struct{ role, resource string }
@@ -28,17 +28,17 @@ const (
 	floorRole     = "floor (local only)"
 )
 
-// readmeIAMTable parses the table under the header "| role | resource | actions | why |".
-func readmeIAMTable(t *testing.T) map[iamRow][]string {
+// docIAMTable parses the table under the header "| role | resource | actions | why |".
+func docIAMTable(t *testing.T) map[iamRow][]string {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile("../docs/architecture.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(string(b), "\n")
 	start := slices.Index(lines, "| role | resource | actions | why |")
 	if start < 0 {
-		t.Fatal("README.md has no IAM table (header | role | resource | actions | why |)")
+		t.Fatal("docs/architecture.md has no IAM table (header | role | resource | actions | why |)")
 	}
 	out := map[iamRow][]string{}
 	for _, line := range lines[start+2:] {
@@ -47,11 +47,11 @@ func readmeIAMTable(t *testing.T) map[iamRow][]string {
 		}
 		cells := strings.Split(strings.Trim(line, "|"), "|")
 		if len(cells) != 4 {
-			t.Fatalf("README IAM row %q: want 4 cells", line)
+			t.Fatalf("docs IAM row %q: want 4 cells", line)
 		}
 		row := iamRow{strings.TrimSpace(cells[0]), strings.Trim(strings.TrimSpace(cells[1]), "`")}
 		if _, dup := out[row]; dup {
-			t.Errorf("README IAM table: %s on %s twice", row.role, row.resource)
+			t.Errorf("docs IAM table: %s on %s twice", row.role, row.resource)
 		}
 		var actions []string
 		for _, a := range strings.Split(cells[2], ",") {
@@ -63,7 +63,7 @@ func readmeIAMTable(t *testing.T) map[iamRow][]string {
 	return out
 }
 
-// resourceNames names the resources roles are granted on, as the README calls them, by their
+// resourceNames names the resources roles are granted on, as the docs call them, by their
 // JSON in the template (rolePermissions' keys, before any condition).
 func resourceNames(t *testing.T, tp tmpl, env string) map[string]string {
 	t.Helper()
@@ -96,7 +96,7 @@ func resourceNames(t *testing.T, tp tmpl, env string) map[string]string {
 	return names
 }
 
-// synthesisedIAM is what the roles of env's stack may do, as README rows: a resource named by
+// synthesisedIAM is what the roles of env's stack may do, as rows of the docs' table: a resource named by
 // resourceNames, followed by ", if " and the condition keys when the grant is conditioned; a
 // function's own log group is "own log group". Every function's common grants (its own log
 // group, X-Ray) are checked here and left out, for the table's "every function" rows.
@@ -110,7 +110,7 @@ func synthesisedIAM(t *testing.T, tp tmpl, env string, common map[string][]strin
 			n, ok = "own log group", true
 		}
 		if !ok {
-			t.Errorf("resource %s has no name in the README's terms: add it to resourceNames", res)
+			t.Errorf("resource %s has no name in the docs' terms: add it to resourceNames", res)
 			n = res
 		}
 		if conditioned {
@@ -142,7 +142,7 @@ func synthesisedIAM(t *testing.T, tp tmpl, env string, common map[string][]strin
 		}
 		for res := range common {
 			if !has[res] {
-				t.Errorf("function %s lacks the grants of the README's %q row on %s", fn, everyFunction, res)
+				t.Errorf("function %s lacks the grants of the docs' %q row on %s", fn, everyFunction, res)
 			}
 		}
 	}
@@ -173,12 +173,12 @@ func conditionKeys(t *testing.T, cond string) []string {
 	return slices.Compact(keys)
 }
 
-// TestReadmeIAMTableMatchesRoles: every row of the README's IAM table is a grant of the
+// TestIAMDocMatchesRoles: every row of the IAM table of docs/architecture.md is a grant of the
 // synthesised stack, with exactly its actions, and every grant of every role is a row.
-func TestReadmeIAMTableMatchesRoles(t *testing.T) {
-	readme := readmeIAMTable(t)
+func TestIAMDocMatchesRoles(t *testing.T) {
+	doc := docIAMTable(t)
 	common := map[string][]string{}
-	for row, actions := range readme {
+	for row, actions := range doc {
 		if row.role == everyFunction {
 			common[row.resource] = actions
 		}
@@ -189,23 +189,23 @@ func TestReadmeIAMTableMatchesRoles(t *testing.T) {
 			got := synthesisedIAM(t, tp, env, common)
 			var missing, wrong []string
 			for row, actions := range got {
-				want, ok := readme[row]
+				want, ok := doc[row]
 				switch {
 				case !ok:
 					missing = append(missing, fmt.Sprintf("| %s | %s | `%s` | |", row.role, row.resource, strings.Join(actions, "`, `")))
 				case !slices.Equal(want, actions):
-					wrong = append(wrong, fmt.Sprintf("%s on %s: README %v, stack %v", row.role, row.resource, want, actions))
+					wrong = append(wrong, fmt.Sprintf("%s on %s: docs %v, stack %v", row.role, row.resource, want, actions))
 				}
 			}
-			for row := range readme {
+			for row := range doc {
 				if _, ok := got[row]; !ok && row.role != everyFunction && (env == "local" || row.role != floorRole) {
-					wrong = append(wrong, fmt.Sprintf("%s on %s: in the README, not in the stack", row.role, row.resource))
+					wrong = append(wrong, fmt.Sprintf("%s on %s: in the docs, not in the stack", row.role, row.resource))
 				}
 			}
 			sort.Strings(missing)
 			sort.Strings(wrong)
 			if len(missing) > 0 {
-				t.Errorf("grants of the stack missing from the README's IAM table:\n%s", strings.Join(missing, "\n"))
+				t.Errorf("grants of the stack missing from the IAM table of docs/architecture.md:\n%s", strings.Join(missing, "\n"))
 			}
 			for _, w := range wrong {
 				t.Error(w)

@@ -27,7 +27,7 @@ func (s *CapacityStack) nagSuppressions() {
 	if secret, ok := s.AgentMasterSecret.(awssecretsmanager.Secret); ok {
 		suppress(secret, false, "AwsSolutions-SMG4",
 			"Rotation is operator-driven, with no deploy: every node agent derives its key from this secret, so a new "+
-				"version must reach the agents first; terminate-node accepts AWSCURRENT and AWSPREVIOUS meanwhile (README, master secret and rotation).")
+				"version must reach the agents first; terminate-node accepts AWSCURRENT and AWSPREVIOUS meanwhile (docs/security.md, Rotating each secret).")
 	}
 
 	smID := *s.Stack.GetLogicalId(s.Termination.Node().DefaultChild().(awscdk.CfnElement))
@@ -66,7 +66,7 @@ func (s *CapacityStack) nagSuppressions() {
 		for _, id := range []string{"AwsSolutions-APIG4", "AwsSolutions-COG4"} {
 			suppress(m, false, id,
 				"Authentication is the api function's: bearer API keys, hashed in the keys table, with org-scoped "+
-					"permissions (README, API). The floor (local only) and GET /v1/openapi.json are public on purpose.")
+					"permissions (docs/api.md). The floor (local only) and GET /v1/openapi.json are public on purpose.")
 		}
 	}
 	if s.Ephemeral {

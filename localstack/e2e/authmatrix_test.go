@@ -31,13 +31,13 @@ import (
 
 // The authorisation matrix: every route of the route table (shared/routes) x every kind of
 // caller x every state of the reservation the route concerns, each cell with the status the
-// README's rules give it ("Order of checks", "Permissions", "Operator routes", "Security
-// model"). TestAuthMatrix sends every cell through API Gateway (or, for an event source, puts
+// rules give it (docs/api.md: "Order of checks", "Permissions", "Operator routes";
+// docs/security.md: "Principals"). TestAuthMatrix sends every cell through API Gateway (or, for an event source, puts
 // the event on the bus) and checks the status, and that every refused call and every read
-// changed nothing. The README shows this table as it is here (TestAuthMatrixREADME; write it
-// with `go test ./localstack/e2e -run TestAuthMatrixREADME -update-readme`).
+// changed nothing. docs/security.md shows this table as it is here (TestAuthMatrixDoc; write it
+// with `go test ./localstack/e2e -run TestAuthMatrixDoc -update-doc`).
 
-var updateReadme = flag.Bool("update-readme", false, "write authMatrix into README.md (with -run TestAuthMatrixREADME; starts no local stack)")
+var updateDoc = flag.Bool("update-doc", false, "write authMatrix into docs/security.md (with -run TestAuthMatrixDoc; starts no local stack)")
 
 // authMatrix is the one table of expected statuses. A row is a route (its operationId in
 // shared/routes) and, for a route under a reservation, the reservation's state; a column is a
@@ -275,27 +275,27 @@ func parseAuthMatrix(t *testing.T) (columns []string, rows []matrixRow) {
 
 func underReservation(r routes.Route) bool { return strings.Contains(r.Path, "/reservations/{id}") }
 
-// TestAuthMatrixREADME: the README's copy of the matrix is authMatrix, character for character.
-func TestAuthMatrixREADME(t *testing.T) {
+// TestAuthMatrixDoc: the copy of the matrix in docs/security.md is authMatrix, character for character.
+func TestAuthMatrixDoc(t *testing.T) {
 	parseAuthMatrix(t)
-	const begin, end = "<!-- authmatrix:begin (go test ./localstack/e2e -run TestAuthMatrixREADME -update-readme) -->\n", "<!-- authmatrix:end -->"
-	readme, err := os.ReadFile("../../README.md")
+	const begin, end = "<!-- authmatrix:begin (go test ./localstack/e2e -run TestAuthMatrixDoc -update-doc) -->\n", "<!-- authmatrix:end -->"
+	doc, err := os.ReadFile("../../docs/security.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	i, j := bytes.Index(readme, []byte(begin)), bytes.Index(readme, []byte(end))
+	i, j := bytes.Index(doc, []byte(begin)), bytes.Index(doc, []byte(end))
 	if i < 0 || j < i {
-		t.Fatalf("README.md has no %q ... %q", strings.TrimSpace(begin), end)
+		t.Fatalf("docs/security.md has no %q ... %q", strings.TrimSpace(begin), end)
 	}
 	table := strings.TrimSpace(authMatrix) + "\n"
-	if string(readme[i+len(begin):j]) == table {
+	if string(doc[i+len(begin):j]) == table {
 		return
 	}
-	if !*updateReadme {
-		t.Fatalf("README.md's authorisation matrix differs from authMatrix: run go test ./localstack/e2e -run TestAuthMatrixREADME -update-readme")
+	if !*updateDoc {
+		t.Fatalf("the authorisation matrix of docs/security.md differs from authMatrix: run go test ./localstack/e2e -run TestAuthMatrixDoc -update-doc")
 	}
-	out := slices.Concat(readme[:i+len(begin)], []byte(table), readme[j:])
-	if err := os.WriteFile("../../README.md", out, 0o644); err != nil {
+	out := slices.Concat(doc[:i+len(begin)], []byte(table), doc[j:])
+	if err := os.WriteFile("../../docs/security.md", out, 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -455,7 +455,7 @@ func (f *matrixFixture) event(op, source string) (string, map[string]any) {
 // snapshot is what a refused call must leave as it was. On a node: every item of its
 // partition in the state table (the node item with the head of its changes chain, the
 // reservation, VMs, operations, scheduled reclaims), except the head of its calls chain, to
-// which a refusal appends its record by design (README "Audit"), unless calls is set (a
+// which a refusal appends its record by design (docs/api.md, Audit), unless calls is set (a
 // 401 is refused before the caller is known and leaves no record at all). On the key routes:
 // the head of the key-management chain and the target key (but its lastUsedAt).
 func (f *matrixFixture) snapshot(t *testing.T, op string, calls bool) any {
@@ -631,7 +631,7 @@ func (j *matrixJob) run(t *testing.T) (checked, events, unchanged int64) {
 		}
 		checked++
 		if got != want {
-			t.Errorf("%s in state %s by %s: %d, want %d (README's rules): %s", c.row.op, c.row.state, c.caller.name, got, want, body)
+			t.Errorf("%s in state %s by %s: %d, want %d (the rules of docs/api.md): %s", c.row.op, c.row.state, c.caller.name, got, want, body)
 		}
 		if got >= 400 || method == http.MethodGet {
 			if after := f.snapshot(t, c.row.op, got == http.StatusUnauthorized); !reflect.DeepEqual(before, after) {

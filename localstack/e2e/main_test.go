@@ -55,7 +55,7 @@ var (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	if *updateReadme { // writes the README from authMatrix: no stack needed
+	if *updateDoc { // writes docs/security.md from authMatrix: no stack needed
 		os.Exit(m.Run())
 	}
 	if testing.Short() {

@@ -35,10 +35,10 @@ func TestTable(t *testing.T) {
 	}
 }
 
-// TestREADMENamesEachOperatorPermission: the README's route table says which operator
+// TestAPIDocNamesEachOperatorPermission: the route table of docs/api.md says which operator
 // permission each operator route needs, as this table does, and names no other.
-func TestREADMENamesEachOperatorPermission(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+func TestAPIDocNamesEachOperatorPermission(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/api.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestREADMENamesEachOperatorPermission(t *testing.T) {
 		}
 		route := "`" + r.Method + " " + r.Path + "`"
 		var who string
-		for line := range strings.Lines(string(readme)) {
+		for line := range strings.Lines(string(doc)) {
 			// A row of the route table: | method and path | who | does |
 			if cells := strings.Split(line, " | "); strings.HasPrefix(line, "| ") && strings.Contains(cells[0], route) && len(cells) >= 3 {
 				who = cells[1]
@@ -57,12 +57,12 @@ func TestREADMENamesEachOperatorPermission(t *testing.T) {
 			}
 		}
 		if who == "" {
-			t.Errorf("%s: no row in the README's route table", route)
+			t.Errorf("%s: no row in the route table of docs/api.md", route)
 			continue
 		}
 		for _, p := range perms {
 			if strings.Contains(who, "`"+p+"`") != (p == r.Permission) {
-				t.Errorf("%s: the README says %q; the route table's operator permission is %s", route, who, r.Permission)
+				t.Errorf("%s: docs/api.md says %q; the route table's operator permission is %s", route, who, r.Permission)
 			}
 		}
 	}
