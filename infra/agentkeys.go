@@ -9,6 +9,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 )
 
+// newAgentKeysKey is the KMS key the nodes' agent keys are sealed under (capacity-<env>-agent-keys),
 // rotated yearly, kept with the stack's data (a lost key loses every sealed agent key).
 func (s *CapacityStack) newAgentKeysKey() awskms.Key {
 	return awskms.NewKey(s.Stack, jsii.String("AgentKeysKey"), &awskms.KeyProps{

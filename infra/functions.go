@@ -13,6 +13,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 )
 
+// goFunctionSpec describes a Lambda function built from ./functions/<Name>: `make lambdas`
 // puts its binary at <assetRoot>/<Name>/bootstrap.
 type goFunctionSpec struct {
 	Name        string             // package directory under functions/, e.g. "terminate-node"

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 )
 
+// allow grants fn exactly these actions on the table itself (not on its indexes), as one
 // explicit statement with id sid. Never use grantReadWriteData & co: they add Scan, DeleteItem,
 // BatchWriteItem...
 func allow(fn awslambda.Function, sid string, t awsdynamodb.ITable, actions ...string) {

@@ -450,7 +450,3 @@ func (s *CapacityStack) removalPolicy() awscdk.RemovalPolicy {
 	}
 	return awscdk.RemovalPolicy_RETAIN
 }
-
-// goFunctionSpec describes a Lambda function built from ./functions/<Name>: `make lambdas`
-// allow grants fn exactly these actions on the table itself (not on its indexes), as one
-// newAgentKeysKey is the KMS key the nodes' agent keys are sealed under (capacity-<env>-agent-keys),
