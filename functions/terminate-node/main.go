@@ -40,7 +40,7 @@ func main() {
 	cfg := config.Must(config.AWS(context.Background()))
 	masters := secrets.New(secretsmanager.NewFromConfig(cfg), env["AGENT_MASTER_SECRET_ID"])
 	client := &agent.Client{AllowHTTP: allowHTTP, Timeout: timeout}
-	keys := nodeKeys{opener: kmsseal.New(kms.NewFromConfig(cfg), env["AGENT_KEYS_KMS_KEY_ID"]), legacy: agent.Derived{Masters: masters}}
+	nodeAgent := agent.NodeAgent{Client: client, Opener: kmsseal.New(kms.NewFromConfig(cfg), env["AGENT_KEYS_KMS_KEY_ID"]), Legacy: agent.Derived{Masters: masters}}
 	if allowHTTP {
 		logger.Warn("AGENT_ALLOW_HTTP is set: plain http agent endpoints are accepted (local stack only)")
 	}
@@ -48,7 +48,7 @@ func main() {
 	store.Retention = config.Must(config.Duration("HISTORY_RETENTION", 0)) // per environment; 0: the default
 	term := &capacity.Terminator{
 		Store:   store,
-		Agent:   nodeAgent{client, keys},
+		Agent:   nodeAgent,
 		Logger:  logger,
 		Metrics: emf.New(os.Stdout, env["APP_ENV"]),
 	}
@@ -84,30 +84,4 @@ func handler(term *capacity.Terminator, logger *slog.Logger) func(context.Contex
 			"terminated", out.Terminated, "already_gone", out.AlreadyGone, "failed", len(out.Failed), "done", out.Done)
 		return out, nil
 	}
-}
-
-// nodeKeys opens a node's agent keys as stored on the node: sealed under KMS, or derived from
-// the master secret at generation 0.
-type nodeKeys struct {
-	opener agent.Opener
-	legacy agent.Keys
-}
-
-func (k nodeKeys) of(n capacity.Node) agent.Stored {
-	return agent.Stored{Opener: k.opener, Legacy: k.legacy, Gen: n.AgentKeyGen, Sealed: n.AgentKey,
-		PrevSealed: n.PrevAgentKey, RotatedAt: n.AgentKeyRotatedAt, Overlap: capacity.AgentKeyOverlap}
-}
-
-// nodeAgent adapts the node-agent client to the domain's Agent: the call is signed with the
-// node's own key, and the signed strings name the node.
-type nodeAgent struct {
-	c    *agent.Client
-	keys nodeKeys
-}
-
-func (a nodeAgent) Terminate(ctx context.Context, node capacity.Node, vmID string) (bool, error) {
-	c := *a.c // a shallow copy shares the connection pool
-	c.Keys = a.keys.of(node)
-	res, err := c.Terminate(ctx, node.AgentEndpoint, node.ID, vmID)
-	return res.AlreadyGone, err
 }

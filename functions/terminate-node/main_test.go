@@ -37,13 +37,9 @@ var quiet = slog.New(slog.NewJSONHandler(io.Discard, nil))
 type fixture struct {
 	env       *dynamotest.Env
 	sim       *agentsim.Sim
-	client    *agent.Client
-	keys      nodeKeys
+	agent     agent.NodeAgent // the Agent as main wires it
 	reclaimID string
 }
-
-// agent is the Agent as main wires it.
-func (f *fixture) agent() nodeAgent { return nodeAgent{f.client, f.keys} }
 
 func newFixture(t *testing.T, endpoint func(sim *agentsim.Sim) string) *fixture {
 	return newFixtureWith(t, endpoint, nil)
@@ -77,7 +73,7 @@ func newFixtureWith(t *testing.T, endpoint func(sim *agentsim.Sim) string, node 
 		t.Fatal(err)
 	}
 	sealer := kmsseal.New(kc, aws.ToString(key.KeyMetadata.KeyId))
-	keys := nodeKeys{opener: sealer, legacy: agent.Derived{Masters: secrets.New(sm, aws.ToString(created.ARN))}}
+	nodeAgent := agent.NodeAgent{Client: client, Opener: sealer, Legacy: agent.Derived{Masters: secrets.New(sm, aws.ToString(created.ARN))}}
 	data := demo.Seed(time.Now())
 	data.Nodes[0].AgentEndpoint = sim.Endpoint(demo.NodeID)
 	if endpoint != nil {
@@ -100,7 +96,7 @@ func newFixtureWith(t *testing.T, endpoint func(sim *agentsim.Sim) string, node 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{env: env, sim: sim, client: client, keys: keys, reclaimID: res.ReclaimID}
+	return &fixture{env: env, sim: sim, agent: nodeAgent, reclaimID: res.ReclaimID}
 }
 
 // task is events/terminate-node-task.json for the fixture's reclaim.
@@ -125,7 +121,7 @@ func TestSampleTask(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t, nil)
 	env, sim, task := f.env, f.sim, f.task(t)
-	term := &capacity.Terminator{Store: env.Store, Agent: f.agent(), Logger: quiet}
+	term := &capacity.Terminator{Store: env.Store, Agent: f.agent, Logger: quiet}
 	out, err := handler(term, quiet)(ctx, task)
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +150,7 @@ func TestForgedAnswersAreNotTakenAsDone(t *testing.T) {
 	}))
 	t.Cleanup(forger.Close)
 	f := newFixture(t, func(*agentsim.Sim) string { return forger.URL + "/" + demo.NodeID })
-	out, err := handler(&capacity.Terminator{Store: f.env.Store, Agent: f.agent(), Logger: quiet}, quiet)(ctx, f.task(t))
+	out, err := handler(&capacity.Terminator{Store: f.env.Store, Agent: f.agent, Logger: quiet}, quiet)(ctx, f.task(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,8 +181,8 @@ func TestForgedAnswersAreNotTakenAsDone(t *testing.T) {
 func TestPlainHTTPEndpointRefusedOutsideLocal(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t, nil)
-	f.client.AllowHTTP = false
-	out, err := handler(&capacity.Terminator{Store: f.env.Store, Agent: f.agent(), Logger: quiet}, quiet)(ctx, f.task(t))
+	f.agent.Client.AllowHTTP = false
+	out, err := handler(&capacity.Terminator{Store: f.env.Store, Agent: f.agent, Logger: quiet}, quiet)(ctx, f.task(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +274,7 @@ func TestNodeKeyGenerations(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			out, err := handler(&capacity.Terminator{Store: f.env.Store, Agent: f.agent(), Logger: quiet}, quiet)(ctx, f.task(t))
+			out, err := handler(&capacity.Terminator{Store: f.env.Store, Agent: f.agent, Logger: quiet}, quiet)(ctx, f.task(t))
 			if err != nil {
 				t.Fatal(err)
 			}
