@@ -49,7 +49,7 @@ LOCAL_TEMPLATE := cdk.out/local/capacity-local.template.json
 OUTPUTS        := .local/outputs.json
 FUZZTIME       ?= 60s
 
-# FAULTS: AWS faults for the functions of the local stack (README "Fault layer"), e.g.
+# FAULTS: AWS faults for the functions of the local stack (docs/local-stack.md, "Fault layer"), e.g.
 # make run FAULTS='TransactWriteItems:TransactionConflict=0.1,*:Throttling=0.1'
 FAULTS ?=
 # BENCH_PKGS: every package with a benchmark; make test runs each benchmark once, short.
@@ -94,7 +94,7 @@ CHAOS_FAULTS   ?= $(E2E_FAULTS),StartExecution:ExecutionLimitExceeded=0.05
 CHAOS_DURATION ?= 5m
 
 .PHONY: soak
-soak: ## long runs with the figures of README "Reliability": the model-based test (MODEL_OPS operations, then MODEL_FAULTS_OPS under AWS faults, each bounded by MODEL_TIME), then chaos on the whole local stack (CHAOS_DURATION), then fuzzing of request decoding (FUZZTIME)
+soak: ## long runs with the figures of docs/numbers.md "Reliability": the model-based test (MODEL_OPS operations, then MODEL_FAULTS_OPS under AWS faults, each bounded by MODEL_TIME), then chaos on the whole local stack (CHAOS_DURATION), then fuzzing of request decoding (FUZZTIME)
 	@echo "==> soak 1/4: model-based test of the domain and the store, $(MODEL_OPS) operations (at most $(MODEL_TIME)) on the in-process emulator"
 	MODEL_OPS=$(MODEL_OPS) MODEL_TIME=$(MODEL_TIME) go test -count=1 -timeout 30m -run '^TestModelSoak$$' -v ./shared/capacity
 	@echo "==> soak 2/4: the same under AWS faults (transaction conflicts, throttling, lost answers), $(MODEL_FAULTS_OPS) operations (at most $(MODEL_TIME))"
@@ -107,7 +107,7 @@ soak: ## long runs with the figures of README "Reliability": the model-based tes
 	@echo "==> soak: done"
 
 .PHONY: bench
-bench: ## latency and size figures (see README "Numbers")
+bench: ## latency and size figures (see docs/numbers.md)
 	@$(MAKE) --no-print-directory synth ENV=local
 	go test -count=1 -run '^$$' -bench 'Reclaim|Bootstrap' -benchtime 200x ./localstack/e2e
 	go test -count=1 -run '^$$' -bench 'Termination$$' -benchtime 10x ./localstack/e2e
@@ -122,7 +122,7 @@ bench: ## latency and size figures (see README "Numbers")
 	E2E_FAULTS='$(E2E_FAULTS)' go test -count=1 -timeout 20m -run '^$$' -bench TerminationUnderFaults -benchtime 3x ./localstack/e2e
 
 .PHONY: ctl
-ctl: ## build the operator CLI into bin/capacityctl (README "Operating")
+ctl: ## build the operator CLI into bin/capacityctl (docs/operating.md)
 	go build -trimpath -o bin/capacityctl ./cmd/capacityctl
 
 .PHONY: invoke
@@ -131,7 +131,7 @@ invoke: ## invoke a function of the running local stack: make invoke FN=api EVEN
 	go run ./localstack/cmd/invoke -fn $(or $(FN),api) -event $(EVENT)
 
 .PHONY: deploy-localstack
-deploy-localstack: lambdas node_modules ## deploy to real LocalStack (Docker + LOCALSTACK_AUTH_TOKEN; see README)
+deploy-localstack: lambdas node_modules ## deploy to real LocalStack (Docker + LOCALSTACK_AUTH_TOKEN; see docs/local-stack.md)
 	@echo "==> cdklocal bootstrap + deploy env=local to LocalStack on localhost:4566"
 	node_modules/.bin/cdklocal bootstrap -c env=local
 	node_modules/.bin/cdklocal deploy -c env=local --require-approval never --outputs-file $(OUTPUTS)

@@ -9,7 +9,7 @@
 // With -report-operator-keys it reads the keys table instead and lists, as JSON, the live
 // operator keys that hold no operator permission (issued before key.manage, node.manage,
 // reservation.manage and audit.read existed): they reach no operator route any more. It
-// changes nothing; replace them through the API (see the README, Permissions).
+// changes nothing; replace them through the API (see docs/api.md, Permissions).
 //
 //	capacity-migrate -keys-table capacity-prod-keys -report-operator-keys
 //

@@ -22,7 +22,7 @@ import (
 	"github.com/openrelay/capacity/shared/client"
 )
 
-// Exit codes (README "Operating").
+// Exit codes (docs/operating.md).
 const (
 	exitOK          = 0
 	exitFailed      = 1 // the call failed, was refused or not confirmed; audit verify found a problem

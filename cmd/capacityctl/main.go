@@ -1,6 +1,6 @@
 // Command capacityctl operates the capacity service: API keys, nodes, reservations, topology,
 // reclaims and the audit trail, against the local stack or any deployed environment. Run
-// `capacityctl help` for the commands; README "Operating" walks through them.
+// `capacityctl help` for the commands; docs/operating.md walks through them.
 package main
 
 import (

@@ -63,7 +63,7 @@ var chaosUnits = []string{"gpu-2", "gpu-3", "gpu-4", "gpu-5"}
 // operation completed (or failed with a reason after its re-drives), every evicted VM
 // terminated exactly once on its agent, every invariant holds, every audit chain verifies,
 // each successful call was applied once, no 5xx off an injected path, nothing left in the
-// queues. It prints the figures of README "Numbers -> Reliability".
+// queues. It prints the figures of docs/numbers.md, "Reliability".
 func TestChaos(t *testing.T) {
 	d := os.Getenv("CHAOS_DURATION")
 	if d == "" {

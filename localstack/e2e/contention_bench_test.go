@@ -43,7 +43,7 @@ var (
 //
 // Rounds come from the handler's Server-Timing, which reports them to operators on answered
 // calls: every call here is the operator's. A 409 concurrent_modification spent the call's
-// retry budget (README "Architecture"). A call answered 409 or 5xx is sent again with its
+// retry budget (docs/architecture.md). A call answered 409 or 5xx is sent again with its
 // Idempotency-Key (safe), so each client's cycle goes on.
 func BenchmarkContention(b *testing.B) {
 	b.Run(fmt.Sprintf("own-units/clients=%d", contentionClients), func(b *testing.B) {

@@ -38,7 +38,7 @@ const gatewayNoRoute = http.StatusForbidden
 // (API Gateway's routing and the function's adapter: dot segments, escaped slashes, header
 // framing, big and slow bodies) and checks that each gets its documented 4xx, never a redirect
 // or a 5xx, and changes nothing on the node (its items, the head of its changes chain
-// included; refusals may append to its calls chain, README "Audit"). The rest of the probes
+// included; refusals may append to its calls chain, docs/api.md, "Audit"). The rest of the probes
 // run in process: shared/httpapi TestHostileInputProbes.
 func TestHostileInputThroughTheGateway(t *testing.T) {
 	api, err := url.Parse(apiURL)

@@ -27,7 +27,7 @@ import (
 // costs, from the sizes of the items each call reads and writes (the emulator reports no
 // consumed capacity): the API call (decision Query, the transaction), then the termination
 // workflow's rounds for its victims, with an agent that terminates every VM at once. Run with
-// -v for the cost of each call and the size of each item written (the README's "Cost").
+// -v for the cost of each call and the size of each item written (docs/cost.md).
 //
 //	go test -run '^$' -bench ReclaimUnits -benchtime 1x -v ./shared/capacity
 func BenchmarkReclaimUnits(b *testing.B) {

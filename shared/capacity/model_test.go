@@ -32,7 +32,7 @@ import (
 // reservation terms passing, scheduled reclaims, key revocation, duplicate deliveries), runs
 // each through the Service on the store on the in-process emulator, predicts each answer with
 // a small reference model (plain maps of nodes, reservations, VMs, operations and scheduled
-// reclaims, with the README's rules written out again), and after every step checks every
+// reclaims, with the rules of docs/api.md written out again), and after every step checks every
 // invariant (capacity.Violations, OverlapViolations) and that the store holds what the model
 // holds. A failing run prints rapid's seed and the shrunk sequence of steps; replay it with
 //
@@ -40,7 +40,7 @@ import (
 //
 // (or -rapid.failfile=<file> as rapid prints). The same test scales: `make test` runs it
 // short (TestModel: 10 sequences unless -rapid.checks says otherwise, of about -rapid.steps
-// steps), `make soak` runs TestModelSoak for at least MODEL_OPS operations (see README
+// steps), `make soak` runs TestModelSoak for at least MODEL_OPS operations (see docs/numbers.md,
 // "Reliability").
 
 // modelTables gives each rapid check a fresh set of tables on one emulator: an emulator per
@@ -966,7 +966,7 @@ func (m *model) placeCall(p capacity.Principal, req capacity.PlacementRequest) {
 	m.remember(req.NodeID, p, req.IdempotencyKey, fp, res)
 }
 
-// admits is the README's placement rule for one unit: held by one reservation (active or
+// admits is the placement rule of docs/api.md for one unit: held by one reservation (active or
 // pending in its term; needs-review until it ends), a unit takes a spot VM if released by
 // an active reservation in term at the node's generation, a reserved VM of its audience if
 // exclusive to one; held by none, spot or on-demand, but only spot while a reservation is

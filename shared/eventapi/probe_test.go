@@ -11,7 +11,7 @@ import (
 	"github.com/openrelay/capacity/shared/capacity"
 )
 
-// TestForgedEnvelopes: events no genuine sender puts (README "Numbers", Reliability). Ids and
+// TestForgedEnvelopes: events no genuine sender puts (docs/numbers.md, Reliability). Ids and
 // free text in a well-formed detail are the domain's to check, as for HTTP (shared/httpapi
 // TestHostileInputProbes). None of these reaches the service, so none changes anything; each is either refused with its code, the
 // refusal published (final), or, when it is not an event of the bus at all, left to the

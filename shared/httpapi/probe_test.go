@@ -18,7 +18,7 @@ import (
 	"github.com/openrelay/capacity/shared/routes"
 )
 
-// Hostile-input probes (README "Numbers", Reliability): requests no client should send, each
+// Hostile-input probes (docs/numbers.md, Reliability): requests no client should send, each
 // answered with its documented 4xx, never a redirect or a 5xx, without a panic, and without
 // changing anything (the node, its reservations and VMs, the idempotency records, and no
 // audit record but refusals and dry runs). The gateway's side (what API Gateway itself does

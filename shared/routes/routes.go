@@ -18,7 +18,7 @@ type Route struct {
 	// holds it may use the route, and anyone else gets the route's 404 before its body or
 	// query is read. "" on the routes open to tenants, where the service decides by the
 	// caller's capacity permissions and role. The OpenAPI document (x-operator-permission)
-	// and the README's route table are checked against it.
+	// and the route table of docs/api.md are checked against it.
 	Permission string
 }
 
