@@ -9,6 +9,14 @@ import (
 	"github.com/aws/jsii-runtime-go"
 )
 
+// newAgentKeys creates what the node agents' keys come from: the master secret the keys of
+// nodes at key generation 0 are derived from (existingSecret, or one the stack creates), and
+// the KMS key random agent keys are sealed under.
+func (s *CapacityStack) newAgentKeys(existingSecret string) {
+	s.agentMasterSecretID, s.agentMasterSecretARN = s.agentMasterSecret(existingSecret)
+	s.AgentKeysKey = s.newAgentKeysKey()
+}
+
 // newAgentKeysKey is the KMS key the nodes' agent keys are sealed under (capacity-<env>-agent-keys),
 // rotated yearly, kept with the stack's data (a lost key loses every sealed agent key).
 func (s *CapacityStack) newAgentKeysKey() awskms.Key {

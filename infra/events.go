@@ -165,7 +165,7 @@ func (s *CapacityStack) newOperationEventsFunction(state awsdynamodb.ITable) aws
 //
 // The function refuses a bad request for good (it publishes the refusal and acknowledges
 // it); only transient failures go back to the queue for another try.
-func (s *CapacityStack) newReclaimIntake(state, audit awsdynamodb.ITable) {
+func (s *CapacityStack) newReclaimIntake(state, audit, keys awsdynamodb.ITable) {
 	name := "capacity-" + s.Env + "-reclaim-requests"
 	c := constructs.NewConstruct(s.Stack, jsii.String("ReclaimRequests"))
 	retention := awscdk.Duration_Days(jsii.Number(reclaimRequestRetentionDays))
@@ -262,6 +262,11 @@ func (s *CapacityStack) newReclaimIntake(state, audit awsdynamodb.ITable) {
 	allow(fn, "AuditTableAppendAndCheck", audit, "dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:Query")
 	allowStateMachine(fn, "StartTermination", s.Termination, "states:StartExecution")
 	s.allowPutEvents(fn)
+	// A scheduled reclaim's firing reads the key that scheduled it (its id pointer and the
+	// key: GetItem only) and is refused if the key was revoked, expired or lost what the
+	// reclaim needs. Nothing else on the keys table: no write, no Scan.
+	fn.AddEnvironment(jsii.String("KEYS_TABLE"), keys.TableName(), nil)
+	allow(fn, "KeysTableCreatorKeyRead", keys, "dynamodb:GetItem")
 	s.ReclaimEventsFunction = fn
 }
 

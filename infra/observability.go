@@ -82,6 +82,14 @@ func (s *CapacityStack) functions() []namedFunction {
 	return fns
 }
 
+// newMonitoring creates the alarm topic, every alarm and the dashboard.
+func (s *CapacityStack) newMonitoring() {
+	s.AlarmTopic = s.newAlarmTopic()
+	s.alarmScope = constructs.NewConstruct(s.Stack, jsii.String("Alarms"))
+	s.newAlarms()
+	s.Dashboard = s.newDashboard()
+}
+
 // newAlarmTopic creates "capacity-<env>-alarms", encrypted with a key of its own (the AWS
 // managed SNS key does not let CloudWatch publish) and TLS only, subscribed by the configured
 // address or endpoint, if any.

@@ -1,19 +1,82 @@
 package main
 
 import (
+	"strconv"
+
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigateway"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
+	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/routes"
+	"github.com/openrelay/capacity/shared/table"
 )
 
 // apiRoutes are the REST resources proxied to the api function: the paths of the one route
 // table, shared/routes, that the function's mux is built from too. Each gets method ANY: the
 // function routes by method itself and answers 405 (problem+json) for a wrong one.
 var apiRoutes = routes.Paths()
+
+// newApiFunction creates the api function behind every REST route: the capacity calls, the
+// operator's calls, scheduled reclaims and API keys. maxPendingScheduled caps an org's pending
+// scheduled reclaims; rate is each API key's rate limit.
+func (s *CapacityStack) newApiFunction(maxPendingScheduled int, rate capacity.RateLimit) awslambda.Function {
+	state, audit, keys, limits := s.table(table.State), s.table(table.Audit), s.table(table.Keys), s.table(table.Limits)
+	fn := s.goFunction(goFunctionSpec{Name: "api", Environment: map[string]*string{
+		"STATE_TABLE": state.TableName(), "AUDIT_TABLE": audit.TableName(),
+		"KEYS_TABLE": keys.TableName(), "KEY_CACHE_TTL": jsii.String("30s"),
+		"STATE_MACHINE_ARN": s.Termination.StateMachineArn(),
+		// Scheduled reclaims: one-time schedules in this group put a request on the bus as this role.
+		"SCHEDULE_GROUP": s.ScheduleGroup.ScheduleGroupName(), "SCHEDULE_ROLE_ARN": s.SchedulerRole.RoleArn(),
+		"EVENT_BUS_ARN":                 s.Bus.EventBusArn(),
+		"MAX_PENDING_SCHEDULED_PER_ORG": jsii.String(strconv.Itoa(maxPendingScheduled)),
+		// Each key's rate limit, kept in the limits table.
+		"LIMITS_TABLE": limits.TableName(),
+		// (shared/config.RateLimit reads them.)
+		"RATE_LIMIT_PER_SECOND": jsii.String(strconv.FormatFloat(rate.PerSecond, 'f', -1, 64)),
+		"RATE_LIMIT_BURST":      jsii.String(strconv.Itoa(rate.Burst)),
+		// Registration, an owner change and a rotation make a node a random agent key,
+		// sealed under this key, and hand it out once.
+		"AGENT_KEYS_KMS_KEY_ID": s.AgentKeysKey.KeyArn(),
+	}})
+	if s.Env == LocalEnv {
+		// The local stack's agents listen on loopback, over plain http: a node may be
+		// registered with an http endpoint there, and nowhere else.
+		fn.AddEnvironment(jsii.String("ALLOW_HTTP_AGENTS"), jsii.String("true"), nil)
+	}
+	// TransactWriteItems is authorised per item action (Put/Update/ConditionCheck). Nodes,
+	// reservations and their topology changes are writes of the same kinds; the node item
+	// also carries its audit chain's head.
+	allow(fn, "StateTable", state,
+		"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem")
+	// Appends only (no Update or Delete). GetItem and Query: after a commit whose answer was
+	// lost, the service reads the commit's own audit record to learn whether it landed; and
+	// the audit of a node (the table) and of a reservation (its index).
+	allow(fn, "AuditTableAppendAndRead", audit, "dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:Query")
+	allowIndex(fn, "AuditByReservationIndex", audit, table.AuditByReservationIndex, "dynamodb:Query")
+	// A reservation's scheduled reclaims are listed from the state table's byState index.
+	allowIndex(fn, "StateByStateIndex", state, table.ByStateIndex, "dynamodb:Query")
+	// API keys: the lookup of a bearer key (GetItem), and the operator's key management:
+	// create (a transaction of Puts, the key chain's head Update and ConditionChecks), list
+	// (Scan), revoke and the last-use time (UpdateItem). Only reclaim-events also reads it,
+	// and no role may delete a key: a revoked key stays, marked, for its audit.
+	allow(fn, "KeysTable", keys,
+		"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Scan", "dynamodb:ConditionCheckItem")
+	// Rate limits: one conditional UpdateItem (two at most) of the calling key's own item per
+	// call, which also tells the stored state when its condition fails; no read, no delete
+	// (TTL removes idle items). No other role reaches the table.
+	allow(fn, "LimitsTable", limits, "dynamodb:UpdateItem")
+	// Seals the agent keys it makes, and can open none: no kms:Decrypt here, no read of the
+	// master secret, and the key's policy denies this role Decrypt (denyAgentKeysOpen), so
+	// whoever takes over the internet-facing function obtains no existing node's key.
+	allowAgentKeys(fn, "AgentKeysSeal", s.AgentKeysKey, "kms:Encrypt")
+	s.denyAgentKeysOpen(fn)
+	allowStateMachine(fn, "StartTermination", s.Termination, "states:StartExecution")
+	s.allowScheduling(fn)
+	return fn
+}
 
 // newRestApi creates the REST API with a stage named after the env and every apiRoutes
 // resource proxied (method ANY) to fn. No authoriser: the function checks bearer keys.

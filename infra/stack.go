@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"regexp"
-	"strconv"
 	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -13,7 +12,6 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
@@ -140,6 +138,10 @@ type CapacityStack struct {
 	Alarms     map[string]awscloudwatch.Alarm
 	Dashboard  awscloudwatch.Dashboard
 
+	// agentMasterSecretID is how terminate-node reads the agent master secret; its ARN
+	// (a pattern, for an existing secret) is what terminate-node's grant names.
+	agentMasterSecretID, agentMasterSecretARN *string
+
 	alarmScope    constructs.Construct
 	alarmApi      struct{ errorRate, p99Millis float64 }
 	assetRoot     string
@@ -149,33 +151,75 @@ type CapacityStack struct {
 }
 
 // NewCapacityStack builds the stack "capacity-<env>". It is environment-agnostic (no account,
-// region or lookups), so synth needs no credentials.
+// region or lookups), so synth needs no credentials. Each step below adds one part of the
+// service; a step may use what the steps before it made.
 func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *CapacityStack, err error) {
-	if err := ValidateEnv(props.Env); err != nil {
+	if props, err = props.withDefaults(); err != nil {
 		return nil, err
+	}
+	// goFunction reports a missing build by panicking with *missingAssetError.
+	defer recoverMissingAsset(&s, &err)
+
+	s = newStack(scope, props)
+	s.newTables()
+	s.newAgentKeys(props.AgentMasterSecretName)
+	// Functions: one goFunction call each, then its grants. The workflow comes between the
+	// terminate-node function (its task) and the functions that start it.
+	s.TerminateNodeFunction = s.newTerminateNodeFunction()
+	s.Bus = s.newEventBus()
+	s.OperationEventsFunction = s.newOperationEventsFunction(s.table(table.State))
+	s.Termination = s.newTerminationStateMachine(s.TerminateNodeFunction, s.OperationEventsFunction,
+		props.TerminateConcurrency, props.TerminateRounds, props.TerminateRetryWait)
+	s.newScheduler()
+	s.ApiFunction = s.newApiFunction(props.MaxPendingScheduledPerOrg, props.RateLimit)
+	s.ReconcilerFunction = s.newReconcilerFunction()
+	s.newReclaimIntake(s.table(table.State), s.table(table.Audit), s.table(table.Keys))
+	// After every function that publishes: the policy names their roles.
+	s.newBusPolicy()
+	s.newReconcileSchedule()
+	s.Api = s.newRestApi(s.ApiFunction, props.ThrottleRate, props.ThrottleBurst)
+	if s.Env == LocalEnv {
+		s.FloorFunction = s.newFloor(s.table(table.State), s.table(table.Audit))
+	}
+	s.newMonitoring()
+	s.nagSuppressions()
+	s.newOutputs()
+	return s, nil
+}
+
+// recoverMissingAsset turns goFunction's *missingAssetError panic into NewCapacityStack's
+// error; any other panic goes on.
+func recoverMissingAsset(s **CapacityStack, err *error) {
+	if r := recover(); r != nil {
+		if e, ok := r.(*missingAssetError); ok {
+			*s, *err = nil, e
+			return
+		}
+		panic(r)
+	}
+}
+
+// isEphemeral tells the disposable environments (local, dev): see CapacityStack.Ephemeral.
+func isEphemeral(env string) bool { return env == LocalEnv || env == "dev" }
+
+// withDefaults validates props and fills every zero value with its default.
+func (props CapacityStackProps) withDefaults() (CapacityStackProps, error) {
+	if err := ValidateEnv(props.Env); err != nil {
+		return props, err
 	}
 	// The grant is built from the name (a secret's ARN adds a random suffix the name lacks).
 	if strings.HasPrefix(props.AgentMasterSecretName, "arn:") {
-		return nil, fmt.Errorf("agentMasterSecret %q: give the secret's name, not its ARN", props.AgentMasterSecretName)
+		return props, fmt.Errorf("agentMasterSecret %q: give the secret's name, not its ARN", props.AgentMasterSecretName)
 	}
-	if props.AssetRoot == "" {
-		props.AssetRoot = DefaultAssetRoot
-	}
-	if props.ThrottleRate == 0 {
-		props.ThrottleRate = DefaultThrottleRate
-	}
-	if props.ThrottleBurst == 0 {
-		props.ThrottleBurst = DefaultThrottleBurst
-	}
-	if props.TerminateConcurrency == 0 {
-		props.TerminateConcurrency = DefaultTerminateConcurrency
-	}
-	if props.TerminateRounds == 0 {
-		props.TerminateRounds = DefaultTerminateRounds
-	}
+	ephemeral := isEphemeral(props.Env)
+	props.AssetRoot = cmp.Or(props.AssetRoot, DefaultAssetRoot)
+	props.ThrottleRate = cmp.Or(props.ThrottleRate, DefaultThrottleRate)
+	props.ThrottleBurst = cmp.Or(props.ThrottleBurst, DefaultThrottleBurst)
+	props.TerminateConcurrency = cmp.Or(props.TerminateConcurrency, DefaultTerminateConcurrency)
+	props.TerminateRounds = cmp.Or(props.TerminateRounds, DefaultTerminateRounds)
 	if props.TerminateRetryWait == 0 {
 		props.TerminateRetryWait = DefaultTerminateRetryWait
-		if props.Env == "local" || props.Env == "dev" {
+		if ephemeral {
 			props.TerminateRetryWait = DefaultTerminateRetryWaitEphemeral
 		}
 	}
@@ -184,253 +228,62 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 		v    float64
 	}{{"TerminateConcurrency", props.TerminateConcurrency}, {"TerminateRounds", props.TerminateRounds}, {"TerminateRetryWait", props.TerminateRetryWait}} {
 		if p.v < 1 || p.v != math.Trunc(p.v) || p.v > 3600 {
-			return nil, fmt.Errorf("%s %v: want a whole number from 1 to 3600", p.name, p.v)
+			return props, fmt.Errorf("%s %v: want a whole number from 1 to 3600", p.name, p.v)
 		}
 	}
-	// goFunction reports a missing build by panicking with *missingAssetError.
-	defer func() {
-		if r := recover(); r != nil {
-			if e, ok := r.(*missingAssetError); ok {
-				s, err = nil, e
-				return
-			}
-			panic(r)
+	props.LogLevel = cmp.Or(props.LogLevel, "info")
+	props.AlarmApiErrorRate = cmp.Or(props.AlarmApiErrorRate, DefaultAlarmApiErrorRate)
+	props.AlarmApiP99Millis = cmp.Or(props.AlarmApiP99Millis, DefaultAlarmApiP99Millis)
+	if props.LogRetentionDays == 0 {
+		props.LogRetentionDays = 90
+		if ephemeral {
+			props.LogRetentionDays = 7
 		}
-	}()
+	}
+	if _, ok := logRetentions[props.LogRetentionDays]; !ok {
+		return props, fmt.Errorf("LogRetentionDays %v: not a CloudWatch Logs retention period", props.LogRetentionDays)
+	}
+	if h := props.HistoryRetentionDays; h != 0 && (h < MinHistoryRetentionDays || h != math.Trunc(h)) {
+		return props, fmt.Errorf("HistoryRetentionDays %v: want a whole number of days, at least %d", h, MinHistoryRetentionDays)
+	}
+	props.MaxPendingScheduledPerOrg = cmp.Or(props.MaxPendingScheduledPerOrg, capacity.DefaultMaxPendingScheduled)
+	if props.RateLimit == (capacity.RateLimit{}) {
+		props.RateLimit = DefaultRateLimit
+	}
+	return props, nil
+}
 
-	if props.LogLevel == "" {
-		props.LogLevel = "info"
-	}
-	if props.AlarmApiErrorRate == 0 {
-		props.AlarmApiErrorRate = DefaultAlarmApiErrorRate
-	}
-	if props.AlarmApiP99Millis == 0 {
-		props.AlarmApiP99Millis = DefaultAlarmApiP99Millis
-	}
-	ephemeral := props.Env == "local" || props.Env == "dev"
-	logRetention := awslogs.RetentionDays_THREE_MONTHS
-	if ephemeral {
-		logRetention = awslogs.RetentionDays_ONE_WEEK
-	}
-	if props.LogRetentionDays != 0 {
-		r, ok := logRetentions[props.LogRetentionDays]
-		if !ok {
-			return nil, fmt.Errorf("LogRetentionDays %v: not a CloudWatch Logs retention period", props.LogRetentionDays)
-		}
-		logRetention = r
-	}
-	historyWindow := ""
-	if h := props.HistoryRetentionDays; h != 0 {
-		if h < MinHistoryRetentionDays || h != math.Trunc(h) {
-			return nil, fmt.Errorf("HistoryRetentionDays %v: want a whole number of days, at least %d", h, MinHistoryRetentionDays)
-		}
-		historyWindow = fmt.Sprintf("%dh", int(h)*24)
-	}
-
-	env := props.Env
-	name := "capacity-" + env
+// newStack creates the empty stack "capacity-<env>" from props with their defaults, tagged
+// with the project and the environment.
+func newStack(scope constructs.Construct, props CapacityStackProps) *CapacityStack {
+	name := "capacity-" + props.Env
 	stackProps := &awscdk.StackProps{
 		StackName:   jsii.String(name),
-		Description: jsii.String("capacity-boundary service, env " + env),
+		Description: jsii.String("capacity-boundary service, env " + props.Env),
 	}
 	if props.Account != "" || props.Region != "" {
 		// Pinned: a deploy with another account's or region's credentials fails.
 		stackProps.Env = &awscdk.Environment{Account: jsii.String(props.Account), Region: jsii.String(props.Region)}
 	}
-	s = &CapacityStack{
+	s := &CapacityStack{
 		Stack:             awscdk.NewStack(scope, jsii.String(name), stackProps),
-		Env:               env,
-		Ephemeral:         ephemeral,
+		Env:               props.Env,
+		Ephemeral:         isEphemeral(props.Env),
 		Tables:            map[string]awsdynamodb.Table{},
 		Alarms:            map[string]awscloudwatch.Alarm{},
 		AlarmSubscription: props.AlarmSubscription,
 		EventPrincipals:   props.EventPrincipals,
 		assetRoot:         props.AssetRoot,
 		logLevel:          props.LogLevel,
-		logRetention:      logRetention,
-		historyWindow:     historyWindow,
+		logRetention:      logRetentions[props.LogRetentionDays],
+	}
+	if h := props.HistoryRetentionDays; h != 0 {
+		s.historyWindow = fmt.Sprintf("%dh", int(h)*24)
 	}
 	s.alarmApi.errorRate, s.alarmApi.p99Millis = props.AlarmApiErrorRate, props.AlarmApiP99Millis
 	awscdk.Tags_Of(s.Stack).Add(jsii.String("project"), jsii.String("capacity"), nil)
-	awscdk.Tags_Of(s.Stack).Add(jsii.String("env"), jsii.String(env), nil)
-
-	for _, spec := range stackTables {
-		s.Tables[spec.LogicalID] = s.newTable(spec)
-	}
-	state, audit, keys := s.Tables[table.State.LogicalID], s.Tables[table.Audit.LogicalID], s.Tables[table.Keys.LogicalID]
-	limits := s.Tables[table.Limits.LogicalID]
-	rate := props.RateLimit
-	if rate == (capacity.RateLimit{}) {
-		rate = DefaultRateLimit
-	}
-
-	// Functions: one goFunction call each, then its grants. The workflow comes between the
-	// terminate-node function (its task) and the functions that start it.
-	secretID, secretResource := s.agentMasterSecret(props.AgentMasterSecretName)
-	s.AgentKeysKey = s.newAgentKeysKey()
-	terminateEnv := map[string]*string{
-		"STATE_TABLE": state.TableName(), "AGENT_MASTER_SECRET_ID": secretID, "AGENT_TIMEOUT": jsii.String("5s"),
-		"AGENT_KEYS_KMS_KEY_ID": s.AgentKeysKey.KeyArn(),
-	}
-	if env == "local" {
-		// The local stack's agents listen on loopback, over plain http. Nowhere else.
-		terminateEnv["AGENT_ALLOW_HTTP"] = jsii.String("true")
-	}
-	s.TerminateNodeFunction = s.goFunction(goFunctionSpec{Name: "terminate-node", MemoryMB: 256,
-		Timeout: awscdk.Duration_Seconds(jsii.Number(60)), Environment: terminateEnv})
-	// Reads the agent master secret at run time (current and previous versions), for nodes
-	// still at key generation 0; nothing else in Secrets Manager. Opens the nodes' sealed keys.
-	allowOn(s.TerminateNodeFunction, "AgentMasterSecretRead", secretResource, "secretsmanager:GetSecretValue")
-	allowAgentKeys(s.TerminateNodeFunction, "AgentKeysOpen", s.AgentKeysKey, "kms:Decrypt")
-	// Reads the operation and the node, moves each terminated VM from the node's decision
-	// partition to its history (one transaction: a conditional delete and a put), moves the
-	// operation on with conditional updates, and puts each VM's outcome item (a conditional
-	// put of its own). No audit access.
-	allow(s.TerminateNodeFunction, "StateTable", state, "dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:DeleteItem")
-
-	s.Bus = s.newEventBus()
-	s.OperationEventsFunction = s.newOperationEventsFunction(state)
-	s.Termination = s.newTerminationStateMachine(s.TerminateNodeFunction, s.OperationEventsFunction,
-		props.TerminateConcurrency, props.TerminateRounds, props.TerminateRetryWait)
-	s.newScheduler()
-
-	s.ApiFunction = s.goFunction(goFunctionSpec{Name: "api", Environment: map[string]*string{
-		"STATE_TABLE": state.TableName(), "AUDIT_TABLE": audit.TableName(),
-		"KEYS_TABLE": keys.TableName(), "KEY_CACHE_TTL": jsii.String("30s"),
-		"STATE_MACHINE_ARN": s.Termination.StateMachineArn(),
-		// Scheduled reclaims: one-time schedules in this group put a request on the bus as this role.
-		"SCHEDULE_GROUP": s.ScheduleGroup.ScheduleGroupName(), "SCHEDULE_ROLE_ARN": s.SchedulerRole.RoleArn(),
-		"EVENT_BUS_ARN":                 s.Bus.EventBusArn(),
-		"MAX_PENDING_SCHEDULED_PER_ORG": jsii.String(strconv.Itoa(cmp.Or(props.MaxPendingScheduledPerOrg, capacity.DefaultMaxPendingScheduled))),
-		// Each key's rate limit, kept in the limits table.
-		"LIMITS_TABLE": limits.TableName(),
-		// (shared/config.RateLimit reads them.)
-		"RATE_LIMIT_PER_SECOND": jsii.String(strconv.FormatFloat(rate.PerSecond, 'f', -1, 64)),
-		"RATE_LIMIT_BURST":      jsii.String(strconv.Itoa(rate.Burst)),
-		// Registration, an owner change and a rotation make a node a random agent key,
-		// sealed under this key, and hand it out once.
-		"AGENT_KEYS_KMS_KEY_ID": s.AgentKeysKey.KeyArn(),
-	}})
-	if env == "local" {
-		// The local stack's agents listen on loopback, over plain http: a node may be
-		// registered with an http endpoint there, and nowhere else.
-		s.ApiFunction.AddEnvironment(jsii.String("ALLOW_HTTP_AGENTS"), jsii.String("true"), nil)
-	}
-	// TransactWriteItems is authorised per item action (Put/Update/ConditionCheck). Nodes,
-	// reservations and their topology changes are writes of the same kinds; the node item
-	// also carries its audit chain's head.
-	allow(s.ApiFunction, "StateTable", state,
-		"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem")
-	// Appends only (no Update or Delete). GetItem and Query: after a commit whose answer was
-	// lost, the service reads the commit's own audit record to learn whether it landed; and
-	// the audit of a node (the table) and of a reservation (its index).
-	allow(s.ApiFunction, "AuditTableAppendAndRead", audit, "dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:Query")
-	allowIndex(s.ApiFunction, "AuditByReservationIndex", audit, table.AuditByReservationIndex, "dynamodb:Query")
-	// A reservation's scheduled reclaims are listed from the state table's byState index.
-	allowIndex(s.ApiFunction, "StateByStateIndex", state, table.ByStateIndex, "dynamodb:Query")
-	// API keys: the lookup of a bearer key (GetItem), and the operator's key management:
-	// create (a transaction of Puts, the key chain's head Update and ConditionChecks), list
-	// (Scan), revoke and the last-use time (UpdateItem). Only reclaim-events also reads it (below),
-	// and no role may delete a key: a revoked key stays, marked, for its audit.
-	allow(s.ApiFunction, "KeysTable", keys,
-		"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Scan", "dynamodb:ConditionCheckItem")
-	// Seals the agent keys it makes, and can open none: no kms:Decrypt here, no read of the
-	// master secret, and the key's policy denies this role Decrypt (denyAgentKeysOpen), so
-	// whoever takes over the internet-facing function obtains no existing node's key.
-	// Rate limits: one conditional UpdateItem (two at most) of the calling key's own item per
-	// call, which also tells the stored state when its condition fails; no read, no delete
-	// (TTL removes idle items). No other role reaches the table.
-	allow(s.ApiFunction, "LimitsTable", limits, "dynamodb:UpdateItem")
-	allowAgentKeys(s.ApiFunction, "AgentKeysSeal", s.AgentKeysKey, "kms:Encrypt")
-	s.denyAgentKeysOpen(s.ApiFunction)
-	allowStateMachine(s.ApiFunction, "StartTermination", s.Termination, "states:StartExecution")
-	s.allowScheduling(s.ApiFunction)
-
-	s.ReconcilerFunction = s.goFunction(goFunctionSpec{Name: "reconciler",
-		Timeout: awscdk.Duration_Seconds(jsii.Number(60)),
-		Environment: map[string]*string{
-			"STATE_TABLE": state.TableName(), "STATE_MACHINE_ARN": s.Termination.StateMachineArn(),
-			"START_AFTER": jsii.String("30s"), "STUCK_AFTER": jsii.String("15m"), "HELD_AFTER": jsii.String("1h"),
-			"EVENT_BUS_NAME": s.Bus.EventBusName(),
-		}})
-	// Finds operations by state (byState index), reads each one's outcomes (Query on the
-	// table), asks what became of its execution, starts or restarts it, and ends, restarts or
-	// fails the operation item with conditional updates. Metrics go out as
-	// embedded-metric-format log lines, so no cloudwatch:PutMetricData. On the table it
-	// reaches operation partitions only (the operation item and its outcomes, which it reads
-	// and whose expiry it extends, or removes from a failed one that holds VMs): never a node, reservation, VM or idempotency item, so a
-	// compromised reconciler cannot move capacity or its audit head.
-	allowIndex(s.ReconcilerFunction, "StateByStateIndex", state, table.ByStateIndex, "dynamodb:Query")
-	s.ReconcilerFunction.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-		Sid:       jsii.String("StateTableOperations"),
-		Effect:    awsiam.Effect_ALLOW,
-		Actions:   jsii.Strings("dynamodb:Query", "dynamodb:UpdateItem"),
-		Resources: &[]*string{state.TableArn()},
-		Conditions: &map[string]any{"ForAllValues:StringLike": map[string]any{
-			"dynamodb:LeadingKeys": []string{table.OperationPartitions},
-		}},
-	}))
-	allowStateMachine(s.ReconcilerFunction, "StartTermination", s.Termination, "states:StartExecution")
-	allowOn(s.ReconcilerFunction, "DescribeTermination", executionsOf(s.Termination), "states:DescribeExecution")
-	// Publishes an operation's report before it ends or fails the operation itself.
-	s.allowPutEvents(s.ReconcilerFunction)
-
-	s.newReclaimIntake(state, audit)
-	// After every function that publishes: the policy names their roles.
-	s.newBusPolicy()
-	// A scheduled reclaim's firing reads the key that scheduled it (its id pointer and the
-	// key: GetItem only) and is refused if the key was revoked, expired or lost what the
-	// reclaim needs. Nothing else on the keys table: no write, no Scan.
-	s.ReclaimEventsFunction.AddEnvironment(jsii.String("KEYS_TABLE"), keys.TableName(), nil)
-	allow(s.ReclaimEventsFunction, "KeysTableCreatorKeyRead", keys, "dynamodb:GetItem")
-
-	// Every minute. The local stack runner creates schedule rules disabled (kumo never fires
-	// them); invoke the reconciler yourself there.
-	awsevents.NewRule(s.Stack, jsii.String("ReconcileSchedule"), &awsevents.RuleProps{
-		RuleName:    jsii.String(name + "-reconcile"),
-		Description: jsii.String("Runs the capacity reconciler every minute (" + env + ")"),
-		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(1))),
-		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(s.ReconcilerFunction, &awseventstargets.LambdaFunctionProps{
-			// The next tick is a minute away: a retried or stale tick only doubles the work.
-			RetryAttempts: jsii.Number(0),
-			MaxEventAge:   awscdk.Duration_Minutes(jsii.Number(1)),
-		})},
-	})
-
-	s.Api = s.newRestApi(s.ApiFunction, props.ThrottleRate, props.ThrottleBurst)
-	if env == "local" {
-		s.FloorFunction = s.newFloor(state, audit)
-	}
-
-	s.AlarmTopic = s.newAlarmTopic()
-	s.alarmScope = constructs.NewConstruct(s.Stack, jsii.String("Alarms"))
-	s.newAlarms()
-	s.Dashboard = s.newDashboard()
-
-	s.nagSuppressions()
-
-	output := func(id string, value *string, desc string) {
-		awscdk.NewCfnOutput(s.Stack, jsii.String(id), &awscdk.CfnOutputProps{Value: value, Description: jsii.String(desc)})
-	}
-	output("ApiUrl", s.Api.Url(), "Base URL of the API stage (ends with /)")
-	output("StateTableName", state.TableName(), "State table")
-	output("AuditTableName", audit.TableName(), "Audit table")
-	output("KeysTableName", keys.TableName(), "API keys table (managed through the api function; the first operator key is written with AWS credentials)")
-	output("ApiFunctionName", s.ApiFunction.FunctionName(), "API Lambda function")
-	output("StateMachineArn", s.Termination.StateMachineArn(), "Termination workflow (state machine)")
-	output("TerminateNodeFunctionName", s.TerminateNodeFunction.FunctionName(), "Termination task Lambda function")
-	output("ReconcilerFunctionName", s.ReconcilerFunction.FunctionName(), "Reconciler Lambda function")
-	output("AgentMasterSecretId", terminateEnv["AGENT_MASTER_SECRET_ID"], "Secrets Manager secret the node agents' keys are derived from")
-	output("AlarmTopicArn", s.AlarmTopic.TopicArn(), "SNS topic every alarm of the environment notifies")
-	output("EventBusName", s.Bus.EventBusName(), "Event bus of the service's events and of reclaim requests")
-	output("EventBusArn", s.Bus.EventBusArn(), "Event bus ARN")
-	output("ReclaimRequestsQueueUrl", s.ReclaimRequests.QueueUrl(), "Queue of accepted reclaim requests (read by reclaim-events)")
-	output("ReclaimRequestsDeadLetterQueueUrl", s.ReclaimRequestsDeadLetters.QueueUrl(), "Reclaim requests that failed every try")
-	output("ScheduleGroupName", s.ScheduleGroup.ScheduleGroupName(), "EventBridge Scheduler group of the scheduled reclaims")
-	output("ReclaimEventsFunctionName", s.ReclaimEventsFunction.FunctionName(), "Reclaim request Lambda function (SQS)")
-	output("OperationEventsFunctionName", s.OperationEventsFunction.FunctionName(), "Workflow task Lambda function that publishes notices and reports")
-	output("Env", jsii.String(env), "Environment name")
-	return s, nil
+	awscdk.Tags_Of(s.Stack).Add(jsii.String("env"), jsii.String(props.Env), nil)
+	return s
 }
 
 // logGroup creates the log group "LogGroup" under scope: kept for the environment's log

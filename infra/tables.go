@@ -10,6 +10,18 @@ import (
 // stackTables are the tables the stack creates, each built from its shared/table description.
 var stackTables = table.All
 
+// newTables creates every table of stackTables (s.Tables).
+func (s *CapacityStack) newTables() {
+	for _, spec := range stackTables {
+		s.Tables[spec.LogicalID] = s.newTable(spec)
+	}
+}
+
+// table is the stack's table of spec.
+func (s *CapacityStack) table(spec table.Table) awsdynamodb.Table {
+	return s.Tables[spec.LogicalID]
+}
+
 // newTable builds a table from its shared description: pk/sk string keys, every index, TTL.
 func (s *CapacityStack) newTable(spec table.Table) awsdynamodb.Table {
 	str := func(n string) *awsdynamodb.Attribute {

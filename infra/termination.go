@@ -7,6 +7,8 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsstepfunctionstasks"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
+
+	"github.com/openrelay/capacity/shared/table"
 )
 
 // Termination workflow defaults, overridable per environment (cdk.json "termination").
@@ -29,6 +31,33 @@ const LocalExecutionArn = "local:no-execution-context"
 var terminateRetryErrors = []string{
 	"Lambda.ServiceException", "Lambda.AWSLambdaException", "Lambda.SdkClientException",
 	"Lambda.TooManyRequestsException", "States.Timeout",
+}
+
+// newTerminateNodeFunction creates terminate-node, the workflow task that runs one round of
+// one node's terminations: it calls the node's agent with the node's key and records each
+// VM's outcome.
+func (s *CapacityStack) newTerminateNodeFunction() awslambda.Function {
+	state := s.table(table.State)
+	env := map[string]*string{
+		"STATE_TABLE": state.TableName(), "AGENT_MASTER_SECRET_ID": s.agentMasterSecretID, "AGENT_TIMEOUT": jsii.String("5s"),
+		"AGENT_KEYS_KMS_KEY_ID": s.AgentKeysKey.KeyArn(),
+	}
+	if s.Env == LocalEnv {
+		// The local stack's agents listen on loopback, over plain http. Nowhere else.
+		env["AGENT_ALLOW_HTTP"] = jsii.String("true")
+	}
+	fn := s.goFunction(goFunctionSpec{Name: "terminate-node", MemoryMB: 256,
+		Timeout: awscdk.Duration_Seconds(jsii.Number(60)), Environment: env})
+	// Reads the agent master secret at run time (current and previous versions), for nodes
+	// still at key generation 0; nothing else in Secrets Manager. Opens the nodes' sealed keys.
+	allowOn(fn, "AgentMasterSecretRead", s.agentMasterSecretARN, "secretsmanager:GetSecretValue")
+	allowAgentKeys(fn, "AgentKeysOpen", s.AgentKeysKey, "kms:Decrypt")
+	// Reads the operation and the node, moves each terminated VM from the node's decision
+	// partition to its history (one transaction: a conditional delete and a put), moves the
+	// operation on with conditional updates, and puts each VM's outcome item (a conditional
+	// put of its own). No audit access.
+	allow(fn, "StateTable", state, "dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:DeleteItem")
+	return fn
 }
 
 // newTerminationStateMachine builds "capacity-<env>-termination". Its input, written by the

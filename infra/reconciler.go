@@ -1,0 +1,62 @@
+package main
+
+import (
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/openrelay/capacity/shared/table"
+)
+
+// newReconcilerFunction creates the reconciler, which starts the workflows that a crash left
+// unstarted and ends the operations whose workflow is gone.
+func (s *CapacityStack) newReconcilerFunction() awslambda.Function {
+	state := s.table(table.State)
+	fn := s.goFunction(goFunctionSpec{Name: "reconciler",
+		Timeout: awscdk.Duration_Seconds(jsii.Number(60)),
+		Environment: map[string]*string{
+			"STATE_TABLE": state.TableName(), "STATE_MACHINE_ARN": s.Termination.StateMachineArn(),
+			"START_AFTER": jsii.String("30s"), "STUCK_AFTER": jsii.String("15m"), "HELD_AFTER": jsii.String("1h"),
+			"EVENT_BUS_NAME": s.Bus.EventBusName(),
+		}})
+	// Finds operations by state (byState index), reads each one's outcomes (Query on the
+	// table), asks what became of its execution, starts or restarts it, and ends, restarts or
+	// fails the operation item with conditional updates. Metrics go out as
+	// embedded-metric-format log lines, so no cloudwatch:PutMetricData. On the table it
+	// reaches operation partitions only (the operation item and its outcomes, which it reads
+	// and whose expiry it extends, or removes from a failed one that holds VMs): never a node, reservation, VM or idempotency item, so a
+	// compromised reconciler cannot move capacity or its audit head.
+	allowIndex(fn, "StateByStateIndex", state, table.ByStateIndex, "dynamodb:Query")
+	fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:       jsii.String("StateTableOperations"),
+		Effect:    awsiam.Effect_ALLOW,
+		Actions:   jsii.Strings("dynamodb:Query", "dynamodb:UpdateItem"),
+		Resources: &[]*string{state.TableArn()},
+		Conditions: &map[string]any{"ForAllValues:StringLike": map[string]any{
+			"dynamodb:LeadingKeys": []string{table.OperationPartitions},
+		}},
+	}))
+	allowStateMachine(fn, "StartTermination", s.Termination, "states:StartExecution")
+	allowOn(fn, "DescribeTermination", executionsOf(s.Termination), "states:DescribeExecution")
+	// Publishes an operation's report before it ends or fails the operation itself.
+	s.allowPutEvents(fn)
+	return fn
+}
+
+// newReconcileSchedule runs the reconciler every minute. The local stack runner creates
+// schedule rules disabled (kumo never fires them); invoke the reconciler yourself there.
+func (s *CapacityStack) newReconcileSchedule() {
+	awsevents.NewRule(s.Stack, jsii.String("ReconcileSchedule"), &awsevents.RuleProps{
+		RuleName:    jsii.String("capacity-" + s.Env + "-reconcile"),
+		Description: jsii.String("Runs the capacity reconciler every minute (" + s.Env + ")"),
+		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(1))),
+		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(s.ReconcilerFunction, &awseventstargets.LambdaFunctionProps{
+			// The next tick is a minute away: a retried or stale tick only doubles the work.
+			RetryAttempts: jsii.Number(0),
+			MaxEventAge:   awscdk.Duration_Minutes(jsii.Number(1)),
+		})},
+	})
+}
