@@ -1,6 +1,6 @@
 // Package stack runs the service's CloudFormation stack on one machine, offline: it serves
 // the Go AWS emulator github.com/sivchari/kumo (used as a library) behind a reverse proxy on
-// 127.0.0.1:4566 and provisions it from the template that `cdk synth -c env=local` writes,
+// 127.0.0.1:4566 (or Options.Addr) and provisions it from the template that `cdk synth -c env=local` writes,
 // with SDK calls, because kumo's CloudFormation creates nothing.
 //
 // Provisioned from the template:
@@ -60,11 +60,12 @@
 // fails at once if anything else holds it.
 //
 // Limits that come from kumo: its services are process-wide singletons, so Start works once
-// per process; its Step Functions call Lambda at a hard-coded http://localhost:4566, so a stack
-// that runs workflows must listen on port 4566 (its EventBridge delivers to SQS and Lambda
-// there too); EventBridge rule schedules never fire; rules with Step Functions targets are not
-// delivered; PutEvents matches rules only when EventBusName is the bus name (AWS also takes
-// its ARN), and it gives every event a new id and the current time; Scheduler's ListSchedules
-// ignores its group filter (the firer lists every group anyway). The package is for Unix hosts
-// (process groups).
+// per process; its API Gateway, EventBridge and Step Functions invoke Lambda (EventBridge its
+// SQS targets too) by calling the emulator at a hard-coded http://localhost:4566, so the stack
+// sends its process's connections to that address to its own listener, and a stack on another
+// address runs its own functions, even beside another stack on 4566; EventBridge rule
+// schedules never fire; rules with Step Functions targets are not delivered; PutEvents
+// matches rules only when EventBusName is the bus name (AWS also takes its ARN), and it gives
+// every event a new id and the current time; Scheduler's ListSchedules ignores its group
+// filter (the firer lists every group anyway). The package is for Unix hosts (process groups).
 package stack

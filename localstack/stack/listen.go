@@ -26,8 +26,8 @@ type holder struct {
 }
 
 // listen binds addr. Several test packages (go test ./... runs them in parallel) each start a
-// stack on 127.0.0.1:4566, the only port kumo's Step Functions reach; so when the address is
-// held by another test's stack, listen waits for it. Anything else holding it (a `make run`,
+// stack on the default 127.0.0.1:4566; so when the address is held by another test's stack,
+// listen waits for it. Anything else holding it (a `make run`,
 // LocalStack) is an immediate, explicit error.
 func listen(ctx context.Context, addr string, log *slog.Logger) (net.Listener, error) {
 	deadline := time.Now().Add(maxAddrWait)

@@ -26,7 +26,7 @@ import (
 type Options struct {
 	TemplatePath string                   // CloudFormation JSON written by `cdk synth -c env=local`
 	StackName    string                   // default: the template's file name without .template.json
-	Addr         string                   // default "127.0.0.1:4566"
+	Addr         string                   // default "127.0.0.1:4566"; any free address works ("127.0.0.1:0" picks a port)
 	RepoRoot     string                   // builds ./functions/<name> relative to it; default "."
 	FunctionDir  func(name string) string // optional: where function <name>'s main package is (relative to RepoRoot unless absolute)
 	BuildDir     string                   // where host bootstraps go (default <RepoRoot>/build/local)
@@ -36,8 +36,8 @@ type Options struct {
 	ReadyTimeout time.Duration            // how long bootstraps may take to poll the runtime API; default 30s
 }
 
-// DefaultAddr is where the local stack listens; kumo's Step Functions call Lambda at
-// http://localhost:4566, so workflows only run with this port.
+// DefaultAddr is where the local stack listens unless told otherwise: where LocalStack's
+// tools look. kumo's calls to itself reach the stack on any address (see routeSelfCalls).
 const DefaultAddr = "127.0.0.1:4566"
 
 // Stack is a running local stack.
@@ -103,10 +103,6 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	}
 
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	if port != "4566" {
-		o.Logger.Warn("kumo's API Gateway, EventBridge and Step Functions call Lambda at http://localhost:4566; "+
-			"on another port their invocations will not reach this stack's functions", "addr", ln.Addr().String())
-	}
 
 	codes := functionCodes(tmpl)
 	if err := buildFunctions(ctx, &o, codes); err != nil {
@@ -115,6 +111,10 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 
 	if !kumoClaimed.CompareAndSwap(false, true) {
 		return nil, errors.New("a local stack was already started in this process; kumo keeps its state in process-wide singletons, so start one stack per process")
+	}
+
+	if err := routeSelfCalls(strings.TrimPrefix(s.endpoint, "http://")); err != nil {
+		return nil, err
 	}
 
 	s.kumo = kumo.NewServer()

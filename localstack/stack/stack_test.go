@@ -40,9 +40,10 @@ func TestStack(t *testing.T) {
 		t.Skip("end-to-end: builds a function and runs kumo on 127.0.0.1:4566")
 	}
 
-	// kumo's Step Functions call Lambda at the hard-coded http://localhost:4566, so this test
-	// cannot move to a free port. If another test package's stack has it, Start waits for it;
-	// anything else there fails the test (not a skip, so CI never passes vacuously).
+	// It runs on the default address, 127.0.0.1:4566, and checks the endpoint and URLs there
+	// (TestStacksOnOtherAddressesRunTheirOwnFunctions runs stacks elsewhere). If another test
+	// package's stack has it, Start waits for it; anything else there fails the test (not a
+	// skip, so CI never passes vacuously).
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 
@@ -70,7 +71,7 @@ func TestStack(t *testing.T) {
 		Logger:    slog.New(slog.NewTextHandler(t.Output(), nil)),
 	})
 	if err != nil {
-		t.Fatalf("Start: %v (this test needs %s: kumo's Step Functions call Lambda at http://localhost:4566)", err, DefaultAddr)
+		t.Fatalf("Start: %v (this test needs %s, the default address)", err, DefaultAddr)
 	}
 
 	closed := false
@@ -192,22 +193,7 @@ func TestStack(t *testing.T) {
 
 	t.Run("state machine runs the function", func(t *testing.T) {
 		sf := sfn.NewFromConfig(cfg, func(o *sfn.Options) { o.BaseEndpoint = endpoint })
-
-		exec, err := sf.StartExecution(ctx, &sfn.StartExecutionInput{
-			StateMachineArn: aws.String(outputs["StateMachineArn"]),
-			Input:           aws.String(`{"marker":"from-sfn"}`),
-		})
-		if err != nil {
-			t.Fatalf("StartExecution: %v", err)
-		}
-
-		var desc *sfn.DescribeExecutionOutput
-
-		waitFor(t, func() bool {
-			desc, err = sf.DescribeExecution(ctx, &sfn.DescribeExecutionInput{ExecutionArn: exec.ExecutionArn})
-
-			return err == nil && desc.Status != sfntypes.ExecutionStatusRunning
-		})
+		desc := runExecution(ctx, t, sf, outputs["StateMachineArn"], `{"marker":"from-sfn"}`)
 
 		if desc.Status != sfntypes.ExecutionStatusSucceeded || !strings.Contains(aws.ToString(desc.Output), "from-sfn") {
 			t.Errorf("status %s, output %s, error %s %s", desc.Status, aws.ToString(desc.Output), aws.ToString(desc.Error), aws.ToString(desc.Cause))
@@ -565,13 +551,32 @@ func callAPI(t *testing.T, method, url, body string) (*http.Response, apiEvent) 
 	return resp, event
 }
 
+// runExecution starts an execution of the state machine and waits until it is no longer running.
+func runExecution(ctx context.Context, t *testing.T, sf *sfn.Client, stateMachineArn, input string) *sfn.DescribeExecutionOutput {
+	t.Helper()
+
+	exec, err := sf.StartExecution(ctx, &sfn.StartExecutionInput{StateMachineArn: aws.String(stateMachineArn), Input: aws.String(input)})
+	if err != nil {
+		t.Fatalf("StartExecution: %v", err)
+	}
+
+	var desc *sfn.DescribeExecutionOutput
+
+	waitFor(t, func() bool {
+		desc, err = sf.DescribeExecution(ctx, &sfn.DescribeExecutionInput{ExecutionArn: exec.ExecutionArn})
+
+		return err == nil && desc.Status != sfntypes.ExecutionStatusRunning
+	})
+
+	return desc
+}
+
 func requireAddrFree(t *testing.T, addr string) {
 	t.Helper()
 
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		t.Fatalf("%s is busy (%v). The end-to-end test needs it: kumo's Step Functions call Lambda at the hard-coded "+
-			"http://localhost:4566. Stop whatever listens there (a running `make run`?) and run the tests again.", addr, err)
+		t.Fatalf("%s is busy (%v): Start did not release it, or something else took it at once", addr, err)
 	}
 
 	_ = ln.Close()

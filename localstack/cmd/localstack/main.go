@@ -1,5 +1,5 @@
 // Command localstack runs the whole stack on this machine (`make run`): the emulator on
-// 127.0.0.1:4566, the stack provisioned from the synthesised template, every function's real
+// 127.0.0.1:4566 (or -addr: any free address works, beside another stack too), the stack provisioned from the synthesised template, every function's real
 // bootstrap, and demo data. It stops everything on Ctrl-C.
 package main
 
@@ -26,7 +26,7 @@ import (
 func main() {
 	template := flag.String("template", "cdk.out/local/capacity-local.template.json", "CloudFormation template from `cdk synth -c env=local`")
 	outputs := flag.String("outputs", ".local/outputs.json", "where to write the stack outputs (same shape as cdk deploy --outputs-file)")
-	addr := flag.String("addr", "127.0.0.1:4566", "address of the local endpoint")
+	addr := flag.String("addr", "127.0.0.1:4566", "address of the local endpoint (host:port; the stack's API Gateway, EventBridge and Step Functions invoke its own functions on any port)")
 	seed := flag.Bool("seed", true, "write the demo data")
 	flag.Parse()
 
