@@ -32,8 +32,18 @@ const (
 	ReservationID = "res-1"
 )
 
-// Keys returns the demo API keys. Their secrets are fixed so that the README's examples
-// work; they exist only in the local stack.
+// Secrets of the demo keys, in the one accepted key format (capacity.CheckKeySecret). They are
+// fixed so that the README's examples work; they exist only in the local stack.
+const (
+	OperatorSecret  = "ocap_demoOperator000000000000000000000000000000020pbNU"
+	SchedulerSecret = "ocap_demoScheduler0000000000000000000000000000001jmSvo"
+	OwnerSecret     = "ocap_demoOwner00000000000000000000000000000000000lf45s"
+	ManagerSecret   = "ocap_demoManager000000000000000000000000000000000Mc1OA"
+	AudienceSecret  = "ocap_demoAudience00000000000000000000000000000002xzbhP"
+	ReadOnlySecret  = "ocap_demoReadonly00000000000000000000000000000000krpmi"
+)
+
+// Keys returns the demo API keys.
 func Keys() []Key {
 	all := []string{capacity.PermCapacity, capacity.PermRead}
 	mk := func(name, secret, org string, operator bool, perms ...string) Key {
@@ -44,12 +54,12 @@ func Keys() []Key {
 	return []Key{
 		// The platform operator holds every permission; the marketplace scheduler, an operator
 		// key too, only places VMs (it gets 404 on every operator route).
-		mk("operator", "ocap_demoOperator000000000000000000000000000000020pbNU", OrgPlatform, true, capacity.AllPermissions...),
-		mk("scheduler", "ocap_demoScheduler0000000000000000000000000000001jmSvo", OrgPlatform, true, capacity.PermPlace),
-		mk("owner", "ocap_demoOwner00000000000000000000000000000000000lf45s", OrgOwner, false, all...),
-		mk("manager", "ocap_demoManager000000000000000000000000000000000Mc1OA", OrgManager, false, all...),
-		mk("audience", "ocap_demoAudience00000000000000000000000000000002xzbhP", OrgAudience, false, all...),
-		mk("no-capacity", "ocap_demoReadonly00000000000000000000000000000000krpmi", OrgOwner, false, capacity.PermRead),
+		mk("operator", OperatorSecret, OrgPlatform, true, capacity.AllPermissions...),
+		mk("scheduler", SchedulerSecret, OrgPlatform, true, capacity.PermPlace),
+		mk("owner", OwnerSecret, OrgOwner, false, all...),
+		mk("manager", ManagerSecret, OrgManager, false, all...),
+		mk("audience", AudienceSecret, OrgAudience, false, all...),
+		mk("no-capacity", ReadOnlySecret, OrgOwner, false, capacity.PermRead),
 	}
 }
 

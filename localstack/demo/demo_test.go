@@ -2,6 +2,9 @@ package demo_test
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 
@@ -37,5 +40,39 @@ func TestDemoKeysAnswerTheirCreationTime(t *testing.T) {
 		if got, err := time.Parse(time.RFC3339, *shown.CreatedAt); err != nil || !got.Equal(at) {
 			t.Errorf("key %s: createdAt %q, want %s", k.KeyID, *shown.CreatedAt, at.Format(time.RFC3339))
 		}
+	}
+}
+
+// TestPublishedDemoKeysAreSeeded: every demo key secret the README, the docs and the sample
+// events show is one the local stack seeds, so a copied example is not answered 401.
+func TestPublishedDemoKeysAreSeeded(t *testing.T) {
+	seeded := map[string]bool{}
+	for _, k := range demo.Keys() {
+		seeded[k.Secret] = true
+	}
+	secret := regexp.MustCompile(`ocap_demo[0-9A-Za-z]+`)
+	var files []string
+	for _, pattern := range []string{"../../README.md", "../../docs/*.md", "../../docs/*/*.md", "../../events/*.json"} {
+		m, err := filepath.Glob(pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, m...)
+	}
+	found := 0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range secret.FindAllString(string(data), -1) {
+			found++
+			if !seeded[s] {
+				t.Errorf("%s shows %s, which is no demo key", f, s)
+			}
+		}
+	}
+	if found == 0 {
+		t.Fatalf("no demo key found in %v: the check would pass whatever they show", files)
 	}
 }

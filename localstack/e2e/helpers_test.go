@@ -27,11 +27,11 @@ import (
 
 // Secrets of the demo keys.
 const (
-	keyOperator = "ocap_demoOperator000000000000000000000000000000020pbNU"
-	keyOwner    = "ocap_demoOwner00000000000000000000000000000000000lf45s"
-	keyManager  = "ocap_demoManager000000000000000000000000000000000Mc1OA"
-	keyAudience = "ocap_demoAudience00000000000000000000000000000002xzbhP"
-	keyReadOnly = "ocap_demoReadonly00000000000000000000000000000000krpmi"
+	keyOperator = demo.OperatorSecret
+	keyOwner    = demo.OwnerSecret
+	keyManager  = demo.ManagerSecret
+	keyAudience = demo.AudienceSecret
+	keyReadOnly = demo.ReadOnlySecret
 )
 
 var (
