@@ -35,6 +35,9 @@ func TestAuditRecordJSONText(t *testing.T) {
 		{"grants without an expiry", capacity.AuditRecord{TargetKeyID: "k", Grants: &capacity.KeyGrants{OrgID: "o"}},
 			`{"id":"","seq":0,"prevHash":"","hash":"","time":"0001-01-01T00:00:00Z",` + empty +
 				`"victims":[],"targetKeyId":"k","grants":{"orgId":"o","permissions":[],"operator":false}}`},
+		{"grants with a rate limit", capacity.AuditRecord{TargetKeyID: "k", Grants: &capacity.KeyGrants{OrgID: "o", RateLimit: &capacity.RateLimit{PerSecond: 0.5, Burst: 2}}},
+			`{"id":"","seq":0,"prevHash":"","hash":"","time":"0001-01-01T00:00:00Z",` + empty +
+				`"victims":[],"targetKeyId":"k","grants":{"orgId":"o","permissions":[],"operator":false,"rateLimit":{"perSecond":0.5,"burst":2}}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			data, err := json.Marshal(wire.AuditRecord(tc.in))

@@ -244,6 +244,8 @@ type GrantsJSON struct {
 	Permissions []string `json:"permissions"`
 	Operator    bool     `json:"operator"`
 	ExpiresAt   string   `json:"expiresAt,omitempty"`
+	// RateLimit is the key's own rate limit (absent: its environment's). The hash covers it.
+	RateLimit *RateLimitJSON `json:"rateLimit,omitempty"`
 }
 
 // VictimJSON is a VM a reclaim evicted, with its buyer org and units.
@@ -271,7 +273,7 @@ func AuditRecord(r capacity.AuditRecord) AuditRecordJSON {
 		out.Start = &ChainStartJSON{Unchained: st.Unchained, Digest: st.Digest}
 	}
 	if g := r.Grants; g != nil {
-		out.Grants = &GrantsJSON{OrgID: g.OrgID, Permissions: list(g.Permissions), Operator: g.Operator}
+		out.Grants = &GrantsJSON{OrgID: g.OrgID, Permissions: list(g.Permissions), Operator: g.Operator, RateLimit: RateLimit(g.RateLimit)}
 		if g.ExpiresAt != nil {
 			out.Grants.ExpiresAt = g.ExpiresAt.UTC().Format(time.RFC3339Nano)
 		}
@@ -302,7 +304,7 @@ func AuditRecordFrom(j AuditRecordJSON) (capacity.AuditRecord, error) {
 		r.Start = &capacity.ChainStart{Unchained: st.Unchained, Digest: st.Digest}
 	}
 	if g := j.Grants; g != nil {
-		r.Grants = &capacity.KeyGrants{OrgID: g.OrgID, Permissions: nilIfEmpty(g.Permissions), Operator: g.Operator}
+		r.Grants = &capacity.KeyGrants{OrgID: g.OrgID, Permissions: nilIfEmpty(g.Permissions), Operator: g.Operator, RateLimit: g.RateLimit.Limit()}
 		if g.ExpiresAt != "" {
 			at, err := time.Parse(time.RFC3339Nano, g.ExpiresAt)
 			if err != nil {
