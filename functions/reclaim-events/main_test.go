@@ -15,16 +15,10 @@ import (
 
 	"github.com/openrelay/capacity/localstack/demo"
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/capacitytest"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 	"github.com/openrelay/capacity/shared/emf"
 )
-
-type recorder struct{ events []capacity.Event }
-
-func (r *recorder) Publish(_ context.Context, evs []capacity.Event) error {
-	r.events = append(r.events, evs...)
-	return nil
-}
 
 // sqsBatch wraps a sample event as the queue delivers it.
 func sqsBatch(t *testing.T, file string) events.SQSEvent {
@@ -67,7 +61,7 @@ func TestSampleRequests(t *testing.T) {
 	if err := env.Store.Put(ctx, demo.Seed(time.Now())); err != nil {
 		t.Fatal(err)
 	}
-	bus := &recorder{}
+	bus := &capacitytest.Publisher{}
 	// The principals an environment's cdk.json would configure for the samples' sources.
 	principals, err := capacity.ParseEventPrincipals(`[
 		{"source":"openrelay.scheduler","orgId":"org-platform","operator":true,"permissions":["reservation.capacity"]},
@@ -85,10 +79,11 @@ func TestSampleRequests(t *testing.T) {
 			t.Fatalf("Handle = %+v, %v", resp, err)
 		}
 	}
-	if len(bus.events) != 2 || bus.events[0].DetailType != capacity.DetailReclaimCompleted {
-		t.Fatalf("published %+v, want two Completed", bus.events)
+	published := bus.Take()
+	if len(published) != 2 || published[0].DetailType != capacity.DetailReclaimCompleted {
+		t.Fatalf("published %+v, want two Completed", published)
 	}
-	first, second := decode(t, bus.events[0]), decode(t, bus.events[1])
+	first, second := decode(t, published[0]), decode(t, published[1])
 	if first.Result.ReclaimID == "" || len(first.Result.Terminated) != 2 || first.Result.TerminateAfter == "" ||
 		second.EventID != first.EventID || second.Result.ReclaimID != first.Result.ReclaimID {
 		t.Fatalf("outcomes %+v and %+v, want one reclaim evicting both spot VMs, replayed", first, second)
@@ -110,33 +105,33 @@ func TestSampleRequests(t *testing.T) {
 	}
 
 	// The tenant's dry run answers the plan (the units are now exclusive: nothing to evict).
-	bus.events = nil
 	if resp, err := h.Handle(ctx, sqsBatch(t, "bus-capacity-reclaim-requested-tenant.json")); err != nil || len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("Handle = %+v, %v", resp, err)
 	}
-	if len(bus.events) != 1 || bus.events[0].DetailType != capacity.DetailReclaimCompleted || decode(t, bus.events[0]).Result.WouldTerminate == nil {
-		t.Fatalf("published %+v, want a dry run's Completed", bus.events)
+	published = bus.Take()
+	if len(published) != 1 || published[0].DetailType != capacity.DetailReclaimCompleted || decode(t, published[0]).Result.WouldTerminate == nil {
+		t.Fatalf("published %+v, want a dry run's Completed", published)
 	}
 
 	// A schedule firing for a scheduled reclaim that does not exist is refused, for good.
-	bus.events = nil
 	if resp, err := h.Handle(ctx, sqsBatch(t, "bus-capacity-reclaim-requested-schedule.json")); err != nil || len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("Handle = %+v, %v", resp, err)
 	}
-	if len(bus.events) != 1 || bus.events[0].DetailType != capacity.DetailReclaimRefused || decode(t, bus.events[0]).Code != "not_found" {
-		t.Fatalf("published %+v, want a not_found refusal", bus.events)
+	published = bus.Take()
+	if len(published) != 1 || published[0].DetailType != capacity.DetailReclaimRefused || decode(t, published[0]).Code != "not_found" {
+		t.Fatalf("published %+v, want a not_found refusal", published)
 	}
 
 	// The fleet's topology change (gpu-7 removed), delivered twice: applied once, as an
 	// operator, moving the active reservation to review; the same outcome twice.
-	bus.events = nil
 	for range 2 {
 		if resp, err := h.Handle(ctx, sqsBatch(t, "bus-node-topology-changed.json")); err != nil || len(resp.BatchItemFailures) != 0 {
 			t.Fatalf("Handle = %+v, %v", resp, err)
 		}
 	}
-	if len(bus.events) != 2 || bus.events[0].DetailType != capacity.DetailTopologyApplied || bus.events[0].ID != bus.events[1].ID {
-		t.Fatalf("published %+v, want the same Node Topology Applied twice", bus.events)
+	published = bus.Take()
+	if len(published) != 2 || published[0].DetailType != capacity.DetailTopologyApplied || published[0].ID != published[1].ID {
+		t.Fatalf("published %+v, want the same Node Topology Applied twice", published)
 	}
 	var applied struct {
 		Result struct {
@@ -148,7 +143,7 @@ func TestSampleRequests(t *testing.T) {
 			NeedsReview    []string `json:"needsReview"`
 		} `json:"result"`
 	}
-	for _, e := range bus.events {
+	for _, e := range published {
 		b, _ := json.Marshal(e.Detail)
 		if err := json.Unmarshal(b, &applied); err != nil {
 			t.Fatal(err)

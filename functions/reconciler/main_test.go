@@ -9,42 +9,15 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/openrelay/capacity/localstack/demo"
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/capacitytest"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 	"github.com/openrelay/capacity/shared/emf"
 )
-
-// recordingWorkflow records starts; every execution it started reports closed as
-// closedAs ("" = running), every other one not found.
-type recordingWorkflow struct {
-	mu       sync.Mutex
-	started  []string
-	closedAs capacity.ExecutionStatus
-}
-
-func (w *recordingWorkflow) Start(_ context.Context, op capacity.Operation) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.started = append(w.started, capacity.ExecutionName(op))
-	return nil
-}
-
-func (w *recordingWorkflow) Status(_ context.Context, op capacity.Operation) (capacity.ExecutionStatus, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !slices.Contains(w.started, capacity.ExecutionName(op)) {
-		return capacity.ExecNotFound, nil
-	}
-	if w.closedAs != "" {
-		return w.closedAs, nil
-	}
-	return capacity.ExecRunning, nil
-}
 
 // TestScheduledEvent runs events/reconciler-scheduled.json through the handler: an operation
 // left pending-start is started, and the run is reported.
@@ -61,7 +34,7 @@ func TestScheduledEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wf := &recordingWorkflow{}
+	wf := &capacitytest.Workflow{}
 	r := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: 30 * time.Second, StuckAfter: 15 * time.Minute, Logger: quiet}
 	event, err := os.ReadFile("../../events/reconciler-scheduled.json")
 	if err != nil {
@@ -71,8 +44,8 @@ func TestScheduledEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(out.Started, []string{res.ReclaimID}) || !slices.Equal(wf.started, out.Started) || len(out.Stuck) != 0 {
-		t.Fatalf("result = %+v, started = %v", out, wf.started)
+	if !slices.Equal(out.Started, []string{res.ReclaimID}) || !slices.Equal(wf.Started(), out.Started) || len(out.Stuck) != 0 {
+		t.Fatalf("result = %+v, started = %v", out, wf.Started())
 	}
 }
 
@@ -87,7 +60,7 @@ func TestExhaustedRestartsAreAMetric(t *testing.T) {
 		t.Fatal(err)
 	}
 	owner := capacity.Principal{OrgID: demo.OrgOwner, Permissions: []string{capacity.PermCapacity}}
-	wf := &recordingWorkflow{closedAs: capacity.ExecFailed}
+	wf := &capacitytest.Workflow{StartAs: capacity.ExecFailed} // every execution fails at once
 	svc := &capacity.Service{Store: env.Store, Workflow: wf, Logger: logger, Now: func() time.Time { return time.Now().Add(-time.Minute) }}
 	res, err := svc.Reclaim(ctx, owner, capacity.CapacityRequest{NodeID: demo.NodeID, ReservationID: demo.ReservationID, UnitIDs: []string{"gpu-2"}}, capacity.RequestMeta{})
 	if err != nil {
@@ -108,8 +81,8 @@ func TestExhaustedRestartsAreAMetric(t *testing.T) {
 	if err != nil || !slices.Equal(out.Exhausted, []string{res.ReclaimID}) || len(out.Started) != 0 {
 		t.Fatalf("second run: %+v, %v", out, err)
 	}
-	if !slices.Equal(wf.started, []string{res.ReclaimID, res.ReclaimID + "-2"}) {
-		t.Fatalf("started %v", wf.started)
+	if !slices.Equal(wf.Started(), []string{res.ReclaimID, res.ReclaimID + "-2"}) {
+		t.Fatalf("started %v", wf.Started())
 	}
 	var metric struct {
 		Exhausted   int `json:"ReclaimStartsExhausted"`

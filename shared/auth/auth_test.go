@@ -14,85 +14,18 @@ import (
 
 	"github.com/openrelay/capacity/shared/auth"
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/capacitytest"
 )
 
 var t0 = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 
-// fakeKeys is an in-memory KeyStore that counts lookups and can fail.
-type fakeKeys struct {
-	mu      sync.Mutex
-	keys    map[string]capacity.APIKey // by hash
-	lookups map[string]int             // by hash
-	err     error
-}
-
-func newFakeKeys(secrets map[string]capacity.APIKey) *fakeKeys {
-	f := &fakeKeys{keys: map[string]capacity.APIKey{}, lookups: map[string]int{}}
+// keysOf is an in-memory KeyStore holding each key under its secret's hash.
+func keysOf(secrets map[string]capacity.APIKey) *capacitytest.Keys {
+	keys := &capacitytest.Keys{}
 	for secret, k := range secrets {
-		f.put(secret, k)
+		keys.Put(auth.Hash(secret), k)
 	}
-	return f
-}
-
-func (f *fakeKeys) put(secret string, k capacity.APIKey) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	k.Hash = auth.Hash(secret)
-	f.keys[k.Hash] = k
-}
-
-func (f *fakeKeys) update(secret string, change func(*capacity.APIKey)) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	k := f.keys[auth.Hash(secret)]
-	change(&k)
-	f.keys[auth.Hash(secret)] = k
-}
-
-func (f *fakeKeys) setErr(err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.err = err
-}
-
-// hits returns how often the store was asked for the secret's hash.
-func (f *fakeKeys) hits(secret string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.lookups[auth.Hash(secret)]
-}
-
-func (f *fakeKeys) LookupKey(_ context.Context, hash string) (*capacity.APIKey, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.lookups[hash]++
-	if f.err != nil {
-		return nil, f.err
-	}
-	k, ok := f.keys[hash]
-	if !ok {
-		return nil, nil
-	}
-	k.Permissions = append([]string(nil), k.Permissions...)
-	return &k, nil
-}
-
-// clock is a settable time source.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
+	return keys
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -107,8 +40,8 @@ var (
 	secretLegacy = "ork_legacy"
 )
 
-func standardKeys() *fakeKeys {
-	return newFakeKeys(map[string]capacity.APIKey{
+func standardKeys() *capacitytest.Keys {
+	return keysOf(map[string]capacity.APIKey{
 		secretValid: {KeyID: "key-1", OrgID: "org-1",
 			Permissions: []string{capacity.PermCapacity, capacity.PermRead}},
 		secretOperator: {KeyID: "key-op", OrgID: "platform", Operator: true,
@@ -193,10 +126,7 @@ func TestAuthenticate(t *testing.T) {
 					t.Errorf("principal = %+v, want %+v", p, *tt.want)
 				}
 			}
-			total := 0
-			for _, n := range keys.lookups {
-				total += n
-			}
+			total := keys.AllLookups()
 			if gotLookup := total > 0; gotLookup != tt.wantLookup {
 				t.Errorf("store lookups = %d, want lookup: %v", total, tt.wantLookup)
 			}
@@ -206,7 +136,7 @@ func TestAuthenticate(t *testing.T) {
 
 func TestExpiryIsJudgedAtEachCall(t *testing.T) {
 	keys := standardKeys()
-	clk := &clock{t: t0.Add(-time.Second)}
+	clk := capacitytest.NewClock(t0.Add(-time.Second))
 	a := &auth.Authenticator{Keys: keys, TTL: time.Hour, Now: clk.Now}
 	if _, err := a.Authenticate(context.Background(), "Bearer "+secretExpiring); err != nil {
 		t.Fatalf("a second before expiry: %v", err)
@@ -214,7 +144,7 @@ func TestExpiryIsJudgedAtEachCall(t *testing.T) {
 	clk.Advance(time.Second) // now == ExpiresAt, and the key is cached
 	p, err := a.Authenticate(context.Background(), "Bearer "+secretExpiring)
 	assertUnauthenticated(t, p, err)
-	if n := keys.hits(secretExpiring); n != 1 {
+	if n := keys.Lookups(auth.Hash(secretExpiring)); n != 1 {
 		t.Errorf("store lookups = %d, want 1 (expiry must not need a fresh lookup)", n)
 	}
 }
@@ -222,7 +152,7 @@ func TestExpiryIsJudgedAtEachCall(t *testing.T) {
 func TestStoreErrorIsNotUnauthenticated(t *testing.T) {
 	storeErr := errors.New("dynamodb: throttled")
 	keys := standardKeys()
-	keys.setErr(storeErr)
+	keys.SetErr(storeErr)
 	a := &auth.Authenticator{Keys: keys, TTL: time.Minute, Now: func() time.Time { return t0 }}
 
 	_, err := a.Authenticate(context.Background(), "Bearer "+secretValid)
@@ -237,11 +167,11 @@ func TestStoreErrorIsNotUnauthenticated(t *testing.T) {
 	}
 
 	// Failures are not cached: once the store is back the key works, within the TTL.
-	keys.setErr(nil)
+	keys.SetErr(nil)
 	if _, err := a.Authenticate(context.Background(), "Bearer "+secretValid); err != nil {
 		t.Fatalf("after the store recovered: %v", err)
 	}
-	if n := keys.hits(secretValid); n != 2 {
+	if n := keys.Lookups(auth.Hash(secretValid)); n != 2 {
 		t.Errorf("store lookups = %d, want 2", n)
 	}
 }
@@ -252,7 +182,7 @@ func TestCache(t *testing.T) {
 	ctx := context.Background()
 	type step struct {
 		advance  time.Duration
-		change   func(*fakeKeys) // applied to the store before the call
+		change   func(*capacitytest.Keys) // applied to the store before the call
 		secret   string
 		wantOK   bool
 		wantHits int // store lookups for the secret so far
@@ -273,8 +203,8 @@ func TestCache(t *testing.T) {
 		}},
 		{"a key revoked in the store keeps working within the TTL, then stops", ttl, []step{
 			{secret: secretValid, wantOK: true, wantHits: 1},
-			{advance: time.Second, change: func(k *fakeKeys) {
-				k.update(secretValid, func(a *capacity.APIKey) { a.Revoked = true })
+			{advance: time.Second, change: func(k *capacitytest.Keys) {
+				k.Update(auth.Hash(secretValid), func(a *capacity.APIKey) { a.Revoked = true })
 			}, secret: secretValid, wantOK: true, wantHits: 1},
 			{advance: ttl - time.Second - time.Nanosecond, secret: secretValid, wantOK: true, wantHits: 1},
 			{advance: time.Nanosecond, secret: secretValid, wantOK: false, wantHits: 2},
@@ -282,8 +212,8 @@ func TestCache(t *testing.T) {
 		}},
 		{"misses are cached too", ttl, []step{
 			{secret: secretNew, wantOK: false, wantHits: 1},
-			{advance: time.Second, change: func(k *fakeKeys) {
-				k.put(secretNew, capacity.APIKey{KeyID: "key-new", OrgID: "org-3"})
+			{advance: time.Second, change: func(k *capacitytest.Keys) {
+				k.Put(auth.Hash(secretNew), capacity.APIKey{KeyID: "key-new", OrgID: "org-3"})
 			}, secret: secretNew, wantOK: false, wantHits: 1},
 			{advance: ttl, secret: secretNew, wantOK: true, wantHits: 2},
 		}},
@@ -296,15 +226,15 @@ func TestCache(t *testing.T) {
 		{"no TTL: every call looks the key up", 0, []step{
 			{secret: secretValid, wantOK: true, wantHits: 1},
 			{secret: secretValid, wantOK: true, wantHits: 2},
-			{change: func(k *fakeKeys) {
-				k.update(secretValid, func(a *capacity.APIKey) { a.Revoked = true })
+			{change: func(k *capacitytest.Keys) {
+				k.Update(auth.Hash(secretValid), func(a *capacity.APIKey) { a.Revoked = true })
 			}, secret: secretValid, wantOK: false, wantHits: 3},
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			keys := standardKeys()
-			clk := &clock{t: t0.Add(-time.Hour)}
+			clk := capacitytest.NewClock(t0.Add(-time.Hour))
 			a := &auth.Authenticator{Keys: keys, TTL: tt.ttl, Now: clk.Now}
 			for i, s := range tt.steps {
 				clk.Advance(s.advance)
@@ -318,7 +248,7 @@ func TestCache(t *testing.T) {
 				if err != nil && capacity.ErrorCode(err) != capacity.CodeUnauthenticated {
 					t.Errorf("step %d: code = %q", i, capacity.ErrorCode(err))
 				}
-				if n := keys.hits(s.secret); n != s.wantHits {
+				if n := keys.Lookups(auth.Hash(s.secret)); n != s.wantHits {
 					t.Errorf("step %d: store lookups = %d, want %d", i, n, s.wantHits)
 				}
 			}
@@ -328,7 +258,7 @@ func TestCache(t *testing.T) {
 
 func TestConcurrentAuthenticate(t *testing.T) {
 	keys := standardKeys()
-	clk := &clock{t: t0.Add(-time.Hour)}
+	clk := capacitytest.NewClock(t0.Add(-time.Hour))
 	a := &auth.Authenticator{Keys: keys, TTL: time.Second, Now: clk.Now}
 	var wg sync.WaitGroup
 	for i := range 16 {
@@ -387,7 +317,7 @@ func TestNewSecret(t *testing.T) {
 
 	// A new secret works as a bearer key once its hash is stored.
 	s := auth.NewSecret()
-	keys := newFakeKeys(map[string]capacity.APIKey{s: {KeyID: "k", OrgID: "o"}})
+	keys := keysOf(map[string]capacity.APIKey{s: {KeyID: "k", OrgID: "o"}})
 	a := &auth.Authenticator{Keys: keys, Now: func() time.Time { return t0 }}
 	if p, err := a.Authenticate(context.Background(), "Bearer "+s); err != nil || p.KeyID != "k" {
 		t.Fatalf("Authenticate(new secret) = %+v, %v", p, err)
@@ -435,8 +365,8 @@ func TestMalformedKeyIsRefusedWithoutLookup(t *testing.T) {
 	a := &auth.Authenticator{Keys: keys, Now: func() time.Time { return t0 }}
 	p, err := a.Authenticate(context.Background(), "Bearer "+good)
 	assertUnauthenticated(t, p, err)
-	if keys.hits(good) != 1 {
-		t.Errorf("a well-formed unknown key was looked up %d times, want 1", keys.hits(good))
+	if keys.Lookups(auth.Hash(good)) != 1 {
+		t.Errorf("a well-formed unknown key was looked up %d times, want 1", keys.Lookups(auth.Hash(good)))
 	}
 }
 
@@ -487,7 +417,7 @@ func expectNoTouch(t *testing.T, c *chanToucher) {
 // The last use is recorded at most once a minute per key from one instance.
 func TestLastUsedIsRecordedOncePerMinute(t *testing.T) {
 	keys := standardKeys()
-	clk := &clock{t: t0.Add(-time.Hour)}
+	clk := capacitytest.NewClock(t0.Add(-time.Hour))
 	c := &chanToucher{touches: make(chan touch, 10)}
 	a := &auth.Authenticator{Keys: keys, TTL: time.Hour, Now: clk.Now, Touch: c}
 	ctx := context.Background()
@@ -568,12 +498,9 @@ func TestJunkBearersNeitherLookUpNorFlushTheCache(t *testing.T) {
 	if _, err := a.Authenticate(ctx, "Bearer "+secretValid); err != nil {
 		t.Fatal(err)
 	}
-	total := 0
-	for _, n := range keys.lookups {
-		total += n
-	}
-	if total != 1 || keys.hits(secretValid) != 1 {
-		t.Errorf("store lookups = %d (valid key %d), want 1: junk bearers reached the store or flushed the cache", total, keys.hits(secretValid))
+	total := keys.AllLookups()
+	if total != 1 || keys.Lookups(auth.Hash(secretValid)) != 1 {
+		t.Errorf("store lookups = %d (valid key %d), want 1: junk bearers reached the store or flushed the cache", total, keys.Lookups(auth.Hash(secretValid)))
 	}
 }
 

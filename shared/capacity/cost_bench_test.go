@@ -18,6 +18,7 @@ import (
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/capacitytest"
 	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 	"github.com/openrelay/capacity/shared/table"
@@ -89,7 +90,7 @@ func meterReclaim(b *testing.B, n int, key string) (api, wf units) {
 	if err := plain.Put(ctx, seed); err != nil {
 		b.Fatal(err)
 	}
-	wfl := &fakeWorkflow{}
+	wfl := &capacitytest.Workflow{}
 	svc := &capacity.Service{Store: env.Store, Workflow: wfl, Now: func() time.Time { return t0 }, Logger: quiet}
 	p := capacity.Principal{KeyID: "key-0123456789", OrgID: "org-manager", Permissions: []string{capacity.PermCapacity}}
 	req := capacity.CapacityRequest{NodeID: "node-a", ReservationID: "res-1", UnitIDs: released, Reason: "training run", IdempotencyKey: key}
@@ -104,7 +105,7 @@ func meterReclaim(b *testing.B, n int, key string) (api, wf units) {
 	}
 	api = meter.reset()
 
-	term := &capacity.Terminator{Store: env.Store, Agent: goneAgent{}, Now: func() time.Time { return t0.Add(time.Second) }, Logger: quiet}
+	term := &capacity.Terminator{Store: env.Store, Agent: &capacitytest.Agent{}, Now: func() time.Time { return t0.Add(time.Second) }, Logger: quiet}
 	report, err := term.Run(ctx, capacity.TerminationTask{
 		ReclaimID: res.ReclaimID, NodeID: "node-a", VMIDs: res.Terminated,
 		ExecutionARN: "arn:aws:states:us-east-1:123456789012:execution:capacity-prod-termination:" + res.ReclaimID,
@@ -115,11 +116,6 @@ func meterReclaim(b *testing.B, n int, key string) (api, wf units) {
 	}
 	return api, meter.reset()
 }
-
-// goneAgent terminates every VM at the first call.
-type goneAgent struct{}
-
-func (goneAgent) Terminate(context.Context, capacity.Node, string) (bool, error) { return false, nil }
 
 // units is what a run of calls consumed: read and write request units (on-demand), and the
 // share of each kind of call and item, to print.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/capacitytest"
 )
 
 // reported is an operation of two VMs bought by two orgs, committed at t0 with 90s of grace.
@@ -158,22 +159,6 @@ func (m memOps) GetOperation(_ context.Context, _, id string) (*capacity.Operati
 	return &op, nil
 }
 
-// fakePublisher records what it published; err fails every call (nothing published).
-type fakePublisher struct {
-	calls     int
-	published []capacity.Event
-	err       error
-}
-
-func (p *fakePublisher) Publish(_ context.Context, events []capacity.Event) error {
-	p.calls++
-	if p.err != nil {
-		return p.err
-	}
-	p.published = append(p.published, events...)
-	return nil
-}
-
 func TestAnnouncer(t *testing.T) {
 	ctx := context.Background()
 	outage := errors.New("PutEvents: 1 of 2 entries failed: ThrottlingException")
@@ -208,18 +193,18 @@ func TestAnnouncer(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			pub := &fakePublisher{err: tt.err}
+			pub := &capacitytest.Publisher{Err: tt.err}
 			a := &capacity.Announcer{Store: ops, Publisher: pub, Logger: quiet}
 			run := a.Notify
 			if tt.phase == "report" {
 				run = a.Report
 			}
 			n, err := run(ctx, "n1", tt.reclaimID, tt.attempt)
-			if (err != nil) != tt.wantErr || n != tt.want || pub.calls != tt.calls {
-				t.Fatalf("published %d, err %v, %d calls; want %d, error %v, %d calls", n, err, pub.calls, tt.want, tt.wantErr, tt.calls)
+			if (err != nil) != tt.wantErr || n != tt.want || pub.Calls() != tt.calls {
+				t.Fatalf("published %d, err %v, %d calls; want %d, error %v, %d calls", n, err, pub.Calls(), tt.want, tt.wantErr, tt.calls)
 			}
-			if tt.err == nil && len(pub.published) != n {
-				t.Errorf("%d events published, %d claimed", len(pub.published), n)
+			if tt.err == nil && len(pub.Published()) != n {
+				t.Errorf("%d events published, %d claimed", len(pub.Published()), n)
 			}
 			if tt.err != nil && !errors.Is(err, tt.err) {
 				t.Errorf("error %v does not wrap the publisher's", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/capacitytest"
 	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 )
@@ -113,7 +114,7 @@ func TestEveryWriteStaysOnOneNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec.calls = nil // the seed's puts are provisioning, one item each: not the subject
-	wf := &fakeWorkflow{}
+	wf := &capacitytest.Workflow{}
 	svc := &capacity.Service{Store: env.Store, Workflow: wf, Now: func() time.Time { return t0.Add(time.Hour) }, Logger: quiet}
 	must := func(err error) {
 		t.Helper()
@@ -136,11 +137,11 @@ func TestEveryWriteStaysOnOneNode(t *testing.T) {
 		must(err)
 		op, err := env.Store.GetOperation(ctx, node, res.ReclaimID)
 		must(err)
-		runWorkflow(t, &capacity.Terminator{Store: env.Store, Agent: &fakeAgent{permanent: map[string]bool{"a": true}}, Logger: quiet}, op, 2)
+		runWorkflow(t, &capacity.Terminator{Store: env.Store, Agent: &capacitytest.Agent{Permanent: map[string]bool{"a": true}}, Logger: quiet}, op, 2)
 		_, err = svc.Redrive(ctx, owner, node, "r1", op.ID, capacity.RequestMeta{})
 		must(err)
 		task := capacity.TerminationTask{ReclaimID: op.ID, NodeID: node, VMIDs: []string{"a"}, ExecutionARN: "arn:" + op.ID + "-2", Attempt: 2, MaxRounds: 2}
-		if r, err := (&capacity.Terminator{Store: env.Store, Agent: &fakeAgent{}, Logger: quiet}).Run(ctx, task); err != nil || !r.Done {
+		if r, err := (&capacity.Terminator{Store: env.Store, Agent: &capacitytest.Agent{}, Logger: quiet}).Run(ctx, task); err != nil || !r.Done {
 			t.Fatalf("re-driven round = %+v, %v", r, err)
 		}
 		if op, err = env.Store.GetOperation(ctx, node, op.ID); err != nil || op.State != capacity.OpCompleted {
@@ -159,7 +160,7 @@ func TestEveryWriteStaysOnOneNode(t *testing.T) {
 			Now: func() time.Time { return clock }}
 		for _, name := range []string{"", res.ReclaimID, res.ReclaimID + "-2"} {
 			if name != "" {
-				wf.close(name, capacity.ExecFailed)
+				wf.SetStatus(name, capacity.ExecFailed)
 				clock = clock.Add(2 * time.Minute)
 			}
 			_, err := recon.Run(ctx)
@@ -225,7 +226,7 @@ func TestDecisionReadIgnoresHistory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		runWorkflow(t, &capacity.Terminator{Store: env.Store, Agent: &fakeAgent{}, Logger: quiet}, op, 2)
+		runWorkflow(t, &capacity.Terminator{Store: env.Store, Agent: &capacitytest.Agent{}, Logger: quiet}, op, 2)
 		ops = append(ops, op.ID)
 		if _, err := svc.Release(ctx, owner, reclaim("u1"), capacity.RequestMeta{}); err != nil {
 			t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/capacitytest"
 )
 
 // recordedMetrics is a capacity.Metrics that keeps what it is told.
@@ -149,8 +150,8 @@ func TestEndingAnOperationReportsItsDurationOnce(t *testing.T) {
 			}
 			m := &recordedMetrics{}
 			endAt := func() time.Time { return op.CreatedAt.Add(90 * time.Second) }
-			term := &capacity.Terminator{Store: env.Store, Agent: &fakeAgent{}, Logger: quiet, Metrics: m, Now: endAt}
-			wf := &fakeWorkflow{}
+			term := &capacity.Terminator{Store: env.Store, Agent: &capacitytest.Agent{}, Logger: quiet, Metrics: m, Now: endAt}
+			wf := &capacitytest.Workflow{}
 			_ = wf.Start(ctx, *op)
 			rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: 0, StuckAfter: time.Hour, Logger: quiet, Metrics: m, Now: endAt}
 			var wg sync.WaitGroup
@@ -179,7 +180,7 @@ func TestEndingAnOperationReportsItsDurationOnce(t *testing.T) {
 func TestTerminationRoundsReportTheEndOnce(t *testing.T) {
 	env, _, op := evicted(t)
 	m := &recordedMetrics{}
-	term := &capacity.Terminator{Store: env.Store, Agent: &fakeAgent{failFirst: map[string]int{"s1": 1}}, Logger: quiet, Metrics: m,
+	term := &capacity.Terminator{Store: env.Store, Agent: &capacitytest.Agent{FailFirst: map[string]int{"s1": 1}}, Logger: quiet, Metrics: m,
 		Now: func() time.Time { return op.CreatedAt.Add(2 * time.Second) }}
 	runWorkflow(t, term, op, 5)
 	runWorkflow(t, term, op, 5) // a re-run of the finished workflow ends nothing

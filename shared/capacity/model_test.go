@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"slices"
 	"sort"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/openrelay/capacity/shared/awsfault"
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/capacitytest"
 	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 	"github.com/openrelay/capacity/shared/table"
@@ -220,7 +222,7 @@ type model struct {
 	ctx     context.Context
 	svc     *capacity.Service
 	store   *dynamo.Store
-	wf      *modelWorkflow
+	wf      *capacitytest.Workflow
 	clock   time.Time
 	seq     int
 	nodes   map[string]*mNode
@@ -237,19 +239,6 @@ type model struct {
 	inj     *awsfault.Injector
 	stats   *modelStats
 	kind    string // the step's kind, for the outcome counts
-}
-
-// modelWorkflow records the executions the service starts; the model runs them itself.
-type modelWorkflow struct {
-	mu      sync.Mutex
-	started []string
-}
-
-func (w *modelWorkflow) Start(_ context.Context, op capacity.Operation) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.started = append(w.started, capacity.ExecutionName(op))
-	return nil
 }
 
 // modelStats counts the steps run, by kind, and their outcomes, over every check of a test.
@@ -319,7 +308,7 @@ var mT0 = time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
 func newModel(t *rapid.T, mt *modelTables, stats *modelStats) (*model, func()) {
 	store, drop := mt.fresh(t)
 	m := &model{
-		t: t, ctx: context.Background(), store: store, wf: &modelWorkflow{}, clock: mT0,
+		t: t, ctx: context.Background(), store: store, wf: &capacitytest.Workflow{}, clock: mT0,
 		nodes: map[string]*mNode{}, res: map[string]*mRes{}, vms: map[string]*mVM{}, ops: map[string]*mOp{},
 		records: map[string]mRecord{}, etags: map[string]string{}, dirty: map[string]bool{}, touched: map[string]bool{}, stats: stats,
 		scheds: map[string]*mSched{}, revoked: map[string]bool{},
@@ -872,21 +861,12 @@ func (m *model) expectCapacity(c mCall, what string, res *capacity.CapacityResul
 			vm := m.vms[req.NodeID+"/"+id]
 			vm.state, vm.reclaim = capacity.VMTerminating, op.id
 		}
-		if last := m.wf.last(); last != op.id {
+		if last := m.wf.Last(); last != op.id {
 			m.mismatch("%s: workflow started %q, want %q", what, last, op.id)
 		}
 	}
 	m.remember(req.NodeID, p, req.IdempotencyKey, fp, res)
 	return ""
-}
-
-func (w *modelWorkflow) last() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.started) == 0 {
-		return ""
-	}
-	return w.started[len(w.started)-1]
 }
 
 func (m *model) stepPlace(t *rapid.T) {
@@ -1036,25 +1016,20 @@ const (
 	fatePermanent  = "permanent" // fails, not retryably
 )
 
-type modelAgent struct {
-	mu    sync.Mutex
-	fates map[string]string
-	calls map[string]int
-}
-
-func (a *modelAgent) Terminate(_ context.Context, _ capacity.Node, vmID string) (bool, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.calls[vmID]++
-	switch a.fates[vmID] {
-	case fateGone:
-		return true, nil
-	case fateTransient:
-		return false, agentErr{true}
-	case fatePermanent:
-		return false, agentErr{false}
+// agentOf is the nodes' agents answering as the fates say (by VM).
+func agentOf(fates map[string]string) *capacitytest.Agent {
+	a := &capacitytest.Agent{FailFirst: map[string]int{}, Permanent: map[string]bool{}, Gone: map[string]bool{}}
+	for vm, f := range fates {
+		switch f {
+		case fateGone:
+			a.Gone[vm] = true
+		case fateTransient:
+			a.FailFirst[vm] = math.MaxInt
+		case fatePermanent:
+			a.Permanent[vm] = true
+		}
 	}
-	return false, nil
+	return a
 }
 
 // stepTerminate runs rounds of an operation's termination workflow, each VM's agent
@@ -1066,10 +1041,11 @@ func (m *model) stepTerminate(t *rapid.T) {
 	}
 	op := m.ops[rapid.SampledFrom(ids).Draw(t, "op")]
 	m.touched[op.node] = true
-	agent := &modelAgent{fates: map[string]string{}, calls: map[string]int{}}
+	fates := map[string]string{}
 	for _, vm := range op.vms {
-		agent.fates[vm] = rapid.SampledFrom([]string{fateTerminated, fateTerminated, fateGone, fateTransient, fatePermanent}).Draw(t, "fate")
+		fates[vm] = rapid.SampledFrom([]string{fateTerminated, fateTerminated, fateGone, fateTransient, fatePermanent}).Draw(t, "fate")
 	}
+	agent := agentOf(fates)
 	term := &capacity.Terminator{Store: m.store, Agent: agent, Now: func() time.Time { return m.clock }, Logger: quiet}
 	maxRounds := rapid.IntRange(1, 3).Draw(t, "maxRounds")
 	rounds := rapid.IntRange(1, maxRounds).Draw(t, "rounds")
@@ -1083,12 +1059,12 @@ func (m *model) stepTerminate(t *rapid.T) {
 	m.step(fmt.Sprintf("terminate (%s)", op.state))
 	m.dirty[op.id] = true
 	for round := range rounds {
-		what := fmt.Sprintf("termination of %s round %d (fates %v, attempt %d of %d)", op.id, round, agent.fates, attempt, op.attempt)
+		what := fmt.Sprintf("termination of %s round %d (fates %v, attempt %d of %d)", op.id, round, fates, attempt, op.attempt)
 		rep, err := term.Run(m.ctx, task)
 		m.expectOK(what, err)
 		if stale || op.state == capacity.OpCompleted || op.state == capacity.OpFailed {
-			if !rep.Done || len(rep.Terminated)+len(rep.AlreadyGone)+len(rep.Failed) > 0 || len(agent.calls) > 0 {
-				m.mismatch("%s: a finished operation or a stale attempt acted: %+v, agent calls %v", what, rep, agent.calls)
+			if !rep.Done || len(rep.Terminated)+len(rep.AlreadyGone)+len(rep.Failed) > 0 || agent.Total() > 0 {
+				m.mismatch("%s: a finished operation or a stale attempt acted: %+v, agent calls %d", what, rep, agent.Total())
 			}
 			return
 		}
@@ -1099,7 +1075,7 @@ func (m *model) stepTerminate(t *rapid.T) {
 			if _, ok := op.final(vm); ok {
 				continue
 			}
-			switch f := agent.fates[vm]; {
+			switch f := fates[vm]; {
 			case f == fateTerminated || f == fateGone:
 				out := capacity.OutcomeTerminated
 				if f == fateGone {
@@ -1171,7 +1147,7 @@ func (m *model) stepRedrive(t *rapid.T) {
 	m.dirty[op.id] = true
 	op.attempt++
 	op.state = capacity.OpPendingStart
-	if last, want := m.wf.last(), fmt.Sprintf("%s-%d", op.id, op.attempt); last != want {
+	if last, want := m.wf.Last(), fmt.Sprintf("%s-%d", op.id, op.attempt); last != want {
 		m.mismatch("%s: workflow started %q, want %q", what, last, want)
 	}
 }

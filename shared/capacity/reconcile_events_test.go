@@ -10,19 +10,20 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/capacitytest"
 )
 
-// observingPublisher is a fakePublisher that also notes the operation's stored state at each
+// observingPublisher is a capacitytest.Publisher that also notes the operation's stored state at each
 // publish, to show the report goes out before the end is written.
 type observingPublisher struct {
-	fakePublisher
+	capacitytest.Publisher
 	read   func() capacity.OperationState
 	states []capacity.OperationState
 }
 
 func (p *observingPublisher) Publish(ctx context.Context, events []capacity.Event) error {
 	p.states = append(p.states, p.read())
-	return p.fakePublisher.Publish(ctx, events)
+	return p.Publisher.Publish(ctx, events)
 }
 
 // The reconciler publishes the report of an operation it ends before writing the end (once
@@ -52,9 +53,9 @@ func TestReconcilerReportsBeforeEnding(t *testing.T) {
 			}
 			pub := &observingPublisher{read: state}
 			if fail {
-				pub.err = errors.New("PutEvents: FailedEntryCount 1")
+				pub.Err = errors.New("PutEvents: FailedEntryCount 1")
 			}
-			wf := &fakeWorkflow{}
+			wf := &capacitytest.Workflow{}
 			_ = wf.Start(ctx, *op)
 			rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: time.Minute, StuckAfter: time.Hour, Logger: quiet,
 				Publisher: pub, Now: func() time.Time { return t0.Add(time.Hour + 2*time.Minute) }}
@@ -69,7 +70,7 @@ func TestReconcilerReportsBeforeEnding(t *testing.T) {
 				if len(report.Ended) != 0 || !slices.Equal(report.PublishFailed, []string{op.ID}) || state() != capacity.OpTerminating {
 					t.Fatalf("report %+v, operation %s: want it left terminating for the next run", report, state())
 				}
-				pub.err = nil // the next run publishes and ends it
+				pub.Err = nil // the next run publishes and ends it
 				if report, err = rec.Run(ctx); err != nil || !slices.Equal(report.Ended, []string{op.ID}) {
 					t.Fatalf("next run: %+v, %v", report, err)
 				}
@@ -80,10 +81,10 @@ func TestReconcilerReportsBeforeEnding(t *testing.T) {
 				t.Fatalf("operation %s, want completed", state())
 			}
 			want := []string{"Spot VM Terminated " + op.ID + "/vm/s1/1", "Spot VM Terminated " + op.ID + "/vm/s2/1", "Reclaim Operation Completed " + op.ID + "/end/1"}
-			if got := ids(pub.published); !slices.Equal(got, want) {
+			if got := ids(pub.Published()); !slices.Equal(got, want) {
 				t.Errorf("published %v, want %v", got, want)
 			}
-			end := pub.published[2].Detail.(capacity.OperationEndDetail)
+			end := pub.Published()[2].Detail.(capacity.OperationEndDetail)
 			if end.OwnerOrgID != "owner" || end.VMs[0].OrgID != "buyer" || end.EndedAt != "2026-11-01T01:02:00Z" {
 				t.Errorf("end detail %+v", end)
 			}
@@ -98,15 +99,15 @@ func TestReconcilerReportsAFailureBeforeWritingIt(t *testing.T) {
 	ctx := context.Background()
 	wf, res := reclaimUnderWorkflow(t, svc)
 	clock := t0.Add(time.Hour)
-	pub := &fakePublisher{err: errors.New("throttled")}
+	pub := &capacitytest.Publisher{Err: errors.New("throttled")}
 	rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: time.Minute, StuckAfter: time.Hour, MaxRestarts: 1,
 		Logger: quiet, Publisher: pub, Now: func() time.Time { return clock }}
-	wf.close(res.ReclaimID, capacity.ExecFailed)
+	wf.SetStatus(res.ReclaimID, capacity.ExecFailed)
 	clock = clock.Add(2 * time.Minute)
-	if report, err := rec.Run(ctx); err != nil || !slices.Equal(report.Restarted, []string{res.ReclaimID}) || pub.calls != 0 {
-		t.Fatalf("restart: %+v, %v, %d publishes (a restart reports nothing)", report, err, pub.calls)
+	if report, err := rec.Run(ctx); err != nil || !slices.Equal(report.Restarted, []string{res.ReclaimID}) || pub.Calls() != 0 {
+		t.Fatalf("restart: %+v, %v, %d publishes (a restart reports nothing)", report, err, pub.Calls())
 	}
-	wf.close(res.ReclaimID+"-2", capacity.ExecFailed)
+	wf.SetStatus(res.ReclaimID+"-2", capacity.ExecFailed)
 	clock = clock.Add(2 * time.Minute)
 	report, err := rec.Run(ctx)
 	if err != nil || len(report.Exhausted) != 0 || !slices.Equal(report.PublishFailed, []string{res.ReclaimID}) {
@@ -115,14 +116,14 @@ func TestReconcilerReportsAFailureBeforeWritingIt(t *testing.T) {
 	if op, _ := env.Store.GetOperation(ctx, "n1", res.ReclaimID); op.State == capacity.OpFailed {
 		t.Fatal("failed without its report")
 	}
-	pub.err = nil
+	pub.Err = nil
 	if report, err = rec.Run(ctx); err != nil || len(report.Exhausted) != 1 {
 		t.Fatalf("report %+v, %v", report, err)
 	}
-	if got := ids(pub.published); !slices.Equal(got, []string{"Reclaim Operation Failed " + res.ReclaimID + "/end/2"}) {
+	if got := ids(pub.Published()); !slices.Equal(got, []string{"Reclaim Operation Failed " + res.ReclaimID + "/end/2"}) {
 		t.Fatalf("published %v", got)
 	}
-	if d := pub.published[0].Detail.(capacity.OperationEndDetail); d.Reason == "" || d.Counts.Pending != 1 {
+	if d := pub.Published()[0].Detail.(capacity.OperationEndDetail); d.Reason == "" || d.Counts.Pending != 1 {
 		t.Errorf("failed detail %+v, want the reason and the VM pending", d)
 	}
 }

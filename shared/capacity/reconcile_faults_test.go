@@ -29,7 +29,7 @@ func TestReconcilerUnderAWSFaults(t *testing.T) {
 		// The reclaim commits without faults; the reconciler's every call risks one.
 		clean := cleanService(env)
 		wf, res := reclaimUnderWorkflow(t, clean)
-		wf.close(res.ReclaimID, capacity.ExecFailed)
+		wf.SetStatus(res.ReclaimID, capacity.ExecFailed)
 		rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: time.Minute, StuckAfter: time.Hour, Logger: quiet,
 			Now: func() time.Time { return t0.Add(time.Hour + 2*time.Minute) }}
 		restarted := false
@@ -40,11 +40,11 @@ func TestReconcilerUnderAWSFaults(t *testing.T) {
 		if !restarted {
 			t.Fatalf("seed %d: no restart after 30 runs (faults %v)", seed, inj.Counts())
 		}
-		if got, want := wf.startedNames(), []string{res.ReclaimID, res.ReclaimID + "-2"}; !slices.Equal(got, want) {
+		if got, want := wf.Started(), []string{res.ReclaimID, res.ReclaimID + "-2"}; !slices.Equal(got, want) {
 			t.Fatalf("seed %d: started %v, want %v", seed, got, want)
 		}
-		for name, n := range wf.calls {
-			if n != 1 {
+		for _, name := range wf.Started() {
+			if n := wf.Calls(name); n != 1 {
 				t.Errorf("seed %d: execution %s started %d times", seed, name, n)
 			}
 		}
@@ -74,14 +74,14 @@ func TestReconcilerWritesWhoseAnswerWasLost(t *testing.T) {
 	rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: time.Minute, StuckAfter: time.Hour, MaxRestarts: 1, Logger: quiet,
 		Now: func() time.Time { return clock }}
 
-	wf.close(res.ReclaimID, capacity.ExecFailed)
+	wf.SetStatus(res.ReclaimID, capacity.ExecFailed)
 	clock = clock.Add(2 * time.Minute)
 	report, err := rec.Run(ctx)
-	if err != nil || !slices.Contains(report.Restarted, res.ReclaimID) || !slices.Equal(wf.startedNames(), []string{res.ReclaimID, res.ReclaimID + "-2"}) {
-		t.Fatalf("restart: report %+v, started %v, err %v (faults %v)", report, wf.startedNames(), err, inj.Counts())
+	if err != nil || !slices.Contains(report.Restarted, res.ReclaimID) || !slices.Equal(wf.Started(), []string{res.ReclaimID, res.ReclaimID + "-2"}) {
+		t.Fatalf("restart: report %+v, started %v, err %v (faults %v)", report, wf.Started(), err, inj.Counts())
 	}
 
-	wf.close(res.ReclaimID+"-2", capacity.ExecFailed)
+	wf.SetStatus(res.ReclaimID+"-2", capacity.ExecFailed)
 	clock = clock.Add(2 * time.Minute)
 	report, err = rec.Run(ctx)
 	if err != nil || len(report.Exhausted) != 1 || report.Exhausted[0].ID != res.ReclaimID {

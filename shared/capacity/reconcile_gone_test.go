@@ -37,13 +37,11 @@ func TestReconcilerRestartsATerminatingOperationWithoutAnExecution(t *testing.T)
 			if err := env.Store.BeginTermination(ctx, *op, "arn:exec:"+id, t0.Add(time.Hour)); err != nil {
 				t.Fatal(err)
 			}
-			wf.mu.Lock()
 			if tt.status == capacity.ExecNotFound {
-				delete(wf.status, id)
+				wf.SetStatus(id, "") // forgotten
 			} else {
-				wf.status[id] = tt.status
+				wf.SetStatus(id, tt.status)
 			}
-			wf.mu.Unlock()
 			rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: time.Minute, StuckAfter: time.Hour, Logger: quiet,
 				Now: func() time.Time { return t0.Add(3 * time.Hour) }}
 			report, err := rec.Run(ctx)
@@ -66,7 +64,7 @@ func TestReconcilerRestartsATerminatingOperationWithoutAnExecution(t *testing.T)
 			if got.State != capacity.OpPendingStart || got.CurrentAttempt() != 2 || got.Restarts != 1 {
 				t.Errorf("operation %s attempt %d restarts %d, want pending-start at attempt 2 after 1 restart", got.State, got.CurrentAttempt(), got.Restarts)
 			}
-			if names := wf.startedNames(); !slices.Equal(names, []string{id, id + "-2"}) {
+			if names := wf.Started(); !slices.Equal(names, []string{id, id + "-2"}) {
 				t.Errorf("started %v, want %s then %s-2", names, id, id)
 			}
 		})

@@ -13,22 +13,23 @@ import (
 
 	"github.com/openrelay/capacity/shared/awsfault"
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/capacitytest"
 	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 )
 
 // failedOp evicts s1 and s2 and runs the workflow with s2 refused for good: the operation
 // ends failed, s1 terminated, s2 still terminating.
-func failedOp(t *testing.T) (*dynamotest.Env, *capacity.Service, *capacity.Operation, *fakeWorkflow) {
+func failedOp(t *testing.T) (*dynamotest.Env, *capacity.Service, *capacity.Operation, *capacitytest.Workflow) {
 	t.Helper()
 	env, svc, op := evicted(t)
-	agent := &fakeAgent{permanent: map[string]bool{"s2": true}}
+	agent := &capacitytest.Agent{Permanent: map[string]bool{"s2": true}}
 	runWorkflow(t, &capacity.Terminator{Store: env.Store, Agent: agent, Logger: quiet}, op, 3)
 	got, err := env.Store.GetOperation(context.Background(), "n1", op.ID)
 	if err != nil || got.State != capacity.OpFailed {
 		t.Fatalf("operation = %+v, %v", got, err)
 	}
-	wf := &fakeWorkflow{}
+	wf := &capacitytest.Workflow{}
 	svc.Workflow = wf
 	return env, svc, got, wf
 }
@@ -57,8 +58,8 @@ func TestRedriveRerunsWhatFailed(t *testing.T) {
 	if !slices.Equal(res.Retried, []string{"s2"}) || res.Operation.State != capacity.OpPendingStart || res.Operation.CurrentAttempt() != 2 {
 		t.Fatalf("result = %+v", res)
 	}
-	if !slices.Equal(wf.startedNames(), []string{next}) || !slices.Equal(wf.inputs[next], []string{"s2"}) {
-		t.Fatalf("started %v with %v, want %s for s2", wf.startedNames(), wf.inputs, next)
+	if !slices.Equal(wf.Started(), []string{next}) || !slices.Equal(wf.Inputs(next), []string{"s2"}) {
+		t.Fatalf("started %v with %v, want %s for s2", wf.Started(), wf.Inputs(next), next)
 	}
 	stored, _ := env.Store.GetOperation(ctx, "n1", op.ID)
 	if stored.State != capacity.OpPendingStart || stored.CurrentAttempt() != 2 || !slices.Equal(stored.Unfinished(), []string{"s2"}) {
@@ -71,9 +72,9 @@ func TestRedriveRerunsWhatFailed(t *testing.T) {
 	}
 
 	// The new attempt's execution, with the agent working again.
-	agent := &fakeAgent{}
+	agent := &capacitytest.Agent{}
 	term := &capacity.Terminator{Store: env.Store, Agent: agent, Logger: quiet}
-	task := capacity.TerminationTask{ReclaimID: op.ID, NodeID: "n1", VMIDs: wf.inputs[next], ExecutionARN: "arn:" + next, Attempt: 2, MaxRounds: 3}
+	task := capacity.TerminationTask{ReclaimID: op.ID, NodeID: "n1", VMIDs: wf.Inputs(next), ExecutionARN: "arn:" + next, Attempt: 2, MaxRounds: 3}
 	if r, err := term.Run(ctx, task); err != nil || !r.Done {
 		t.Fatalf("round = %+v, %v", r, err)
 	}
@@ -82,8 +83,8 @@ func TestRedriveRerunsWhatFailed(t *testing.T) {
 		!reflect.DeepEqual(got.Outcomes["s1"], op.Outcomes["s1"]) {
 		t.Fatalf("operation = %+v", got)
 	}
-	if agent.calls["s1"] != 0 || agent.calls["s2"] != 1 {
-		t.Errorf("agent calls = %v, want s2 only", agent.calls)
+	if agent.Calls("s1") != 0 || agent.Calls("s2") != 1 {
+		t.Errorf("agent calls = %v, want s2 only", agent.AllCalls())
 	}
 	if st, _ := env.Store.LoadNode(ctx, "n1", ""); slices.ContainsFunc(st.VMs, func(v capacity.VM) bool { return v.ID == "s2" }) {
 		t.Error("s2 still holds its units")
@@ -94,8 +95,8 @@ func TestRedriveRerunsWhatFailed(t *testing.T) {
 	if err != nil || len(res.Retried) != 0 || res.Operation.State != capacity.OpCompleted {
 		t.Fatalf("repeat: %+v, %v", res, err)
 	}
-	if len(wf.startedNames()) != 1 {
-		t.Errorf("a repeat started %v", wf.startedNames())
+	if len(wf.Started()) != 1 {
+		t.Errorf("a repeat started %v", wf.Started())
 	}
 }
 
@@ -109,7 +110,7 @@ func TestLateBranchOfAnOldAttemptDoesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The new attempt's first round begins it; s2 fails once more (retryable).
-	newAgent := &fakeAgent{failFirst: map[string]int{"s2": 1}}
+	newAgent := &capacitytest.Agent{FailFirst: map[string]int{"s2": 1}}
 	term := &capacity.Terminator{Store: env.Store, Agent: newAgent, Logger: quiet}
 	r, err := term.Run(ctx, capacity.TerminationTask{ReclaimID: op.ID, NodeID: "n1", VMIDs: []string{"s2"}, ExecutionARN: "arn:2", Attempt: 2, MaxRounds: 3})
 	if err != nil || r.Done {
@@ -117,11 +118,11 @@ func TestLateBranchOfAnOldAttemptDoesNothing(t *testing.T) {
 	}
 	// The old execution's last round for s2 now arrives, with the agent still refusing.
 	before := env.StateItems(t)
-	oldAgent := &fakeAgent{permanent: map[string]bool{"s2": true}}
+	oldAgent := &capacitytest.Agent{Permanent: map[string]bool{"s2": true}}
 	old := &capacity.Terminator{Store: env.Store, Agent: oldAgent, Logger: quiet}
 	r, err = old.Run(ctx, capacity.TerminationTask{ReclaimID: op.ID, NodeID: "n1", VMIDs: []string{"s2"}, ExecutionARN: "arn:1", Attempt: 1, Round: 2, MaxRounds: 3})
-	if err != nil || !r.Done || oldAgent.total() != 0 {
-		t.Fatalf("old round = %+v, %v, agent calls %v", r, err, oldAgent.calls)
+	if err != nil || !r.Done || oldAgent.Total() != 0 {
+		t.Fatalf("old round = %+v, %v, agent calls %v", r, err, oldAgent.AllCalls())
 	}
 	if after := env.StateItems(t); !reflect.DeepEqual(after, before) {
 		t.Fatal("a task of an older attempt wrote")
@@ -145,8 +146,8 @@ func TestLateBranchOfAnOldAttemptDoesNothing(t *testing.T) {
 	if got.State != capacity.OpCompleted || got.Outcomes["s2"].Outcome != capacity.OutcomeTerminated {
 		t.Fatalf("operation = %+v", got)
 	}
-	if !slices.Equal(wf.startedNames(), []string{op.ID + "-2"}) {
-		t.Errorf("started %v", wf.startedNames())
+	if !slices.Equal(wf.Started(), []string{op.ID + "-2"}) {
+		t.Errorf("started %v", wf.Started())
 	}
 }
 
@@ -177,7 +178,7 @@ func TestRedriveRefusals(t *testing.T) {
 			var env *dynamotest.Env
 			var svc *capacity.Service
 			var op *capacity.Operation
-			wf := &fakeWorkflow{}
+			wf := &capacitytest.Workflow{}
 			if tt.running {
 				env, svc, op = evicted(t)
 				svc.Workflow = wf
@@ -202,7 +203,7 @@ func TestRedriveRefusals(t *testing.T) {
 			if capacity.ErrorCode(err) != tt.want {
 				t.Fatalf("err = %v, want %s", err, tt.want)
 			}
-			if !reflect.DeepEqual(env.StateItems(t), before) || len(wf.startedNames()) != 0 {
+			if !reflect.DeepEqual(env.StateItems(t), before) || len(wf.Started()) != 0 {
 				t.Fatal("a refused re-drive changed something")
 			}
 			if n := len(auditActions(t, env, capacity.ActionRetry)); (n == 1) != tt.wantAudit || n > 1 {
@@ -263,7 +264,7 @@ func TestAmbiguousRedriveAnswersWithItsAttempt(t *testing.T) {
 	if !slices.Equal(res.Retried, []string{"s2"}) || res.Operation.CurrentAttempt() != 2 {
 		t.Fatalf("result = %+v", res)
 	}
-	if got := wf.startedNames(); !slices.Equal(got, []string{op.ID + "-2"}) {
+	if got := wf.Started(); !slices.Equal(got, []string{op.ID + "-2"}) {
 		t.Fatalf("started %v", got)
 	}
 	if n := len(auditActions(t, env, capacity.ActionRetry)); n != 1 {

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/capacitytest"
 	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 )
@@ -298,14 +299,6 @@ func TestReleaseThenSpotPlacement(t *testing.T) {
 	}
 }
 
-// startCounter records the operations whose workflow the service starts.
-type startCounter struct{ started []string }
-
-func (w *startCounter) Start(_ context.Context, op capacity.Operation) error {
-	w.started = append(w.started, op.ID)
-	return nil
-}
-
 // A twin request under the same Idempotency-Key commits while this one decides: this one
 // replays the twin's answer and starts no workflow for the operation it never committed.
 func TestLostRaceToATwinStartsNoWorkflow(t *testing.T) {
@@ -321,7 +314,7 @@ func TestLostRaceToATwinStartsNoWorkflow(t *testing.T) {
 			t.Errorf("twin: %v", err)
 		}
 	}}
-	wf := &startCounter{}
+	wf := &capacitytest.Workflow{}
 	svc.Workflow = wf
 	res, err := svc.Reclaim(ctx, owner, req, capacity.RequestMeta{})
 	if err != nil {
@@ -330,8 +323,8 @@ func TestLostRaceToATwinStartsNoWorkflow(t *testing.T) {
 	if !res.Replayed || res.ReclaimID != twinRes.ReclaimID {
 		t.Fatalf("result = %+v, want the twin's %s replayed", res, twinRes.ReclaimID)
 	}
-	if len(wf.started) != 0 {
-		t.Fatalf("started %v for an operation that was never committed", wf.started)
+	if started := wf.Started(); len(started) != 0 {
+		t.Fatalf("started %v for an operation that was never committed", started)
 	}
 }
 

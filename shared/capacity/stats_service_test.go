@@ -6,6 +6,7 @@ import (
 
 	"github.com/openrelay/capacity/shared/awsfault"
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/capacitytest"
 )
 
 // TestServiceRecordsCallStats: a reclaim through the service reports its rounds and the time
@@ -29,7 +30,7 @@ func TestServiceRecordsCallStats(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, svc, _ := faultyWorld(t, 1, tt.rules...)
-			svc.Workflow = &fakeWorkflow{}
+			svc.Workflow = &capacitytest.Workflow{}
 			ctx, stats := capacity.WithCallStats(context.Background())
 			req := reclaim("u1", "u2")
 			req.DryRun = tt.dryRun

@@ -8,6 +8,7 @@ import (
 
 	"github.com/openrelay/capacity/shared/awsfault"
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/capacitytest"
 	"github.com/openrelay/capacity/shared/dynamo"
 )
 
@@ -26,7 +27,7 @@ func TestTerminationUnderFaults(t *testing.T) {
 				awsfault.Rule{Operation: "PutItem", Fault: awsfault.AmbiguousTimeout, Rate: 0.05},
 				awsfault.Rule{Operation: "TransactWriteItems", Fault: awsfault.AmbiguousTimeout, Rate: 0.05})
 			env, op := eightVictims(t, inj)
-			agent := &fakeAgent{failFirst: map[string]int{"s0": 1, "s2": 1, "s4": 1, "s6": 1}}
+			agent := &capacitytest.Agent{FailFirst: map[string]int{"s0": 1, "s2": 1, "s4": 1, "s6": 1}}
 			term := &capacity.Terminator{Store: env.Store, Agent: agent, Concurrency: 8, Logger: quiet}
 			task := capacity.TerminationTask{ReclaimID: op.ID, NodeID: "n1", VMIDs: op.VMIDs, ExecutionARN: "arn:x", MaxRounds: 5}
 			var wg sync.WaitGroup

@@ -12,49 +12,10 @@ import (
 
 	"github.com/openrelay/capacity/shared/awsfault"
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/capacitytest"
 	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 )
-
-// fakeAgent terminates VMs in memory, failing as told.
-type fakeAgent struct {
-	mu        sync.Mutex
-	calls     map[string]int
-	failFirst map[string]int  // VM -> number of calls that fail (retryable)
-	permanent map[string]bool // VM -> always fails, not retryable
-	gone      map[string]bool // VM -> the agent no longer knows it
-}
-
-type agentErr struct{ retryable bool }
-
-func (e agentErr) Error() string   { return fmt.Sprintf("agent failed (retryable=%v)", e.retryable) }
-func (e agentErr) Retryable() bool { return e.retryable }
-
-func (a *fakeAgent) Terminate(_ context.Context, _ capacity.Node, vmID string) (bool, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.calls == nil {
-		a.calls = map[string]int{}
-	}
-	a.calls[vmID]++
-	if a.permanent[vmID] {
-		return false, agentErr{false}
-	}
-	if a.calls[vmID] <= a.failFirst[vmID] {
-		return false, agentErr{true}
-	}
-	return a.gone[vmID], nil
-}
-
-func (a *fakeAgent) total() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	n := 0
-	for _, c := range a.calls {
-		n += c
-	}
-	return n
-}
 
 // evicted reclaims u1 and u2 of the world after placing a second spot VM on u2, and returns
 // the committed operation.
@@ -99,7 +60,7 @@ func runWorkflow(t *testing.T, term *capacity.Terminator, op *capacity.Operation
 
 func TestTerminationCompletes(t *testing.T) {
 	env, svc, op := evicted(t)
-	agent := &fakeAgent{failFirst: map[string]int{"s1": 2}, gone: map[string]bool{"s2": true}}
+	agent := &capacitytest.Agent{FailFirst: map[string]int{"s1": 2}, Gone: map[string]bool{"s2": true}}
 	term := &capacity.Terminator{Store: env.Store, Agent: agent, Logger: quiet}
 	reports := runWorkflow(t, term, op, 5)
 	if len(reports) != 3 {
@@ -114,8 +75,8 @@ func TestTerminationCompletes(t *testing.T) {
 		got.Outcomes["s1"].Outcome != capacity.OutcomeTerminated || got.Outcomes["s2"].Outcome != capacity.OutcomeAlreadyGone {
 		t.Fatalf("operation = %+v", got)
 	}
-	if agent.calls["s1"] != 3 || agent.calls["s2"] != 1 {
-		t.Errorf("agent calls = %v, want s1:3 s2:1", agent.calls)
+	if agent.Calls("s1") != 3 || agent.Calls("s2") != 1 {
+		t.Errorf("agent calls = %v, want s1:3 s2:1", agent.AllCalls())
 	}
 	// The units are free: a spot VM may land on a released unit again after a release.
 	if _, err := svc.Release(ctx, owner, reclaim("u1"), capacity.RequestMeta{}); err != nil {
@@ -126,9 +87,9 @@ func TestTerminationCompletes(t *testing.T) {
 	}
 	// Running the finished workflow again calls nobody and writes nothing.
 	before := env.Items(t, env.Store.Table)
-	calls := agent.total()
+	calls := agent.Total()
 	runWorkflow(t, term, op, 5)
-	if agent.total() != calls {
+	if agent.Total() != calls {
 		t.Error("a re-run called the agent again")
 	}
 	after := env.Items(t, env.Store.Table)
@@ -139,7 +100,7 @@ func TestTerminationCompletes(t *testing.T) {
 
 func TestTerminationFailsAfterLastRound(t *testing.T) {
 	env, _, op := evicted(t)
-	agent := &fakeAgent{failFirst: map[string]int{"s1": 100}}
+	agent := &capacitytest.Agent{FailFirst: map[string]int{"s1": 100}}
 	term := &capacity.Terminator{Store: env.Store, Agent: agent, Logger: quiet}
 	reports := runWorkflow(t, term, op, 3)
 	if len(reports) != 3 {
@@ -164,10 +125,10 @@ func TestTerminationFailsAfterLastRound(t *testing.T) {
 
 func TestPermanentAgentErrorIsFinalAtOnce(t *testing.T) {
 	env, _, op := evicted(t)
-	agent := &fakeAgent{permanent: map[string]bool{"s2": true}}
+	agent := &capacitytest.Agent{Permanent: map[string]bool{"s2": true}}
 	reports := runWorkflow(t, &capacity.Terminator{Store: env.Store, Agent: agent, Logger: quiet}, op, 5)
-	if len(reports) != 1 || agent.calls["s2"] != 1 {
-		t.Fatalf("rounds = %d, calls = %v: a permanent failure must not be retried", len(reports), agent.calls)
+	if len(reports) != 1 || agent.Calls("s2") != 1 {
+		t.Fatalf("rounds = %d, calls = %v: a permanent failure must not be retried", len(reports), agent.AllCalls())
 	}
 	got, _ := env.Store.GetOperation(context.Background(), "n1", op.ID)
 	if got.State != capacity.OpFailed {
@@ -179,7 +140,7 @@ func TestPermanentAgentErrorIsFinalAtOnce(t *testing.T) {
 // task) end it exactly once and terminate each VM once.
 func TestConcurrentBranchesEndTheOperationOnce(t *testing.T) {
 	env, _, op := evicted(t)
-	agent := &fakeAgent{}
+	agent := &capacitytest.Agent{}
 	term := &capacity.Terminator{Store: env.Store, Agent: agent, Logger: quiet}
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
@@ -200,15 +161,15 @@ func TestConcurrentBranchesEndTheOperationOnce(t *testing.T) {
 	if got.State != capacity.OpCompleted || len(got.Outcomes) != 2 {
 		t.Fatalf("operation = %+v", got)
 	}
-	if agent.calls["s1"] != 1 || agent.calls["s2"] != 1 {
-		t.Errorf("agent calls = %v", agent.calls)
+	if agent.Calls("s1") != 1 || agent.Calls("s2") != 1 {
+		t.Errorf("agent calls = %v", agent.AllCalls())
 	}
 }
 
-// reclaimUnderWorkflow gives svc a fakeWorkflow and reclaims u1 (evicting s1) through it.
-func reclaimUnderWorkflow(t *testing.T, svc *capacity.Service) (*fakeWorkflow, *capacity.CapacityResult) {
+// reclaimUnderWorkflow gives svc a workflow in memory and reclaims u1 (evicting s1) through it.
+func reclaimUnderWorkflow(t *testing.T, svc *capacity.Service) (*capacitytest.Workflow, *capacity.CapacityResult) {
 	t.Helper()
-	wf := &fakeWorkflow{}
+	wf := &capacitytest.Workflow{}
 	svc.Workflow = wf
 	res, err := svc.Reclaim(context.Background(), owner, reclaim("u1"), capacity.RequestMeta{})
 	if err != nil {
@@ -217,67 +178,9 @@ func reclaimUnderWorkflow(t *testing.T, svc *capacity.Service) (*fakeWorkflow, *
 	return wf, res
 }
 
-// fakeWorkflow is Step Functions in memory: executions by name, failing its first starts
-// (as an outage would), each started one running until the test closes it.
-type fakeWorkflow struct {
-	mu        sync.Mutex
-	fail      int
-	started   []string                            // execution names, in start order
-	calls     map[string]int                      // Start calls by execution name
-	inputs    map[string][]string                 // VMs each execution was started for
-	status    map[string]capacity.ExecutionStatus // by execution name
-	statusErr error
-}
-
-func (w *fakeWorkflow) Start(_ context.Context, op capacity.Operation) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	name := capacity.ExecutionName(op)
-	if w.calls == nil {
-		w.calls, w.inputs, w.status = map[string]int{}, map[string][]string{}, map[string]capacity.ExecutionStatus{}
-	}
-	w.calls[name]++
-	if w.fail > 0 {
-		w.fail--
-		return errors.New("throttled")
-	}
-	if _, ok := w.status[name]; ok {
-		return nil // ExecutionAlreadyExists, taken as started
-	}
-	w.started = append(w.started, name)
-	w.inputs[name] = op.Unfinished()
-	w.status[name] = capacity.ExecRunning
-	return nil
-}
-
-func (w *fakeWorkflow) Status(_ context.Context, op capacity.Operation) (capacity.ExecutionStatus, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.statusErr != nil {
-		return "", w.statusErr
-	}
-	if st, ok := w.status[capacity.ExecutionName(op)]; ok {
-		return st, nil
-	}
-	return capacity.ExecNotFound, nil
-}
-
-// close ends an execution as Step Functions would after its task retries ran out.
-func (w *fakeWorkflow) close(name string, st capacity.ExecutionStatus) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.status[name] = st
-}
-
-func (w *fakeWorkflow) startedNames() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Clone(w.started)
-}
-
 func TestReconcilerStartsWhatTheAPICouldNot(t *testing.T) {
 	env, svc := world(t)
-	wf := &fakeWorkflow{fail: 1}
+	wf := &capacitytest.Workflow{FailStarts: 1}
 	svc.Workflow = wf
 	res, err := svc.Reclaim(context.Background(), owner, reclaim("u1"), capacity.RequestMeta{})
 	if err != nil {
@@ -291,8 +194,8 @@ func TestReconcilerStartsWhatTheAPICouldNot(t *testing.T) {
 	}
 	rec.Now = func() time.Time { return t0.Add(time.Hour + 2*time.Minute) }
 	report, err = rec.Run(context.Background())
-	if err != nil || !slices.Equal(report.Started, []string{res.ReclaimID}) || !slices.Equal(wf.started, []string{res.ReclaimID}) {
-		t.Fatalf("report = %+v, started = %v, err = %v", report, wf.started, err)
+	if err != nil || !slices.Equal(report.Started, []string{res.ReclaimID}) || !slices.Equal(wf.Started(), []string{res.ReclaimID}) {
+		t.Fatalf("report = %+v, started = %v, err = %v", report, wf.Started(), err)
 	}
 	// Once a branch began it, it is no longer pending-start; past the deadline, with its
 	// execution still running, it is stuck.
@@ -381,7 +284,7 @@ func TestNoOutcomeIsLostUnderConflictsAndThrottling(t *testing.T) {
 				awsfault.Rule{Fault: awsfault.Throttling, Rate: 0.1},
 				awsfault.Rule{Fault: awsfault.ProvisionedThroughputExceeded, Rate: 0.1})
 			env, op := eightVictims(t, inj)
-			agent := &fakeAgent{}
+			agent := &capacitytest.Agent{}
 			term := &capacity.Terminator{Store: env.Store, Agent: agent, Concurrency: 8, Logger: quiet}
 			runRetrying(t, term, capacity.TerminationTask{ReclaimID: op.ID, NodeID: "n1", VMIDs: op.VMIDs, ExecutionARN: "arn:x", MaxRounds: 5}, 3)
 
@@ -420,7 +323,7 @@ func TestReconcilerEndsAnOperationWhoseOutcomesAreAllRecorded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	wf := &fakeWorkflow{}
+	wf := &capacitytest.Workflow{}
 	_ = wf.Start(ctx, *op)
 	rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: time.Minute, StuckAfter: time.Hour, Logger: quiet,
 		Now: func() time.Time { return t0.Add(time.Hour + 2*time.Minute) }}
@@ -447,13 +350,13 @@ func TestReconcilerRestartsClosedRunsThenFailsThem(t *testing.T) {
 	rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: time.Minute, StuckAfter: time.Hour, MaxRestarts: 2, Logger: quiet,
 		Now: func() time.Time { return clock }}
 	for i, want := range []string{id + "-2", id + "-3"} {
-		wf.close(wf.startedNames()[i], capacity.ExecFailed)
+		wf.SetStatus(wf.Started()[i], capacity.ExecFailed)
 		clock = clock.Add(2 * time.Minute)
 		report, err := rec.Run(ctx)
 		if err != nil || !slices.Equal(report.Restarted, []string{id}) || len(report.Exhausted) != 0 {
 			t.Fatalf("run %d: report = %+v, err = %v", i, report, err)
 		}
-		if names := wf.startedNames(); names[len(names)-1] != want {
+		if names := wf.Started(); names[len(names)-1] != want {
 			t.Fatalf("run %d started %v, want %s last", i, names, want)
 		}
 		op, _ := env.Store.GetOperation(ctx, "n1", id)
@@ -465,7 +368,7 @@ func TestReconcilerRestartsClosedRunsThenFailsThem(t *testing.T) {
 			t.Fatalf("a young attempt was restarted again: %+v", report)
 		}
 	}
-	wf.close(id+"-3", capacity.ExecTimedOut)
+	wf.SetStatus(id+"-3", capacity.ExecTimedOut)
 	clock = clock.Add(2 * time.Minute)
 	report, err := rec.Run(ctx)
 	if err != nil || len(report.Exhausted) != 1 || report.Exhausted[0].ID != id || len(report.Started) != 0 {
@@ -475,7 +378,7 @@ func TestReconcilerRestartsClosedRunsThenFailsThem(t *testing.T) {
 	if op.State != capacity.OpFailed || op.Reason == "" {
 		t.Fatalf("operation = %+v, want failed with a reason", op)
 	}
-	if n := len(wf.startedNames()); n != 3 {
+	if n := len(wf.Started()); n != 3 {
 		t.Errorf("%d executions started, want 3 (first + 2 restarts)", n)
 	}
 	clock = clock.Add(2 * time.Minute)
@@ -490,7 +393,7 @@ func TestTwoReconcilersRestartOnce(t *testing.T) {
 	env, svc := world(t)
 	ctx := context.Background()
 	wf, res := reclaimUnderWorkflow(t, svc)
-	wf.close(res.ReclaimID, capacity.ExecFailed)
+	wf.SetStatus(res.ReclaimID, capacity.ExecFailed)
 	now := func() time.Time { return t0.Add(time.Hour + 2*time.Minute) }
 	var wg sync.WaitGroup
 	for range 2 {
@@ -505,8 +408,8 @@ func TestTwoReconcilersRestartOnce(t *testing.T) {
 	// One execution of the next attempt. The losing reconciler may ask to start it too (it
 	// cannot tell the winner's write from its own whose answer was lost): under the same name
 	// that starts nothing more.
-	if !slices.Equal(wf.startedNames(), []string{res.ReclaimID, res.ReclaimID + "-2"}) || wf.calls[res.ReclaimID+"-2"] > 2 {
-		t.Fatalf("started %v, calls %v", wf.startedNames(), wf.calls)
+	if !slices.Equal(wf.Started(), []string{res.ReclaimID, res.ReclaimID + "-2"}) || wf.Calls(res.ReclaimID+"-2") > 2 {
+		t.Fatalf("started %v, calls of the second %d", wf.Started(), wf.Calls(res.ReclaimID+"-2"))
 	}
 	op, _ := env.Store.GetOperation(ctx, "n1", res.ReclaimID)
 	if op.CurrentAttempt() != 2 || op.Restarts != 1 {
@@ -520,8 +423,8 @@ func TestReconcilerLeavesAnOperationWhenItsStatusIsUnknown(t *testing.T) {
 	env, svc := world(t)
 	ctx := context.Background()
 	wf, res := reclaimUnderWorkflow(t, svc)
-	wf.close(res.ReclaimID, capacity.ExecFailed)
-	wf.statusErr = errors.New("ThrottlingException")
+	wf.SetStatus(res.ReclaimID, capacity.ExecFailed)
+	wf.StatusErr = errors.New("ThrottlingException")
 	rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: time.Minute, StuckAfter: time.Hour, Logger: quiet,
 		Now: func() time.Time { return t0.Add(time.Hour + 2*time.Minute) }}
 	report, err := rec.Run(ctx)
@@ -532,7 +435,7 @@ func TestReconcilerLeavesAnOperationWhenItsStatusIsUnknown(t *testing.T) {
 	if op.State != capacity.OpPendingStart || op.CurrentAttempt() != 1 {
 		t.Fatalf("operation = %+v", op)
 	}
-	wf.statusErr = nil
+	wf.StatusErr = nil
 	if report, _ := rec.Run(ctx); !slices.Equal(report.Restarted, []string{res.ReclaimID}) {
 		t.Fatalf("next run: %+v", report)
 	}
@@ -556,7 +459,7 @@ func (s markConflict) MarkTerminated(ctx context.Context, op capacity.Operation,
 // it does not fail every round, retry and restart of the whole operation.
 func TestVMWhoseRecordCannotBeMarkedFailsAlone(t *testing.T) {
 	env, _, op := evicted(t)
-	term := &capacity.Terminator{Store: markConflict{TerminationStore: env.Store, vm: "s2"}, Agent: &fakeAgent{}, Logger: quiet}
+	term := &capacity.Terminator{Store: markConflict{TerminationStore: env.Store, vm: "s2"}, Agent: &capacitytest.Agent{}, Logger: quiet}
 	runWorkflow(t, term, op, 3)
 	got, err := env.Store.GetOperation(context.Background(), "n1", op.ID)
 	if err != nil {

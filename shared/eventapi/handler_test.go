@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/capacitytest"
 	"github.com/openrelay/capacity/shared/eventapi"
 )
 
@@ -55,21 +56,6 @@ func (f *fakeService) FireScheduledReclaim(_ context.Context, nodeID, reservatio
 	return f.res, f.err
 }
 
-// fakePublisher records what it published; its first failures calls fail.
-type fakePublisher struct {
-	failures  int
-	published []capacity.Event
-}
-
-func (f *fakePublisher) Publish(_ context.Context, evs []capacity.Event) error {
-	if f.failures > 0 {
-		f.failures--
-		return errors.New("put events: InternalFailure")
-	}
-	f.published = append(f.published, evs...)
-	return nil
-}
-
 var now = time.Date(2026, 12, 2, 15, 0, 1, 0, time.UTC)
 
 func result() *capacity.CapacityResult {
@@ -106,7 +92,7 @@ const (
 	schedule = `{"nodeId":"node-a","reservationId":"res-1","scheduledReclaimId":"sr-1"}`
 )
 
-func newHandler(svc *fakeService, pub *fakePublisher) *eventapi.Handler {
+func newHandler(svc *fakeService, pub *capacitytest.Publisher) *eventapi.Handler {
 	return &eventapi.Handler{
 		Service: svc, Publisher: pub, Now: func() time.Time { return now },
 		Principals: capacity.EventPrincipals{
@@ -296,7 +282,7 @@ func TestHandle(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			svc := &fakeService{res: result(), err: tt.svcErr}
-			pub := &fakePublisher{failures: tt.pubFail}
+			pub := &capacitytest.Publisher{FailFirst: tt.pubFail}
 			resp, err := newHandler(svc, pub).Handle(context.Background(), batch(tt.body))
 			if err != nil {
 				t.Fatalf("Handle: %v", err)
@@ -326,7 +312,7 @@ type outcomeDetail struct {
 // checkHandled checks the batch answer, the service calls and the one published outcome
 // against want; it returns that outcome's detail (zero when nothing was to be published) for
 // checks of one kind of event.
-func checkHandled(t *testing.T, resp events.SQSEventResponse, svc *fakeService, pub *fakePublisher, want handled) outcomeDetail {
+func checkHandled(t *testing.T, resp events.SQSEventResponse, svc *fakeService, pub *capacitytest.Publisher, want handled) outcomeDetail {
 	t.Helper()
 	if failed := len(resp.BatchItemFailures) == 1 && resp.BatchItemFailures[0].ItemIdentifier == "msg-1"; failed != want.failed || len(resp.BatchItemFailures) > 1 {
 		t.Fatalf("batch item failures %+v, want failed=%v", resp.BatchItemFailures, want.failed)
@@ -341,15 +327,15 @@ func checkHandled(t *testing.T, resp events.SQSEventResponse, svc *fakeService, 
 	}
 	var d outcomeDetail
 	if want.outcome == "" {
-		if len(pub.published) != 0 {
-			t.Fatalf("published %+v, want nothing", pub.published)
+		if len(pub.Published()) != 0 {
+			t.Fatalf("published %+v, want nothing", pub.Published())
 		}
 		return d
 	}
-	if len(pub.published) != 1 {
-		t.Fatalf("published %d events, want one %s", len(pub.published), want.outcome)
+	if len(pub.Published()) != 1 {
+		t.Fatalf("published %d events, want one %s", len(pub.Published()), want.outcome)
 	}
-	e := pub.published[0]
+	e := pub.Published()[0]
 	mustMatchSchema(t, e)
 	b, _ := json.Marshal(e.Detail)
 	_ = json.Unmarshal(b, &d)
@@ -366,7 +352,7 @@ func checkHandled(t *testing.T, resp events.SQSEventResponse, svc *fakeService, 
 // mapped to the function) does not act, publishes nothing, and goes back to its queue.
 func TestRecordOfAnotherQueue(t *testing.T) {
 	svc := &fakeService{res: result()}
-	pub := &fakePublisher{}
+	pub := &capacitytest.Publisher{}
 	b := batch(envelope("ev-1", tenant, valid), envelope("ev-2", tenant, valid))
 	b.Records[0].EventSourceARN = "arn:aws:sqs:us-east-1:111111111111:someone-elses-queue"
 	resp, err := newHandler(svc, pub).Handle(context.Background(), b)
@@ -376,8 +362,8 @@ func TestRecordOfAnotherQueue(t *testing.T) {
 	if len(resp.BatchItemFailures) != 1 || resp.BatchItemFailures[0].ItemIdentifier != "msg-1" {
 		t.Errorf("failures %+v, want msg-1 back to its queue", resp.BatchItemFailures)
 	}
-	if len(svc.calls) != 1 || svc.calls[0].meta.EventID != "ev-2" || len(pub.published) != 1 {
-		t.Errorf("calls %+v, published %+v: want only ev-2 applied", svc.calls, pub.published)
+	if len(svc.calls) != 1 || svc.calls[0].meta.EventID != "ev-2" || len(pub.Published()) != 1 {
+		t.Errorf("calls %+v, published %+v: want only ev-2 applied", svc.calls, pub.Published())
 	}
 }
 
@@ -386,15 +372,15 @@ func TestRecordOfAnotherQueue(t *testing.T) {
 func TestNoPrincipals(t *testing.T) {
 	for _, principals := range []capacity.EventPrincipals{nil, {}} {
 		svc := &fakeService{res: result()}
-		pub := &fakePublisher{}
+		pub := &capacitytest.Publisher{}
 		h := newHandler(svc, pub)
 		h.Principals = principals
 		if _, err := h.Handle(context.Background(), batch(envelope("ev-1", capacity.SourcePlatformScheduler, valid), topologyEnvelope("ev-2", capacity.SourceFleet, topologyValid))); err != nil {
 			t.Fatal(err)
 		}
-		if len(svc.calls) != 0 || len(pub.published) != 2 || pub.published[0].DetailType != capacity.DetailReclaimRefused ||
-			pub.published[1].DetailType != capacity.DetailTopologyRefused {
-			t.Errorf("principals %v: calls %+v, published %+v; want both refused", principals, svc.calls, pub.published)
+		if len(svc.calls) != 0 || len(pub.Published()) != 2 || pub.Published()[0].DetailType != capacity.DetailReclaimRefused ||
+			pub.Published()[1].DetailType != capacity.DetailTopologyRefused {
+			t.Errorf("principals %v: calls %+v, published %+v; want both refused", principals, svc.calls, pub.Published())
 		}
 		if _, err := h.Handle(context.Background(), batch(envelope("ev-3", capacity.SourceSchedule, schedule))); err != nil || len(svc.calls) != 1 {
 			t.Errorf("principals %v: a schedule firing: calls %+v, %v", principals, svc.calls, err)
@@ -407,7 +393,7 @@ func TestNoPrincipals(t *testing.T) {
 // first answer, and both outcomes carry the same eventId.
 func TestDuplicateDelivery(t *testing.T) {
 	svc := &fakeService{res: result()}
-	pub := &fakePublisher{}
+	pub := &capacitytest.Publisher{}
 	h := newHandler(svc, pub)
 	for range 2 {
 		if resp, err := h.Handle(context.Background(), batch(envelope("ev-1", tenant, valid))); err != nil || len(resp.BatchItemFailures) != 0 {
@@ -417,15 +403,15 @@ func TestDuplicateDelivery(t *testing.T) {
 	if len(svc.calls) != 2 || svc.calls[0].req.IdempotencyKey != svc.calls[1].req.IdempotencyKey {
 		t.Fatalf("calls %+v, want two under one key", svc.calls)
 	}
-	if len(pub.published) != 2 || pub.published[0].ID != pub.published[1].ID {
-		t.Fatalf("published %+v, want the same outcome twice", pub.published)
+	if len(pub.Published()) != 2 || pub.Published()[0].ID != pub.Published()[1].ID {
+		t.Fatalf("published %+v, want the same outcome twice", pub.Published())
 	}
 }
 
 // TestBatch: each record is answered on its own; only the transient one is delivered again.
 func TestBatch(t *testing.T) {
 	svc := &fakeService{res: result()}
-	pub := &fakePublisher{}
+	pub := &capacitytest.Publisher{}
 	h := newHandler(svc, pub)
 	bodies := []string{envelope("ev-1", tenant, valid), envelope("ev-2", tenant, `{}`), "not json", envelope("ev-4", capacity.SourceSchedule, schedule)}
 	resp, err := h.Handle(context.Background(), batch(bodies...))
@@ -436,7 +422,7 @@ func TestBatch(t *testing.T) {
 		t.Fatalf("failures %+v, want msg-3 only", resp.BatchItemFailures)
 	}
 	var ids []string
-	for _, e := range pub.published {
+	for _, e := range pub.Published() {
 		ids = append(ids, e.ID)
 	}
 	if got := strings.Join(ids, ","); got != "ev-1/completed,ev-2/refused,scheduled/sr-1/completed" {
@@ -466,13 +452,13 @@ func TestInboundSamples(t *testing.T) {
 				t.Fatal(err)
 			}
 			svc := &fakeService{res: result()}
-			pub := &fakePublisher{}
+			pub := &capacitytest.Publisher{}
 			resp, err := newHandler(svc, pub).Handle(context.Background(), batch(string(raw)))
-			if err != nil || len(resp.BatchItemFailures) != 0 || len(svc.calls) != 1 || len(pub.published) != 1 ||
-				pub.published[0].DetailType != capacity.DetailReclaimCompleted {
-				t.Fatalf("Handle = %+v, %v; calls %+v; published %+v", resp, err, svc.calls, pub.published)
+			if err != nil || len(resp.BatchItemFailures) != 0 || len(svc.calls) != 1 || len(pub.Published()) != 1 ||
+				pub.Published()[0].DetailType != capacity.DetailReclaimCompleted {
+				t.Fatalf("Handle = %+v, %v; calls %+v; published %+v", resp, err, svc.calls, pub.Published())
 			}
-			mustMatchSchema(t, pub.published[0])
+			mustMatchSchema(t, pub.Published()[0])
 		})
 	}
 }
@@ -485,15 +471,15 @@ func TestDryRunPlanETag(t *testing.T) {
 	res.DryRun, res.ReclaimID, res.TerminateAfter = true, "", time.Time{}
 	res.PlanETag = `"0123456789abcdef0123456789abcdef"`
 	svc := &fakeService{res: res}
-	pub := &fakePublisher{}
+	pub := &capacitytest.Publisher{}
 	if resp, err := newHandler(svc, pub).Handle(context.Background(), batch(envelope("ev-1", tenant, valid))); err != nil || len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("Handle = %+v, %v", resp, err)
 	}
-	if len(pub.published) != 1 {
-		t.Fatalf("published %+v", pub.published)
+	if len(pub.Published()) != 1 {
+		t.Fatalf("published %+v", pub.Published())
 	}
-	mustMatchSchema(t, pub.published[0])
-	if b, _ := json.Marshal(pub.published[0].Detail); !strings.Contains(string(b), `"planEtag":"\"0123456789abcdef0123456789abcdef\""`) {
+	mustMatchSchema(t, pub.Published()[0])
+	if b, _ := json.Marshal(pub.Published()[0].Detail); !strings.Contains(string(b), `"planEtag":"\"0123456789abcdef0123456789abcdef\""`) {
 		t.Errorf("detail %s lacks the plan's ETag", b)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/capacitytest"
 )
 
 // TestForgedEnvelopes: events no genuine sender puts (docs/numbers.md, Reliability). Ids and
@@ -71,7 +72,7 @@ func TestForgedEnvelopes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			svc := &fakeService{res: result(), topo: &capacity.TopologyResult{}}
-			pub := &fakePublisher{}
+			pub := &capacitytest.Publisher{}
 			b := batch(tt.body)
 			if tt.arn != "" {
 				b.Records[0].EventSourceARN = tt.arn

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/capacitytest"
 )
 
 func topologyResult() *capacity.TopologyResult {
@@ -164,7 +165,7 @@ func TestTopology(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			svc := &fakeService{topo: topologyResult(), err: tt.svcErr}
-			pub := &fakePublisher{failures: tt.pubFail}
+			pub := &capacitytest.Publisher{FailFirst: tt.pubFail}
 			h := newHandler(svc, pub)
 			if tt.principals != nil {
 				h.Principals = tt.principals
@@ -197,7 +198,7 @@ func TestTopology(t *testing.T) {
 func TestTopologyDuplicateDelivery(t *testing.T) {
 	for _, detail := range []string{topologyValid, `{"nodeId":"node-a","unitIds":["gpu-0"],"idempotencyKey":"fleet-42"}`} {
 		svc := &fakeService{topo: topologyResult()}
-		pub := &fakePublisher{}
+		pub := &capacitytest.Publisher{}
 		h := newHandler(svc, pub)
 		for range 2 {
 			if resp, err := h.Handle(context.Background(), batch(topologyEnvelope("ev-1", capacity.SourceFleet, detail))); err != nil || len(resp.BatchItemFailures) != 0 {
@@ -207,8 +208,8 @@ func TestTopologyDuplicateDelivery(t *testing.T) {
 		if len(svc.calls) != 2 || svc.calls[0].topology.IdempotencyKey == "" || svc.calls[0].topology.IdempotencyKey != svc.calls[1].topology.IdempotencyKey {
 			t.Fatalf("calls %+v, want two under one key", svc.calls)
 		}
-		if len(pub.published) != 2 || pub.published[0].ID != pub.published[1].ID || pub.published[0].ID != "ev-1/applied" {
-			t.Fatalf("published %+v, want the same outcome twice", pub.published)
+		if len(pub.Published()) != 2 || pub.Published()[0].ID != pub.Published()[1].ID || pub.Published()[0].ID != "ev-1/applied" {
+			t.Fatalf("published %+v, want the same outcome twice", pub.Published())
 		}
 	}
 }
@@ -221,14 +222,14 @@ func TestTopologySample(t *testing.T) {
 		t.Fatal(err)
 	}
 	svc := &fakeService{topo: topologyResult()}
-	pub := &fakePublisher{}
+	pub := &capacitytest.Publisher{}
 	resp, err := newHandler(svc, pub).Handle(context.Background(), batch(string(raw)))
-	if err != nil || len(resp.BatchItemFailures) != 0 || len(svc.calls) != 1 || len(pub.published) != 1 ||
-		pub.published[0].DetailType != capacity.DetailTopologyApplied {
-		t.Fatalf("Handle = %+v, %v; calls %+v; published %+v", resp, err, svc.calls, pub.published)
+	if err != nil || len(resp.BatchItemFailures) != 0 || len(svc.calls) != 1 || len(pub.Published()) != 1 ||
+		pub.Published()[0].DetailType != capacity.DetailTopologyApplied {
+		t.Fatalf("Handle = %+v, %v; calls %+v; published %+v", resp, err, svc.calls, pub.Published())
 	}
 	if r := svc.calls[0].topology; r.NodeID != "node-a" || len(r.UnitIDs) != 7 || r.Reason == "" || r.ExpectedTopologyGen == nil || *r.ExpectedTopologyGen != 1 {
 		t.Errorf("request %+v", r)
 	}
-	mustMatchSchema(t, pub.published[0])
+	mustMatchSchema(t, pub.Published()[0])
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/capacitytest"
 )
 
 // failingCommits is node-a as the handler's requests name it (org-owner's, reservation res-1
@@ -67,7 +68,7 @@ func TestReclaimThatKeepsFailingTransientlyIsRetriedByTheQueue(t *testing.T) {
 				t.Fatalf("the service answers %v, want %s", err, tt.code)
 			}
 			store.commits = 0
-			pub := &fakePublisher{}
+			pub := &capacitytest.Publisher{}
 			h := newHandler(nil, pub)
 			h.Service = svc
 			resp, err := h.Handle(context.Background(), batch(envelope("ev-1", tenant, valid)))
@@ -80,8 +81,8 @@ func TestReclaimThatKeepsFailingTransientlyIsRetriedByTheQueue(t *testing.T) {
 			if len(resp.BatchItemFailures) != 1 || resp.BatchItemFailures[0].ItemIdentifier != "msg-1" {
 				t.Errorf("batch item failures %+v, want msg-1 back to the queue", resp.BatchItemFailures)
 			}
-			if len(pub.published) != 0 {
-				t.Errorf("published %+v, want nothing: the request is not refused, it is retried", pub.published)
+			if len(pub.Published()) != 0 {
+				t.Errorf("published %+v, want nothing: the request is not refused, it is retried", pub.Published())
 			}
 		})
 	}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/openrelay/capacity/shared/auth"
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/capacitytest"
 	"github.com/openrelay/capacity/shared/httpapi"
 )
 
@@ -58,23 +59,9 @@ var ownerPrincipal = capacity.Principal{
 	KeyID: "key-owner", OrgID: "owner", Permissions: []string{capacity.PermCapacity, capacity.PermRead},
 }
 
-// memKeys is an in-memory auth.KeyStore keyed by hash.
-type memKeys map[string]capacity.APIKey
-
-func (m memKeys) LookupKey(_ context.Context, hash string) (*capacity.APIKey, error) {
-	k, ok := m[hash]
-	if !ok {
-		return nil, nil
-	}
-	return &k, nil
-}
-
-func testKeys() memKeys {
-	keys := memKeys{}
-	add := func(secret string, k capacity.APIKey) {
-		k.Hash = auth.Hash(secret)
-		keys[k.Hash] = k
-	}
+func testKeys() *capacitytest.Keys {
+	keys := &capacitytest.Keys{}
+	add := func(secret string, k capacity.APIKey) { keys.Put(auth.Hash(secret), k) }
 	add(secretOwner, capacity.APIKey{KeyID: "key-owner", OrgID: "owner", Permissions: []string{capacity.PermCapacity, capacity.PermRead}})
 	add(secretNoPerm, capacity.APIKey{KeyID: "key-noperm", OrgID: "owner", Permissions: []string{capacity.PermRead}})
 	add(secretNoRights, capacity.APIKey{KeyID: "key-norights", OrgID: "owner"})
@@ -682,28 +669,13 @@ func TestUnauthenticatedIs401AndNeverReachesTheService(t *testing.T) {
 	}
 }
 
-// countingKeys counts the reads of the key store it wraps.
-type countingKeys struct {
-	keys  auth.KeyStore
-	mu    sync.Mutex
-	reads int
-}
-
-func (c *countingKeys) LookupKey(ctx context.Context, hash string) (*capacity.APIKey, error) {
-	c.mu.Lock()
-	c.reads++
-	c.mu.Unlock()
-	return c.keys.LookupKey(ctx, hash)
-}
-
 // A junk bearer that looks like a key costs no key-table read: an ocap_ one that fails its
 // checksum, and any ork_ one (the retired unchecksummed format), even one the table holds.
 // A well-formed unknown key is the control: it is read once.
 func TestJunkBearerIs401WithoutAKeyRead(t *testing.T) {
 	keys := testKeys()
-	legacy := keys[auth.Hash(secretOwner)]
-	legacy.Hash = auth.Hash("ork_owner")
-	keys[legacy.Hash] = legacy
+	legacy, _ := keys.Get(auth.Hash(secretOwner))
+	keys.Put(auth.Hash("ork_owner"), legacy)
 	for _, tt := range []struct {
 		name, bearer string
 		reads        int
@@ -716,12 +688,12 @@ func TestJunkBearerIs401WithoutAKeyRead(t *testing.T) {
 		{"well-formed unknown ocap_ key", capacity.FixedKeySecret("nobody"), 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			store := &countingKeys{keys: keys}
+			before := keys.AllLookups()
 			svc := &fakeService{}
-			w := req{method: http.MethodPost, path: reclaimPath, body: `{"unitIds":["u1"]}`, auth: ptr("Bearer " + tt.bearer)}.do(t, newHandlerWithKeys(svc, store))
+			w := req{method: http.MethodPost, path: reclaimPath, body: `{"unitIds":["u1"]}`, auth: ptr("Bearer " + tt.bearer)}.do(t, newHandlerWithKeys(svc, keys))
 			problem(t, w, http.StatusUnauthorized, capacity.CodeUnauthenticated)
-			if store.reads != tt.reads {
-				t.Errorf("key table reads = %d, want %d", store.reads, tt.reads)
+			if reads := keys.AllLookups() - before; reads != tt.reads {
+				t.Errorf("key table reads = %d, want %d", reads, tt.reads)
 			}
 			assertNoCalls(t, svc)
 		})

@@ -1133,8 +1133,7 @@ func TestOperatorRoutePermissions(t *testing.T) {
 		keys := testKeys()
 		add := func(name string, perms ...string) string {
 			secret := capacity.FixedKeySecret(name)
-			k := capacity.APIKey{KeyID: "key-" + name, OrgID: "platform", Operator: true, Permissions: perms, Hash: auth.Hash(secret)}
-			keys[k.Hash] = k
+			keys.Put(auth.Hash(secret), capacity.APIKey{KeyID: "key-" + name, OrgID: "platform", Operator: true, Permissions: perms})
 			return "Bearer " + secret
 		}
 		others := slices.DeleteFunc(slices.Clone(capacity.AllPermissions), func(p string) bool { return p == rt.Permission })

@@ -62,6 +62,7 @@ var packages = []struct {
 	{"shared/stepfn", adapter},
 	{"shared/config", wiring},
 	{"shared/awsfault", faults},
+	{"shared/capacitytest", testKit},
 	{"shared/dynamo/dynamotest", testKit},
 	{"shared/layering", domainSide}, // only this test
 	{"functions/floor", floorMain},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/sivchari/kumo"
+
+	"github.com/openrelay/capacity/shared/capacitytest"
 )
 
 // emulator starts Secrets Manager in process and returns a client of it.
@@ -42,18 +43,6 @@ func (c *counting) GetSecretValue(ctx context.Context, in *secretsmanager.GetSec
 	return c.API.GetSecretValue(ctx, in, opts...)
 }
 
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // name is a secret name no other test uses: the emulator keeps secrets process-wide.
 func name(t *testing.T) string {
 	return fmt.Sprintf("capacity/test/%s-%d", t.Name(), seq.Add(1))
@@ -76,8 +65,8 @@ func TestRotatingFollowsARotationWithinTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	api := &counting{API: sm}
-	clk := &clock{t: time.Unix(1_760_000_000, 0)}
-	r := &Rotating{API: api, SecretID: aws.ToString(created.ARN), Now: clk.now}
+	clk := capacitytest.NewClock(time.Unix(1_760_000_000, 0))
+	r := &Rotating{API: api, SecretID: aws.ToString(created.ARN), Now: clk.Now}
 
 	expect := func(step, cur string, prev ...string) {
 		t.Helper()
@@ -101,12 +90,12 @@ func TestRotatingFollowsARotationWithinTTL(t *testing.T) {
 	if _, err := sm.PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{SecretId: created.ARN, SecretString: aws.String(v2)}); err != nil {
 		t.Fatal(err)
 	}
-	clk.add(DefaultTTL - time.Second)
+	clk.Advance(DefaultTTL - time.Second)
 	expect("rotated, within the cache's TTL", v1)
 	if n := api.calls.Load(); n != 2 {
 		t.Fatalf("cached read made calls: %d in all", n)
 	}
-	clk.add(2 * time.Second)
+	clk.Advance(2 * time.Second)
 	expect("rotated, after the TTL", v2, v1)
 
 }
@@ -119,13 +108,13 @@ func TestRotatingServesStaleValueDuringAnOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	api := &counting{API: sm}
-	clk := &clock{t: time.Unix(1_760_000_000, 0)}
-	r := &Rotating{API: api, SecretID: id, Now: clk.now}
+	clk := capacitytest.NewClock(time.Unix(1_760_000_000, 0))
+	r := &Rotating{API: api, SecretID: id, Now: clk.Now}
 	if _, _, err := r.Secrets(ctx); err != nil {
 		t.Fatal(err)
 	}
 	api.fail.Store(true)
-	clk.add(DefaultTTL + time.Second)
+	clk.Advance(DefaultTTL + time.Second)
 	before := api.calls.Load()
 	for range 5 {
 		if c, _, err := r.Secrets(ctx); err != nil || string(c) != v1 {
@@ -135,12 +124,12 @@ func TestRotatingServesStaleValueDuringAnOutage(t *testing.T) {
 	if n := api.calls.Load() - before; n != 1 {
 		t.Fatalf("5 reads during an outage made %d calls, want 1 (then a pause)", n)
 	}
-	clk.add(DefaultMaxStale)
+	clk.Advance(DefaultMaxStale)
 	if _, _, err := r.Secrets(ctx); err == nil {
 		t.Fatal("a value older than MaxStale was served")
 	}
 	api.fail.Store(false)
-	clk.add(retryAfter)
+	clk.Advance(retryAfter)
 	if c, _, err := r.Secrets(ctx); err != nil || string(c) != v1 {
 		t.Fatalf("after the outage: %q, %v", c, err)
 	}
@@ -174,8 +163,8 @@ func TestRotatingKeepsCurrentWhenPreviousCannotBeRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := &clock{t: time.Unix(1_760_000_000, 0)}
-	r := &Rotating{API: sm, SecretID: aws.ToString(created.ARN), Now: clk.now}
+	clk := capacitytest.NewClock(time.Unix(1_760_000_000, 0))
+	r := &Rotating{API: sm, SecretID: aws.ToString(created.ARN), Now: clk.Now}
 	if _, _, err := r.Secrets(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +172,7 @@ func TestRotatingKeepsCurrentWhenPreviousCannotBeRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.API = failPrevious{sm}
-	clk.add(DefaultTTL + time.Second)
+	clk.Advance(DefaultTTL + time.Second)
 	cur, prev, err := r.Secrets(ctx)
 	if err != nil || string(cur) != v2 || len(prev) != 1 || string(prev[0]) != v1 {
 		t.Fatalf("current %q, previous %q, err %v; want %q, [%q]", cur, prev, err, v2, v1)
