@@ -108,25 +108,34 @@ func (s *Service) capacityCallWith(ctx context.Context, p Principal, req Capacit
 	return result, nil
 }
 
-// capacityCommits writes capacity commits with Store.Commit.
-func (s *Service) capacityCommits() committer[Commit] {
-	return committer[Commit]{
-		kind: "capacity", subject: "the node's capacity",
-		load: s.Store.LoadNode,
+// capacityCommits writes capacity commits on a node with Store.Commit, each round reading the
+// node (with the caller's idempotency record under scope).
+func (s *Service) capacityCommits(nodeID, scope string) writer[NodeState, Commit] {
+	return writer[NodeState, Commit]{
+		kind: "capacity", subject: "the node's capacity", logAttrs: []any{"node", nodeID},
+		read: nodeRead(s.Store.LoadNode, nodeID, scope),
 		commit: func(ctx context.Context, c *Commit) error {
 			if c.changesNothing() {
 				return s.Store.RecordUnchanged(ctx, c.Audit, c.Idempotency)
 			}
 			return s.Store.Commit(ctx, *c)
 		},
-		probe: func(c *Commit) Commit { return *c },
-		raced: func(before, after *NodeState, c *Commit) bool { return Raced(before, after, *c) },
+		audit:  func(c *Commit) AuditRecord { return c.Audit },
+		landed: func(ctx context.Context, c *Commit) (bool, error) { return s.Store.Landed(ctx, *c) },
+		raced:  func(before, after *NodeState, c *Commit) bool { return Raced(before, after, *c) },
 	}
 }
 
-// apply runs read-decide-commit rounds of capacity commits (see applyRounds).
+// apply runs read-decide-commit rounds of capacity commits (see commitRounds).
 func (s *Service) apply(ctx context.Context, nodeID string, key idempotency, decide func(st *NodeState, now time.Time) (*Commit, error)) (*Commit, error) {
-	return applyRounds(s, ctx, nodeID, key, s.capacityCommits(), decide)
+	return commitRounds(s, ctx, s.capacityCommits(nodeID, key.scope), anew(decide))
+}
+
+// anew is a decision that decides every round anew, whatever write is pending: the writes of
+// a node's rounds condition on the node's version, which each of them bumps, so two cannot
+// both land.
+func anew[S, C any](decide func(st *S, now time.Time) (*C, error)) func(st *S, now time.Time, pending *C) (*C, error) {
+	return func(st *S, now time.Time, _ *C) (*C, error) { return decide(st, now) }
 }
 
 // decideCapacity decides a reclaim or release and turns the plan into the commit (nil for a

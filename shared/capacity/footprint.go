@@ -15,7 +15,7 @@ import (
 // The footprint of a commit is that read, so that a lost commit can be told apart: a real race
 // (another write changed what the decision stood on) or a loss to a commit elsewhere on the
 // node. Either way the call reads and decides again and its write conditions on the new read;
-// the footprint only decides which retry budget the loss is counted against (applyRounds).
+// the footprint only decides which retry budget the loss is counted against (commitRounds).
 
 // Raced reports whether c, decided on before and lost, lost a real race: whether after, the
 // node read again, differs from before in anything c's decision read of the units c touches

@@ -38,86 +38,91 @@ func (s *Service) CreateKey(ctx context.Context, p Principal, req KeyRequest, me
 	if err != nil {
 		return nil, err
 	}
-	// pending is set once a round's write was ambiguous: that write may still land (on AWS a
-	// read may not yet see a transaction in flight), so every later round puts the SAME key,
-	// idempotency record and audit record again. The conditional puts let at most one of them
-	// land, and its secret is the one answered. A new key (new secret) is made only after a
-	// definite refusal with nothing in flight.
-	var pending *KeyResult
-	var pendingAudit AuditRecord
-	var last error
-	for range s.attempts() {
-		if key.scope != "" {
+	var answer *KeyResult  // a replay's, or the pending key's found under the record
+	var inFlight *keyWrite // a write of unknown outcome, to name in the log if it stays so
+	w := writer[IdempotencyRecord, keyWrite]{
+		kind: "key create", subject: "key management",
+		read: func(ctx context.Context) (*IdempotencyRecord, error) {
+			if key.scope == "" {
+				return nil, nil
+			}
 			rec, err := store.KeyIdempotency(ctx, key.scope)
 			if err != nil {
 				return nil, fmt.Errorf("read idempotency record: %w", err)
 			}
-			var res KeyResult
-			if replayed, err := replay(rec, key.fingerprint, now, &res); replayed || err != nil {
-				if err != nil {
-					return nil, err
-				}
-				if pending != nil && res.Key.KeyID == pending.Key.KeyID {
-					return pending, nil // our own earlier write landed: its secret is ours to show
-				}
-				res.SecretShown, res.Replayed = true, true
-				s.appendKeyAudit(ctx, *replayAudit(s.keyAudit(p, meta, ActionKeyCreate, res.Key, "", now)))
-				return &res, nil
+			return rec, nil
+		},
+		commit: func(ctx context.Context, c *keyWrite) error {
+			err := store.CreateKey(ctx, c.res.Key, c.idem, c.audit)
+			if errors.Is(err, ErrAmbiguous) {
+				inFlight = c
 			}
-		}
-		res, audit := pending, pendingAudit
-		if res == nil {
-			if res, err = s.newKey(p, req, meta, key, now); err != nil {
+			return err
+		},
+		audit: func(c *keyWrite) AuditRecord { return c.audit },
+		// The key's id tells: it is put by that write alone.
+		landed: func(ctx context.Context, c *keyWrite) (bool, error) {
+			_, err := store.GetKey(ctx, c.res.Key.KeyID)
+			if ErrorCode(err) == CodeNotFound {
+				return false, nil
+			}
+			return err == nil, err
+		},
+	}
+	// The decision is made with the call's now (its expiry was checked against it). While a
+	// round's write is of unknown outcome, every later round puts the SAME key, idempotency
+	// record and audit record again (on AWS a read may not yet see a transaction in flight):
+	// the conditional puts let at most one of them land, and its secret is the one answered.
+	// A new key (new secret) is made only when nothing is in flight.
+	landed, err := commitRounds(s, ctx, w, func(rec *IdempotencyRecord, _ time.Time, pending *keyWrite) (*keyWrite, error) {
+		var res KeyResult
+		if replayed, err := replay(rec, key.fingerprint, now, &res); replayed || err != nil {
+			if err != nil {
 				return nil, err
 			}
-			audit = s.keyAudit(p, meta, ActionKeyCreate, res.Key, "", now)
+			if pending != nil && res.Key.KeyID == pending.res.Key.KeyID {
+				answer = pending.res // our own earlier write landed: its secret is ours to show
+				return nil, nil
+			}
+			res.SecretShown, res.Replayed = true, true
+			s.appendKeyAudit(ctx, *replayAudit(s.keyAudit(p, meta, ActionKeyCreate, res.Key, "", now)))
+			answer = &res
+			return nil, nil
 		}
-		stored := *res
+		if pending != nil {
+			return pending, nil
+		}
+		created, err := s.newKey(p, req, meta, key, now)
+		if err != nil {
+			return nil, err
+		}
+		stored := *created
 		stored.Key.Hash = "" // the answer as replayed: neither secret nor hash
 		stored.SecretShown = true
 		idem, err := s.idempotencyRecord(key, "", stored, now)
 		if err != nil {
 			return nil, err
 		}
-		err = store.CreateKey(ctx, res.Key, idem, audit)
-		// A timeout after the write may have landed, and a conflict on a key put before may
-		// be that very write: the key's id tells.
-		if errors.Is(err, ErrAmbiguous) || (pending != nil && errors.Is(err, ErrConflict)) {
-			landed, lerr := s.keyLanded(ctx, store, res.Key.KeyID)
-			if lerr != nil {
-				return nil, fmt.Errorf("create key %s: %w (and checking it: %v)", res.Key.KeyID, err, lerr)
-			}
-			if landed {
-				err = nil
-			}
+		return &keyWrite{res: created, idem: idem, audit: s.keyAudit(p, meta, ActionKeyCreate, created.Key, "", now)}, nil
+	})
+	switch {
+	case err != nil:
+		if inFlight != nil {
+			s.logger().WarnContext(ctx, "key creation outcome unknown; the key may still appear (revoke it)", "key_id", inFlight.res.Key.KeyID, "err", err)
 		}
-		if errors.Is(err, ErrAmbiguous) {
-			pending, pendingAudit = res, audit
-		}
-		last = err
-		switch {
-		case err == nil:
-			return res, nil
-		case errors.Is(err, ErrThrottled):
-			if pending != nil {
-				s.logger().WarnContext(ctx, "key creation throttled after an ambiguous write; the key may still appear (revoke it)", "key_id", pending.Key.KeyID)
-			}
-			return nil, errThrottled()
-		case errors.Is(err, ErrConflict), errors.Is(err, ErrAmbiguous):
-			// Another request under the same key won (the next round replays it), a write
-			// that did not land, or one whose outcome is unknown: go again.
-			s.logger().InfoContext(ctx, "key creation did not land; trying again", "key_id", res.Key.KeyID, "err", err)
-			continue
-		default:
-			return nil, fmt.Errorf("create key: %w", err)
-		}
+		return nil, err
+	case landed != nil:
+		return landed.res, nil
 	}
-	if pending != nil {
-		s.logger().WarnContext(ctx, "key creation outcome unknown; the key may still appear (revoke it)", "key_id", pending.Key.KeyID, "err", last)
-		return nil, fmt.Errorf("create key %s: outcome still unknown after %d rounds: %w", pending.Key.KeyID, s.attempts(), last)
-	}
-	s.logger().WarnContext(ctx, "key creation kept losing races", "err", last)
-	return nil, Errorf(CodeConcurrentModification, "key management kept changing while the key was created; retrying is safe")
+	return answer, nil
+}
+
+// keyWrite is one round's creation of a key: the key with its secret (the answer), its
+// idempotency record (nil: none) and its audit record.
+type keyWrite struct {
+	res   *KeyResult
+	idem  *IdempotencyRecord
+	audit AuditRecord
 }
 
 func (s *Service) newKey(p Principal, req KeyRequest, meta RequestMeta, key idempotency, now time.Time) (*KeyResult, error) {
@@ -131,27 +136,6 @@ func (s *Service) newKey(p Principal, req KeyRequest, meta RequestMeta, key idem
 		CreatedAt: now, CreatedByKeyID: p.KeyID, RateLimit: req.RateLimit,
 	}
 	return &KeyResult{Key: k, Secret: secret}, nil
-}
-
-// keyLanded reads whether a key exists, retrying a failed read a few times: the answer of a
-// create hangs on it.
-func (s *Service) keyLanded(ctx context.Context, store KeyStore, keyID string) (bool, error) {
-	var err error
-	for try := range 4 {
-		if try > 0 {
-			if serr := sleep(ctx, time.Duration(50<<try)*time.Millisecond); serr != nil {
-				return false, serr
-			}
-		}
-		_, err = store.GetKey(ctx, keyID)
-		if err == nil {
-			return true, nil
-		}
-		if ErrorCode(err) == CodeNotFound {
-			return false, nil
-		}
-	}
-	return false, err
 }
 
 // keyAudit is the record of a key change: no node (the keys chain), the key's org as the
@@ -191,17 +175,42 @@ func (s *Service) RevokeKey(ctx context.Context, p Principal, req KeyRevocation,
 	if err != nil {
 		return nil, err
 	}
-	var last error
-	for range s.attempts() + 1 {
-		k, err := store.GetKey(ctx, keyID)
-		if ErrorCode(err) == CodeNotFound {
-			return nil, keyNotFound()
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read key %s: %w", keyID, err)
-		}
+	var answer *APIKey // the key as read, already revoked
+	w := writer[APIKey, keyRevoke]{
+		kind: "key revoke", subject: "the key", logAttrs: []any{"key_id", keyID},
+		read: func(ctx context.Context) (*APIKey, error) {
+			k, err := store.GetKey(ctx, keyID)
+			if ErrorCode(err) == CodeNotFound {
+				return nil, keyNotFound()
+			}
+			if err != nil {
+				return nil, fmt.Errorf("read key %s: %w", keyID, err)
+			}
+			return k, nil
+		},
+		commit: func(ctx context.Context, c *keyRevoke) error {
+			err := store.RevokeKey(ctx, c.key, c.audit.Time, c.audit)
+			if err == nil {
+				at := c.audit.Time
+				c.key.Revoked, c.key.RevokedAt = true, &at
+			}
+			return err
+		},
+		audit: func(c *keyRevoke) AuditRecord { return c.audit },
+		// Revoked by this call or by another: either way the key is answered as stored.
+		landed: func(ctx context.Context, c *keyRevoke) (bool, error) {
+			k, err := store.GetKey(ctx, keyID)
+			if err != nil || !k.Revoked {
+				return false, err
+			}
+			c.key = *k
+			return true, nil
+		},
+	}
+	landed, err := commitRounds(s, ctx, w, anew(func(k *APIKey, now time.Time) (*keyRevoke, error) {
 		if k.Revoked {
-			return k, nil // repeat-safe: a second revoke, or ours that landed after a timeout
+			answer = k // repeat-safe: a second revoke, or one that won meanwhile
+			return nil, nil
 		}
 		// A key may revoke itself, or a key that holds nothing it lacks (org and expiry
 		// aside, so a stray operator key of another org can still be revoked): a narrower
@@ -211,21 +220,20 @@ func (s *Service) RevokeKey(ctx context.Context, p Principal, req KeyRevocation,
 				return nil, Errorf(CodeForbidden, "the key %s grants more than the calling key holds, so it cannot revoke it (%s)", k.KeyID, ErrorMessage(err))
 			}
 		}
-		now := s.now()
-		err = store.RevokeKey(ctx, *k, now, s.keyAudit(p, meta, ActionKeyRevoke, *k, req.Reason, now))
-		last = err
-		switch {
-		case err == nil:
-			k.Revoked, k.RevokedAt = true, &now
-			return k, nil
-		case errors.Is(err, ErrThrottled):
-			return nil, errThrottled()
-		case errors.Is(err, ErrConflict), errors.Is(err, ErrAmbiguous):
-			continue // read again: revoked by someone else, or by us after all
-		default:
-			return nil, fmt.Errorf("revoke key %s: %w", keyID, err)
-		}
+		return &keyRevoke{key: *k, audit: s.keyAudit(p, meta, ActionKeyRevoke, *k, req.Reason, now)}, nil
+	}))
+	switch {
+	case err != nil:
+		return nil, err
+	case landed != nil:
+		return &landed.key, nil
 	}
-	s.logger().WarnContext(ctx, "key revoke kept losing races", "key_id", keyID, "err", last)
-	return nil, Errorf(CodeConcurrentModification, "the key kept changing while it was revoked; retrying is safe")
+	return answer, nil
+}
+
+// keyRevoke is one round's revocation: the key as read (revoked once it landed) and the audit
+// record, whose time is the revocation's.
+type keyRevoke struct {
+	key   APIKey
+	audit AuditRecord
 }

@@ -25,16 +25,16 @@ func (s *Service) refuseInput(ctx context.Context, rec AuditRecord, err error) e
 	return err
 }
 
-// operatorCommits writes operator commits with CommitOperator. create reads a missing node as
-// a zero node (PUT node); otherwise a missing node is errNodeNotFound.
-func (s *Service) operatorCommits(ops OperatorStore, create bool) committer[OperatorCommit] {
+// operatorCommits writes operator commits on a node with CommitOperator. create reads a
+// missing node as a zero node (PUT node); otherwise a missing node is errNodeNotFound.
+func (s *Service) operatorCommits(ops OperatorStore, nodeID, scope string, create bool) writer[NodeState, OperatorCommit] {
 	load := s.Store.LoadNode
 	if create {
 		load = ops.LoadNodeOrNew
 	}
-	return committer[OperatorCommit]{
-		kind: "operator", subject: "the node",
-		load: load,
+	return writer[NodeState, OperatorCommit]{
+		kind: "operator", subject: "the node", logAttrs: []any{"node", nodeID},
+		read: nodeRead(load, nodeID, scope),
 		commit: func(ctx context.Context, c *OperatorCommit) error {
 			if c.changesNothing() {
 				// Recorded on the calls chain: the node's head stays as read, and is answered.
@@ -46,23 +46,31 @@ func (s *Service) operatorCommits(ops OperatorStore, create bool) committer[Oper
 			}
 			return err
 		},
+		audit: func(c *OperatorCommit) AuditRecord { return c.Audit },
 		// Found by its audit record, as for capacity commits.
-		probe: func(c *OperatorCommit) Commit { return Commit{Node: c.Node, Audit: c.Audit} },
-		// A commit found to have landed: the store may have chained its record on a head
-		// that moved after the decision's read, so the head is read back (it may be past the
-		// record if more were appended since). Only if that read fails is it computed from
-		// the head as read, right when nothing else was appended.
-		found: func(ctx context.Context, c *OperatorCommit) {
-			n, err := ops.GetNode(ctx, c.Node.ID)
-			if err == nil {
-				c.Node.AuditHead = n.AuditHead
-				return
+		landed: func(ctx context.Context, c *OperatorCommit) (bool, error) {
+			ok, err := s.landedOn(ctx, c.Node, c.Audit)
+			if ok {
+				s.readBackHead(ctx, ops, c)
 			}
-			s.logger().WarnContext(ctx, "read back the audit head of a landed commit failed; answering the head computed from the one read",
-				"node", c.Node.ID, "audit_id", c.Audit.ID, "err", err)
-			_, c.Node.AuditHead = ChainAuditRecord(c.Audit, c.Node.AuditHead)
+			return ok, err
 		},
 	}
+}
+
+// readBackHead completes an operator commit found to have landed: the store may have chained
+// its record on a head that moved after the decision's read, so the head is read back (it may
+// be past the record if more were appended since). Only if that read fails is it computed from
+// the head as read, right when nothing else was appended.
+func (s *Service) readBackHead(ctx context.Context, ops OperatorStore, c *OperatorCommit) {
+	n, err := ops.GetNode(ctx, c.Node.ID)
+	if err == nil {
+		c.Node.AuditHead = n.AuditHead
+		return
+	}
+	s.logger().WarnContext(ctx, "read back the audit head of a landed commit failed; answering the head computed from the one read",
+		"node", c.Node.ID, "audit_id", c.Audit.ID, "err", err)
+	_, c.Node.AuditHead = ChainAuditRecord(c.Audit, c.Node.AuditHead)
 }
 
 // applyOperator runs read-decide-commit rounds like apply, for operator commits. It returns
@@ -73,7 +81,7 @@ func (s *Service) applyOperator(ctx context.Context, nodeID string, key idempote
 	if err != nil {
 		return nil, err
 	}
-	return applyRounds(s, ctx, nodeID, key, s.operatorCommits(ops, create), decide)
+	return commitRounds(s, ctx, s.operatorCommits(ops, nodeID, key.scope, create), anew(decide))
 }
 
 // opCall is what one operator write states; runOp does the rest, the same for every write.

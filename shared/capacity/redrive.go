@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ActionRetry is the audit action of a re-drive of a reclaim operation.
@@ -42,15 +43,20 @@ func (s *Service) redrive(ctx context.Context, p Principal, nodeID, reservationI
 	if !ValidID(opID) {
 		return nil, Errorf(CodeNotFound, "reclaim operation not found")
 	}
-	for range s.attempts() {
-		now := s.now()
-		st, err := s.Store.LoadNode(ctx, nodeID, "")
-		if ErrorCode(err) == CodeNotFound {
-			return nil, notFound()
-		}
-		if err != nil {
-			return nil, fmt.Errorf("load node %s: %w", nodeID, err)
-		}
+	var unchanged *RedriveResult // nothing to retry: answered with the operation as read
+	var noop AuditRecord
+	w := writer[NodeState, redriveWrite]{
+		kind: "re-drive", subject: "the reclaim operation", logAttrs: []any{"node", nodeID, "reclaim_id", opID},
+		read: nodeRead(s.Store.LoadNode, nodeID, ""),
+		commit: func(ctx context.Context, c *redriveWrite) error {
+			return s.Store.RedriveOperation(ctx, c.op, c.audit, c.audit.Time)
+		},
+		audit: func(c *redriveWrite) AuditRecord { return c.audit },
+		// The answer may have been lost after the write landed: the audit record written with
+		// it tells.
+		landed: func(ctx context.Context, c *redriveWrite) (bool, error) { return s.landedOn(ctx, c.node, c.audit) },
+	}
+	landed, err := commitRounds(s, ctx, w, anew(func(st *NodeState, now time.Time) (*redriveWrite, error) {
 		audit := AuditRecord{
 			ID: s.newID(), Time: now, RequestID: meta.RequestID, ActorKeyID: p.KeyID, CallerOrgID: p.OrgID,
 			ActingFor: st.Node.OwnerOrgID, Action: ActionRetry, NodeID: nodeID, ReservationID: reservationID,
@@ -77,32 +83,32 @@ func (s *Service) redrive(ctx context.Context, p Principal, nodeID, reservationI
 		retry := next.Unfinished() // at the next attempt, failures are no longer final
 		audit.Terminated, audit.Outcome = retry, "ok"
 		if len(retry) == 0 {
-			s.append(ctx, audit) // nothing to retry: a safe repeat of a re-drive that finished
-			return &RedriveResult{Operation: *op, Retried: []string{}}, nil
+			// A safe repeat of a re-drive that finished.
+			unchanged, noop = &RedriveResult{Operation: *op, Retried: []string{}}, audit
+			return nil, nil
 		}
-		err = s.Store.RedriveOperation(ctx, *op, audit, now)
-		if err != nil {
-			// The answer may have been lost after the write landed (the SDK's retry of it then
-			// fails its condition): the audit record written with it tells.
-			landed, lerr := s.Store.Landed(ctx, Commit{Node: st.Node, Audit: audit})
-			if lerr != nil {
-				return nil, fmt.Errorf("re-drive operation %s: outcome unknown (%v): %w", opID, err, lerr)
-			}
-			if landed {
-				err = nil
-			}
-		}
-		if errors.Is(err, ErrConflict) {
-			s.logger().InfoContext(ctx, "re-drive lost a race; reading again", "reclaim_id", opID, "node", nodeID)
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("re-drive operation %s: %w", opID, err)
-		}
-		s.logger().InfoContext(ctx, "reclaim operation re-driven", "reclaim_id", opID, "node", nodeID,
-			"execution", ExecutionName(next), "vms", retry, "request_id", meta.RequestID)
-		s.startWorkflow(ctx, next)
-		return &RedriveResult{Operation: next, Retried: retry}, nil
+		return &redriveWrite{op: *op, next: next, retry: retry, audit: audit, node: st.Node}, nil
+	}))
+	switch {
+	case errors.Is(err, errNodeNotFound):
+		return nil, notFound()
+	case err != nil:
+		return nil, err
+	case landed == nil:
+		s.append(ctx, noop) // nothing to retry: only the record of the call
+		return unchanged, nil
 	}
-	return nil, Errorf(CodeConcurrentModification, "the reclaim operation kept changing while this call was applied; retrying is safe")
+	s.logger().InfoContext(ctx, "reclaim operation re-driven", "reclaim_id", opID, "node", nodeID,
+		"execution", ExecutionName(landed.next), "vms", landed.retry, "request_id", meta.RequestID)
+	s.startWorkflow(ctx, landed.next)
+	return &RedriveResult{Operation: landed.next, Retried: landed.retry}, nil
+}
+
+// redriveWrite is one round's re-drive: the operation as read, as it goes on (next) with the
+// VMs it retries, and its audit record for the changes chain of node (as read).
+type redriveWrite struct {
+	op, next Operation
+	retry    []string
+	audit    AuditRecord
+	node     Node
 }

@@ -197,28 +197,23 @@ func (s *Service) ScheduleReclaim(ctx context.Context, p Principal, req Capacity
 	if err != nil {
 		return nil, err
 	}
-	for range s.attempts() {
-		now := s.now()
-		st, err := s.Store.LoadNode(ctx, req.NodeID, key.scope)
-		if ErrorCode(err) == CodeNotFound {
-			return nil, notFound()
-		}
-		if err != nil {
-			return nil, fmt.Errorf("load node %s: %w", req.NodeID, err)
-		}
+	var replayed *ScheduleResult
+	var refused AuditRecord // the audit record of the last round's write, for a refusal of it
+	landed, err := commitRounds(s, ctx, s.scheduledCreates(req.NodeID, key.scope), func(st *NodeState, now time.Time, pending *scheduleWrite) (*scheduleWrite, error) {
 		audit := s.auditRecord(p, st, req, meta, ActionScheduleReclaim, now)
 		r, err := authorizeCapacityCall(p, st, req.ReservationID)
 		if err != nil {
 			s.auditRefusal(ctx, audit, err)
 			return nil, err
 		}
-		var replayed ScheduleResult
-		if ok, err := replay(st.Idempotency, key.fingerprint, now, &replayed); ok || err != nil {
+		var res ScheduleResult
+		if ok, err := replay(st.Idempotency, key.fingerprint, now, &res); ok || err != nil {
 			if ok {
-				replayed.Replayed = true
+				res.Replayed = true
+				replayed = &res
 				s.append(ctx, *replayAudit(audit))
 			}
-			return &replayed, err
+			return nil, err
 		}
 		dry := req
 		dry.DryRun = true
@@ -230,6 +225,12 @@ func (s *Service) ScheduleReclaim(ctx context.Context, p Principal, req Capacity
 			s.auditRefusal(ctx, audit, err)
 			return nil, err
 		}
+		if pending != nil {
+			// Another scheduled reclaim could land beside the pending one: it goes again,
+			// the same, and at most one of the two lands.
+			refused = pending.Audit
+			return pending, nil
+		}
 		sr := ScheduledReclaim{
 			ID: "srcl_" + s.newID(), NodeID: req.NodeID, ReservationID: req.ReservationID,
 			UnitIDs: slices.Sorted(slices.Values(req.UnitIDs)), Reason: req.Reason, GraceSeconds: req.GraceSeconds,
@@ -237,45 +238,69 @@ func (s *Service) ScheduleReclaim(ctx context.Context, p Principal, req Capacity
 			CreatedAt: now, UpdatedAt: now, CountedOrgID: p.OrgID,
 		}
 		audit.Outcome, audit.ReclaimID = "ok", sr.ID
-		result := ScheduleResult{Scheduled: sr}
-		idem, err := s.idempotencyRecord(key, req.NodeID, result, now)
+		idem, err := s.idempotencyRecord(key, req.NodeID, ScheduleResult{Scheduled: sr}, now)
 		if err != nil {
 			return nil, err
 		}
-		if err := s.Scheduler.Create(ctx, sr); err != nil {
-			return nil, fmt.Errorf("create schedule of %s: %w", sr.ID, err)
-		}
-		err = s.Schedules.CreateScheduled(ctx, ScheduleCommit{Scheduled: sr, Reservation: *r, Idempotency: idem, Audit: audit,
-			MaxPending: s.maxPendingScheduled()})
-		if errors.Is(err, ErrAmbiguous) {
-			landed, lerr := s.Store.Landed(ctx, Commit{Node: st.Node, Audit: audit})
-			if lerr != nil {
-				// The schedule stays: if the write landed it is needed; if not, its firing
-				// finds no scheduled reclaim and is refused.
-				return nil, fmt.Errorf("schedule reclaim %s: outcome unknown (%v): %w", sr.ID, err, lerr)
-			}
-			if landed {
-				err = nil
-			}
-		}
-		if err == nil {
-			return &result, nil
-		}
-		if derr := s.Scheduler.Delete(ctx, sr); derr != nil {
-			s.logger().WarnContext(ctx, "schedule of an unwritten scheduled reclaim not deleted; its firing will be refused",
-				"scheduled_reclaim_id", sr.ID, "node", req.NodeID, "err", derr)
-		}
-		if ErrorCode(err) == CodeScheduledReclaimLimit {
-			s.auditRefusal(ctx, audit, err)
-			return nil, err
-		}
-		if errors.Is(err, ErrConflict) {
-			s.logger().InfoContext(ctx, "scheduled reclaim write lost a race; deciding again", "node", req.NodeID)
-			continue
-		}
-		return nil, fmt.Errorf("write scheduled reclaim %s: %w", sr.ID, err)
+		refused = audit
+		return &scheduleWrite{node: st.Node, ScheduleCommit: ScheduleCommit{Scheduled: sr, Reservation: *r, Idempotency: idem, Audit: audit,
+			MaxPending: s.maxPendingScheduled()}}, nil
+	})
+	switch {
+	case errors.Is(err, errNodeNotFound):
+		return nil, notFound()
+	case ErrorCode(err) == CodeScheduledReclaimLimit:
+		s.auditRefusal(ctx, refused, err)
+		return nil, err
+	case err != nil:
+		return nil, err
+	case landed != nil:
+		return &ScheduleResult{Scheduled: landed.Scheduled}, nil
 	}
-	return nil, Errorf(CodeConcurrentModification, "the reservation kept changing while this call was applied; retrying is safe")
+	return replayed, nil
+}
+
+// scheduleWrite is one round's write of a new scheduled reclaim: its schedule, then the
+// scheduled reclaim (ScheduleCommit) on the node as the round read it.
+type scheduleWrite struct {
+	ScheduleCommit
+	node      Node
+	scheduled bool // its schedule was created
+}
+
+// scheduledCreates writes new scheduled reclaims: the schedule is created first and the
+// scheduled reclaim written after, so a scheduled reclaim never lacks its schedule; a write
+// refused deletes the schedule it created. One whose outcome stays unknown keeps it: if the
+// write landed it is needed, and if not its firing finds no scheduled reclaim and is refused.
+func (s *Service) scheduledCreates(nodeID, scope string) writer[NodeState, scheduleWrite] {
+	return writer[NodeState, scheduleWrite]{
+		kind: "scheduled reclaim", subject: "the reservation", logAttrs: []any{"node", nodeID},
+		read: nodeRead(s.Store.LoadNode, nodeID, scope),
+		commit: func(ctx context.Context, c *scheduleWrite) error {
+			if err := s.Scheduler.Create(ctx, c.Scheduled); err != nil {
+				return fmt.Errorf("create schedule of %s: %w", c.Scheduled.ID, err)
+			}
+			c.scheduled = true
+			return s.Schedules.CreateScheduled(ctx, c.ScheduleCommit)
+		},
+		audit:  func(c *scheduleWrite) AuditRecord { return c.Audit },
+		landed: func(ctx context.Context, c *scheduleWrite) (bool, error) { return s.landedOn(ctx, c.node, c.Audit) },
+		dropped: func(ctx context.Context, c *scheduleWrite) {
+			if !c.scheduled {
+				return
+			}
+			if err := s.Scheduler.Delete(ctx, c.Scheduled); err != nil {
+				s.logger().WarnContext(ctx, "schedule of an unwritten scheduled reclaim not deleted; its firing will be refused",
+					"scheduled_reclaim_id", c.Scheduled.ID, "node", nodeID, "err", err)
+			}
+		},
+	}
+}
+
+// landedOn reads whether a write that chains audit on node's changes chain, decided on node as
+// read, landed: its audit record tells (Store.Landed).
+func (s *Service) landedOn(ctx context.Context, node Node, audit AuditRecord) (bool, error) {
+	return s.Store.Landed(ctx, Commit{Node: node, Audit: audit})
 }
 
 func (s *Service) maxPendingScheduled() int {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // CancelScheduledReclaim cancels a scheduled reclaim that has not fired, then deletes its
@@ -20,15 +21,10 @@ func (s *Service) CancelScheduledReclaim(ctx context.Context, p Principal, nodeI
 		return nil, err
 	}
 	wrote := false // a round sent the cancel
-	for range s.attempts() {
-		now := s.now()
-		st, err := s.Store.LoadNode(ctx, nodeID, "")
-		if ErrorCode(err) == CodeNotFound {
-			return nil, notFound()
-		}
-		if err != nil {
-			return nil, fmt.Errorf("load node %s: %w", nodeID, err)
-		}
+	var answer *ScheduledReclaim
+	w := scheduledCancels(s, nodeRead(s.Store.LoadNode, nodeID, ""), &wrote)
+	w.logAttrs = []any{"node", nodeID, "scheduled_reclaim_id", id}
+	landed, err := commitRounds(s, ctx, w, anew(func(st *NodeState, now time.Time) (*scheduledCancel, error) {
 		audit := s.auditRecord(p, st, CapacityRequest{NodeID: nodeID, ReservationID: reservationID}, meta, ActionCancelScheduledReclaim, now)
 		if _, err := authorizeCapacityCall(p, st, reservationID); err != nil {
 			s.auditRefusal(ctx, audit, err)
@@ -42,31 +38,76 @@ func (s *Service) CancelScheduledReclaim(ctx context.Context, p Principal, nodeI
 		switch sr.State {
 		case ScheduledCancelled:
 			if wrote {
-				// Perhaps by this call's own write whose answer was lost: its schedule too.
+				// Perhaps by this call's own write, landed after its check: its schedule too.
 				s.deleteSchedule(ctx, *sr)
 			}
-			return sr, nil
+			answer = sr
+			return nil, nil
 		case ScheduledCompleted, ScheduledRefused:
 			err := Errorf(CodeScheduledReclaimFired, "scheduled reclaim %s has fired (%s); it can no longer be cancelled", sr.ID, sr.State)
 			s.auditRefusal(ctx, audit, err)
 			return nil, err
 		}
-		next := *sr
-		next.State, next.CancelledAt, next.UpdatedAt = ScheduledCancelled, &now, now
 		audit.Outcome = "ok"
-		err = s.Schedules.UpdateScheduled(ctx, *sr, next, &audit)
-		wrote = true
-		if errors.Is(err, ErrConflict) || errors.Is(err, ErrAmbiguous) {
-			continue // fired or cancelled meanwhile, or perhaps by this write: read again
-		}
-		if err != nil {
-			return nil, fmt.Errorf("cancel scheduled reclaim %s: %w", sr.ID, err)
-		}
-		next.Version++
-		s.deleteSchedule(ctx, next)
-		return &next, nil
+		return &scheduledCancel{from: *sr, to: cancelled(*sr, now), audit: audit, node: st.Node}, nil
+	}))
+	switch {
+	case errors.Is(err, errNodeNotFound):
+		return nil, notFound()
+	case err != nil:
+		return nil, err
+	case landed != nil:
+		return &landed.to, nil
 	}
-	return nil, Errorf(CodeConcurrentModification, "the scheduled reclaim kept changing while this call was applied; retrying is safe")
+	return answer, nil
+}
+
+// scheduledCancel is one round's cancel of a scheduled reclaim: from as read, to cancelled,
+// with its audit record for the changes chain of node (as read).
+type scheduledCancel struct {
+	from, to ScheduledReclaim
+	audit    AuditRecord
+	node     Node
+}
+
+// cancelled is sr cancelled at now.
+func cancelled(sr ScheduledReclaim, now time.Time) ScheduledReclaim {
+	sr.State, sr.CancelledAt, sr.UpdatedAt = ScheduledCancelled, &now, now
+	return sr
+}
+
+// scheduledCancels writes cancels of scheduled reclaims, each conditioned on its state and
+// version as read, its audit record on the node's changes chain (which tells whether one of
+// unknown outcome landed). Rounds read with read; *wrote (if given) is set once a cancel was
+// sent. A cancel that landed has its version moved on (c.to is the scheduled reclaim as
+// stored) and its schedule deleted.
+func scheduledCancels[S any](s *Service, read func(ctx context.Context) (*S, error), wrote *bool) writer[S, scheduledCancel] {
+	done := func(ctx context.Context, c *scheduledCancel) {
+		c.to.Version++
+		s.deleteSchedule(ctx, c.to)
+	}
+	return writer[S, scheduledCancel]{
+		kind: "scheduled reclaim cancel", subject: "the scheduled reclaim",
+		read: read,
+		commit: func(ctx context.Context, c *scheduledCancel) error {
+			if wrote != nil {
+				*wrote = true
+			}
+			err := s.Schedules.UpdateScheduled(ctx, c.from, c.to, &c.audit)
+			if err == nil {
+				done(ctx, c)
+			}
+			return err
+		},
+		audit: func(c *scheduledCancel) AuditRecord { return c.audit },
+		landed: func(ctx context.Context, c *scheduledCancel) (bool, error) {
+			ok, err := s.landedOn(ctx, c.node, c.audit)
+			if ok {
+				done(ctx, c)
+			}
+			return ok, err
+		},
+	}
 }
 
 // cancelScheduledOf cancels the pending scheduled reclaims of a cancelled reservation, each
@@ -104,7 +145,7 @@ func (s *Service) cancelScheduledOf(ctx context.Context, p Principal, req Reserv
 				}
 			}
 			rec := s.roundAudit(s.opAudit(p, meta, ActionCancelScheduledReclaim, req.NodeID, req.ReservationID, sr.UnitIDs, reason), st, s.now())
-			if err := s.cancelPending(ctx, sr, reason, rec); err != nil {
+			if err := s.cancelPending(ctx, sr, reason, rec, st.Node); err != nil {
 				s.logger().WarnContext(ctx, "scheduled reclaim of a cancelled reservation not cancelled; it is refused when it fires",
 					"scheduled_reclaim_id", sr.ID, "node", req.NodeID, "reservation", req.ReservationID, "err", err)
 			}
@@ -118,39 +159,34 @@ func (s *Service) cancelScheduledOf(ctx context.Context, p Principal, req Reserv
 
 // cancelPending moves one scheduled reclaim, listed as pending, to cancelled with the reason,
 // and deletes its schedule. Each round reads it (consistently) and conditions the write on
-// that read; a lost race or an unknown outcome is read again, so the write lands at most once
-// and the org's count moves once. One found cancelled (perhaps by an earlier round) has its
-// schedule deleted again, which is safe; one that fired or was refused is left as it is.
-func (s *Service) cancelPending(ctx context.Context, listed ScheduledReclaim, reason string, audit AuditRecord) error {
-	for range s.attempts() {
+// that read, so the write lands at most once and the org's count moves once; one of unknown
+// outcome is looked for on the changes chain of node (as the sweep read it). One found
+// cancelled (by another call) has its schedule deleted again, which is safe; one that fired or
+// was refused is left as it is.
+func (s *Service) cancelPending(ctx context.Context, listed ScheduledReclaim, reason string, audit AuditRecord, node Node) error {
+	read := func(ctx context.Context) (*ScheduledReclaim, error) {
 		sr, err := s.Schedules.GetScheduled(ctx, listed.NodeID, listed.ID)
 		if err != nil {
-			return fmt.Errorf("read scheduled reclaim %s: %w", listed.ID, err)
+			return nil, fmt.Errorf("read scheduled reclaim %s: %w", listed.ID, err)
 		}
+		return sr, nil
+	}
+	w := scheduledCancels(s, read, nil)
+	w.logAttrs = []any{"node", listed.NodeID, "scheduled_reclaim_id", listed.ID}
+	_, err := commitRounds(s, ctx, w, anew(func(sr *ScheduledReclaim, now time.Time) (*scheduledCancel, error) {
 		switch sr.State {
 		case ScheduledCancelled:
 			s.deleteSchedule(ctx, *sr)
-			return nil
+			return nil, nil
 		case ScheduledCompleted, ScheduledRefused:
-			return nil
+			return nil, nil
 		}
-		now := s.now()
-		next := *sr
-		next.State, next.CancelledAt, next.UpdatedAt = ScheduledCancelled, &now, now
+		next := cancelled(*sr, now)
 		next.Code, next.Detail = CodeReservationNotActive, reason
 		audit.ID, audit.Time, audit.ReclaimID, audit.Outcome = s.newID(), now, sr.ID, "ok"
-		err = s.Schedules.UpdateScheduled(ctx, *sr, next, &audit)
-		if errors.Is(err, ErrConflict) || errors.Is(err, ErrAmbiguous) || errors.Is(err, ErrThrottled) {
-			continue // fired or cancelled meanwhile, or perhaps by this write: read again
-		}
-		if err != nil {
-			return fmt.Errorf("cancel scheduled reclaim %s: %w", sr.ID, err)
-		}
-		next.Version++
-		s.deleteSchedule(ctx, next)
-		return nil
-	}
-	return fmt.Errorf("scheduled reclaim %s kept changing: %w", listed.ID, ErrConflict)
+		return &scheduledCancel{from: *sr, to: next, audit: audit, node: node}, nil
+	}))
+	return err
 }
 
 // deleteSchedule deletes a cancelled scheduled reclaim's schedule. The cancel is what counts:

@@ -71,11 +71,11 @@ type Service struct {
 	// Now and NewID are replaceable for tests.
 	Now   func() time.Time
 	NewID func() string
-	// Attempts bounds read-decide-write rounds under contention (default 3). In a node's
-	// capacity and operator writes it bounds the rounds that lost a real race (see
-	// applyRounds); Retry says how the call goes on after a loss to a commit elsewhere.
+	// Attempts bounds the read-decide-write rounds of every write (default 3): those that lost
+	// a real race, or ended throttled or of unknown outcome (see commitRounds). Retry says how
+	// the call goes on after a loss to a capacity commit elsewhere on the node.
 	Attempts int
-	// Retry shapes the rounds after a lost commit (zero: the defaults).
+	// Retry shapes the rounds after a write that did not land (zero: the defaults).
 	Retry RetryPolicy
 	// IdempotencyTTL is how long an Idempotency-Key is remembered (default 24h).
 	IdempotencyTTL time.Duration
