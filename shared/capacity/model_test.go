@@ -405,6 +405,28 @@ func (m *model) authorize(p capacity.Principal, node, resID string) capacity.Cod
 	return ""
 }
 
+// drawCaller draws the caller of a step on the node, which it marks touched, and counts the
+// step as kind; what names the call, by the caller, for mismatches.
+func (m *model) drawCaller(t *rapid.T, node, kind, call string) (p capacity.Principal, what string) {
+	m.touched[node] = true
+	p = rapid.SampledFrom(mCallers).Draw(t, "caller")
+	m.step(kind)
+	return p, fmt.Sprintf("%s by %s", call, p.KeyID)
+}
+
+// lostOrRefused reports whether a call on the reservation is settled before its own rules:
+// lost to a transient fault (nothing to model), or refused for the caller's rights (checked).
+func (m *model) lostOrRefused(what string, err error, p capacity.Principal, node, resID string) bool {
+	if m.transient(err) {
+		return true
+	}
+	if code := m.authorize(p, node, resID); code != "" {
+		m.expectErr(what, err, code, nil)
+		return true
+	}
+	return false
+}
+
 func ended(r *mRes, t time.Time) bool  { return r.end != nil && !t.Before(*r.end) }
 func inTerm(r *mRes, t time.Time) bool { return !t.Before(r.start) && !ended(r, t) }
 
@@ -417,24 +439,26 @@ func statusAt(r *mRes, t time.Time) capacity.Status {
 }
 
 func (m *model) liveVMs(node string) []*mVM {
-	var out []*mVM
-	for _, vm := range m.vms {
-		if vm.node == node {
-			out = append(out, vm)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
-	return out
+	return onNode(m.vms, node, func(vm *mVM) (string, string) { return vm.node, vm.id })
 }
 
 func (m *model) reservations(node string) []*mRes {
-	var out []*mRes
-	for _, r := range m.res {
-		if r.node == node {
-			out = append(out, r)
+	return onNode(m.res, node, func(r *mRes) (string, string) { return r.node, r.id })
+}
+
+// onNode returns the items of all on the node (of is an item's node and id), by id.
+func onNode[T any](all map[string]*T, node string, of func(*T) (node, id string)) []*T {
+	var out []*T
+	for _, it := range all {
+		if n, _ := of(it); n == node {
+			out = append(out, it)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
+	sort.Slice(out, func(i, j int) bool {
+		_, a := of(out[i])
+		_, b := of(out[j])
+		return a < b
+	})
 	return out
 }
 
@@ -1032,14 +1056,22 @@ func agentOf(fates map[string]string) *capacitytest.Agent {
 	return a
 }
 
+// drawOp draws one of the operations, or nil when there is none.
+func (m *model) drawOp(t *rapid.T) *mOp {
+	ids := slices.Sorted(maps.Keys(m.ops))
+	if len(ids) == 0 {
+		return nil
+	}
+	return m.ops[rapid.SampledFrom(ids).Draw(t, "op")]
+}
+
 // stepTerminate runs rounds of an operation's termination workflow, each VM's agent
 // answering as drawn; it may stop before the workflow is done (the next run goes on).
 func (m *model) stepTerminate(t *rapid.T) {
-	ids := slices.Sorted(maps.Keys(m.ops))
-	if len(ids) == 0 {
+	op := m.drawOp(t)
+	if op == nil {
 		return
 	}
-	op := m.ops[rapid.SampledFrom(ids).Draw(t, "op")]
 	m.touched[op.node] = true
 	fates := map[string]string{}
 	for _, vm := range op.vms {
@@ -1110,21 +1142,13 @@ func (m *model) stepTerminate(t *rapid.T) {
 
 // stepRedrive re-drives an operation (a new attempt for the VMs that failed).
 func (m *model) stepRedrive(t *rapid.T) {
-	ids := slices.Sorted(maps.Keys(m.ops))
-	if len(ids) == 0 {
+	op := m.drawOp(t)
+	if op == nil {
 		return
 	}
-	op := m.ops[rapid.SampledFrom(ids).Draw(t, "op")]
-	m.touched[op.node] = true
-	p := rapid.SampledFrom(mCallers).Draw(t, "caller")
-	m.step(fmt.Sprintf("redrive (%s)", op.state))
-	what := fmt.Sprintf("redrive %s (%s) by %s", op.id, op.state, p.KeyID)
+	p, what := m.drawCaller(t, op.node, fmt.Sprintf("redrive (%s)", op.state), fmt.Sprintf("redrive %s (%s)", op.id, op.state))
 	res, err := m.svc.Redrive(m.ctx, p, op.node, op.res, op.id, capacity.RequestMeta{RequestID: m.newID("req-")})
-	if m.transient(err) {
-		return
-	}
-	if code := m.authorize(p, op.node, op.res); code != "" {
-		m.expectErr(what, err, code, nil)
+	if m.lostOrRefused(what, err, p, op.node, op.res) {
 		return
 	}
 	if op.state == capacity.OpPendingStart || op.state == capacity.OpTerminating {
@@ -1424,11 +1448,7 @@ func (m *model) stepSchedule(t *rapid.T) {
 	m.step("schedule")
 	what := fmt.Sprintf("schedule %+v at %v by %s", req, at, p.KeyID)
 	res, err := m.svc.ScheduleReclaim(m.ctx, p, req, at, capacity.RequestMeta{RequestID: m.newID("req-")})
-	if m.transient(err) {
-		return
-	}
-	if code := m.authorize(p, node, resID); code != "" {
-		m.expectErr(what, err, code, nil)
+	if m.lostOrRefused(what, err, p, node, resID) {
 		return
 	}
 	if pl := m.decideCapacity(capacity.ActionReclaim, p, req); pl.err != "" {
@@ -1523,16 +1543,9 @@ func (m *model) stepUnschedule(t *rapid.T) {
 	if sc == nil {
 		return
 	}
-	m.touched[sc.node] = true
-	p := rapid.SampledFrom(mCallers).Draw(t, "caller")
-	m.step(fmt.Sprintf("cancel scheduled (%s)", sc.state))
-	what := fmt.Sprintf("cancel scheduled %s (%s) by %s", sc.id, sc.state, p.KeyID)
+	p, what := m.drawCaller(t, sc.node, fmt.Sprintf("cancel scheduled (%s)", sc.state), fmt.Sprintf("cancel scheduled %s (%s)", sc.id, sc.state))
 	res, err := m.svc.CancelScheduledReclaim(m.ctx, p, sc.node, sc.res, sc.id, capacity.RequestMeta{RequestID: m.newID("req-")})
-	if m.transient(err) {
-		return
-	}
-	if code := m.authorize(p, sc.node, sc.res); code != "" {
-		m.expectErr(what, err, code, nil)
+	if m.lostOrRefused(what, err, p, sc.node, sc.res) {
 		return
 	}
 	switch sc.state {
