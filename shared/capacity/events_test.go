@@ -61,13 +61,7 @@ func TestEvictionNotices(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := capacity.EvictionNotices(tt.op)
-			if !slices.Equal(ids(got), tt.want) {
-				t.Fatalf("events %v, want %v", ids(got), tt.want)
-			}
-			if !reflect.DeepEqual(capacity.EvictionNotices(tt.op), got) {
-				t.Error("building the notices again gave other events")
-			}
+			built(t, capacity.EvictionNotices, tt.op, tt.want)
 		})
 	}
 	notice := capacity.EvictionNotices(reported(capacity.OpPendingStart, 0, nil))[0]
@@ -125,13 +119,7 @@ func TestOperationReport(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := capacity.OperationReport(tt.op)
-			if !slices.Equal(ids(got), tt.want) {
-				t.Fatalf("events %v, want %v", ids(got), tt.want)
-			}
-			if !reflect.DeepEqual(capacity.OperationReport(tt.op), got) {
-				t.Error("building the report again gave other events")
-			}
+			got := built(t, capacity.OperationReport, tt.op, tt.want)
 			if tt.end != "" {
 				if got := detailJSON(t, got[len(got)-1]); got != tt.end {
 					t.Errorf("end detail\n got %s\nwant %s", got, tt.end)
@@ -211,4 +199,18 @@ func TestAnnouncer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// built returns the events build makes of op, after checking their ids are want and that
+// building them again gives the same events.
+func built(t *testing.T, build func(capacity.Operation) []capacity.Event, op capacity.Operation, want []string) []capacity.Event {
+	t.Helper()
+	got := build(op)
+	if !slices.Equal(ids(got), want) {
+		t.Fatalf("events %v, want %v", ids(got), want)
+	}
+	if !reflect.DeepEqual(build(op), got) {
+		t.Error("building the events again gave other events")
+	}
+	return got
 }

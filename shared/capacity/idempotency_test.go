@@ -209,11 +209,7 @@ func replayRecords(t *testing.T, env *dynamotest.Env) []map[string]string {
 func TestScheduledFiringKeyCannotBeTakenFirst(t *testing.T) {
 	env, svc, _, clock := schedWorld(t)
 	ctx := context.Background()
-	res, err := svc.ScheduleReclaim(ctx, owner, reclaim("u1"), clock.Add(time.Hour), capacity.RequestMeta{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := res.Scheduled.ID
+	id := scheduleU1(t, svc, clock)
 	for _, p := range []capacity.Principal{owner, owner2} {
 		taken := reclaim("u1")
 		taken.IdempotencyKey = capacity.FireIdempotencyKey(id)

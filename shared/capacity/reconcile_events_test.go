@@ -31,19 +31,8 @@ func (p *observingPublisher) Publish(ctx context.Context, events []capacity.Even
 func TestReconcilerReportsBeforeEnding(t *testing.T) {
 	for _, fail := range []bool{false, true} {
 		t.Run(map[bool]string{false: "published", true: "publish fails"}[fail], func(t *testing.T) {
-			env, _, op := evicted(t)
+			env, op := outcomesAllRecorded(t)
 			ctx := context.Background()
-			if err := env.Store.BeginTermination(ctx, *op, "arn:x", t0.Add(time.Hour)); err != nil {
-				t.Fatal(err)
-			}
-			for _, vm := range op.VMIDs {
-				if err := env.Store.MarkTerminated(ctx, *op, vm, t0.Add(time.Hour)); err != nil {
-					t.Fatal(err)
-				}
-				if err := env.Store.RecordOutcome(ctx, *op, vm, capacity.VMOutcome{Outcome: capacity.OutcomeTerminated, At: t0.Add(time.Hour), Attempt: 1}); err != nil {
-					t.Fatal(err)
-				}
-			}
 			state := func() capacity.OperationState {
 				got, err := env.Store.GetOperation(ctx, "n1", op.ID)
 				if err != nil {

@@ -84,6 +84,16 @@ func schedWorld(t *testing.T) (*dynamotest.Env, *capacity.Service, *fakeSchedule
 	return env, svc, fs, &clock
 }
 
+// scheduleU1 schedules the owner's reclaim of u1 an hour after the clock, and returns its id.
+func scheduleU1(t *testing.T, svc *capacity.Service, clock *time.Time) string {
+	t.Helper()
+	res, err := svc.ScheduleReclaim(context.Background(), owner, reclaim("u1"), clock.Add(time.Hour), capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Scheduled.ID
+}
+
 // opCap is an operator key that may reclaim: it may schedule on any reservation.
 var opCap = capacity.Principal{KeyID: "k-opcap", OrgID: "platform", Operator: true, Permissions: []string{capacity.PermCapacity}}
 
@@ -206,12 +216,9 @@ func TestScheduleReclaimConflictDeletesTheSchedule(t *testing.T) {
 			t.Errorf("concurrent reclaim: %v", err)
 		}
 	}}
-	res, err := svc.ScheduleReclaim(ctx, owner, reclaim("u1"), clock.Add(time.Hour), capacity.RequestMeta{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(fs.created) != 2 || !slices.Equal(fs.deleted, fs.created[:1]) || !slices.Equal(fs.Live(), []string{res.Scheduled.ID}) {
-		t.Errorf("created %v, deleted %v, live %v; answer %s", fs.created, fs.deleted, fs.Live(), res.Scheduled.ID)
+	id := scheduleU1(t, svc, clock)
+	if len(fs.created) != 2 || !slices.Equal(fs.deleted, fs.created[:1]) || !slices.Equal(fs.Live(), []string{id}) {
+		t.Errorf("created %v, deleted %v, live %v; answer %s", fs.created, fs.deleted, fs.Live(), id)
 	}
 	if _, err := env.Store.GetScheduled(ctx, "n1", fs.created[0]); capacity.ErrorCode(err) != capacity.CodeNotFound {
 		t.Errorf("the lost round's scheduled reclaim: %v", err)
@@ -221,11 +228,7 @@ func TestScheduleReclaimConflictDeletesTheSchedule(t *testing.T) {
 func TestFireScheduledReclaim(t *testing.T) {
 	env, svc, fs, clock := schedWorld(t)
 	ctx := context.Background()
-	res, err := svc.ScheduleReclaim(ctx, owner, reclaim("u1"), clock.Add(time.Hour), capacity.RequestMeta{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := res.Scheduled.ID
+	id := scheduleU1(t, svc, clock)
 	*clock = clock.Add(time.Hour)
 	fired, err := svc.FireScheduledReclaim(ctx, "n1", "r1", id, capacity.RequestMeta{EventID: "ev-1"})
 	if err != nil || !slices.Equal(fired.Terminated, []string{"s1"}) || fired.ReclaimID == "" {
@@ -258,11 +261,7 @@ func TestFireScheduledReclaim(t *testing.T) {
 func TestCancelBeforeFire(t *testing.T) {
 	env, svc, fs, clock := schedWorld(t)
 	ctx := context.Background()
-	res, err := svc.ScheduleReclaim(ctx, owner, reclaim("u1"), clock.Add(time.Hour), capacity.RequestMeta{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := res.Scheduled.ID
+	id := scheduleU1(t, svc, clock)
 	if _, err := svc.CancelScheduledReclaim(ctx, audi, "n1", "r1", id, capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeForbidden {
 		t.Fatalf("audience cancel: %v", err)
 	}
@@ -317,10 +316,7 @@ func TestFireAfterTheTermIsRefused(t *testing.T) {
 func TestScheduledReclaimVisibility(t *testing.T) {
 	_, svc, _, clock := schedWorld(t)
 	ctx := context.Background()
-	res, err := svc.ScheduleReclaim(ctx, owner, reclaim("u1"), clock.Add(time.Hour), capacity.RequestMeta{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := scheduleU1(t, svc, clock)
 	operator := capacity.Principal{KeyID: "k-op", OrgID: "platform", Operator: true, Permissions: []string{capacity.PermRead}}
 	reader := capacity.Principal{KeyID: "k-r", OrgID: "owner", Permissions: []string{capacity.PermRead}}
 	for _, tc := range []struct {
@@ -331,7 +327,7 @@ func TestScheduledReclaimVisibility(t *testing.T) {
 		{"owner", owner, true}, {"operator", operator, true},
 		{"audience", audi, false}, {"owner without capacity", reader, false}, {"scheduler", sched, false},
 	} {
-		_, err := svc.GetScheduledReclaim(ctx, tc.p, "n1", "r1", res.Scheduled.ID)
+		_, err := svc.GetScheduledReclaim(ctx, tc.p, "n1", "r1", id)
 		if tc.ok != (err == nil) || !tc.ok && capacity.ErrorMessage(err) != "reservation not found" {
 			t.Errorf("get as %s: %v", tc.name, err)
 		}
@@ -359,16 +355,13 @@ func TestSchedulingUnavailable(t *testing.T) {
 func TestFiringNeedsNoScheduler(t *testing.T) {
 	env, svc, _, clock := schedWorld(t)
 	ctx := context.Background()
-	res, err := svc.ScheduleReclaim(ctx, owner, reclaim("u1"), clock.Add(time.Hour), capacity.RequestMeta{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := scheduleU1(t, svc, clock)
 	*clock = clock.Add(time.Hour)
 	firer := &capacity.Service{Store: env.Store, Schedules: env.Store, CreatorKeys: env.Store, Now: svc.Now, Logger: quiet}
-	if _, err := firer.CancelScheduledReclaim(ctx, owner, "n1", "r1", res.Scheduled.ID, capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeSchedulingUnavailable {
+	if _, err := firer.CancelScheduledReclaim(ctx, owner, "n1", "r1", id, capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeSchedulingUnavailable {
 		t.Errorf("cancel without a scheduler: %v", err)
 	}
-	if fired, err := firer.FireScheduledReclaim(ctx, "n1", "r1", res.Scheduled.ID, capacity.RequestMeta{}); err != nil || len(fired.Terminated) != 1 {
+	if fired, err := firer.FireScheduledReclaim(ctx, "n1", "r1", id, capacity.RequestMeta{}); err != nil || len(fired.Terminated) != 1 {
 		t.Fatalf("fire = %+v, %v", fired, err)
 	}
 }
@@ -391,24 +384,21 @@ func (c *cancelFirst) Commit(ctx context.Context, cm capacity.Commit) error {
 func TestCancelRacingAFiringWins(t *testing.T) {
 	env, svc, _, clock := schedWorld(t)
 	ctx := context.Background()
-	res, err := svc.ScheduleReclaim(ctx, owner, reclaim("u1"), clock.Add(time.Hour), capacity.RequestMeta{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := scheduleU1(t, svc, clock)
 	*clock = clock.Add(time.Hour)
 	svc.Store = &cancelFirst{Store: env.Store, once: func() {
-		if _, err := svc.CancelScheduledReclaim(ctx, owner, "n1", "r1", res.Scheduled.ID, capacity.RequestMeta{}); err != nil {
+		if _, err := svc.CancelScheduledReclaim(ctx, owner, "n1", "r1", id, capacity.RequestMeta{}); err != nil {
 			t.Errorf("cancel: %v", err)
 		}
 	}}
-	if _, err := svc.FireScheduledReclaim(ctx, "n1", "r1", res.Scheduled.ID, capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeScheduledReclaimCancelled {
+	if _, err := svc.FireScheduledReclaim(ctx, "n1", "r1", id, capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeScheduledReclaimCancelled {
 		t.Fatalf("fire: %v", err)
 	}
 	st, _ := env.Store.LoadNode(ctx, "n1", "")
 	if r := st.Reservation("r1"); r.Version != 1 {
 		t.Errorf("the firing's reclaim landed: %+v", r)
 	}
-	if sr, _ := env.Store.GetScheduled(ctx, "n1", res.Scheduled.ID); sr.State != capacity.ScheduledCancelled {
+	if sr, _ := env.Store.GetScheduled(ctx, "n1", id); sr.State != capacity.ScheduledCancelled {
 		t.Errorf("state = %s", sr.State)
 	}
 }

@@ -31,18 +31,7 @@ var (
 func world(t *testing.T) (*dynamotest.Env, *capacity.Service) {
 	t.Helper()
 	env := dynamotest.New(t)
-	seed := dynamo.Seed{
-		Nodes: []capacity.Node{{ID: "n1", OwnerOrgID: "owner", TopologyGen: 1, UnitIDs: []string{"u0", "u1", "u2", "u3"}, Version: 1}},
-		Reservations: []capacity.Reservation{{
-			ID: "r1", NodeID: "n1", AllowedOrgIDs: []string{"aud"}, ReservedUnitIDs: []string{"u0", "u1", "u2"},
-			ReleasedUnitIDs: []string{"u1", "u2"}, StartsAt: t0, Status: capacity.StatusActive, TopologyGen: 1, Version: 1,
-		}},
-		VMs: []capacity.VM{
-			{ID: "s1", NodeID: "n1", OrgID: "buyer", Tier: capacity.TierSpot, UnitIDs: []string{"u1"}, State: capacity.VMRunning, Version: 1},
-			{ID: "v0", NodeID: "n1", OrgID: "aud", Tier: capacity.TierReserved, UnitIDs: []string{"u0"}, State: capacity.VMRunning, Version: 1},
-		},
-	}
-	if err := env.Store.Put(context.Background(), seed); err != nil {
+	if err := env.Store.Put(context.Background(), worldSeed()); err != nil {
 		t.Fatal(err)
 	}
 	return env, &capacity.Service{Store: env.Store, Now: func() time.Time { return t0.Add(time.Hour) }, Logger: quiet}

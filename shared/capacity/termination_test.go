@@ -307,9 +307,10 @@ func TestNoOutcomeIsLostUnderConflictsAndThrottling(t *testing.T) {
 	}
 }
 
-// The reconciler ends a terminating operation whose outcomes are all recorded (its last
-// writer crashed between the outcome and the end).
-func TestReconcilerEndsAnOperationWhoseOutcomesAreAllRecorded(t *testing.T) {
+// outcomesAllRecorded is evicted's operation begun, its every VM terminated with the outcome
+// recorded, and not ended: its last writer crashed between the outcome and the end.
+func outcomesAllRecorded(t *testing.T) (*dynamotest.Env, *capacity.Operation) {
+	t.Helper()
 	env, _, op := evicted(t)
 	ctx := context.Background()
 	if err := env.Store.BeginTermination(ctx, *op, "arn:x", t0.Add(time.Hour)); err != nil {
@@ -323,6 +324,14 @@ func TestReconcilerEndsAnOperationWhoseOutcomesAreAllRecorded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	return env, op
+}
+
+// The reconciler ends a terminating operation whose outcomes are all recorded (its last
+// writer crashed between the outcome and the end).
+func TestReconcilerEndsAnOperationWhoseOutcomesAreAllRecorded(t *testing.T) {
+	env, op := outcomesAllRecorded(t)
+	ctx := context.Background()
 	wf := &capacitytest.Workflow{}
 	_ = wf.Start(ctx, *op)
 	rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: time.Minute, StuckAfter: time.Hour, Logger: quiet,

@@ -728,15 +728,7 @@ func TestOperatorListsAre404ForOthers(t *testing.T) {
 					// only in the answers to a bad query.
 					svc := &fakeService{err: capacity.Errorf(capacity.CodeNotFound, "%s", list.detail)}
 					w := req{method: http.MethodGet, path: list.path + query, auth: ptr("Bearer " + who)}.do(t, newHandler(svc))
-					if p := problem(t, w, http.StatusNotFound, capacity.CodeNotFound); p.Detail != list.detail {
-						t.Errorf("detail %q, want %q", p.Detail, list.detail)
-					}
-					assertNoCalls(t, svc)
-					if first == "" {
-						first = w.Body.String()
-					} else if w.Body.String() != first {
-						t.Errorf("body %s differs from %s", w.Body.String(), first)
-					}
+					assertSame404(t, w, svc, list.detail, &first)
 				})
 			}
 		}
@@ -747,6 +739,21 @@ func TestOperatorListsAre404ForOthers(t *testing.T) {
 		problem(t, w, http.StatusNotFound, capacity.CodeNotFound)
 		assertNoCalls(t, svc)
 	})
+}
+
+// assertSame404 checks that w is the service's own 404 with detail, that the service was not
+// called, and that the body is the same as the first one (*first, which the first call sets).
+func assertSame404(t *testing.T, w *httptest.ResponseRecorder, svc *fakeService, detail string, first *string) {
+	t.Helper()
+	if p := problem(t, w, http.StatusNotFound, capacity.CodeNotFound); p.Detail != detail {
+		t.Errorf("detail %q, want %q", p.Detail, detail)
+	}
+	assertNoCalls(t, svc)
+	if *first == "" {
+		*first = w.Body.String()
+	} else if w.Body.String() != *first {
+		t.Errorf("body %s differs from %s", w.Body.String(), *first)
+	}
 }
 
 // TestReaderListsAre404WithoutReadBeforeTheQuery: the lists open to other callers than
@@ -761,15 +768,7 @@ func TestReaderListsAre404WithoutReadBeforeTheQuery(t *testing.T) {
 			t.Run(list.path+query, func(t *testing.T) {
 				svc := &fakeService{err: capacity.Errorf(capacity.CodeNotFound, "%s", list.detail)}
 				w := req{method: http.MethodGet, path: list.path + query, auth: ptr("Bearer " + secretNoRights)}.do(t, newHandler(svc))
-				if p := problem(t, w, http.StatusNotFound, capacity.CodeNotFound); p.Detail != list.detail {
-					t.Errorf("detail %q, want %q", p.Detail, list.detail)
-				}
-				assertNoCalls(t, svc)
-				if first == "" {
-					first = w.Body.String()
-				} else if w.Body.String() != first {
-					t.Errorf("body %s differs from %s", w.Body.String(), first)
-				}
+				assertSame404(t, w, svc, list.detail, &first)
 			})
 		}
 	}
