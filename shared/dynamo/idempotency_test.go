@@ -40,7 +40,7 @@ func TestLegacyIdempotencyRecordsBindUntilTheyExpire(t *testing.T) {
 			env := newEnv(t, seed(4, 2))
 			ctx := context.Background()
 			now := t0.Add(time.Hour)
-			svc := &capacity.Service{Store: env.Store, Now: func() time.Time { return now }, Workflow: passWorkflow(t, env)}
+			svc := &capacity.Service{Store: env.Store, Now: func() time.Time { return now }, Workflow: env.Workflow(t)}
 			first, err := svc.Reclaim(ctx, keyA, req, capacity.RequestMeta{})
 			if err != nil {
 				t.Fatal(err)

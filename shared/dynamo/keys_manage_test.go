@@ -149,13 +149,18 @@ func TestKeyLifecycle(t *testing.T) {
 	}
 }
 
-func TestListKeysPages(t *testing.T) {
+// readerKeys are n keys of org o that may read: key-0, key-1...
+func readerKeys(n int) []capacity.APIKey {
 	var keys []capacity.APIKey
-	for i := range 7 {
+	for i := range n {
 		keys = append(keys, capacity.APIKey{KeyID: fmt.Sprintf("key-%d", i), Hash: hashOf(fmt.Sprint(i)), OrgID: "o",
 			Permissions: []string{capacity.PermRead}})
 	}
-	env := newEnv(t, dynamo.Seed{Keys: keys})
+	return keys
+}
+
+func TestListKeysPages(t *testing.T) {
+	env := newEnv(t, dynamo.Seed{Keys: readerKeys(7)})
 	svc := keyService(env, t0)
 	ctx := context.Background()
 	seen := map[string]bool{}
@@ -524,11 +529,7 @@ func TestKeyByIDIsGetItemOnly(t *testing.T) {
 // cursor holds (in any encoding the cursor could be read in) the hash of any key, and every
 // key is still listed once. A cursor naming a key that does not exist is refused.
 func TestListKeysCursorHoldsNoHash(t *testing.T) {
-	var keys []capacity.APIKey
-	for i := range 5 {
-		keys = append(keys, capacity.APIKey{KeyID: fmt.Sprintf("key-%d", i), Hash: hashOf(fmt.Sprint(i)), OrgID: "o",
-			Permissions: []string{capacity.PermRead}})
-	}
+	keys := readerKeys(5)
 	env := newEnv(t, dynamo.Seed{Keys: keys})
 	svc := keyService(env, t0)
 	ctx := context.Background()

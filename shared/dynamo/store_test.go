@@ -6,19 +6,12 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/sfn"
-	"github.com/aws/smithy-go/middleware"
 
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
-	"github.com/openrelay/capacity/shared/stepfn"
 )
 
 var t0 = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
@@ -139,7 +132,7 @@ func TestCommitWritesEverythingOrNothing(t *testing.T) {
 func TestLargestReclaimFitsOneTransaction(t *testing.T) {
 	ctx := context.Background()
 	env := newEnv(t, seed(capacity.MaxUnits, capacity.MaxUnits))
-	svc := &capacity.Service{Store: env.Store, Now: func() time.Time { return t0.Add(time.Hour) }, Workflow: passWorkflow(t, env)}
+	svc := &capacity.Service{Store: env.Store, Now: func() time.Time { return t0.Add(time.Hour) }, Workflow: env.Workflow(t)}
 	units := make([]string, capacity.MaxUnits)
 	for i := range units {
 		units[i] = fmt.Sprintf("u%d", i)
@@ -176,30 +169,6 @@ func TestCommitRefusesMoreThanDynamoDBAllows(t *testing.T) {
 	if !reflect.DeepEqual(env.Items(t, env.Store.Table), before) {
 		t.Fatal("an oversized commit wrote something")
 	}
-}
-
-var machineSeq atomic.Int64
-
-// passWorkflow is the real Step Functions starter on a one-state machine of the emulator,
-// with its SDK calls counted with the store's.
-func passWorkflow(t *testing.T, env *dynamotest.Env) *stepfn.Starter {
-	t.Helper()
-	client := sfn.New(sfn.Options{
-		Region: "us-east-1", BaseEndpoint: aws.String(env.URL),
-		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
-		APIOptions:  []func(*middleware.Stack) error{env.Calls.Middleware},
-	})
-	// The emulator keeps state machines process-wide: a name per call, so that the test can
-	// run again (-count=2) in the same process.
-	out, err := client.CreateStateMachine(context.Background(), &sfn.CreateStateMachineInput{
-		Name:       aws.String(fmt.Sprintf("termination-%d", machineSeq.Add(1))),
-		RoleArn:    aws.String("arn:aws:iam::000000000000:role/sfn"),
-		Definition: aws.String(`{"StartAt":"Done","States":{"Done":{"Type":"Succeed"}}}`),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &stepfn.Starter{Client: client, StateMachineARN: aws.ToString(out.StateMachineArn)}
 }
 
 // TestLandedFindsOnlyItsOwnRecord: "did the commit whose answer was lost land?" is answered by

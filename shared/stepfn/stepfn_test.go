@@ -5,43 +5,25 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
-	"github.com/aws/smithy-go/middleware"
-	"github.com/sivchari/kumo"
 
 	"github.com/openrelay/capacity/shared/awsfault"
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 	"github.com/openrelay/capacity/shared/stepfn"
 )
-
-var machineSeq atomic.Int64
 
 // starter is the real starter on a one-state machine of the emulator, with inj's faults.
 func starter(t *testing.T, inj *awsfault.Injector) *stepfn.Starter {
 	t.Helper()
-	srv := kumo.NewServer()
-	t.Cleanup(srv.Close)
-	opts := sfn.Options{Region: "us-east-1", BaseEndpoint: aws.String(srv.URL),
-		Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")}
-	if inj != nil {
-		opts.APIOptions = []func(*middleware.Stack) error{inj.APIOption}
+	if inj == nil {
+		return dynamotest.New(t).Workflow(t)
 	}
-	client := sfn.New(opts)
-	out, err := client.CreateStateMachine(context.Background(), &sfn.CreateStateMachineInput{
-		Name:       aws.String(fmt.Sprintf("termination-%d", machineSeq.Add(1))), // machines are process-wide
-		RoleArn:    aws.String("arn:aws:iam::000000000000:role/sfn"),
-		Definition: aws.String(`{"StartAt":"Done","States":{"Done":{"Type":"Succeed"}}}`),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &stepfn.Starter{Client: client, StateMachineARN: aws.ToString(out.StateMachineArn)}
+	return dynamotest.New(t).Workflow(t, inj.APIOption)
 }
 
 func TestStartNamesTheAttemptAndStatusFollowsIt(t *testing.T) {

@@ -1,4 +1,5 @@
-// Package dynamotest runs the store's tables on an in-process emulator (kumo) for tests.
+// Package dynamotest runs the store's tables, and the termination workflow's starter, on an
+// in-process emulator (kumo) for tests.
 package dynamotest
 
 import (
