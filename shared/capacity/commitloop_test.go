@@ -121,8 +121,10 @@ type loopWrite struct {
 	detours bool
 	// swept: the write is a reservation cancel's sweep, whose failures are logged, not answered.
 	swept bool
-	// setup makes the world the call runs in; the test then puts the scripted store under svc.
-	setup func(t *testing.T) (env *dynamotest.Env, svc *capacity.Service, call func(ctx context.Context) error)
+	// setup makes the world the call runs in, and names what the call acts on (a scheduled
+	// reclaim, an operation); the test then puts the scripted store under svc.
+	setup func(t *testing.T) (env *dynamotest.Env, svc *capacity.Service, id string)
+	call  func(ctx context.Context, svc *capacity.Service, id string) (any, error)
 }
 
 // scripting puts the store of env, scripted, under every store of svc.
@@ -135,73 +137,69 @@ func scripting(env *dynamotest.Env, svc *capacity.Service) *scriptedWrites {
 	return w
 }
 
+// The worlds the writes run in.
+func inWorld(t *testing.T) (*dynamotest.Env, *capacity.Service, string) {
+	env, svc := world(t)
+	return env, svc, ""
+}
+
+func withSchedules(t *testing.T) (*dynamotest.Env, *capacity.Service, string) {
+	env, svc, _, _ := schedWorld(t)
+	return env, svc, ""
+}
+
+// withScheduled is schedWorld with a reclaim of u1 scheduled on r1 in an hour.
+func withScheduled(t *testing.T) (*dynamotest.Env, *capacity.Service, string) {
+	env, svc, _, clock := schedWorld(t)
+	return env, svc, scheduleOn(t, svc, owner, "r1", "u1", clock.Add(time.Hour), 1)[0]
+}
+
+func withFailedOp(t *testing.T) (*dynamotest.Env, *capacity.Service, string) {
+	env, svc, o, _ := failedOp(t)
+	return env, svc, o.ID
+}
+
+func withKey(t *testing.T) (*dynamotest.Env, *capacity.Service, string) {
+	env, svc := world(t)
+	putKeys(t, env, capacity.APIKey{KeyID: "key-a", Hash: capacity.HashKeySecret("secret-a"), OrgID: "org-1", Permissions: []string{capacity.PermRead}})
+	return env, svc, "key-a"
+}
+
+var cancelR1 = capacity.ReservationChange{NodeID: "n1", ReservationID: "r1"}
+
 var loopWrites = []loopWrite{
-	{name: "reclaim", method: "Commit", action: capacity.ActionReclaim, check: "Landed", detours: true,
-		setup: func(t *testing.T) (*dynamotest.Env, *capacity.Service, func(context.Context) error) {
-			env, svc := world(t)
-			return env, svc, func(ctx context.Context) error {
-				_, err := svc.Reclaim(ctx, owner, reclaim("u1"), capacity.RequestMeta{})
-				return err
-			}
+	{name: "reclaim", method: "Commit", action: capacity.ActionReclaim, check: "Landed", detours: true, setup: inWorld,
+		call: func(ctx context.Context, svc *capacity.Service, _ string) (any, error) {
+			return svc.Reclaim(ctx, owner, reclaim("u1"), capacity.RequestMeta{})
 		}},
-	{name: "reservation cancel", method: "CommitOperator", action: capacity.ActionReservationCancel, check: "Landed",
-		setup: func(t *testing.T) (*dynamotest.Env, *capacity.Service, func(context.Context) error) {
-			env, svc := world(t)
-			return env, svc, func(ctx context.Context) error {
-				_, err := svc.CancelReservation(ctx, op, capacity.ReservationChange{NodeID: "n1", ReservationID: "r1"}, capacity.RequestMeta{})
-				return err
-			}
+	{name: "reservation cancel", method: "CommitOperator", action: capacity.ActionReservationCancel, check: "Landed", setup: inWorld,
+		call: func(ctx context.Context, svc *capacity.Service, _ string) (any, error) {
+			return svc.CancelReservation(ctx, op, cancelR1, capacity.RequestMeta{})
 		}},
-	{name: "schedule reclaim", method: "CreateScheduled", action: capacity.ActionScheduleReclaim, check: "Landed",
-		setup: func(t *testing.T) (*dynamotest.Env, *capacity.Service, func(context.Context) error) {
-			env, svc, _, clock := schedWorld(t)
-			return env, svc, func(ctx context.Context) error {
-				_, err := svc.ScheduleReclaim(ctx, owner, reclaim("u1"), clock.Add(time.Hour), capacity.RequestMeta{})
-				return err
-			}
+	{name: "schedule reclaim", method: "CreateScheduled", action: capacity.ActionScheduleReclaim, check: "Landed", setup: withSchedules,
+		call: func(ctx context.Context, svc *capacity.Service, _ string) (any, error) {
+			return svc.ScheduleReclaim(ctx, owner, reclaim("u1"), svc.Now().Add(time.Hour), capacity.RequestMeta{})
 		}},
-	{name: "scheduled reclaim cancel", method: "UpdateScheduled", action: capacity.ActionCancelScheduledReclaim, check: "Landed",
-		setup: func(t *testing.T) (*dynamotest.Env, *capacity.Service, func(context.Context) error) {
-			env, svc, _, clock := schedWorld(t)
-			id := scheduleOn(t, svc, owner, "r1", "u1", clock.Add(time.Hour), 1)[0]
-			return env, svc, func(ctx context.Context) error {
-				_, err := svc.CancelScheduledReclaim(ctx, owner, "n1", "r1", id, capacity.RequestMeta{})
-				return err
-			}
+	{name: "scheduled reclaim cancel", method: "UpdateScheduled", action: capacity.ActionCancelScheduledReclaim, check: "Landed", setup: withScheduled,
+		call: func(ctx context.Context, svc *capacity.Service, id string) (any, error) {
+			return svc.CancelScheduledReclaim(ctx, owner, "n1", "r1", id, capacity.RequestMeta{})
 		}},
 	{name: "a reservation cancel's sweep", method: "UpdateScheduled", action: capacity.ActionCancelScheduledReclaim, check: "Landed", swept: true,
-		setup: func(t *testing.T) (*dynamotest.Env, *capacity.Service, func(context.Context) error) {
-			env, svc, _, clock := schedWorld(t)
-			scheduleOn(t, svc, owner, "r1", "u1", clock.Add(time.Hour), 1)
-			return env, svc, func(ctx context.Context) error {
-				_, err := svc.CancelReservation(ctx, op, capacity.ReservationChange{NodeID: "n1", ReservationID: "r1"}, capacity.RequestMeta{})
-				return err
-			}
+		setup: withScheduled,
+		call: func(ctx context.Context, svc *capacity.Service, _ string) (any, error) {
+			return svc.CancelReservation(ctx, op, cancelR1, capacity.RequestMeta{})
 		}},
-	{name: "re-drive", method: "RedriveOperation", action: capacity.ActionRetry, check: "Landed",
-		setup: func(t *testing.T) (*dynamotest.Env, *capacity.Service, func(context.Context) error) {
-			env, svc, o, _ := failedOp(t)
-			return env, svc, func(ctx context.Context) error {
-				_, err := svc.Redrive(ctx, owner, "n1", "r1", o.ID, capacity.RequestMeta{})
-				return err
-			}
+	{name: "re-drive", method: "RedriveOperation", action: capacity.ActionRetry, check: "Landed", setup: withFailedOp,
+		call: func(ctx context.Context, svc *capacity.Service, id string) (any, error) {
+			return svc.Redrive(ctx, owner, "n1", "r1", id, capacity.RequestMeta{})
 		}},
-	{name: "key creation", method: "CreateKey", action: capacity.ActionKeyCreate, check: "GetKey",
-		setup: func(t *testing.T) (*dynamotest.Env, *capacity.Service, func(context.Context) error) {
-			env, svc := world(t)
-			return env, svc, func(ctx context.Context) error {
-				_, err := svc.CreateKey(ctx, operator, capacity.KeyRequest{OrgID: "org-1", Permissions: []string{capacity.PermRead}}, capacity.RequestMeta{})
-				return err
-			}
+	{name: "key creation", method: "CreateKey", action: capacity.ActionKeyCreate, check: "GetKey", setup: inWorld,
+		call: func(ctx context.Context, svc *capacity.Service, _ string) (any, error) {
+			return svc.CreateKey(ctx, operator, capacity.KeyRequest{OrgID: "org-1", Permissions: []string{capacity.PermRead}}, capacity.RequestMeta{})
 		}},
-	{name: "key revocation", method: "RevokeKey", action: capacity.ActionKeyRevoke,
-		setup: func(t *testing.T) (*dynamotest.Env, *capacity.Service, func(context.Context) error) {
-			env, svc := world(t)
-			putKeys(t, env, capacity.APIKey{KeyID: "key-a", Hash: capacity.HashKeySecret("secret-a"), OrgID: "org-1", Permissions: []string{capacity.PermRead}})
-			return env, svc, func(ctx context.Context) error {
-				_, err := svc.RevokeKey(ctx, operator, capacity.KeyRevocation{KeyID: "key-a"}, capacity.RequestMeta{})
-				return err
-			}
+	{name: "key revocation", method: "RevokeKey", action: capacity.ActionKeyRevoke, setup: withKey,
+		call: func(ctx context.Context, svc *capacity.Service, id string) (any, error) {
+			return svc.RevokeKey(ctx, operator, capacity.KeyRevocation{KeyID: id}, capacity.RequestMeta{})
 		}},
 }
 
@@ -241,7 +239,7 @@ func TestEveryWriteGoesThroughOneLoop(t *testing.T) {
 				continue
 			}
 			t.Run(tc.name+"/"+lw.name, func(t *testing.T) {
-				env, svc, call := lw.setup(t)
+				env, svc, id := lw.setup(t)
 				w := scripting(env, svc)
 				w.script[lw.method] = tc.script
 				if tc.checks != nil {
@@ -253,7 +251,7 @@ func TestEveryWriteGoesThroughOneLoop(t *testing.T) {
 					ctx, cancel = context.WithTimeout(ctx, tc.deadline)
 					defer cancel()
 				}
-				err := call(ctx)
+				_, err := lw.call(ctx, svc, id)
 				if n := w.count(lw.method); n != tc.writes {
 					t.Errorf("%d writes sent, want %d", n, tc.writes)
 				}

@@ -175,7 +175,7 @@ func (s *Service) RevokeKey(ctx context.Context, p Principal, req KeyRevocation,
 	if err != nil {
 		return nil, err
 	}
-	var answer *APIKey // the key as read, already revoked
+	var answer *APIKey // the key revoked: by the write that landed, or as read already revoked
 	w := writer[APIKey, keyRevoke]{
 		kind: "key revoke", subject: "the key", logAttrs: []any{"key_id", keyID},
 		read: func(ctx context.Context) (*APIKey, error) {
@@ -192,7 +192,8 @@ func (s *Service) RevokeKey(ctx context.Context, p Principal, req KeyRevocation,
 			err := store.RevokeKey(ctx, c.key, c.audit.Time, c.audit)
 			if err == nil {
 				at := c.audit.Time
-				c.key.Revoked, c.key.RevokedAt = true, &at
+				answer = &c.key
+				answer.Revoked, answer.RevokedAt = true, &at
 			}
 			return err
 		},
@@ -200,14 +201,17 @@ func (s *Service) RevokeKey(ctx context.Context, p Principal, req KeyRevocation,
 		// Revoked by this call or by another: either way the key is answered as stored.
 		landed: func(ctx context.Context, c *keyRevoke) (bool, error) {
 			k, err := store.GetKey(ctx, keyID)
+			if ErrorCode(err) == CodeNotFound {
+				return false, nil // gone: the next read answers so
+			}
 			if err != nil || !k.Revoked {
 				return false, err
 			}
-			c.key = *k
+			answer = k
 			return true, nil
 		},
 	}
-	landed, err := commitRounds(s, ctx, w, anew(func(k *APIKey, now time.Time) (*keyRevoke, error) {
+	_, err = commitRounds(s, ctx, w, anew(func(k *APIKey, now time.Time) (*keyRevoke, error) {
 		if k.Revoked {
 			answer = k // repeat-safe: a second revoke, or one that won meanwhile
 			return nil, nil
@@ -222,17 +226,14 @@ func (s *Service) RevokeKey(ctx context.Context, p Principal, req KeyRevocation,
 		}
 		return &keyRevoke{key: *k, audit: s.keyAudit(p, meta, ActionKeyRevoke, *k, req.Reason, now)}, nil
 	}))
-	switch {
-	case err != nil:
+	if err != nil {
 		return nil, err
-	case landed != nil:
-		return &landed.key, nil
 	}
 	return answer, nil
 }
 
-// keyRevoke is one round's revocation: the key as read (revoked once it landed) and the audit
-// record, whose time is the revocation's.
+// keyRevoke is one round's revocation: the key as read and the audit record, whose time is
+// the revocation's.
 type keyRevoke struct {
 	key   APIKey
 	audit AuditRecord
