@@ -28,14 +28,7 @@ func (s *Service) capacityCall(ctx context.Context, p Principal, req CapacityReq
 // reclaim's firing) or refuses it.
 func (s *Service) capacityCallWith(ctx context.Context, p Principal, req CapacityRequest, meta RequestMeta, action string,
 	hook func(c *Commit, res *CapacityResult, now time.Time) error) (*CapacityResult, error) {
-	// A caller without the permission learns nothing, not even whether its input was valid.
-	if err := AdmitCapacityCall(p, req.NodeID, req.ReservationID); err != nil {
-		return nil, err
-	}
-	if err := req.Validate(); err != nil {
-		return nil, err
-	}
-	if err := req.validateFor(action); err != nil {
+	if err := req.admitFor(p, action); err != nil {
 		return nil, err
 	}
 	key, err := keyed(p, meta, req.IdempotencyKey, fingerprintOf(action, req))

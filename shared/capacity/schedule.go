@@ -170,17 +170,10 @@ func (s *Service) scheduledReads() error {
 
 // ScheduleReclaim schedules a reclaim of req's units at at. It runs every check a dry run of
 // the same request runs now, and at must be in the future, at most MaxScheduleAhead ahead and
-// inside the reservation's term. The schedule is created first and the scheduled reclaim
-// written after, so a scheduled reclaim never lacks its schedule; a write that loses a race
-// deletes the schedule it created and decides again.
+// inside the reservation's term. The schedule is created before the scheduled reclaim is
+// written (scheduledCreates).
 func (s *Service) ScheduleReclaim(ctx context.Context, p Principal, req CapacityRequest, at time.Time, meta RequestMeta) (*ScheduleResult, error) {
-	if err := AdmitCapacityCall(p, req.NodeID, req.ReservationID); err != nil {
-		return nil, err
-	}
-	if err := req.Validate(); err != nil {
-		return nil, err
-	}
-	if err := req.validateFor(ActionReclaim); err != nil {
+	if err := req.admitFor(p, ActionReclaim); err != nil {
 		return nil, err
 	}
 	if req.DryRun {

@@ -160,6 +160,19 @@ func (r CapacityRequest) Validate() error {
 	return ValidateIdempotencyKey(r.IdempotencyKey)
 }
 
+// admitFor checks a capacity call before anything is read: the caller's gate first (a caller
+// without the permission learns nothing, not even whether its input was valid), then the
+// request on its own and for the action.
+func (r CapacityRequest) admitFor(p Principal, action string) error {
+	if err := AdmitCapacityCall(p, r.NodeID, r.ReservationID); err != nil {
+		return err
+	}
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	return r.validateFor(action)
+}
+
 // validateFor checks what depends on the action: grace delays terminations, which only a
 // reclaim has.
 func (r CapacityRequest) validateFor(action string) error {
