@@ -10,13 +10,15 @@ import (
 // KeyGrants is what an API key may do: the org it acts as, its permissions, the operator
 // flag and its expiry. Every field of APIKey that widens or narrows what a key may do belongs
 // here (GrantsOf), so that the key's audit records cover all of it.
+//
+// The tags are its attribute names in an audit item (AuditRecord.Grants).
 type KeyGrants struct {
-	OrgID       string
-	Permissions []string
-	Operator    bool
-	ExpiresAt   *time.Time
+	OrgID       string     `dynamodbav:"orgId"`
+	Permissions []string   `dynamodbav:"permissions"`
+	Operator    bool       `dynamodbav:"operator"`
+	ExpiresAt   *time.Time `dynamodbav:"expiresAt"`
 	// RateLimit: the key's own rate limit (nil: its environment's).
-	RateLimit *RateLimit
+	RateLimit *RateLimit `dynamodbav:"rateLimit,omitempty"`
 }
 
 // GrantsOf returns what k grants.

@@ -12,8 +12,8 @@ import (
 // RateLimit is how fast one API key may call: PerSecond on average, and up to Burst calls at
 // once after a quiet moment (a bucket of Burst tokens refilled at PerSecond).
 type RateLimit struct {
-	PerSecond float64
-	Burst     int
+	PerSecond float64 `dynamodbav:"perSecond"` // as key and audit items store it
+	Burst     int     `dynamodbav:"burst"`
 }
 
 // Bounds of a rate limit, wherever it is set (cdk.json, a key's own).

@@ -142,8 +142,8 @@ type AuditHead struct {
 // service appends to the chain after pins existed, so no unchained record can be planted
 // later as if it predated the chain.
 type ChainStart struct {
-	Unchained int64
-	Digest    string
+	Unchained int64  `dynamodbav:"unchained"` // as an audit record stores it (AuditRecord.Start)
+	Digest    string `dynamodbav:"digest"`
 }
 
 // Pinned reports whether the chain's start is pinned.
@@ -307,9 +307,9 @@ type Operation struct {
 
 // Victim is a VM a reclaim evicted, as it was at commit.
 type Victim struct {
-	VMID    string
-	OrgID   string
-	UnitIDs []string
+	VMID    string   `dynamodbav:"vmId"` // as operation and audit items store it
+	OrgID   string   `dynamodbav:"orgId"`
+	UnitIDs []string `dynamodbav:"unitIds"`
 }
 
 // Victim returns the operation's record of the evicted VM (only its id for operations
@@ -424,50 +424,54 @@ type IdempotencyRecord struct {
 
 // AuditRecord is one entry of the append-only audit trail: one per capacity call, whether it
 // changed something, was a dry run, or was refused after the caller was identified.
+//
+// The tags are the audit item's attribute names (shared/dynamo stores the record as it is,
+// under its keys): the first layout's names, so items written then decode unchanged. Changing
+// one is a migration.
 type AuditRecord struct {
-	ID             string
-	Time           time.Time
-	RequestID      string
-	ActorKeyID     string
-	CallerOrgID    string
-	ActingFor      string // the node owner on whose behalf capacity moved
-	Action         string
-	NodeID         string
-	ReservationID  string
-	UnitIDs        []string
-	DryRun         bool
-	Reason         string
-	ReclaimID      string
-	Terminated     []string
-	Skipped        []string
-	ReleasedBefore []string
-	ReleasedAfter  []string
-	TopologyGen    int64
-	VMID           string
-	Outcome        string // "ok" or the error code
+	ID             string    `dynamodbav:"ID"`
+	Time           time.Time `dynamodbav:"Time"`
+	RequestID      string    `dynamodbav:"RequestID"`
+	ActorKeyID     string    `dynamodbav:"ActorKeyID"`
+	CallerOrgID    string    `dynamodbav:"CallerOrgID"`
+	ActingFor      string    `dynamodbav:"ActingFor"` // the node owner on whose behalf capacity moved
+	Action         string    `dynamodbav:"Action"`
+	NodeID         string    `dynamodbav:"NodeID"`
+	ReservationID  string    `dynamodbav:"ReservationID"`
+	UnitIDs        []string  `dynamodbav:"UnitIDs"`
+	DryRun         bool      `dynamodbav:"DryRun"`
+	Reason         string    `dynamodbav:"Reason"`
+	ReclaimID      string    `dynamodbav:"ReclaimID"`
+	Terminated     []string  `dynamodbav:"Terminated"`
+	Skipped        []string  `dynamodbav:"Skipped"`
+	ReleasedBefore []string  `dynamodbav:"ReleasedBefore"`
+	ReleasedAfter  []string  `dynamodbav:"ReleasedAfter"`
+	TopologyGen    int64     `dynamodbav:"TopologyGen"`
+	VMID           string    `dynamodbav:"VMID"`
+	Outcome        string    `dynamodbav:"Outcome"` // "ok" or the error code
 	// Via is how the call came: ViaHTTP, ViaEvent, ViaSchedule or ViaDirect.
-	Via string
+	Via string `dynamodbav:"via,omitempty"`
 	// EventID names the event that carried the call (Via event or schedule).
-	EventID string
+	EventID string `dynamodbav:"eventId,omitempty"`
 	// TargetKeyID names the API key a key-management record is about (key.create,
 	// key.revoke); "" on every other record.
-	TargetKeyID string
+	TargetKeyID string `dynamodbav:"targetKeyId,omitempty"`
 	// Victims are the VMs a reclaim evicted, with their buyer org and units.
-	Victims []Victim
+	Victims []Victim `dynamodbav:"victims,omitempty"`
 	// Grants is what the key of a key.create record grants, so that a key item changed in
 	// place is told from its record; nil on every other record (and on key records written
 	// before it existed).
-	Grants *KeyGrants
+	Grants *KeyGrants `dynamodbav:"grants,omitempty"`
 	// Start is set on the one record whose append pinned the chain's start (nil on every
 	// other): the pin inside the chain's hashes, so a head that loses or changes its pin no
 	// longer matches the chain.
-	Start *ChainStart
+	Start *ChainStart `dynamodbav:"start,omitempty"`
 	// Seq numbers the record in its chain (1, 2, 3...); 0 for a record outside any chain.
-	Seq int64
+	Seq int64 `dynamodbav:"seq,omitempty"`
 	// PrevHash is the Hash of record Seq-1 ("" for Seq 1); Hash covers the record's content
 	// with PrevHash and Seq (see HashAuditRecord).
-	PrevHash string
-	Hash     string
+	PrevHash string `dynamodbav:"prevHash,omitempty"`
+	Hash     string `dynamodbav:"hash,omitempty"`
 }
 
 // How a call came (AuditRecord.Via, RequestMeta.Via).

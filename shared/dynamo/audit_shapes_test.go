@@ -117,6 +117,27 @@ func changeLeaf(v reflect.Value, path string) {
 	}
 }
 
+// untaggedFields names the fields of t, and of the structs it holds, that name no attribute in
+// a dynamodbav tag.
+func untaggedFields(t reflect.Type, path string) []string {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct || t == reflect.TypeFor[time.Time]() {
+		return nil
+	}
+	var out []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name := strings.TrimPrefix(path+"."+f.Name, ".")
+		if tag, _, _ := strings.Cut(f.Tag.Get("dynamodbav"), ","); tag == "" {
+			out = append(out, name)
+		}
+		out = append(out, untaggedFields(f.Type, name)...)
+	}
+	return out
+}
+
 func fullAuditRecord() capacity.AuditRecord {
 	var r capacity.AuditRecord
 	n := 0
@@ -141,6 +162,13 @@ func TestAuditRecordShapes(t *testing.T) {
 		}
 		if got := it.record(); !reflect.DeepEqual(got, full) {
 			t.Errorf("through the audit item: %s", strings.Join(leafDiffs(got, full), "; "))
+		}
+	})
+	t.Run("stored names", func(t *testing.T) {
+		// The item stores the record as it is: every field names its attribute in a tag, so
+		// that renaming a Go field renames nothing stored.
+		for _, path := range untaggedFields(reflect.TypeFor[capacity.AuditRecord](), "") {
+			t.Errorf("%s: no dynamodbav tag", path)
 		}
 	})
 	t.Run("wire", func(t *testing.T) {

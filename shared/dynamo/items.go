@@ -41,7 +41,8 @@ import (
 //
 // Item structs name every stored attribute explicitly (tags), apart from the domain's Go
 // field names, and expressions use the attr* constants: renaming a domain field changes no
-// stored name. The names are the ones the first layout stored (the Go field names then), so
+// stored name. The domain types stored whole (the audit record with its victims, grants and
+// start; rate limits) carry their attribute names as tags of their own. The names are the ones the first layout stored (the Go field names then), so
 // items written before decode unchanged; a golden test holds them.
 const (
 	typeNode        = "node"
@@ -271,16 +272,10 @@ type operationItem struct {
 	// ExpiresAt is set when the operation ends: GET answers for the retention after that.
 	ExpiresAt int64 `dynamodbav:"expiresAt,omitempty"`
 	// Written at commit; absent from operations committed before grace and events existed.
-	TerminateAfter *time.Time     `dynamodbav:"terminateAfter,omitempty"`
-	OwnerOrgID     string         `dynamodbav:"ownerOrgId,omitempty"`
-	Victims        []victimRecord `dynamodbav:"victims,omitempty"`
-}
-
-// victimRecord is an evicted VM as it was at commit, in the operation item.
-type victimRecord struct {
-	VMID    string   `dynamodbav:"vmId"`
-	OrgID   string   `dynamodbav:"orgId"`
-	UnitIDs []string `dynamodbav:"unitIds"`
+	TerminateAfter *time.Time `dynamodbav:"terminateAfter,omitempty"`
+	OwnerOrgID     string     `dynamodbav:"ownerOrgId,omitempty"`
+	// Victims are the evicted VMs as they were at commit (capacity.Victim's tags).
+	Victims []capacity.Victim `dynamodbav:"victims,omitempty"`
 }
 
 // newOperationItem is the operation without its outcomes, which are items of their own.
@@ -291,14 +286,11 @@ func newOperationItem(o capacity.Operation) operationItem {
 		ID: o.ID, NodeID: o.NodeID, ReservationID: o.ReservationID, State: string(o.State),
 		VMIDs: o.VMIDs, UnitIDs: o.UnitIDs, ExecutionARN: o.ExecutionARN, Attempt: o.Attempt,
 		Restarts: o.Restarts, Reason: o.Reason, CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt,
-		OwnerOrgID: o.OwnerOrgID,
+		OwnerOrgID: o.OwnerOrgID, Victims: o.Victims,
 	}
 	if !o.TerminateAfter.IsZero() {
 		t := o.TerminateAfter.UTC()
 		it.TerminateAfter = &t
-	}
-	for _, v := range o.Victims {
-		it.Victims = append(it.Victims, victimRecord{VMID: v.VMID, OrgID: v.OrgID, UnitIDs: v.UnitIDs})
 	}
 	return it
 }
@@ -308,15 +300,12 @@ func (i operationItem) operation() capacity.Operation {
 		ID: i.ID, NodeID: i.NodeID, ReservationID: i.ReservationID, State: capacity.OperationState(i.State),
 		VMIDs: i.VMIDs, UnitIDs: i.UnitIDs, ExecutionARN: i.ExecutionARN, Attempt: i.Attempt,
 		Restarts: i.Restarts, Reason: i.Reason, CreatedAt: i.CreatedAt, UpdatedAt: i.UpdatedAt,
-		OwnerOrgID: i.OwnerOrgID,
+		OwnerOrgID: i.OwnerOrgID, Victims: i.Victims,
 	}
 	if i.TerminateAfter != nil {
 		o.TerminateAfter = *i.TerminateAfter
 	}
 	o.Expiring = i.ExpiresAt != 0
-	for _, v := range i.Victims {
-		o.Victims = append(o.Victims, capacity.Victim{VMID: v.VMID, OrgID: v.OrgID, UnitIDs: v.UnitIDs})
-	}
 	return o
 }
 
@@ -408,27 +397,7 @@ type apiKeyItem struct {
 	// LastUsedAt is epoch seconds, a number so that TouchKey's condition compares it.
 	LastUsedAt int64 `dynamodbav:"LastUsedAt,omitempty"`
 	// RateLimit is the key's own rate limit; absent when it has none (the environment's).
-	RateLimit *rateRecord `dynamodbav:"RateLimit,omitempty"`
-}
-
-// rateRecord is a capacity.RateLimit as key and audit items store it.
-type rateRecord struct {
-	PerSecond float64 `dynamodbav:"perSecond"`
-	Burst     int     `dynamodbav:"burst"`
-}
-
-func newRateRecord(l *capacity.RateLimit) *rateRecord {
-	if l == nil {
-		return nil
-	}
-	return &rateRecord{PerSecond: l.PerSecond, Burst: l.Burst}
-}
-
-func (r *rateRecord) limit() *capacity.RateLimit {
-	if r == nil {
-		return nil
-	}
-	return &capacity.RateLimit{PerSecond: r.PerSecond, Burst: r.Burst}
+	RateLimit *capacity.RateLimit `dynamodbav:"RateLimit,omitempty"`
 }
 
 func newAPIKeyItem(k capacity.APIKey) apiKeyItem {
@@ -437,7 +406,7 @@ func newAPIKeyItem(k capacity.APIKey) apiKeyItem {
 		KeyID: k.KeyID, Hash: k.Hash, OrgID: k.OrgID, Permissions: k.Permissions,
 		Operator: k.Operator, Revoked: k.Revoked, ExpiresAt: k.ExpiresAt,
 		Description: k.Description, CreatedByKeyID: k.CreatedByKeyID, RevokedAt: k.RevokedAt,
-		RateLimit: newRateRecord(k.RateLimit),
+		RateLimit: k.RateLimit,
 	}
 	if !k.CreatedAt.IsZero() {
 		at := k.CreatedAt
@@ -454,7 +423,7 @@ func (i apiKeyItem) apiKey() capacity.APIKey {
 		KeyID: i.KeyID, Hash: i.Hash, OrgID: i.OrgID, Permissions: i.Permissions,
 		Operator: i.Operator, Revoked: i.Revoked, ExpiresAt: i.ExpiresAt,
 		Description: i.Description, CreatedByKeyID: i.CreatedByKeyID, RevokedAt: i.RevokedAt,
-		RateLimit: i.RateLimit.limit(),
+		RateLimit: i.RateLimit,
 	}
 	if i.CreatedAt != nil {
 		k.CreatedAt = *i.CreatedAt
