@@ -4,10 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -17,120 +15,6 @@ import (
 // Hash) is kept on the node item and advanced in the same transaction as the record is put, so
 // removing, altering or inserting a record breaks either the links or the head. Each node has
 // two chains (NodeChain): its changes, and the calls that changed nothing.
-
-// canonicalAudit is the fixed form a record's hash is computed over: every member present
-// (but an empty targetKeyId), in this order, lists never null, times RFC3339Nano in UTC.
-// Changing it changes every hash.
-type canonicalAudit struct {
-	ID             string            `json:"id"`
-	Seq            int64             `json:"seq"`
-	PrevHash       string            `json:"prevHash"`
-	Time           string            `json:"time"`
-	RequestID      string            `json:"requestId"`
-	ActorKeyID     string            `json:"actorKeyId"`
-	CallerOrgID    string            `json:"callerOrgId"`
-	ActingFor      string            `json:"actingFor"`
-	Action         string            `json:"action"`
-	NodeID         string            `json:"nodeId"`
-	ReservationID  string            `json:"reservationId"`
-	UnitIDs        []string          `json:"unitIds"`
-	DryRun         bool              `json:"dryRun"`
-	Reason         string            `json:"reason"`
-	ReclaimID      string            `json:"reclaimId"`
-	Terminated     []string          `json:"terminated"`
-	Skipped        []string          `json:"skipped"`
-	ReleasedBefore []string          `json:"releasedBefore"`
-	ReleasedAfter  []string          `json:"releasedAfter"`
-	TopologyGen    int64             `json:"topologyGen"`
-	VMID           string            `json:"vmId"`
-	Outcome        string            `json:"outcome"`
-	Via            string            `json:"via"`
-	EventID        string            `json:"eventId"`
-	Victims        []canonicalVictim `json:"victims"`
-	// TargetKeyID, Grants and Start are the members left out when empty: they came after chains did,
-	// and records without them (every one but key management's, and key records written
-	// before) keep the hash they were written with.
-	TargetKeyID string           `json:"targetKeyId,omitempty"`
-	Grants      *canonicalGrants `json:"grants,omitempty"`
-	Start       *canonicalStart  `json:"start,omitempty"`
-}
-
-type canonicalStart struct {
-	Unchained int64  `json:"unchained"`
-	Digest    string `json:"digest"`
-}
-
-// canonicalGrants is KeyGrants in the canonical form: permissions sorted, expiry "" for none.
-type canonicalGrants struct {
-	OrgID       string   `json:"orgId"`
-	Permissions []string `json:"permissions"`
-	Operator    bool     `json:"operator"`
-	ExpiresAt   string   `json:"expiresAt"`
-	// RateLimit is left out when the key has none of its own: records from before keys could
-	// have one hash as they did.
-	RateLimit *canonicalRate `json:"rateLimit,omitempty"`
-}
-
-type canonicalRate struct {
-	PerSecond float64 `json:"perSecond"`
-	Burst     int     `json:"burst"`
-}
-
-func canonicalGrantsOf(g *KeyGrants) *canonicalGrants {
-	if g == nil {
-		return nil
-	}
-	c := &canonicalGrants{OrgID: g.OrgID, Permissions: slices.Sorted(slices.Values(list(g.Permissions))), Operator: g.Operator}
-	if c.Permissions == nil {
-		c.Permissions = []string{}
-	}
-	if g.ExpiresAt != nil {
-		c.ExpiresAt = g.ExpiresAt.UTC().Format(time.RFC3339Nano)
-	}
-	if l := g.RateLimit; l != nil {
-		c.RateLimit = &canonicalRate{PerSecond: l.PerSecond, Burst: l.Burst}
-	}
-	return c
-}
-
-type canonicalVictim struct {
-	VMID    string   `json:"vmId"`
-	OrgID   string   `json:"orgId"`
-	UnitIDs []string `json:"unitIds"`
-}
-
-func list(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
-}
-
-// HashAuditRecord returns the hex SHA-256 of the record's canonical JSON, which includes Seq
-// and PrevHash and excludes Hash.
-func HashAuditRecord(r AuditRecord) string {
-	c := canonicalAudit{
-		ID: r.ID, Seq: r.Seq, PrevHash: r.PrevHash, Time: r.Time.UTC().Format(time.RFC3339Nano),
-		RequestID: r.RequestID, ActorKeyID: r.ActorKeyID, CallerOrgID: r.CallerOrgID, ActingFor: r.ActingFor,
-		Action: r.Action, NodeID: r.NodeID, ReservationID: r.ReservationID, UnitIDs: list(r.UnitIDs),
-		DryRun: r.DryRun, Reason: r.Reason, ReclaimID: r.ReclaimID, Terminated: list(r.Terminated),
-		Skipped: list(r.Skipped), ReleasedBefore: list(r.ReleasedBefore), ReleasedAfter: list(r.ReleasedAfter),
-		TopologyGen: r.TopologyGen, VMID: r.VMID, Outcome: r.Outcome, Via: r.Via, EventID: r.EventID,
-		Victims: []canonicalVictim{}, TargetKeyID: r.TargetKeyID, Grants: canonicalGrantsOf(r.Grants),
-	}
-	if r.Start != nil {
-		c.Start = &canonicalStart{Unchained: r.Start.Unchained, Digest: r.Start.Digest}
-	}
-	for _, v := range r.Victims {
-		c.Victims = append(c.Victims, canonicalVictim{VMID: v.VMID, OrgID: v.OrgID, UnitIDs: list(v.UnitIDs)})
-	}
-	b, err := json.Marshal(c)
-	if err != nil { // strings, numbers and bools only: cannot fail
-		panic(fmt.Sprintf("encode audit record %s: %v", r.ID, err))
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
-}
 
 // ChainAuditRecord returns the record appended to the chain whose head is given, and the new
 // head: Seq head.Seq+1, PrevHash head.Hash, Hash over both.

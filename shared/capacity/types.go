@@ -427,7 +427,8 @@ type IdempotencyRecord struct {
 //
 // The tags are the audit item's attribute names (shared/dynamo stores the record as it is,
 // under its keys): the first layout's names, so items written then decode unchanged. Changing
-// one is a migration.
+// one is a migration. Its JSON form, the API's and the text its hash covers, is
+// AuditRecordJSON.
 type AuditRecord struct {
 	ID             string    `dynamodbav:"ID"`
 	Time           time.Time `dynamodbav:"Time"`

@@ -32,10 +32,7 @@ type AuditHeadJSON struct {
 }
 
 // ChainStartJSON pins the unchained records before a chain: their number and digest.
-type ChainStartJSON struct {
-	Unchained int64  `json:"unchained"`
-	Digest    string `json:"digest"`
-}
+type ChainStartJSON = capacity.ChainStartJSON
 
 // Node is n as the API shows it.
 func Node(n capacity.Node) NodeJSON {
@@ -160,26 +157,10 @@ type KeyJSON struct {
 }
 
 // RateLimitJSON is a key's own rate limit.
-type RateLimitJSON struct {
-	PerSecond float64 `json:"perSecond"`
-	Burst     int     `json:"burst"`
-}
+type RateLimitJSON = capacity.RateLimitJSON
 
 // RateLimit is l as the API shows it (nil: none).
-func RateLimit(l *capacity.RateLimit) *RateLimitJSON {
-	if l == nil {
-		return nil
-	}
-	return &RateLimitJSON{PerSecond: l.PerSecond, Burst: l.Burst}
-}
-
-// Limit is j as the domain has it (nil: none).
-func (j *RateLimitJSON) Limit() *capacity.RateLimit {
-	if j == nil {
-		return nil
-	}
-	return &capacity.RateLimit{PerSecond: j.PerSecond, Burst: j.Burst}
-}
+func RateLimit(l *capacity.RateLimit) *RateLimitJSON { return l.JSON() }
 
 // KeyAnswerJSON answers POST /v1/keys. Secret is only in the answer that created the key; a
 // replay of that answer carries SecretShown instead, since secrets are never stored.
@@ -200,129 +181,19 @@ type KeyPageJSON struct {
 	NextCursor string    `json:"nextCursor,omitempty"`
 }
 
-// AuditRecordJSON is one audit record. Every member is always present and lists are [] when
-// empty, so that a client can recompute the record's hash from exactly this form
-// (AuditRecordFrom, then capacity.HashAuditRecord). Time keeps its nanoseconds.
-type AuditRecordJSON struct {
-	ID             string       `json:"id"`
-	Seq            int64        `json:"seq"`
-	PrevHash       string       `json:"prevHash"`
-	Hash           string       `json:"hash"`
-	Time           string       `json:"time"`
-	RequestID      string       `json:"requestId"`
-	ActorKeyID     string       `json:"actorKeyId"`
-	CallerOrgID    string       `json:"callerOrgId"`
-	ActingFor      string       `json:"actingFor"`
-	Action         string       `json:"action"`
-	NodeID         string       `json:"nodeId"`
-	ReservationID  string       `json:"reservationId"`
-	UnitIDs        []string     `json:"unitIds"`
-	DryRun         bool         `json:"dryRun"`
-	Reason         string       `json:"reason"`
-	ReclaimID      string       `json:"reclaimId"`
-	Terminated     []string     `json:"terminated"`
-	Skipped        []string     `json:"skipped"`
-	ReleasedBefore []string     `json:"releasedBefore"`
-	ReleasedAfter  []string     `json:"releasedAfter"`
-	TopologyGen    int64        `json:"topologyGen"`
-	VMID           string       `json:"vmId"`
-	Outcome        string       `json:"outcome"`
-	Via            string       `json:"via"`
-	EventID        string       `json:"eventId"`
-	Victims        []VictimJSON `json:"victims"`
-	TargetKeyID    string       `json:"targetKeyId"`
-	// Grants is on key-management records only (absent elsewhere, and on key records
-	// written before it existed).
-	Grants *GrantsJSON `json:"grants,omitempty"`
-	// Start is on the one record whose append pinned the chain's start.
-	Start *ChainStartJSON `json:"start,omitempty"`
-}
-
-// GrantsJSON is what a key grants, as its audit records carry it.
-type GrantsJSON struct {
-	OrgID       string   `json:"orgId"`
-	Permissions []string `json:"permissions"`
-	Operator    bool     `json:"operator"`
-	ExpiresAt   string   `json:"expiresAt,omitempty"`
-	// RateLimit is the key's own rate limit (absent: its environment's). The hash covers it.
-	RateLimit *RateLimitJSON `json:"rateLimit,omitempty"`
-}
-
-// VictimJSON is a VM a reclaim evicted, with its buyer org and units.
-type VictimJSON struct {
-	VMID    string   `json:"vmId"`
-	OrgID   string   `json:"orgId"`
-	UnitIDs []string `json:"unitIds"`
-}
+// The audit record's JSON form is the domain's: less its hash, it is the text the hash
+// covers (capacity.AuditRecordJSON).
+type (
+	AuditRecordJSON = capacity.AuditRecordJSON
+	GrantsJSON      = capacity.GrantsJSON
+	VictimJSON      = capacity.VictimJSON
+)
 
 // AuditRecord is r as the API shows it.
-func AuditRecord(r capacity.AuditRecord) AuditRecordJSON {
-	out := AuditRecordJSON{
-		ID: r.ID, Seq: r.Seq, PrevHash: r.PrevHash, Hash: r.Hash, Time: r.Time.UTC().Format(time.RFC3339Nano),
-		RequestID: r.RequestID, ActorKeyID: r.ActorKeyID, CallerOrgID: r.CallerOrgID, ActingFor: r.ActingFor,
-		Action: r.Action, NodeID: r.NodeID, ReservationID: r.ReservationID, UnitIDs: list(r.UnitIDs),
-		DryRun: r.DryRun, Reason: r.Reason, ReclaimID: r.ReclaimID, Terminated: list(r.Terminated),
-		Skipped: list(r.Skipped), ReleasedBefore: list(r.ReleasedBefore), ReleasedAfter: list(r.ReleasedAfter),
-		TopologyGen: r.TopologyGen, VMID: r.VMID, Outcome: r.Outcome, Via: r.Via, EventID: r.EventID,
-		Victims: make([]VictimJSON, 0, len(r.Victims)), TargetKeyID: r.TargetKeyID,
-	}
-	for _, v := range r.Victims {
-		out.Victims = append(out.Victims, VictimJSON{VMID: v.VMID, OrgID: v.OrgID, UnitIDs: list(v.UnitIDs)})
-	}
-	if st := r.Start; st != nil {
-		out.Start = &ChainStartJSON{Unchained: st.Unchained, Digest: st.Digest}
-	}
-	if g := r.Grants; g != nil {
-		out.Grants = &GrantsJSON{OrgID: g.OrgID, Permissions: list(g.Permissions), Operator: g.Operator, RateLimit: RateLimit(g.RateLimit)}
-		if g.ExpiresAt != nil {
-			out.Grants.ExpiresAt = g.ExpiresAt.UTC().Format(time.RFC3339Nano)
-		}
-	}
-	return out
-}
+func AuditRecord(r capacity.AuditRecord) AuditRecordJSON { return r.JSON() }
 
-// AuditRecordFrom is the record j shows: the inverse of AuditRecord, with time in UTC and
-// empty lists as nil (the record's hash treats nil and empty alike).
-func AuditRecordFrom(j AuditRecordJSON) (capacity.AuditRecord, error) {
-	at, err := time.Parse(time.RFC3339Nano, j.Time)
-	if err != nil {
-		return capacity.AuditRecord{}, fmt.Errorf("audit record %s: time %q: %w", j.ID, j.Time, err)
-	}
-	r := capacity.AuditRecord{
-		ID: j.ID, Seq: j.Seq, PrevHash: j.PrevHash, Hash: j.Hash, Time: at.UTC(),
-		RequestID: j.RequestID, ActorKeyID: j.ActorKeyID, CallerOrgID: j.CallerOrgID, ActingFor: j.ActingFor,
-		Action: j.Action, NodeID: j.NodeID, ReservationID: j.ReservationID, UnitIDs: nilIfEmpty(j.UnitIDs),
-		DryRun: j.DryRun, Reason: j.Reason, ReclaimID: j.ReclaimID, Terminated: nilIfEmpty(j.Terminated),
-		Skipped: nilIfEmpty(j.Skipped), ReleasedBefore: nilIfEmpty(j.ReleasedBefore),
-		ReleasedAfter: nilIfEmpty(j.ReleasedAfter), TopologyGen: j.TopologyGen, VMID: j.VMID,
-		Outcome: j.Outcome, Via: j.Via, EventID: j.EventID, TargetKeyID: j.TargetKeyID,
-	}
-	for _, v := range j.Victims {
-		r.Victims = append(r.Victims, capacity.Victim{VMID: v.VMID, OrgID: v.OrgID, UnitIDs: nilIfEmpty(v.UnitIDs)})
-	}
-	if st := j.Start; st != nil {
-		r.Start = &capacity.ChainStart{Unchained: st.Unchained, Digest: st.Digest}
-	}
-	if g := j.Grants; g != nil {
-		r.Grants = &capacity.KeyGrants{OrgID: g.OrgID, Permissions: nilIfEmpty(g.Permissions), Operator: g.Operator, RateLimit: g.RateLimit.Limit()}
-		if g.ExpiresAt != "" {
-			at, err := time.Parse(time.RFC3339Nano, g.ExpiresAt)
-			if err != nil {
-				return capacity.AuditRecord{}, fmt.Errorf("audit record %s: grants expiresAt %q: %w", j.ID, g.ExpiresAt, err)
-			}
-			at = at.UTC()
-			r.Grants.ExpiresAt = &at
-		}
-	}
-	return r, nil
-}
-
-func nilIfEmpty(s []string) []string {
-	if len(s) == 0 {
-		return nil
-	}
-	return s
-}
+// AuditRecordFrom is the record j shows (AuditRecordJSON.Record).
+func AuditRecordFrom(j AuditRecordJSON) (capacity.AuditRecord, error) { return j.Record() }
 
 // AuditPageJSON is a page of a reservation's audit records, newest first.
 type AuditPageJSON struct {
@@ -438,4 +309,11 @@ func AuditPage(p *capacity.AuditPage) AuditPageJSON {
 // AuditChainPage is p as the API shows it.
 func AuditChainPage(p *capacity.AuditChainPage) AuditChainPageJSON {
 	return AuditChainPageJSON{Head: AuditHead(p.Head), Records: auditRecords(p.Records), NextCursor: p.NextCursor}
+}
+
+func nilIfEmpty(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
 }
