@@ -289,22 +289,14 @@ func (s *Service) ListReservationAudit(ctx context.Context, p Principal, nodeID,
 	if access != AccessManage {
 		return nil, notFound()
 	}
-	limit, err := page.limit()
+	read, err := s.readAudit(page, "reservation "+r.ID, func(as AuditStore, limit int) (AuditHead, []AuditRecord, string, error) {
+		recs, next, err := as.ReservationAudit(ctx, nodeID, r.ID, limit, page.Cursor)
+		return AuditHead{}, recs, next, err
+	})
 	if err != nil {
 		return nil, err
 	}
-	as, err := s.auditStore()
-	if err != nil {
-		return nil, err
-	}
-	recs, next, err := as.ReservationAudit(ctx, nodeID, r.ID, limit, page.Cursor)
-	if err != nil {
-		if e := (*Error)(nil); errors.As(err, &e) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("list audit of reservation %s: %w", r.ID, err)
-	}
-	return &AuditPage{Records: nonNilRecords(recs), NextCursor: next}, nil
+	return &AuditPage{Records: read.Records, NextCursor: read.NextCursor}, nil
 }
 
 // ListNodeAudit returns the head of one of the node's chains ("": changes) and a page of its
@@ -318,7 +310,7 @@ func (s *Service) ListNodeAudit(ctx context.Context, p Principal, nodeID string,
 	if err != nil {
 		return nil, err
 	}
-	return s.chainPage(page, "node "+nodeID+" "+string(chain), func(as AuditStore, limit int) (AuditHead, []AuditRecord, string, error) {
+	return s.readAudit(page, "node "+nodeID+" "+string(chain), func(as AuditStore, limit int) (AuditHead, []AuditRecord, string, error) {
 		head, recs, next, err := as.NodeAudit(ctx, nodeID, chain, limit, page.Cursor)
 		if ErrorCode(err) == CodeNotFound {
 			err = nodeNotFound()
@@ -333,12 +325,14 @@ func (s *Service) ListKeyAudit(ctx context.Context, p Principal, page PageReques
 	if !p.CanOperate(PermAuditRead) {
 		return nil, Errorf(CodeNotFound, "not found")
 	}
-	return s.chainPage(page, "API keys", func(as AuditStore, limit int) (AuditHead, []AuditRecord, string, error) {
+	return s.readAudit(page, "API keys", func(as AuditStore, limit int) (AuditHead, []AuditRecord, string, error) {
 		return as.KeyAudit(ctx, limit, page.Cursor)
 	})
 }
 
-func (s *Service) chainPage(page PageRequest, what string, read func(AuditStore, int) (AuditHead, []AuditRecord, string, error)) (*AuditChainPage, error) {
+// readAudit reads a page of audit records (and a chain's head, where read gives one) with the
+// page's limit, wrapping a failure that is not a domain error with what was read.
+func (s *Service) readAudit(page PageRequest, what string, read func(AuditStore, int) (AuditHead, []AuditRecord, string, error)) (*AuditChainPage, error) {
 	limit, err := page.limit()
 	if err != nil {
 		return nil, err
