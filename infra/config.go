@@ -54,7 +54,6 @@ type EnvConfig struct {
 	// Optional: the termination workflow (defaults DefaultTerminate*) and an existing agent
 	// master secret's name (default: the stack creates one).
 	Termination *struct {
-		Concurrency      float64 `json:"concurrency,omitempty"`
 		Rounds           float64 `json:"rounds,omitempty"`
 		RetryWaitSeconds float64 `json:"retryWaitSeconds,omitempty"`
 	} `json:"termination,omitempty"`
@@ -241,7 +240,7 @@ func (c EnvConfig) props(env string) (CapacityStackProps, []error) {
 	}
 
 	if t := c.Termination; t != nil {
-		p.TerminateConcurrency, p.TerminateRounds, p.TerminateRetryWait = t.Concurrency, t.Rounds, t.RetryWaitSeconds
+		p.TerminateRounds, p.TerminateRetryWait = t.Rounds, t.RetryWaitSeconds
 	}
 
 	p.MaxPendingScheduledPerOrg = capacity.DefaultMaxPendingScheduled

@@ -53,6 +53,8 @@ func TestStackPropsFor(t *testing.T) {
 		{"missing retention", "prod", prodWithout("retention"), "retention.historyDays and retention.logDays are required"},
 		{"missing log level", "prod", prodWithout("logLevel"), "logLevel is required"},
 		{"misspelt key", "local", edit("local", `{"throttle": {"rate": 1, "burst": 1}, "eventPrincipals": [], "retention": {"historyDays": 90, "logDays": 7}, "logLevel": "info", "logLvl": "x"}`), `unknown field "logLvl"`},
+		// The workflow runs one node's rounds: a setting of how many nodes at once is refused.
+		{"removed termination concurrency", "local", edit("local", `{"throttle": {"rate": 1, "burst": 1}, "eventPrincipals": [], "retention": {"historyDays": 90, "logDays": 7}, "logLevel": "info", "termination": {"concurrency": 8}}`), `unknown field "concurrency"`},
 		{"local with account", "local", edit("local", `{"account": "123456789012", "throttle": {"rate": 1, "burst": 1}, "eventPrincipals": [], "retention": {"historyDays": 90, "logDays": 7}, "logLevel": "info"}`), "environment-agnostic"},
 		{"bad values", "local", edit("local", `{"throttle": {"rate": 0, "burst": 1}, "alarmSubscription": "http://x", "eventPrincipals": [{"source": "aws.ec2", "orgId": "o", "permissions": ["reservation.capacity"], "senderRoles": ["arn:aws:iam::000000000000:role/r"]}], "retention": {"historyDays": 30, "logDays": 8}, "logLevel": "loud"}`),
 			"throttle rate 0"},

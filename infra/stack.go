@@ -55,10 +55,9 @@ type CapacityStackProps struct {
 	AssetRoot string
 	// ThrottleRate and ThrottleBurst limit the API stage. Zero means the default.
 	ThrottleRate, ThrottleBurst float64
-	// TerminateConcurrency is how many nodes the termination workflow works on at once;
-	// TerminateRounds how many rounds a node gets; TerminateRetryWait the seconds between
-	// rounds. Zero means the default (DefaultTerminate*).
-	TerminateConcurrency, TerminateRounds, TerminateRetryWait float64
+	// TerminateRounds is how many rounds the termination workflow gives a reclaim's VMs;
+	// TerminateRetryWait the seconds between rounds. Zero means the default (DefaultTerminate*).
+	TerminateRounds, TerminateRetryWait float64
 	// AgentMasterSecretName names an existing Secrets Manager secret to derive the node agents'
 	// keys from. Empty: the stack creates capacity/<env>/agent-master (generated).
 	AgentMasterSecretName string
@@ -169,7 +168,7 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	s.Bus = s.newEventBus()
 	s.OperationEventsFunction = s.newOperationEventsFunction(s.table(table.State))
 	s.Termination = s.newTerminationStateMachine(s.TerminateNodeFunction, s.OperationEventsFunction,
-		props.TerminateConcurrency, props.TerminateRounds, props.TerminateRetryWait)
+		props.TerminateRounds, props.TerminateRetryWait)
 	s.newScheduler()
 	s.ApiFunction = s.newApiFunction(props.MaxPendingScheduledPerOrg, props.RateLimit)
 	s.ReconcilerFunction = s.newReconcilerFunction()
@@ -215,7 +214,6 @@ func (props CapacityStackProps) withDefaults() (CapacityStackProps, error) {
 	props.AssetRoot = cmp.Or(props.AssetRoot, DefaultAssetRoot)
 	props.ThrottleRate = cmp.Or(props.ThrottleRate, DefaultThrottleRate)
 	props.ThrottleBurst = cmp.Or(props.ThrottleBurst, DefaultThrottleBurst)
-	props.TerminateConcurrency = cmp.Or(props.TerminateConcurrency, DefaultTerminateConcurrency)
 	props.TerminateRounds = cmp.Or(props.TerminateRounds, DefaultTerminateRounds)
 	if props.TerminateRetryWait == 0 {
 		props.TerminateRetryWait = DefaultTerminateRetryWait
@@ -226,7 +224,7 @@ func (props CapacityStackProps) withDefaults() (CapacityStackProps, error) {
 	for _, p := range []struct {
 		name string
 		v    float64
-	}{{"TerminateConcurrency", props.TerminateConcurrency}, {"TerminateRounds", props.TerminateRounds}, {"TerminateRetryWait", props.TerminateRetryWait}} {
+	}{{"TerminateRounds", props.TerminateRounds}, {"TerminateRetryWait", props.TerminateRetryWait}} {
 		if p.v < 1 || p.v != math.Trunc(p.v) || p.v > 3600 {
 			return props, fmt.Errorf("%s %v: want a whole number from 1 to 3600", p.name, p.v)
 		}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/routes"
+	"github.com/openrelay/capacity/shared/stepfn"
 	"github.com/openrelay/capacity/shared/table"
 )
 
@@ -1020,7 +1021,7 @@ func TestTerminationStateMachine(t *testing.T) {
 	for _, tc := range []struct {
 		env          string
 		wait         float64
-		executionArn [2]string // ItemSelector key and value
+		executionArn [2]string // TerminateNode payload key and value
 		retention    float64
 		deletion     string
 	}{
@@ -1058,16 +1059,18 @@ func TestTerminationStateMachine(t *testing.T) {
 				t.Errorf("StartAt %v TimeoutSeconds %v, want Notify 3600", def["StartAt"], def["TimeoutSeconds"])
 			}
 			states := def["States"].(map[string]any)
-			if got := keysOf(states); !reflect.DeepEqual(got, []string{"GracePeriod", "Notify", "Report", "TerminateNodes"}) {
-				t.Fatalf("top-level states %v", got)
+			if got := keysOf(states); !reflect.DeepEqual(got, []string{"AllTerminated?", "BeforeNextRound", "GracePeriod", "Notify", "Report", "TerminateNode"}) {
+				t.Fatalf("states %v", got)
 			}
-			// Notify -> GracePeriod -> TerminateNodes -> Report (End).
-			if got := stateOrder(t, def); !reflect.DeepEqual(got, []string{"Notify", "GracePeriod", "TerminateNodes", "Report"}) {
+			// Notify -> GracePeriod -> TerminateNode -> AllTerminated? -> Report (End), or
+			// -> BeforeNextRound -> TerminateNode.
+			if got := stateOrder(t, def); !reflect.DeepEqual(got, []string{"Notify", "GracePeriod", "TerminateNode", "AllTerminated?", "Report"}) {
 				t.Errorf("state order %v", got)
 			}
 
-			// operation-events, told the phase and the operation from the execution input; its
-			// answer discarded so that the next state sees the input; retried like TerminateNode.
+			// operation-events, told the phase and the operation from the state (the execution
+			// input, or the last round's output); its answer discarded so that the next state
+			// sees the state; retried like TerminateNode.
 			eventsFnID, _ := functionByName(t, tp, tc.env, "operation-events")
 			publishTask := func(phase, next string) map[string]any {
 				task := map[string]any{
@@ -1090,84 +1093,128 @@ func TestTerminationStateMachine(t *testing.T) {
 				}
 				return task
 			}
+			fnID, _ := functionByName(t, tp, tc.env, "terminate-node")
 			for name, want := range map[string]map[string]any{
 				"Notify": publishTask("notice", "GracePeriod"),
 				"Report": publishTask("report", ""),
 				// Until the operation's terminateAfter (commit time plus grace; a past time waits not at all).
-				"GracePeriod": {"Type": "Wait", "TimestampPath": "$.terminateAfter", "Next": "TerminateNodes"},
+				"GracePeriod": {"Type": "Wait", "TimestampPath": "$.terminateAfter", "Next": "TerminateNode"},
+				// Exactly this: no Catch, no ResultPath/ResultSelector, no other retrier.
+				"TerminateNode": {
+					"Type":     "Task",
+					"Resource": "arn:${AWS::Partition}:states:::lambda:invoke",
+					"Parameters": map[string]any{
+						"FunctionName": "${" + fnID + ".Arn}",
+						// The task, from the execution input in the first round, from the
+						// previous round's output after.
+						"Payload": map[string]any{
+							"reclaimId.$":      "$.reclaimId",
+							"nodeId.$":         "$.nodeId",
+							"vmIds.$":          "$.vmIds",
+							tc.executionArn[0]: tc.executionArn[1],
+							"attempt.$":        "$.attempt",
+							"round.$":          "$.round",
+							"maxRounds":        float64(DefaultTerminateRounds),
+						},
+					},
+					"OutputPath":     "$.Payload", // the function's own result
+					"TimeoutSeconds": float64(90),
+					"Retry":          wantTaskRetry(),
+					"Next":           "AllTerminated?",
+				},
+				"AllTerminated?": {
+					"Type":    "Choice",
+					"Choices": []any{map[string]any{"Variable": "$.done", "BooleanEquals": true, "Next": "Report"}},
+					"Default": "BeforeNextRound",
+				},
+				"BeforeNextRound": {"Type": "Wait", "Seconds": tc.wait, "Next": "TerminateNode"},
 			} {
 				if !reflect.DeepEqual(states[name], want) {
 					t.Errorf("%s\n got %s\nwant %s", name, toJSON(states[name]), toJSON(want))
 				}
 			}
-
-			m := states["TerminateNodes"].(map[string]any)
-			if m["Type"] != "Map" || m["ItemsPath"] != "$.nodes" || m["MaxConcurrency"] != float64(DefaultTerminateConcurrency) || m["Next"] != "Report" || m["End"] != nil {
-				t.Errorf("map %s", toJSON(m))
-			}
-			// The per-node results are discarded: ResultPath present and null.
-			if rp, ok := m["ResultPath"]; !ok || rp != nil {
-				t.Errorf("map ResultPath %s (present %v), want null", toJSON(rp), ok)
-			}
-			if m["Parameters"] != nil || m["ResultSelector"] != nil || m["OutputPath"] != nil || m["Retry"] != nil || m["Catch"] != nil {
-				t.Errorf("map has extra fields: %v", keysOf(m))
-			}
-			wantSelector := map[string]any{
-				"reclaimId.$":      "$.reclaimId",
-				"nodeId.$":         "$$.Map.Item.Value.nodeId",
-				"vmIds.$":          "$$.Map.Item.Value.vmIds",
-				tc.executionArn[0]: tc.executionArn[1],
-				"attempt.$":        "$.attempt",
-				"round":            float64(0),
-				"maxRounds":        float64(DefaultTerminateRounds),
-			}
-			if !reflect.DeepEqual(m["ItemSelector"], wantSelector) {
-				t.Errorf("ItemSelector %s, want %s", toJSON(m["ItemSelector"]), toJSON(wantSelector))
-			}
-
-			proc := m["ItemProcessor"].(map[string]any)
-			if proc["StartAt"] != "TerminateNode" || toJSON(proc["ProcessorConfig"]) != `{"Mode":"INLINE"}` {
-				t.Errorf("ItemProcessor StartAt %v ProcessorConfig %s", proc["StartAt"], toJSON(proc["ProcessorConfig"]))
-			}
-			inner := proc["States"].(map[string]any)
-			if got := keysOf(inner); !reflect.DeepEqual(got, []string{"AllTerminated?", "BeforeNextRound", "NodeDone", "TerminateNode"}) {
-				t.Fatalf("item states %v", got)
-			}
-
-			fnID, _ := functionByName(t, tp, tc.env, "terminate-node")
-			wantTask := map[string]any{
-				"Type":     "Task",
-				"Resource": "arn:${AWS::Partition}:states:::lambda:invoke",
-				"Parameters": map[string]any{
-					"FunctionName": "${" + fnID + ".Arn}",
-					"Payload.$":    "$", // the whole state
-				},
-				"OutputPath":     "$.Payload", // the function's own result
-				"TimeoutSeconds": float64(90),
-				"Retry":          wantTaskRetry(),
-				"Next":           "AllTerminated?",
-			}
-			// Exactly this: no Catch, no ResultPath/ResultSelector, no other retrier.
-			if !reflect.DeepEqual(inner["TerminateNode"], wantTask) {
-				t.Errorf("TerminateNode\n got %s\nwant %s", toJSON(inner["TerminateNode"]), toJSON(wantTask))
-			}
-			wantChoice := map[string]any{
-				"Type":    "Choice",
-				"Choices": []any{map[string]any{"Variable": "$.done", "BooleanEquals": true, "Next": "NodeDone"}},
-				"Default": "BeforeNextRound",
-			}
-			if !reflect.DeepEqual(inner["AllTerminated?"], wantChoice) {
-				t.Errorf("AllTerminated?\n got %s\nwant %s", toJSON(inner["AllTerminated?"]), toJSON(wantChoice))
-			}
-			wantWait := map[string]any{"Type": "Wait", "Seconds": tc.wait, "Next": "TerminateNode"}
-			if !reflect.DeepEqual(inner["BeforeNextRound"], wantWait) {
-				t.Errorf("BeforeNextRound %s, want %s", toJSON(inner["BeforeNextRound"]), toJSON(wantWait))
-			}
-			if !reflect.DeepEqual(inner["NodeDone"], map[string]any{"Type": "Succeed"}) {
-				t.Errorf("NodeDone %s", toJSON(inner["NodeDone"]))
-			}
 		})
 	}
+}
+
+// The workflow reads its state by name: every path a state reads must be a field of what it
+// reads it from, the execution input (stepfn.Input) before the first round and a round's
+// output (stepfn.Task) after. Report and the Choice read only round outputs; TerminateNode
+// reads both.
+func TestTerminationReadsWhatItsStateCarries(t *testing.T) {
+	fieldsOf := func(v any) map[string]bool {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		fields := map[string]bool{}
+		for k := range m {
+			fields[k] = true
+		}
+		return fields
+	}
+	type carrier struct {
+		name   string
+		fields map[string]bool
+	}
+	input := carrier{"the execution input", fieldsOf(stepfn.InputOf(capacity.Operation{ID: "rcl_1", NodeID: "n1", VMIDs: []string{"a"}}))}
+	// A round whose VM must be retried: the output the omitempty fields are absent from.
+	output := carrier{"a round's output", fieldsOf(stepfn.TaskOf(&capacity.TerminationReport{Next: capacity.TerminationTask{
+		ReclaimID: "rcl_1", NodeID: "n1", VMIDs: []string{"a"}, Attempt: 1, Round: 1, MaxRounds: 5}}))}
+	readFrom := map[string][]carrier{
+		"Notify": {input}, "GracePeriod": {input}, "TerminateNode": {input, output},
+		"AllTerminated?": {output}, "BeforeNextRound": {output}, "Report": {output},
+	}
+	for _, env := range []string{"local", "prod"} {
+		states := definition(t, synth(t, env), env)["States"].(map[string]any)
+		if got, want := keysOf(states), slices.Sorted(maps.Keys(readFrom)); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: states %v, want %v", env, got, want)
+		}
+		for name, state := range states {
+			paths := statePaths(state)
+			if name != "BeforeNextRound" && len(paths) == 0 {
+				t.Errorf("%s: %s reads no path of its state", env, name)
+			}
+			for _, path := range paths {
+				field := strings.TrimPrefix(path, "$.")
+				for _, from := range readFrom[name] {
+					if !from.fields[field] {
+						t.Errorf("%s: %s reads %s, which %s does not carry", env, name, path, from.name)
+					}
+				}
+			}
+		}
+	}
+}
+
+// statePaths lists the paths of the state ("$.x") that a state definition reads: its
+// Parameters' ".$" values, a Wait's TimestampPath, a Choice's Variables. Context object
+// paths ("$$.") and the task's own result (OutputPath) are not the state's.
+func statePaths(v any) []string {
+	var paths []string
+	var walk func(key string, v any)
+	walk = func(key string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				walk(k, x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(key, x)
+			}
+		case string:
+			if (strings.HasSuffix(key, ".$") || key == "TimestampPath" || key == "Variable") && strings.HasPrefix(v, "$.") {
+				paths = append(paths, v)
+			}
+		}
+	}
+	walk("", v)
+	return paths
 }
 
 // wantTaskRetry is every workflow task's Retry: the platform errors of a Lambda invoke, then
@@ -1189,7 +1236,8 @@ func wantTaskRetry() []any {
 	}}
 }
 
-// stateOrder follows a definition's top-level states from StartAt along Next to the End.
+// stateOrder follows a definition's top-level states from StartAt along Next (a Choice's:
+// its first choice's) to the End.
 func stateOrder(t *testing.T, def map[string]any) []string {
 	t.Helper()
 	states := def["States"].(map[string]any)
@@ -1204,6 +1252,9 @@ func stateOrder(t *testing.T, def map[string]any) []string {
 			t.Fatalf("state %s not defined", name)
 		}
 		next, _ := st["Next"].(string)
+		if choices, _ := st["Choices"].([]any); len(choices) > 0 {
+			next, _ = choices[0].(map[string]any)["Next"].(string)
+		}
 		if next == "" && st["End"] != true {
 			t.Fatalf("state %s has neither Next nor End", name)
 		}
@@ -1216,23 +1267,23 @@ func TestTerminationIsConfigurable(t *testing.T) {
 	ctx := cdkJSONContext(t)
 	app := awscdk.NewApp(&awscdk.AppProps{Context: &ctx})
 	s, err := NewCapacityStack(app, CapacityStackProps{
-		Env: "prod", AssetRoot: testAssetRoot, TerminateConcurrency: 16, TerminateRounds: 3, TerminateRetryWait: 7,
+		Env: "prod", AssetRoot: testAssetRoot, TerminateRounds: 3, TerminateRetryWait: 7,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tp := tmpl(*assertions.Template_FromStack(s.Stack, nil).ToJSON())
-	m := definition(t, tp, "prod")["States"].(map[string]any)["TerminateNodes"].(map[string]any)
-	if m["MaxConcurrency"] != float64(16) || m["ItemSelector"].(map[string]any)["maxRounds"] != float64(3) {
-		t.Errorf("MaxConcurrency %v maxRounds %v, want 16 and 3", m["MaxConcurrency"], m["ItemSelector"].(map[string]any)["maxRounds"])
+	states := definition(t, tp, "prod")["States"].(map[string]any)
+	payload := states["TerminateNode"].(map[string]any)["Parameters"].(map[string]any)["Payload"].(map[string]any)
+	if payload["maxRounds"] != float64(3) {
+		t.Errorf("maxRounds %v, want 3", payload["maxRounds"])
 	}
-	wait := m["ItemProcessor"].(map[string]any)["States"].(map[string]any)["BeforeNextRound"].(map[string]any)
-	if wait["Seconds"] != float64(7) {
+	if wait := states["BeforeNextRound"].(map[string]any); wait["Seconds"] != float64(7) {
 		t.Errorf("Wait Seconds %v, want 7", wait["Seconds"])
 	}
 
 	for _, bad := range []CapacityStackProps{
-		{TerminateConcurrency: 2.5}, {TerminateConcurrency: -1}, {TerminateRounds: 0.5}, {TerminateRetryWait: 1.5}, {TerminateRetryWait: 4000},
+		{TerminateRounds: -1}, {TerminateRounds: 0.5}, {TerminateRetryWait: 1.5}, {TerminateRetryWait: 4000},
 	} {
 		bad.Env, bad.AssetRoot = "prod", testAssetRoot
 		app := awscdk.NewApp(nil)

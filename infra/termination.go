@@ -13,16 +13,15 @@ import (
 
 // Termination workflow defaults, overridable per environment (cdk.json "termination").
 const (
-	DefaultTerminateConcurrency = 8 // nodes terminated at once (Map MaxConcurrency)
-	DefaultTerminateRounds      = 5 // rounds per node before a VM's failure is final
-	// Seconds between two rounds of a node: short where nobody waits on real agents.
+	DefaultTerminateRounds = 5 // rounds of the node before a VM's failure is final
+	// Seconds between two rounds: short where nobody waits on real agents.
 	DefaultTerminateRetryWaitEphemeral = 2
 	DefaultTerminateRetryWait          = 10
 )
 
 // LocalExecutionArn stands in for $$.Execution.Id in env "local": the offline emulator (kumo
-// v0.33.1) has no Context object besides $$.Map.Item in ItemSelector and fails the Map on any
-// other $$ reference. See terminationItemSelector.
+// v0.33.1) has no Context object besides $$.Map.Item in a Map's ItemSelector and fails the
+// state on any other $$ reference. See terminateNodePayload.
 const LocalExecutionArn = "local:no-execution-context"
 
 // terminateRetryErrors are the platform errors the TerminateNode task retries. Business
@@ -61,20 +60,21 @@ func (s *CapacityStack) newTerminateNodeFunction() awslambda.Function {
 }
 
 // newTerminationStateMachine builds "capacity-<env>-termination". Its input, written by the
-// API and the reconciler, is {"reclaimId": "rcl_..", "attempt": 1, "nodeId": "n1",
-// "terminateAfter": "<RFC 3339 UTC>", "nodes": [{"nodeId": "n1", "vmIds": [..]}]}.
+// API and the reconciler (stepfn.Input), is {"reclaimId": "rcl_..", "attempt": 1, "nodeId":
+// "n1", "vmIds": [..], "round": 0, "terminateAfter": "<RFC 3339 UTC>"}: a reclaim operation is
+// one node's.
 //
 //	Notify (operation-events, phase notice: the victims' eviction notices; result discarded)
 //	GracePeriod (Wait until $.terminateAfter; a time already past goes straight on)
-//	TerminateNodes (Map over $.nodes, at most `concurrency` nodes at once, result discarded)
-//	  TerminateNode (terminate-node, one round)  -> AllTerminated?
-//	  AllTerminated?  $.done == true -> NodeDone (Succeed), else BeforeNextRound
-//	  BeforeNextRound (Wait retryWait s)          -> TerminateNode
+//	TerminateNode (terminate-node, one round)    -> AllTerminated?
+//	AllTerminated?  $.done == true -> Report, else BeforeNextRound
+//	BeforeNextRound (Wait retryWait s)           -> TerminateNode
 //	Report (operation-events, phase report: the VMs' outcomes and the operation's end; result discarded)
 //
-// terminate-node gets the whole state and returns the same shape with vmIds = the VMs still to
-// retry, round = the next round, and done, terminated, alreadyGone, failed. Business failures
-// are data, not errors: the task retries only platform errors (which is also all a Retry can
+// terminate-node gets the task (terminateNodePayload) and returns the same shape with vmIds =
+// the VMs still to retry, round = the next round, and done, terminated, alreadyGone, failed:
+// the state the next round's payload, and Report's, are read from. Business failures are
+// data, not errors: the task retries only platform errors (which is also all a Retry can
 // catch on the local emulator, where a function error comes back as normal output). The
 // execution succeeds whatever the VMs' fate: the operation record in DynamoDB says completed
 // or failed.
@@ -82,7 +82,7 @@ func (s *CapacityStack) newTerminateNodeFunction() awslambda.Function {
 // The notices come from the workflow, which the API starts right after its commit and the
 // reconciler starts if the API died, so none is lost; their stable event ids absorb the
 // duplicates of a restart.
-func (s *CapacityStack) newTerminationStateMachine(fn, eventsFn awslambda.IFunction, concurrency, rounds, retryWait float64) awsstepfunctions.StateMachine {
+func (s *CapacityStack) newTerminationStateMachine(fn, eventsFn awslambda.IFunction, rounds, retryWait float64) awsstepfunctions.StateMachine {
 	smName := "capacity-" + s.Env + "-termination"
 	sec := func(n float64) awscdk.Duration { return awscdk.Duration_Seconds(jsii.Number(n)) }
 	// The states' construct ids are their state names, under a scope of their own.
@@ -91,7 +91,7 @@ func (s *CapacityStack) newTerminationStateMachine(fn, eventsFn awslambda.IFunct
 	task := awsstepfunctionstasks.NewLambdaInvoke(c, jsii.String("TerminateNode"), &awsstepfunctionstasks.LambdaInvokeProps{
 		StateName:      jsii.String("TerminateNode"),
 		LambdaFunction: fn,
-		Payload:        awsstepfunctions.TaskInput_FromJsonPathAt(jsii.String("$")),
+		Payload:        awsstepfunctions.TaskInput_FromObject(s.terminateNodePayload(rounds)),
 		// The function's returned payload (lambda:invoke wraps it in {StatusCode, Payload, ...}).
 		OutputPath: jsii.String("$.Payload"),
 		// Our own Retry below, instead of CDK's default one (which adds Lambda.ClientExecutionTimeoutException).
@@ -104,24 +104,10 @@ func (s *CapacityStack) newTerminationStateMachine(fn, eventsFn awslambda.IFunct
 		StateName: jsii.String("BeforeNextRound"),
 		Time:      awsstepfunctions.WaitTime_Duration(sec(retryWait)),
 	})
-	done := awsstepfunctions.NewSucceed(c, jsii.String("NodeDone"), &awsstepfunctions.SucceedProps{StateName: jsii.String("NodeDone")})
-	choice := awsstepfunctions.NewChoice(c, jsii.String("AllTerminated"), &awsstepfunctions.ChoiceProps{StateName: jsii.String("AllTerminated?")}).
-		When(awsstepfunctions.Condition_BooleanEquals(jsii.String("$.done"), jsii.Bool(true)), done, nil).
-		Otherwise(wait.Next(task))
-	task.Next(choice)
 
-	nodes := awsstepfunctions.NewMap(c, jsii.String("TerminateNodes"), &awsstepfunctions.MapProps{
-		StateName:      jsii.String("TerminateNodes"),
-		ItemsPath:      jsii.String("$.nodes"),
-		MaxConcurrency: jsii.Number(concurrency),
-		ItemSelector:   s.terminationItemSelector(rounds),
-		// Per-node reports (up to 64 VMs each) would only grow towards the 256 KB payload limit.
-		ResultPath: awsstepfunctions.JsonPath_DISCARD(),
-	})
-	nodes.ItemProcessor(task, nil)
-
-	// operation-events reads the operation by the execution input's ids; both phases are
-	// safe to repeat (stable event ids), so they retry like TerminateNode.
+	// operation-events reads the operation by the ids of the state (the execution input, or
+	// the last round's output, which carries them on); both phases are safe to repeat (stable
+	// event ids), so they retry like TerminateNode.
 	publish := func(state, phase string) awsstepfunctionstasks.LambdaInvoke {
 		t := awsstepfunctionstasks.NewLambdaInvoke(c, jsii.String(state), &awsstepfunctionstasks.LambdaInvokeProps{
 			StateName:      jsii.String(state),
@@ -132,7 +118,7 @@ func (s *CapacityStack) newTerminationStateMachine(fn, eventsFn awslambda.IFunct
 				"nodeId":    awsstepfunctions.JsonPath_StringAt(jsii.String("$.nodeId")),
 				"attempt":   awsstepfunctions.JsonPath_NumberAt(jsii.String("$.attempt")),
 			}),
-			// The next state needs the execution input, not the function's answer.
+			// The next state needs the state as it was, not the function's answer.
 			ResultPath:               awsstepfunctions.JsonPath_DISCARD(),
 			RetryOnServiceExceptions: jsii.Bool(false),
 			// Above the function's 30 s timeout.
@@ -145,17 +131,21 @@ func (s *CapacityStack) newTerminationStateMachine(fn, eventsFn awslambda.IFunct
 		StateName: jsii.String("GracePeriod"),
 		Time:      awsstepfunctions.WaitTime_TimestampPath(jsii.String("$.terminateAfter")),
 	})
-	definition := publish("Notify", "notice").Next(grace).Next(nodes).Next(publish("Report", "report"))
+	choice := awsstepfunctions.NewChoice(c, jsii.String("AllTerminated"), &awsstepfunctions.ChoiceProps{StateName: jsii.String("AllTerminated?")}).
+		When(awsstepfunctions.Condition_BooleanEquals(jsii.String("$.done"), jsii.Bool(true)), publish("Report", "report"), nil).
+		Otherwise(wait.Next(task))
+	task.Next(choice)
+	definition := publish("Notify", "notice").Next(grace).Next(task)
 
 	logs := s.logGroup(c, "/aws/vendedlogs/states/"+smName)
 	return awsstepfunctions.NewStateMachine(c, jsii.String("StateMachine"), &awsstepfunctions.StateMachineProps{
 		StateMachineName: jsii.String(smName),
 		StateMachineType: awsstepfunctions.StateMachineType_STANDARD,
-		Comment:          jsii.String("Terminates the spot VMs of a reclaim operation, node by node"),
+		Comment:          jsii.String("Terminates the spot VMs of a reclaim operation, round by round"),
 		DefinitionBody:   awsstepfunctions.DefinitionBody_FromChainable(definition),
 		// Rounds x (task timeout + wait), plus at most 120 s of grace, is well under this.
 		Timeout: awscdk.Duration_Hours(jsii.Number(1)),
-		// Level ALL: a few states per node, so the full path of every execution is affordable.
+		// Level ALL: a few states per round, so the full path of every execution is affordable.
 		Logs: &awsstepfunctions.LogOptions{
 			Destination:          logs,
 			Level:                awsstepfunctions.LogLevel_ALL,
@@ -187,24 +177,25 @@ func addTaskRetries(task awsstepfunctionstasks.LambdaInvoke) {
 	})
 }
 
-// terminationItemSelector builds a node's first task from the Map item and the execution:
-// {reclaimId, nodeId, vmIds, executionArn, attempt, round: 0, maxRounds}.
+// terminateNodePayload builds a round's task (stepfn.Task) from the state, which is the
+// execution input in the first round and the previous round's output after:
+// {reclaimId, nodeId, vmIds, executionArn, attempt, round, maxRounds}.
 //
 // executionArn is $$.Execution.Id, except in env local: the offline emulator only knows
-// $$.Map.Item.* (and fails the Map on $$.Execution.Id), so there it is LocalExecutionArn. The
-// definitions of the two otherwise do not differ.
-func (s *CapacityStack) terminationItemSelector(rounds float64) *map[string]any {
+// $$.Map.Item.* (and fails the state on $$.Execution.Id), so there it is LocalExecutionArn.
+// The definitions of the two otherwise do not differ.
+func (s *CapacityStack) terminateNodePayload(rounds float64) *map[string]any {
 	executionArn := awsstepfunctions.JsonPath_ExecutionId()
-	if s.Env == "local" {
+	if s.Env == LocalEnv {
 		executionArn = jsii.String(LocalExecutionArn)
 	}
 	return &map[string]any{
 		"reclaimId":    awsstepfunctions.JsonPath_StringAt(jsii.String("$.reclaimId")),
-		"nodeId":       awsstepfunctions.JsonPath_StringAt(jsii.String("$$.Map.Item.Value.nodeId")),
-		"vmIds":        awsstepfunctions.JsonPath_ListAt(jsii.String("$$.Map.Item.Value.vmIds")),
+		"nodeId":       awsstepfunctions.JsonPath_StringAt(jsii.String("$.nodeId")),
+		"vmIds":        awsstepfunctions.JsonPath_ListAt(jsii.String("$.vmIds")),
 		"executionArn": executionArn,
 		"attempt":      awsstepfunctions.JsonPath_NumberAt(jsii.String("$.attempt")),
-		"round":        float64(0),
+		"round":        awsstepfunctions.JsonPath_NumberAt(jsii.String("$.round")),
 		"maxRounds":    rounds,
 	}
 }

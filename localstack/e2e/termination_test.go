@@ -143,13 +143,13 @@ func TestReclaimTerminatesTheVictims(t *testing.T) {
 	}
 	assertTerminatedOnce(t, node, "vm-spot-1", "vm-spot-2")
 	// The execution is named by the reclaim id. (Its ARN on the operation is a placeholder on
-	// the emulator, which cannot pass $$.Execution.Id into a Map.)
+	// the emulator, which has no $$.Execution.Id to pass to the task.)
 	arn := strings.Replace(outputs["StateMachineArn"], ":stateMachine:", ":execution:", 1) + ":" + id
 	exec, err := sfnClient().DescribeExecution(context.Background(), &sfn.DescribeExecutionInput{ExecutionArn: aws.String(arn)})
 	if err != nil {
 		t.Fatalf("describe execution %q: %v", arn, err)
 	}
-	if exec.Status != "SUCCEEDED" && exec.Status != "RUNNING" { // RUNNING: the Map's tail may still be finishing
+	if exec.Status != "SUCCEEDED" && exec.Status != "RUNNING" { // RUNNING: Report may still be publishing
 		t.Errorf("execution %s", exec.Status)
 	}
 	// The freed units can be sold again: release gpu-2 and place a spot VM on it.

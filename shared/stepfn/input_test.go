@@ -2,6 +2,7 @@ package stepfn_test
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 	"time"
 
@@ -9,9 +10,10 @@ import (
 	"github.com/openrelay/capacity/shared/stepfn"
 )
 
-// The input names the node (for the events tasks) and always carries terminateAfter, which
-// the grace period's Wait state reads: a zero one (no grace recorded) waits for nothing.
-func TestInputCarriesNodeAndTerminateAfter(t *testing.T) {
+// The input is the first round's state: the node, the VMs still to terminate, round 0, and
+// always terminateAfter, which the grace period's Wait state reads: a zero one (no grace
+// recorded) waits for nothing.
+func TestInputIsTheFirstRound(t *testing.T) {
 	created := time.Date(2026, 12, 1, 10, 0, 0, 500, time.FixedZone("x", 3600))
 	tests := []struct {
 		name  string
@@ -23,7 +25,8 @@ func TestInputCarriesNodeAndTerminateAfter(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			op := capacity.Operation{ID: "rcl_1", NodeID: "n1", VMIDs: []string{"a"}, CreatedAt: created, TerminateAfter: tt.after}
+			op := capacity.Operation{ID: "rcl_1", NodeID: "n1", VMIDs: []string{"a", "b"}, CreatedAt: created, TerminateAfter: tt.after,
+				Outcomes: map[string]capacity.VMOutcome{"a": {Outcome: capacity.OutcomeTerminated, Attempt: 1}}}
 			b, err := json.Marshal(stepfn.InputOf(op))
 			if err != nil {
 				t.Fatal(err)
@@ -32,8 +35,10 @@ func TestInputCarriesNodeAndTerminateAfter(t *testing.T) {
 			if err := json.Unmarshal(b, &in); err != nil {
 				t.Fatal(err)
 			}
-			if in["nodeId"] != "n1" || in["terminateAfter"] != tt.want {
-				t.Fatalf("input %s: want nodeId n1 and terminateAfter %s", b, tt.want)
+			want := map[string]any{"reclaimId": "rcl_1", "nodeId": "n1", "attempt": float64(1), "vmIds": []any{"b"},
+				"round": float64(0), "terminateAfter": tt.want}
+			if !reflect.DeepEqual(in, want) {
+				t.Fatalf("input %s, want %v", b, want)
 			}
 		})
 	}

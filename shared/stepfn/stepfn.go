@@ -1,6 +1,6 @@
 // Package stepfn is the Step Functions side of the termination workflow: it starts an
 // execution per reclaim operation and defines the JSON the state machine passes to the
-// per-node termination task (the state machine itself is defined in infra/).
+// termination task (the state machine itself is defined in infra/).
 package stepfn
 
 import (
@@ -19,22 +19,18 @@ import (
 	"github.com/openrelay/capacity/shared/trace"
 )
 
-// Input is an execution's input: the operation's victims still to terminate, grouped by
-// node, the operation's attempt that the execution runs, its node (for the events tasks)
-// and when its terminations may begin (the grace period's Wait state reads it).
+// Input is an execution's input: a reclaim operation's attempt that the execution runs, its
+// node, its VMs still to terminate, and when their terminations may begin (the grace
+// period's Wait state reads it). Round is the first round, 0: each round's task reads its
+// round from the state, which the input starts and every round's output (Task) carries on.
 type Input struct {
-	ReclaimID string      `json:"reclaimId"`
-	NodeID    string      `json:"nodeId"`
-	Attempt   int         `json:"attempt"`
-	Nodes     []NodeInput `json:"nodes"`
+	ReclaimID string   `json:"reclaimId"`
+	NodeID    string   `json:"nodeId"`
+	Attempt   int      `json:"attempt"`
+	VMIDs     []string `json:"vmIds"`
+	Round     int      `json:"round"`
 	// TerminateAfter is RFC 3339 UTC, always set: the commit time when there is no grace.
 	TerminateAfter string `json:"terminateAfter"`
-}
-
-// NodeInput is one node's share of an operation.
-type NodeInput struct {
-	NodeID string   `json:"nodeId"`
-	VMIDs  []string `json:"vmIds"`
 }
 
 // Starter starts termination workflows on a state machine.
@@ -127,16 +123,14 @@ func ExecutionARN(stateMachineARN, name string) (string, error) {
 }
 
 // InputOf is the execution input for an operation's current attempt: its VMs without an
-// outcome final for that attempt. An operation lives on one node today; the input groups by
-// node so a multi-node reclaim needs no new workflow.
+// outcome final for that attempt, all on the operation's one node.
 func InputOf(op capacity.Operation) Input {
 	after := op.TerminateAfter
 	if after.IsZero() { // committed before grace existed: no wait
 		after = op.CreatedAt
 	}
 	return Input{
-		ReclaimID: op.ID, NodeID: op.NodeID, Attempt: op.CurrentAttempt(),
-		Nodes:          []NodeInput{{NodeID: op.NodeID, VMIDs: op.Unfinished()}},
+		ReclaimID: op.ID, NodeID: op.NodeID, Attempt: op.CurrentAttempt(), VMIDs: op.Unfinished(),
 		TerminateAfter: after.UTC().Format(time.RFC3339),
 	}
 }

@@ -47,7 +47,7 @@ func TestStartNamesTheAttemptAndStatusFollowsIt(t *testing.T) {
 	if err := json.Unmarshal([]byte(aws.ToString(out.Input)), &in); err != nil {
 		t.Fatal(err)
 	}
-	if in.ReclaimID != op.ID || in.Attempt != 2 || len(in.Nodes) != 1 || !slices.Equal(in.Nodes[0].VMIDs, []string{"b"}) {
+	if in.ReclaimID != op.ID || in.Attempt != 2 || in.NodeID != "n1" || !slices.Equal(in.VMIDs, []string{"b"}) {
 		t.Fatalf("input = %+v", in)
 	}
 	deadline := time.Now().Add(10 * time.Second)
