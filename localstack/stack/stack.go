@@ -29,7 +29,7 @@ type Options struct {
 	Addr         string                   // default "127.0.0.1:4566"; any free address works ("127.0.0.1:0" picks a port)
 	RepoRoot     string                   // builds ./functions/<name> relative to it; default "."
 	FunctionDir  func(name string) string // optional: where function <name>'s main package is (relative to RepoRoot unless absolute)
-	BuildDir     string                   // where host bootstraps go (default <RepoRoot>/build/local)
+	BuildDir     string                   // where host bootstraps and their logs go (default <RepoRoot>/build/local, build/local-<port> on another address)
 	Processes    int                      // bootstrap processes per function (concurrency), default 2
 	ExtraEnv     map[string]string        // added to every function's environment (e.g. agent secrets)
 	Logger       *slog.Logger             // progress; function stdout/stderr go to <BuildDir>/logs/<fn>.log
@@ -324,7 +324,7 @@ func (o *Options) setDefaults() error {
 	o.RepoRoot = root
 
 	if o.BuildDir == "" {
-		o.BuildDir = filepath.Join(root, "build", "local")
+		o.BuildDir = filepath.Join(root, "build", buildDirName(o.Addr))
 	}
 
 	if o.BuildDir, err = filepath.Abs(o.BuildDir); err != nil {
@@ -348,6 +348,21 @@ func (o *Options) setDefaults() error {
 	}
 
 	return nil
+}
+
+// buildDirName is the default build folder of a stack on addr: two stacks of one checkout on
+// different ports keep their bootstraps and function logs apart (a bootstrap's log is
+// truncated when its stack starts).
+func buildDirName(addr string) string {
+	if addr == DefaultAddr {
+		return "local"
+	}
+
+	if _, port, err := net.SplitHostPort(addr); err == nil && port != "" {
+		return "local-" + port
+	}
+
+	return "local"
 }
 
 // functionCodes lists the distinct capacity:function names of the template's Lambda functions.

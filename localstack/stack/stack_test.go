@@ -608,3 +608,24 @@ func stackGoroutines() []string {
 
 	return ours
 }
+
+// A stack on another address builds and logs apart from one on the default address, so two
+// stacks of one checkout do not truncate each other's function logs.
+func TestDefaultBuildDirByAddress(t *testing.T) {
+	for _, tt := range []struct{ addr, want string }{
+		{"", "local"},
+		{DefaultAddr, "local"},
+		{"127.0.0.1:4567", "local-4567"},
+		{"localhost:4566", "local-4566"},
+		{"[::1]:5000", "local-5000"},
+	} {
+		o := Options{TemplatePath: fixtureTemplate, Addr: tt.addr, RepoRoot: "/repo"}
+		if err := o.setDefaults(); err != nil {
+			t.Fatal(err)
+		}
+
+		if want := filepath.Join("/repo", "build", tt.want); o.BuildDir != want {
+			t.Errorf("Addr %q: BuildDir %s, want %s", tt.addr, o.BuildDir, want)
+		}
+	}
+}

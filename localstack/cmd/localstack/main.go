@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -25,10 +26,15 @@ import (
 
 func main() {
 	template := flag.String("template", "cdk.out/local/capacity-local.template.json", "CloudFormation template from `cdk synth -c env=local`")
-	outputs := flag.String("outputs", ".local/outputs.json", "where to write the stack outputs (same shape as cdk deploy --outputs-file)")
-	addr := flag.String("addr", "127.0.0.1:4566", "address of the local endpoint (host:port; the stack's API Gateway, EventBridge and Step Functions invoke its own functions on any port)")
+	outputs := flag.String("outputs", defaultOutputs, "where to write the stack outputs (same shape as cdk deploy --outputs-file); .local/outputs-<port>.json on another -addr")
+	addr := flag.String("addr", stack.DefaultAddr, "address of the local endpoint (host:port; the stack's API Gateway, EventBridge and Step Functions invoke its own functions on any port)")
 	seed := flag.Bool("seed", true, "write the demo data")
 	flag.Parse()
+	outputsSet := false
+	flag.Visit(func(f *flag.Flag) { outputsSet = outputsSet || f.Name == "outputs" })
+	if !outputsSet {
+		*outputs = outputsPath(*addr)
+	}
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -37,6 +43,20 @@ func main() {
 		logger.Error("local stack failed", "err", err)
 		os.Exit(1)
 	}
+}
+
+const defaultOutputs = ".local/outputs.json"
+
+// outputsPath is where a stack on addr writes its outputs unless told: a second stack on
+// another port must not replace the outputs that capacityctl reads for the first.
+func outputsPath(addr string) string {
+	if addr == stack.DefaultAddr {
+		return defaultOutputs
+	}
+	if _, port, err := net.SplitHostPort(addr); err == nil && port != "" {
+		return ".local/outputs-" + port + ".json"
+	}
+	return defaultOutputs
 }
 
 func run(ctx context.Context, logger *slog.Logger, template, outputsPath, addr string, seed bool) error {
