@@ -86,7 +86,7 @@ func meterReclaim(b *testing.B, n int, key string) (api, wf units) {
 		ReservedUnitIDs: all[:n+1], ReleasedUnitIDs: released, StartsAt: start, EndsAt: &end,
 		Status: capacity.StatusActive, ContractRef: "demo-contract-1", CreatedAt: start, UpdatedAt: start, TopologyGen: 1, Version: 1,
 	}}
-	plain := dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable)
+	plain := env.Clean()
 	if err := plain.Put(ctx, seed); err != nil {
 		b.Fatal(err)
 	}

@@ -20,7 +20,7 @@ func faultyWorld(t *testing.T, seed int64, rules ...awsfault.Rule) (*dynamotest.
 	t.Helper()
 	inj := awsfault.New(seed, rules...)
 	env := dynamotest.New(t, dynamotest.WithAPIOptions(inj.APIOption))
-	plain := dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable)
+	plain := env.Clean()
 	if err := plain.Put(context.Background(), worldSeed()); err != nil {
 		t.Fatal(err)
 	}

@@ -83,7 +83,7 @@ func race(t *testing.T, env *dynamotest.Env, duration time.Duration, done func()
 		}},
 	}
 	ctx := context.Background()
-	if err := dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable).Put(ctx, seed); err != nil {
+	if err := env.Clean().Put(ctx, seed); err != nil {
 		t.Fatal(err)
 	}
 	svc := &capacity.Service{Store: env.Store, Logger: quiet}
@@ -167,7 +167,7 @@ func race(t *testing.T, env *dynamotest.Env, duration time.Duration, done func()
 		t.Fatal("no call succeeded")
 	}
 
-	st, err := dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable).LoadNode(ctx, "n1", "")
+	st, err := env.Clean().LoadNode(ctx, "n1", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func ownUnitsWorld(t *testing.T, n int, released []string, opts ...dynamotest.Op
 			ID: "r1", NodeID: "n1", ReservedUnitIDs: units, ReleasedUnitIDs: released, StartsAt: t0, Status: capacity.StatusActive, TopologyGen: 1, Version: 1,
 		}},
 	}
-	if err := dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable).Put(context.Background(), seed); err != nil {
+	if err := env.Clean().Put(context.Background(), seed); err != nil {
 		t.Fatal(err)
 	}
 	return env, &capacity.Service{Store: env.Store, Logger: quiet}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/openrelay/capacity/shared/awsfault"
 	"github.com/openrelay/capacity/shared/capacity"
-	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 )
 
@@ -94,7 +93,7 @@ func TestReconcilerWritesWhoseAnswerWasLost(t *testing.T) {
 
 // cleanService is a service over env's tables through its client without faults.
 func cleanService(env *dynamotest.Env) *capacity.Service {
-	store := dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable)
+	store := env.Clean()
 	store.KeysTable = env.Store.KeysTable
 	return &capacity.Service{Store: store, Now: func() time.Time { return t0.Add(time.Hour) }, Logger: quiet}
 }

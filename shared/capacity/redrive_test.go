@@ -216,7 +216,7 @@ func TestRedriveRefusals(t *testing.T) {
 // addReservation adds reservation id on n1 (the owner's, reserving u3).
 func addReservation(t *testing.T, env *dynamotest.Env, id string) {
 	t.Helper()
-	clean := dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable)
+	clean := env.Clean()
 	err := clean.Put(context.Background(), dynamo.Seed{Reservations: []capacity.Reservation{{
 		ID: id, NodeID: "n1", AllowedOrgIDs: []string{"aud"}, ReservedUnitIDs: []string{"u3"},
 		StartsAt: t0, Status: capacity.StatusActive, TopologyGen: 1, Version: 1,

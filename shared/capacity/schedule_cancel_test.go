@@ -137,7 +137,7 @@ func TestCancelSweepUnderFaults(t *testing.T) {
 		awsfault.Rule{Operation: "TransactWriteItems", Fault: awsfault.TransactionConflict, Rate: 0.3},
 		awsfault.Rule{Operation: "TransactWriteItems", Fault: awsfault.AmbiguousTimeout, Rate: 0.3})
 	env := dynamotest.New(t, dynamotest.WithAPIOptions(inj.APIOption))
-	plain := dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable)
+	plain := env.Clean()
 	ctx := context.Background()
 	if err := plain.Put(ctx, worldSeed()); err != nil {
 		t.Fatal(err)

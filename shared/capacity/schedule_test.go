@@ -94,6 +94,23 @@ func scheduleU1(t *testing.T, svc *capacity.Service, clock *time.Time) string {
 	return res.Scheduled.ID
 }
 
+// firingRefusedAsCancelled fires the cancelled scheduled reclaim id of r1 and checks that it
+// is refused as cancelled, and that r1 and the scheduled reclaim are unchanged.
+func firingRefusedAsCancelled(t *testing.T, env *dynamotest.Env, svc *capacity.Service, id string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := svc.FireScheduledReclaim(ctx, "n1", "r1", id, capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeScheduledReclaimCancelled {
+		t.Fatalf("fire after cancel: %v", err)
+	}
+	st, _ := env.Store.LoadNode(ctx, "n1", "")
+	if r := st.Reservation("r1"); r.Version != 1 {
+		t.Errorf("r1 changed (the firing's reclaim landed): %+v", r)
+	}
+	if sr, _ := env.Store.GetScheduled(ctx, "n1", id); sr.State != capacity.ScheduledCancelled {
+		t.Errorf("state = %s", sr.State)
+	}
+}
+
 // opCap is an operator key that may reclaim: it may schedule on any reservation.
 var opCap = capacity.Principal{KeyID: "k-opcap", OrgID: "platform", Operator: true, Permissions: []string{capacity.PermCapacity}}
 
@@ -277,16 +294,7 @@ func TestCancelBeforeFire(t *testing.T) {
 	}
 	// A schedule that fires anyway (its delete lost) is refused and changes nothing.
 	*clock = clock.Add(time.Hour)
-	if _, err := svc.FireScheduledReclaim(ctx, "n1", "r1", id, capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeScheduledReclaimCancelled {
-		t.Fatalf("fire after cancel: %v", err)
-	}
-	st, _ := env.Store.LoadNode(ctx, "n1", "")
-	if r := st.Reservation("r1"); r.Version != 1 {
-		t.Errorf("reservation changed: %+v", r)
-	}
-	if sr, _ := env.Store.GetScheduled(ctx, "n1", id); sr.State != capacity.ScheduledCancelled {
-		t.Errorf("state = %s", sr.State)
-	}
+	firingRefusedAsCancelled(t, env, svc, id)
 }
 
 func TestFireAfterTheTermIsRefused(t *testing.T) {
@@ -391,16 +399,7 @@ func TestCancelRacingAFiringWins(t *testing.T) {
 			t.Errorf("cancel: %v", err)
 		}
 	}}
-	if _, err := svc.FireScheduledReclaim(ctx, "n1", "r1", id, capacity.RequestMeta{}); capacity.ErrorCode(err) != capacity.CodeScheduledReclaimCancelled {
-		t.Fatalf("fire: %v", err)
-	}
-	st, _ := env.Store.LoadNode(ctx, "n1", "")
-	if r := st.Reservation("r1"); r.Version != 1 {
-		t.Errorf("the firing's reclaim landed: %+v", r)
-	}
-	if sr, _ := env.Store.GetScheduled(ctx, "n1", id); sr.State != capacity.ScheduledCancelled {
-		t.Errorf("state = %s", sr.State)
-	}
+	firingRefusedAsCancelled(t, env, svc, id)
 }
 
 // failingScheduler refuses every Create as AWS does when it keeps throttling.

@@ -9,7 +9,6 @@ import (
 	"github.com/openrelay/capacity/shared/awsfault"
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/capacitytest"
-	"github.com/openrelay/capacity/shared/dynamo"
 )
 
 // Termination rounds and the end of an operation under everything AWS does that the emulator
@@ -36,7 +35,7 @@ func TestTerminationUnderFaults(t *testing.T) {
 			}
 			wg.Wait()
 
-			clean := dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable)
+			clean := env.Clean()
 			ctx := context.Background()
 			got, err := clean.GetOperation(ctx, "n1", op.ID)
 			if err != nil {

@@ -215,12 +215,8 @@ func TestReconcilerStartsWhatTheAPICouldNot(t *testing.T) {
 // whose store injects inj's faults (nil: none), and the operation.
 func eightVictims(t *testing.T, inj *awsfault.Injector) (*dynamotest.Env, *capacity.Operation) {
 	t.Helper()
-	var opts []dynamotest.Option
-	if inj != nil {
-		opts = append(opts, dynamotest.WithAPIOptions(inj.APIOption))
-	}
-	env := dynamotest.New(t, opts...)
-	clean := dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable)
+	env := dynamotest.New(t, dynamotest.Faults(inj)...)
+	clean := env.Clean()
 	units := []string{"u0", "u1", "u2", "u3", "u4", "u5", "u6", "u7"}
 	seed := dynamo.Seed{
 		Nodes: []capacity.Node{{ID: "n1", OwnerOrgID: "owner", TopologyGen: 1, UnitIDs: units, Version: 1}},
@@ -288,7 +284,7 @@ func TestNoOutcomeIsLostUnderConflictsAndThrottling(t *testing.T) {
 			term := &capacity.Terminator{Store: env.Store, Agent: agent, Concurrency: 8, Logger: quiet}
 			runRetrying(t, term, capacity.TerminationTask{ReclaimID: op.ID, NodeID: "n1", VMIDs: op.VMIDs, ExecutionARN: "arn:x", MaxRounds: 5}, 3)
 
-			clean := dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable)
+			clean := env.Clean()
 			got, err := clean.GetOperation(context.Background(), "n1", op.ID)
 			if err != nil {
 				t.Fatal(err)
@@ -396,13 +392,21 @@ func TestReconcilerRestartsClosedRunsThenFailsThem(t *testing.T) {
 	}
 }
 
+// firstExecutionFailed is a reclaim in world under a workflow in memory whose first execution
+// failed.
+func firstExecutionFailed(t *testing.T) (*dynamotest.Env, *capacitytest.Workflow, *capacity.CapacityResult) {
+	t.Helper()
+	env, svc := world(t)
+	wf, res := reclaimUnderWorkflow(t, svc)
+	wf.SetStatus(res.ReclaimID, capacity.ExecFailed)
+	return env, wf, res
+}
+
 // Two reconcilers that see the same closed execution restart it once: the attempt moves on
 // under a condition on the one they read.
 func TestTwoReconcilersRestartOnce(t *testing.T) {
-	env, svc := world(t)
+	env, wf, res := firstExecutionFailed(t)
 	ctx := context.Background()
-	wf, res := reclaimUnderWorkflow(t, svc)
-	wf.SetStatus(res.ReclaimID, capacity.ExecFailed)
 	now := func() time.Time { return t0.Add(time.Hour + 2*time.Minute) }
 	var wg sync.WaitGroup
 	for range 2 {
@@ -429,10 +433,8 @@ func TestTwoReconcilersRestartOnce(t *testing.T) {
 // A failed status check (DescribeExecution throttled past the SDK's retries) changes
 // nothing: the operation is neither restarted nor failed, and the next run tries again.
 func TestReconcilerLeavesAnOperationWhenItsStatusIsUnknown(t *testing.T) {
-	env, svc := world(t)
+	env, wf, res := firstExecutionFailed(t)
 	ctx := context.Background()
-	wf, res := reclaimUnderWorkflow(t, svc)
-	wf.SetStatus(res.ReclaimID, capacity.ExecFailed)
 	wf.StatusErr = errors.New("ThrottlingException")
 	rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: time.Minute, StuckAfter: time.Hour, Logger: quiet,
 		Now: func() time.Time { return t0.Add(time.Hour + 2*time.Minute) }}

@@ -71,6 +71,18 @@ func tables(t *testing.T, env *dynamotest.Env) map[string][]map[string]types.Att
 	return out
 }
 
+// denied is an env seeded with s whose store's every call of operation is refused with
+// AccessDeniedException, as IAM refuses a role without the action; the injector counts them.
+func denied(t *testing.T, seed int64, operation string, s dynamo.Seed) (*dynamotest.Env, *awsfault.Injector) {
+	t.Helper()
+	inj := awsfault.New(seed, awsfault.Rule{Operation: operation, Fault: awsfault.AccessDenied, Rate: 1})
+	env := dynamotest.New(t, dynamotest.WithAPIOptions(inj.APIOption))
+	if err := env.Store.Put(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	return env, inj
+}
+
 // Creating a key whose role may not write the keys table (or read its idempotency record)
 // answers internal at once (a refusal is not retried, by the SDK or by another round), hands
 // out no secret, and leaves the keys, audit and state tables as they were.
@@ -88,13 +100,9 @@ func TestCreateKeyAccessDenied(t *testing.T) {
 	}
 	for n, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			inj := awsfault.New(int64(n), awsfault.Rule{Operation: tt.operation, Fault: awsfault.AccessDenied, Rate: 1})
-			env := dynamotest.New(t, dynamotest.WithAPIOptions(inj.APIOption))
 			s := seed(2, 1)
 			s.Keys = []capacity.APIKey{operatorKey}
-			if err := env.Store.Put(context.Background(), s); err != nil {
-				t.Fatal(err)
-			}
+			env, inj := denied(t, int64(n), tt.operation, s)
 			before := tables(t, env)
 			var logs logBuffer
 			svc := keyService(env, t0)
@@ -123,12 +131,8 @@ func TestCreateKeyAccessDenied(t *testing.T) {
 // Recording a key's last use with a role that may not update the keys table: the key still
 // authenticates, the failure is logged with the key and the error, and LastUsedAt is not set.
 func TestTouchKeyAccessDenied(t *testing.T) {
-	inj := awsfault.New(1, awsfault.Rule{Operation: "UpdateItem", Fault: awsfault.AccessDenied, Rate: 1})
-	env := dynamotest.New(t, dynamotest.WithAPIOptions(inj.APIOption))
+	env, inj := denied(t, 1, "UpdateItem", dynamo.Seed{Keys: []capacity.APIKey{operatorKey}})
 	ctx := context.Background()
-	if err := env.Store.Put(ctx, dynamo.Seed{Keys: []capacity.APIKey{operatorKey}}); err != nil {
-		t.Fatal(err)
-	}
 	before := tables(t, env)
 	var logs logBuffer
 	a := &auth.Authenticator{Keys: env.Store.Keys(), Touch: env.Store.Keys(), Now: func() time.Time { return t0 }, Logger: logs.logger()}
@@ -163,15 +167,11 @@ func TestTouchKeyAccessDenied(t *testing.T) {
 // A dry run whose audit append the role may not write still answers the plan (the append is
 // logged, as every failed append outside a commit is), and the node's chain is unchanged.
 func TestDryRunAuditAppendAccessDenied(t *testing.T) {
-	inj := awsfault.New(1, awsfault.Rule{Operation: "TransactWriteItems", Fault: awsfault.AccessDenied, Rate: 1})
-	env := dynamotest.New(t, dynamotest.WithAPIOptions(inj.APIOption))
+	env, inj := denied(t, 1, "TransactWriteItems", seed(4, 2))
 	ctx := context.Background()
-	if err := env.Store.Put(ctx, seed(4, 2)); err != nil {
-		t.Fatal(err)
-	}
 	req := capacity.CapacityRequest{NodeID: "n1", ReservationID: "r1", UnitIDs: []string{"u0"}, DryRun: true}
 	// One dry run with the permission, so that the chain has a head to keep.
-	allowed := auditService(dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable))
+	allowed := auditService(env.Clean())
 	want, err := allowed.Reclaim(ctx, auditOwner, req, capacity.RequestMeta{})
 	if err != nil {
 		t.Fatal(err)

@@ -101,7 +101,7 @@ func TestCommitAfterConcurrentAppend(t *testing.T) {
 			if err := env.Store.Put(context.Background(), seed(4, 2)); err != nil {
 				t.Fatal(err)
 			}
-			other = dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable)
+			other = env.Clean()
 			svc := auditService(env.Store)
 			own.Reset()
 			res, err := svc.Reclaim(context.Background(), auditOwner,
@@ -156,20 +156,16 @@ func TestConcurrentAppendsAndCommitsChain(t *testing.T) {
 	var wg sync.WaitGroup
 	var calls, failed, succeeded atomic.Int64
 	for i := range 20 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			req := capacity.CapacityRequest{NodeID: "n1", ReservationID: "r1", UnitIDs: []string{fmt.Sprintf("u%d", i%4)}, DryRun: true}
 			calls.Add(1)
 			if _, err := svc.Reclaim(ctx, auditOwner, req, capacity.RequestMeta{}); err != nil {
 				failed.Add(1)
 			}
-		}()
+		})
 	}
 	for i := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			unit := []string{fmt.Sprintf("u%d", i)}
 			for range 3 {
 				for _, call := range []func(context.Context, capacity.Principal, capacity.CapacityRequest, capacity.RequestMeta) (*capacity.CapacityResult, error){svc.Release, svc.Reclaim} {
@@ -181,7 +177,7 @@ func TestConcurrentAppendsAndCommitsChain(t *testing.T) {
 					}
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if failed.Load() != 0 {
@@ -237,7 +233,7 @@ func TestAppendTimeoutAfterItLanded(t *testing.T) {
 	if inj.Count(awsfault.AmbiguousTimeout) == 0 {
 		t.Fatal("no timeout injected")
 	}
-	head, recs, rep := wholeChain(t, auditService(dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable)), "n1", capacity.ChainCalls)
+	head, recs, rep := wholeChain(t, auditService(env.Clean()), "n1", capacity.ChainCalls)
 	if !rep.OK || head.Seq != 2 || len(recs) != 2 {
 		t.Fatalf("chain %+v, head %+v, %d records", rep, head, len(recs))
 	}
@@ -337,15 +333,13 @@ func TestCallsThatChangeNothingNeverMakeACommitGoAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	writer := auditService(env.Store)
-	readers := auditService(dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable))
+	readers := auditService(env.Clean())
 	const commits = 20
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	var sent, refused, unexpected atomic.Int64
 	for i := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for {
 				select {
 				case <-done:
@@ -367,7 +361,7 @@ func TestCallsThatChangeNothingNeverMakeACommitGoAgain(t *testing.T) {
 					t.Errorf("%+v: %v", req, err)
 				}
 			}
-		}()
+		})
 	}
 	// On a loaded machine the clients may start late: commit only once they are under way
 	// (each kind seen), so the commits below really run beside them.

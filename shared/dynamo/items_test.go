@@ -1,6 +1,7 @@
 package dynamo
 
 import (
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -62,16 +63,7 @@ func TestStoredAttributeNames(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			item, err := attributevalue.MarshalMap(tt.item)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var names []string
-			for k := range item {
-				names = append(names, k)
-			}
-			slices.Sort(names)
-			if got := strings.Join(names, " "); got != tt.want {
+			if got := attributeNames(t, tt.item); got != tt.want {
 				t.Errorf("attributes\n got %s\nwant %s", got, tt.want)
 			}
 		})
@@ -207,4 +199,14 @@ func TestItemSize(t *testing.T) {
 			}
 		})
 	}
+}
+
+// attributeNames returns the names of the attributes item is stored with, sorted, spaced.
+func attributeNames(t *testing.T, item any) string {
+	t.Helper()
+	av, err := attributevalue.MarshalMap(item)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(slices.Sorted(maps.Keys(av)), " ")
 }

@@ -20,12 +20,8 @@ import (
 // returned store has none.
 func committed(t *testing.T, inj *awsfault.Injector) (*dynamotest.Env, *dynamo.Store, capacity.Operation) {
 	t.Helper()
-	var opts []dynamotest.Option
-	if inj != nil {
-		opts = append(opts, dynamotest.WithAPIOptions(inj.APIOption))
-	}
-	env := dynamotest.New(t, opts...)
-	clean := dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable)
+	env := dynamotest.New(t, dynamotest.Faults(inj)...)
+	clean := env.Clean()
 	s := seed(4, 3)
 	s.VMs[2].State, s.VMs[2].ReclaimID = capacity.VMTerminating, "rcl_2"
 	ctx := context.Background()

@@ -21,12 +21,8 @@ import (
 // the seed goes in through a client without faults.
 func opEnv(t *testing.T, inj *awsfault.Injector) *dynamotest.Env {
 	t.Helper()
-	var opts []dynamotest.Option
-	if inj != nil {
-		opts = append(opts, dynamotest.WithAPIOptions(inj.APIOption))
-	}
-	env := dynamotest.New(t, opts...)
-	if err := dynamo.New(env.Plain, env.Store.Table, env.Store.AuditTable).Put(context.Background(), seed(4, 1)); err != nil {
+	env := dynamotest.New(t, dynamotest.Faults(inj)...)
+	if err := env.Clean().Put(context.Background(), seed(4, 1)); err != nil {
 		t.Fatal(err)
 	}
 	return env

@@ -79,7 +79,7 @@ var may = map[class][]class{
 	adapter:    {std, awsSDK, domain, domainSide}, // never another adapter
 	wiring:     {std, awsSDK, domain, domainSide, faults},
 	faults:     {std, awsSDK},
-	testKit:    {std, testLib, awsSDK, external, domain, domainSide, adapter},
+	testKit:    {std, testLib, awsSDK, external, domain, domainSide, adapter, faults},
 	function:   {std, awsSDK, domain, domainSide, adapter, wiring},
 	floorMain:  {std, awsSDK, wiring, localStack}, // the benchmark's floor lives in the local stack
 	command:    {std, awsSDK, domain, domainSide, adapter, wiring},

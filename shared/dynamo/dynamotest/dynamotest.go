@@ -19,6 +19,7 @@ import (
 	"github.com/aws/smithy-go/middleware"
 	"github.com/sivchari/kumo"
 
+	"github.com/openrelay/capacity/shared/awsfault"
 	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/table"
 )
@@ -194,3 +195,15 @@ func (e *Env) Items(t testing.TB, tableName string) []map[string]types.Attribute
 
 // Reset forgets the counts.
 func (c *Calls) Reset() { c.counts.Clear() }
+
+// Clean is a store on the Env's state and audit tables whose client has none of the Options
+// (no injected faults), for setup and checks.
+func (e *Env) Clean() *dynamo.Store { return dynamo.New(e.Plain, e.Store.Table, e.Store.AuditTable) }
+
+// Faults is the option that makes the store meet inj's faults; none for a nil inj.
+func Faults(inj *awsfault.Injector) []Option {
+	if inj == nil {
+		return nil
+	}
+	return []Option{WithAPIOptions(inj.APIOption)}
+}
