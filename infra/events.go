@@ -17,6 +17,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/config/envvar"
 )
 
 // Event names shared with the service (shared/capacity/events.go); the stack only routes them.
@@ -145,10 +146,10 @@ func (s *CapacityStack) newBusPolicy() {
 // reclaim operation's eviction notices (phase notice) and its outcome events (phase report).
 // It derives both from the operation's items, which it only reads.
 func (s *CapacityStack) newOperationEventsFunction(state awsdynamodb.ITable) awslambda.Function {
-	fn := s.goFunction(goFunctionSpec{Name: "operation-events",
+	fn := s.goFunction(goFunctionSpec{Function: envvar.OperationEvents,
 		Timeout: awscdk.Duration_Seconds(jsii.Number(30)),
-		Environment: map[string]*string{
-			"STATE_TABLE": state.TableName(), "EVENT_BUS_NAME": s.Bus.EventBusName(),
+		Environment: map[envvar.Variable]*string{
+			envvar.StateTable: state.TableName(), envvar.EventBusName: s.Bus.EventBusName(),
 		}})
 	// The operation item and its outcome items; no write.
 	allow(fn, "StateTableRead", state, "dynamodb:GetItem", "dynamodb:Query")
@@ -235,15 +236,17 @@ func (s *CapacityStack) newReclaimIntake(state, audit, keys awsdynamodb.ITable) 
 		Conditions: &map[string]any{"ArnNotEquals": map[string]any{"aws:SourceArn": rules}},
 	}))
 
-	fn := s.goFunction(goFunctionSpec{Name: "reclaim-events",
+	fn := s.goFunction(goFunctionSpec{Function: envvar.ReclaimEvents,
 		Timeout: awscdk.Duration_Seconds(jsii.Number(reclaimEventsTimeoutSeconds)),
-		Environment: map[string]*string{
-			"STATE_TABLE": state.TableName(), "AUDIT_TABLE": audit.TableName(),
-			"STATE_MACHINE_ARN": s.Termination.StateMachineArn(), "EVENT_BUS_NAME": s.Bus.EventBusName(),
+		Environment: map[envvar.Variable]*string{
+			envvar.StateTable: state.TableName(), envvar.AuditTable: audit.TableName(),
+			envvar.StateMachineARN: s.Termination.StateMachineArn(), envvar.EventBusName: s.Bus.EventBusName(),
 			// Whom each source acts as; any other source is refused (forbidden).
-			"EVENT_PRINCIPALS": jsii.String(s.eventPrincipalsJSON()),
+			envvar.EventPrincipals: jsii.String(s.eventPrincipalsJSON()),
 			// Where a genuine request comes from: the function refuses any other.
-			"INTAKE_QUEUE_ARN": s.ReclaimRequests.QueueArn(), "EVENT_ACCOUNT": awscdk.Aws_ACCOUNT_ID(),
+			envvar.IntakeQueueARN: s.ReclaimRequests.QueueArn(), envvar.EventAccount: awscdk.Aws_ACCOUNT_ID(),
+			// A scheduled reclaim's firing reads the key that scheduled it (see below).
+			envvar.KeysTable: keys.TableName(),
 		}})
 	// Adds sqs:ReceiveMessage, ChangeMessageVisibility, GetQueueUrl, DeleteMessage and
 	// GetQueueAttributes on this queue to the role.
@@ -265,7 +268,6 @@ func (s *CapacityStack) newReclaimIntake(state, audit, keys awsdynamodb.ITable) 
 	// A scheduled reclaim's firing reads the key that scheduled it (its id pointer and the
 	// key: GetItem only) and is refused if the key was revoked, expired or lost what the
 	// reclaim needs. Nothing else on the keys table: no write, no Scan.
-	fn.AddEnvironment(jsii.String("KEYS_TABLE"), keys.TableName(), nil)
 	allow(fn, "KeysTableCreatorKeyRead", keys, "dynamodb:GetItem")
 	s.ReclaimEventsFunction = fn
 }

@@ -5,6 +5,8 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/jsii-runtime-go"
+
+	"github.com/openrelay/capacity/shared/config/envvar"
 )
 
 // FloorRoute is the floor's route (env local only): the same gateway, stage and path
@@ -16,8 +18,8 @@ const FloorRoute = "/v1/_floor/nodes/{nodeId}/reservations/{id}/reclaim"
 // precomputed, with no product logic and no authentication: whoever can call it can write
 // anything to the state and audit tables, which is why only env local has it.
 func (s *CapacityStack) newFloor(state, audit awsdynamodb.ITable) awslambda.Function {
-	fn := s.goFunction(goFunctionSpec{Name: "floor", Environment: map[string]*string{
-		"STATE_MACHINE_ARN": s.Termination.StateMachineArn(),
+	fn := s.goFunction(goFunctionSpec{Function: envvar.Floor, Environment: map[envvar.Variable]*string{
+		envvar.StateMachineARN: s.Termination.StateMachineArn(),
 	}})
 	// What a reclaim needs of the api function's grants: the Query and the transaction's item actions.
 	allow(fn, "StateTable", state, "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem")

@@ -11,15 +11,18 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
+
+	"github.com/openrelay/capacity/shared/config/envvar"
 )
 
-// goFunctionSpec describes a Lambda function built from ./functions/<Name>: `make lambdas`
-// puts its binary at <assetRoot>/<Name>/bootstrap.
+// goFunctionSpec describes a Lambda function built from ./functions/<name>: `make lambdas`
+// puts its binary at <assetRoot>/<name>/bootstrap.
 type goFunctionSpec struct {
-	Name        string             // package directory under functions/, e.g. "terminate-node"
-	Environment map[string]*string // besides APP_ENV and LOG_LEVEL, which every function gets
-	MemoryMB    float64            // default 256
-	Timeout     awscdk.Duration    // default 10 s
+	Function envvar.Function // its name (the package directory) and the variables it reads
+	// Environment: besides APP_ENV, LOG_LEVEL and HISTORY_RETENTION, which goFunction sets.
+	Environment map[envvar.Variable]*string
+	MemoryMB    float64         // default 256
+	Timeout     awscdk.Duration // default 10 s
 }
 
 type missingAssetError struct{ path string }
@@ -33,7 +36,8 @@ func (e *missingAssetError) Error() string {
 // group; grant data access with allow. The CfnFunction carries metadata
 // "capacity:function": <name>, which tells the local stack runner which package to build.
 func (s *CapacityStack) goFunction(spec goFunctionSpec) awslambda.Function {
-	assetDir := filepath.Join(s.assetRoot, spec.Name)
+	name := spec.Function.Name()
+	assetDir := filepath.Join(s.assetRoot, name)
 	if st, err := os.Stat(filepath.Join(assetDir, "bootstrap")); err != nil || st.IsDir() {
 		panic(&missingAssetError{path: filepath.Join(assetDir, "bootstrap")})
 	}
@@ -43,16 +47,20 @@ func (s *CapacityStack) goFunction(spec goFunctionSpec) awslambda.Function {
 	if spec.Timeout == nil {
 		spec.Timeout = awscdk.Duration_Seconds(jsii.Number(10))
 	}
-	env := map[string]*string{"APP_ENV": jsii.String(s.Env), "LOG_LEVEL": jsii.String(s.logLevel)}
-	if s.historyWindow != "" && spec.Environment["STATE_TABLE"] != nil {
+	env := map[string]*string{envvar.AppEnv.Name(): jsii.String(s.Env), envvar.LogLevel.Name(): jsii.String(s.logLevel)}
+	if s.historyWindow != "" && spec.Function.Declares(envvar.HistoryRetention.Name()) {
 		// Every function that writes the store's history ages it by the same window.
-		env["HISTORY_RETENTION"] = jsii.String(s.historyWindow)
+		env[envvar.HistoryRetention.Name()] = jsii.String(s.historyWindow)
 	}
-	for k, v := range spec.Environment {
-		env[k] = v
+	for v, value := range spec.Environment {
+		// The function would refuse to start (envvar): fail the synth instead.
+		if !spec.Function.Declares(v.Name()) || v.SetBy() == envvar.Developer {
+			panic(fmt.Sprintf("function %s: the stack may not set %s (see shared/config/envvar)", name, v.Name()))
+		}
+		env[v.Name()] = value
 	}
-	fnName := "capacity-" + s.Env + "-" + spec.Name
-	c := constructs.NewConstruct(s.Stack, jsii.String(constructID(spec.Name)))
+	fnName := "capacity-" + s.Env + "-" + name
+	c := constructs.NewConstruct(s.Stack, jsii.String(constructID(name)))
 
 	logs := s.logGroup(c, "/aws/lambda/"+fnName)
 	// Instead of the AWS managed AWSLambdaBasicExecutionRole (logs:* on "*"): only this
@@ -72,7 +80,7 @@ func (s *CapacityStack) goFunction(spec goFunctionSpec) awslambda.Function {
 	})
 	fn := awslambda.NewFunction(c, jsii.String("Function"), &awslambda.FunctionProps{
 		FunctionName: jsii.String(fnName),
-		Description:  jsii.String("capacity " + spec.Name + " (" + s.Env + ")"),
+		Description:  jsii.String("capacity " + name + " (" + s.Env + ")"),
 		Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
 		Handler:      jsii.String("bootstrap"),
 		Architecture: awslambda.Architecture_ARM_64(),
@@ -85,7 +93,7 @@ func (s *CapacityStack) goFunction(spec goFunctionSpec) awslambda.Function {
 		// Adds xray:PutTraceSegments and xray:PutTelemetryRecords on "*" to the role.
 		Tracing: awslambda.Tracing_ACTIVE,
 	})
-	fn.Node().DefaultChild().(awslambda.CfnFunction).AddMetadata(jsii.String("capacity:function"), spec.Name)
+	fn.Node().DefaultChild().(awslambda.CfnFunction).AddMetadata(jsii.String("capacity:function"), name)
 	return fn
 }
 

@@ -8,6 +8,8 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/jsii-runtime-go"
 
+	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/table"
 )
 
@@ -15,12 +17,15 @@ import (
 // unstarted and ends the operations whose workflow is gone.
 func (s *CapacityStack) newReconcilerFunction() awslambda.Function {
 	state := s.table(table.State)
-	fn := s.goFunction(goFunctionSpec{Name: "reconciler",
+	fn := s.goFunction(goFunctionSpec{Function: envvar.Reconciler,
 		Timeout: awscdk.Duration_Seconds(jsii.Number(60)),
-		Environment: map[string]*string{
-			"STATE_TABLE": state.TableName(), "STATE_MACHINE_ARN": s.Termination.StateMachineArn(),
-			"START_AFTER": jsii.String("30s"), "STUCK_AFTER": jsii.String("15m"), "HELD_AFTER": jsii.String("1h"),
-			"EVENT_BUS_NAME": s.Bus.EventBusName(),
+		Environment: map[envvar.Variable]*string{
+			envvar.StateTable: state.TableName(), envvar.StateMachineARN: s.Termination.StateMachineArn(),
+			// The function's defaults, written out so that the console shows them.
+			envvar.StartAfter:   jsii.String(envvar.StartAfter.DefaultText()),
+			envvar.StuckAfter:   jsii.String(envvar.StuckAfter.DefaultText()),
+			envvar.HeldAfter:    jsii.String(envvar.FormatDuration(capacity.DefaultHeldAfter)),
+			envvar.EventBusName: s.Bus.EventBusName(),
 		}})
 	// Finds operations by state (byState index), reads each one's outcomes (Query on the
 	// table), asks what became of its execution, starts or restarts it, and ends, restarts or

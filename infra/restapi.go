@@ -10,6 +10,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/routes"
 	"github.com/openrelay/capacity/shared/table"
 )
@@ -24,28 +25,29 @@ var apiRoutes = routes.Paths()
 // scheduled reclaims; rate is each API key's rate limit.
 func (s *CapacityStack) newApiFunction(maxPendingScheduled int, rate capacity.RateLimit) awslambda.Function {
 	state, audit, keys, limits := s.table(table.State), s.table(table.Audit), s.table(table.Keys), s.table(table.Limits)
-	fn := s.goFunction(goFunctionSpec{Name: "api", Environment: map[string]*string{
-		"STATE_TABLE": state.TableName(), "AUDIT_TABLE": audit.TableName(),
-		"KEYS_TABLE": keys.TableName(), "KEY_CACHE_TTL": jsii.String("30s"),
-		"STATE_MACHINE_ARN": s.Termination.StateMachineArn(),
+	env := map[envvar.Variable]*string{
+		envvar.StateTable: state.TableName(), envvar.AuditTable: audit.TableName(),
+		envvar.KeysTable: keys.TableName(), envvar.KeyCacheTTL: jsii.String(envvar.KeyCacheTTL.DefaultText()),
+		envvar.StateMachineARN: s.Termination.StateMachineArn(),
 		// Scheduled reclaims: one-time schedules in this group put a request on the bus as this role.
-		"SCHEDULE_GROUP": s.ScheduleGroup.ScheduleGroupName(), "SCHEDULE_ROLE_ARN": s.SchedulerRole.RoleArn(),
-		"EVENT_BUS_ARN":                 s.Bus.EventBusArn(),
-		"MAX_PENDING_SCHEDULED_PER_ORG": jsii.String(strconv.Itoa(maxPendingScheduled)),
+		envvar.ScheduleGroup: s.ScheduleGroup.ScheduleGroupName(), envvar.ScheduleRoleARN: s.SchedulerRole.RoleArn(),
+		envvar.EventBusARN:               s.Bus.EventBusArn(),
+		envvar.MaxPendingScheduledPerOrg: jsii.String(strconv.Itoa(maxPendingScheduled)),
 		// Each key's rate limit, kept in the limits table.
-		"LIMITS_TABLE": limits.TableName(),
+		envvar.LimitsTable: limits.TableName(),
 		// (shared/config.RateLimit reads them.)
-		"RATE_LIMIT_PER_SECOND": jsii.String(strconv.FormatFloat(rate.PerSecond, 'f', -1, 64)),
-		"RATE_LIMIT_BURST":      jsii.String(strconv.Itoa(rate.Burst)),
+		envvar.RateLimitPerSecond: jsii.String(strconv.FormatFloat(rate.PerSecond, 'f', -1, 64)),
+		envvar.RateLimitBurst:     jsii.String(strconv.Itoa(rate.Burst)),
 		// Registration, an owner change and a rotation make a node a random agent key,
 		// sealed under this key, and hand it out once.
-		"AGENT_KEYS_KMS_KEY_ID": s.AgentKeysKey.KeyArn(),
-	}})
+		envvar.AgentKeysKMSKeyID: s.AgentKeysKey.KeyArn(),
+	}
 	if s.Env == LocalEnv {
 		// The local stack's agents listen on loopback, over plain http: a node may be
 		// registered with an http endpoint there, and nowhere else.
-		fn.AddEnvironment(jsii.String("ALLOW_HTTP_AGENTS"), jsii.String("true"), nil)
+		env[envvar.AgentAllowHTTP] = jsii.String("true")
 	}
+	fn := s.goFunction(goFunctionSpec{Function: envvar.API, Environment: env})
 	// TransactWriteItems is authorised per item action (Put/Update/ConditionCheck). Nodes,
 	// reservations and their topology changes are writes of the same kinds; the node item
 	// also carries its audit chain's head.

@@ -20,6 +20,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/routes"
 	"github.com/openrelay/capacity/shared/stepfn"
 	"github.com/openrelay/capacity/shared/table"
@@ -36,7 +37,8 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		for _, fn := range []string{"api", "terminate-node", "reconciler", "floor", "reclaim-events", "operation-events"} {
+		for _, f := range envvar.Functions {
+			fn := f.Name()
 			if err := os.MkdirAll(filepath.Join(dir, fn), 0o755); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
@@ -311,7 +313,7 @@ func TestApiFunction(t *testing.T) {
 				"AGENT_KEYS_KMS_KEY_ID": getAtt(agentKeysKeyID(t, tp), "Arn"),
 			}
 			if tc.env == "local" {
-				wantEnv["ALLOW_HTTP_AGENTS"] = "true"
+				wantEnv["AGENT_ALLOW_HTTP"] = "true"
 			}
 			gotEnv := p["Environment"].(map[string]any)["Variables"]
 			if !reflect.DeepEqual(gotEnv, wantEnv) {
@@ -1405,27 +1407,27 @@ func TestAgentMasterSecret(t *testing.T) {
 	}
 }
 
-// TestPlainHTTPAgentsOnlyLocally: AGENT_ALLOW_HTTP (terminate-node calls agents over http) and
-// ALLOW_HTTP_AGENTS (the api function registers nodes with an http endpoint) are set on no
-// function of any environment but local, whose agents are on loopback.
+// TestPlainHTTPAgentsOnlyLocally: AGENT_ALLOW_HTTP (the api function registers nodes with an
+// http endpoint, terminate-node calls agents over http) is set on no function of any
+// environment but local, whose agents are on loopback.
 func TestPlainHTTPAgentsOnlyLocally(t *testing.T) {
 	for _, env := range []string{"local", "dev", "staging", "prod"} {
 		t.Run(env, func(t *testing.T) {
 			tp := synth(t, env)
-			for variable, fn := range map[string]string{"AGENT_ALLOW_HTTP": "terminate-node", "ALLOW_HTTP_AGENTS": "api"} {
-				var set []string
-				for _, r := range tp.resources("AWS::Lambda::Function") {
-					vars, _ := props(r)["Environment"].(map[string]any)["Variables"].(map[string]any)
-					if v, ok := vars[variable]; ok {
-						set = append(set, props(r)["FunctionName"].(string))
-						if env != "local" || v != "true" {
-							t.Errorf("function %v sets %s=%v in env %s", props(r)["FunctionName"], variable, v, env)
-						}
+			const variable = "AGENT_ALLOW_HTTP"
+			var set []string
+			for _, r := range tp.resources("AWS::Lambda::Function") {
+				vars, _ := props(r)["Environment"].(map[string]any)["Variables"].(map[string]any)
+				if v, ok := vars[variable]; ok {
+					set = append(set, props(r)["FunctionName"].(string))
+					if env != "local" || v != "true" {
+						t.Errorf("function %v sets %s=%v in env %s", props(r)["FunctionName"], variable, v, env)
 					}
 				}
-				if env == "local" && !reflect.DeepEqual(set, []string{"capacity-local-" + fn}) {
-					t.Errorf("local: functions with %s %v, want %s only", variable, set, fn)
-				}
+			}
+			slices.Sort(set)
+			if want := []string{"capacity-local-api", "capacity-local-terminate-node"}; env == "local" && !slices.Equal(set, want) {
+				t.Errorf("local: functions with %s %v, want %v only", variable, set, want)
 			}
 		})
 	}

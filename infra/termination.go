@@ -8,6 +8,7 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
+	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/table"
 )
 
@@ -37,15 +38,16 @@ var terminateRetryErrors = []string{
 // VM's outcome.
 func (s *CapacityStack) newTerminateNodeFunction() awslambda.Function {
 	state := s.table(table.State)
-	env := map[string]*string{
-		"STATE_TABLE": state.TableName(), "AGENT_MASTER_SECRET_ID": s.agentMasterSecretID, "AGENT_TIMEOUT": jsii.String("5s"),
-		"AGENT_KEYS_KMS_KEY_ID": s.AgentKeysKey.KeyArn(),
+	env := map[envvar.Variable]*string{
+		envvar.StateTable: state.TableName(), envvar.AgentMasterSecretID: s.agentMasterSecretID,
+		envvar.AgentTimeout:      jsii.String(envvar.AgentTimeout.DefaultText()),
+		envvar.AgentKeysKMSKeyID: s.AgentKeysKey.KeyArn(),
 	}
 	if s.Env == LocalEnv {
 		// The local stack's agents listen on loopback, over plain http. Nowhere else.
-		env["AGENT_ALLOW_HTTP"] = jsii.String("true")
+		env[envvar.AgentAllowHTTP] = jsii.String("true")
 	}
-	fn := s.goFunction(goFunctionSpec{Name: "terminate-node", MemoryMB: 256,
+	fn := s.goFunction(goFunctionSpec{Function: envvar.TerminateNode, MemoryMB: 256,
 		Timeout: awscdk.Duration_Seconds(jsii.Number(60)), Environment: env})
 	// Reads the agent master secret at run time (current and previous versions), for nodes
 	// still at key generation 0; nothing else in Secrets Manager. Opens the nodes' sealed keys.

@@ -39,10 +39,11 @@ import (
 )
 
 func main() {
-	logger := config.Logger()
+	// A command, not a function: it reads none of the functions' variables (envvar).
+	logger := config.Logger(slog.LevelInfo)
 	ctx := context.Background()
 	err := run(ctx, os.Args[1:], os.Stdout, logger, func() (*dynamodb.Client, error) {
-		cfg, err := config.AWS(ctx)
+		cfg, err := config.AWS(ctx, config.Faults{})
 		if err != nil {
 			return nil, err
 		}

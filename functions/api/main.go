@@ -5,12 +5,11 @@
 // agents' keys are sealed under, so that registering a node, changing its owner or rotating
 // its key makes a random key, stores it sealed and hands it out once (unset: none is handed
 // out). The function may only encrypt under that key: it can open no stored key, and it has
-// no access to the agent master secret. ALLOW_HTTP_AGENTS=true only in env local, whose
-// agents are plain http on loopback.
+// no access to the agent master secret. AGENT_ALLOW_HTTP=true only in env local, whose
+// agents are plain http on loopback. Every variable: envvar.API.
 package main
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -19,7 +18,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/kms"
 	awsscheduler "github.com/aws/aws-sdk-go-v2/service/scheduler"
@@ -30,6 +28,7 @@ import (
 	"github.com/openrelay/capacity/shared/auth"
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/config"
+	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/emf"
 	"github.com/openrelay/capacity/shared/httpapi"
@@ -39,28 +38,60 @@ import (
 )
 
 func main() {
-	logger := config.Logger()
-	env := config.Must(config.Required("APP_ENV", "STATE_TABLE", "AUDIT_TABLE", "KEYS_TABLE", "LIMITS_TABLE", "STATE_MACHINE_ARN"))
-	keyTTL := config.Must(config.Duration("KEY_CACHE_TTL", 30*time.Second))
-	cfg := config.Must(config.AWS(context.Background()))
+	s, logger, cfg := config.Start(envvar.API, readSettings)
 
-	store := dynamo.New(dynamodb.NewFromConfig(cfg), env["STATE_TABLE"], env["AUDIT_TABLE"])
-	// How long history is kept (the stack sets it per environment; 0: the store's default).
-	store.Retention = config.Must(config.Duration("HISTORY_RETENTION", 0))
-	store.KeysTable = env["KEYS_TABLE"]
-	store.LimitsTable = env["LIMITS_TABLE"]
-	rate := config.Must(config.RateLimit())
-	workflow := &stepfn.Starter{Client: sfn.NewFromConfig(cfg), StateMachineARN: env["STATE_MACHINE_ARN"]}
-	metrics := emf.New(os.Stdout, env["APP_ENV"])
-	sched := scheduling{Scheduler: config.Must(schedulerFromEnv(cfg)),
-		MaxPendingPerOrg: config.Must(config.PositiveInt("MAX_PENDING_SCHEDULED_PER_ORG", capacity.DefaultMaxPendingScheduled))}
-	agents := agentConfig{AllowHTTP: config.Must(allowHTTPAgents(os.Getenv("ALLOW_HTTP_AGENTS"), env["APP_ENV"]))}
-	if id := os.Getenv("AGENT_KEYS_KMS_KEY_ID"); id != "" {
-		agents.Sealer = kmsseal.New(kms.NewFromConfig(cfg), id)
+	store := dynamo.New(dynamodb.NewFromConfig(cfg), s.stateTable, s.auditTable)
+	store.Retention = s.historyRetention
+	store.KeysTable = s.keysTable
+	store.LimitsTable = s.limitsTable
+	workflow := &stepfn.Starter{Client: sfn.NewFromConfig(cfg), StateMachineARN: s.stateMachineARN}
+	metrics := emf.New(os.Stdout, s.AppEnv)
+	sched := scheduling{MaxPendingPerOrg: s.maxPendingPerOrg}
+	if s.schedules != (schedules{}) {
+		sched.Scheduler = &scheduler.Schedules{Client: awsscheduler.NewFromConfig(cfg), Group: s.schedules.group,
+			RoleARN: s.schedules.roleARN, BusARN: s.schedules.busARN}
+	}
+	agents := agentConfig{AllowHTTP: s.allowHTTPAgents}
+	if s.agentKeysKMSKeyID != "" {
+		agents.Sealer = kmsseal.New(kms.NewFromConfig(cfg), s.agentKeysKMSKeyID)
 	} else {
 		logger.Warn("AGENT_KEYS_KMS_KEY_ID is not set: registering a node hands out no agent key, and none can be rotated")
 	}
-	lambda.Start(newAdapter(store, workflow, sched, metrics, keyTTL, agents, &rate, logger).ProxyWithContext)
+	lambda.Start(newAdapter(store, workflow, sched, metrics, s.keyTTL, agents, &s.rate, logger).ProxyWithContext)
+}
+
+// settings are the function's configuration (envvar.API).
+type settings struct {
+	config.Common
+	stateTable, auditTable, keysTable, limitsTable, stateMachineARN string
+	keyTTL                                                          time.Duration
+	historyRetention                                                time.Duration // per environment; 0: the store's default
+	rate                                                            capacity.RateLimit
+	schedules                                                       schedules
+	maxPendingPerOrg                                                int // 0: the default
+	// The KMS key the agent keys the function makes are sealed under ("": none is handed out).
+	agentKeysKMSKeyID string
+	allowHTTPAgents   bool
+}
+
+// readSettings reads the function's configuration; errors go to e.
+func readSettings(e *envvar.Env) settings {
+	s := settings{
+		Common:            config.ReadCommon(e),
+		stateTable:        envvar.StateTable.Get(e),
+		auditTable:        envvar.AuditTable.Get(e),
+		keysTable:         envvar.KeysTable.Get(e),
+		limitsTable:       envvar.LimitsTable.Get(e),
+		stateMachineARN:   envvar.StateMachineARN.Get(e),
+		keyTTL:            envvar.KeyCacheTTL.Get(e),
+		historyRetention:  envvar.HistoryRetention.Get(e),
+		rate:              config.RateLimit(e),
+		schedules:         readSchedules(e),
+		maxPendingPerOrg:  envvar.MaxPendingScheduledPerOrg.Get(e),
+		agentKeysKMSKeyID: envvar.AgentKeysKMSKeyID.Optional(e),
+		allowHTTPAgents:   envvar.AgentAllowHTTP.Get(e),
+	}
+	return s
 }
 
 // agentConfig is what the API needs of the node agents: the sealer of the keys it makes
@@ -70,34 +101,19 @@ type agentConfig struct {
 	AllowHTTP bool
 }
 
-// allowHTTPAgents parses ALLOW_HTTP_AGENTS: "true", or "" / "false". Anything else is refused,
-// so a typo cannot quietly change what nodes may register, and so is "true" outside APP_ENV
-// local: the function then fails its init rather than accept agents in clear.
-func allowHTTPAgents(v, appEnv string) (bool, error) {
-	switch v {
-	case "", "false":
-		return false, nil
-	case "true":
-		if appEnv != "local" {
-			return false, fmt.Errorf("environment variable ALLOW_HTTP_AGENTS is true in env %q: plain http agents are allowed only in env local", appEnv)
-		}
-		return true, nil
-	}
-	return false, fmt.Errorf("environment variable ALLOW_HTTP_AGENTS: %q, want true or false", v)
-}
+// schedules is where scheduled reclaims go: the zero value when scheduling is unavailable.
+type schedules struct{ group, roleARN, busARN string }
 
-// schedulerFromEnv returns the EventBridge Scheduler adapter when SCHEDULE_GROUP,
-// SCHEDULE_ROLE_ARN and EVENT_BUS_ARN are all set, nil when none is (scheduled reclaims then
-// answer 501 scheduling_unavailable), and an error when only some are.
-func schedulerFromEnv(cfg aws.Config) (capacity.Scheduler, error) {
-	group, role, bus := os.Getenv("SCHEDULE_GROUP"), os.Getenv("SCHEDULE_ROLE_ARN"), os.Getenv("EVENT_BUS_ARN")
-	switch {
-	case group == "" && role == "" && bus == "":
-		return nil, nil
-	case group == "" || role == "" || bus == "":
-		return nil, fmt.Errorf("SCHEDULE_GROUP, SCHEDULE_ROLE_ARN and EVENT_BUS_ARN go together: set all three or none")
+// readSchedules reads SCHEDULE_GROUP, SCHEDULE_ROLE_ARN and EVENT_BUS_ARN: all set, or none
+// (scheduled reclaims then answer 501 scheduling_unavailable); only some is an error.
+func readSchedules(e *envvar.Env) schedules {
+	s := schedules{envvar.ScheduleGroup.Optional(e), envvar.ScheduleRoleARN.Optional(e), envvar.EventBusARN.Optional(e)}
+	if s != (schedules{}) && (s.group == "" || s.roleARN == "" || s.busARN == "") {
+		e.Fail(fmt.Errorf("%s, %s and %s go together: set all three or none",
+			envvar.ScheduleGroup.Name(), envvar.ScheduleRoleARN.Name(), envvar.EventBusARN.Name()))
+		return schedules{}
 	}
-	return &scheduler.Schedules{Client: awsscheduler.NewFromConfig(cfg), Group: group, RoleARN: role, BusARN: bus}, nil
+	return s
 }
 
 // scheduling is what scheduled reclaims need: the scheduler (nil: they are unavailable) and

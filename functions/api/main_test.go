@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -25,6 +26,7 @@ import (
 	"github.com/openrelay/capacity/localstack/demo"
 	"github.com/openrelay/capacity/shared/awsfault"
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 	"github.com/openrelay/capacity/shared/emf"
 	"github.com/openrelay/capacity/shared/kmsseal"
@@ -88,7 +90,47 @@ func TestSampleEvents(t *testing.T) {
 	}
 }
 
-func TestSchedulerFromEnv(t *testing.T) {
+// TestReadSettings: the function reads exactly the variables envvar.API declares (an
+// undeclared read or a declared one left unread fails it), and refuses a misspelt one.
+func TestReadSettings(t *testing.T) {
+	stack := []string{"APP_ENV=local", "LOG_LEVEL=debug", "STATE_TABLE=s", "AUDIT_TABLE=a", "KEYS_TABLE=k", "LIMITS_TABLE=l",
+		"STATE_MACHINE_ARN=arn:sm", "KEY_CACHE_TTL=1m", "HISTORY_RETENTION=2160h", "RATE_LIMIT_PER_SECOND=2.5",
+		"RATE_LIMIT_BURST=7", "SCHEDULE_GROUP=g", "SCHEDULE_ROLE_ARN=arn:role", "EVENT_BUS_ARN=arn:bus",
+		"MAX_PENDING_SCHEDULED_PER_ORG=9", "AGENT_KEYS_KMS_KEY_ID=arn:key", "AGENT_ALLOW_HTTP=true",
+		"CAPACITY_FAULTS=*:Throttling=0.1", "CAPACITY_FAULTS_SEED=3", "AWS_ENDPOINT_URL=http://localhost:4566", "AWS_REGION=r"}
+	for _, tc := range []struct {
+		name    string
+		environ []string
+		wantErr string
+	}{
+		{name: "every variable", environ: stack},
+		{name: "the required only", environ: []string{"APP_ENV=prod", "STATE_TABLE=s", "AUDIT_TABLE=a", "KEYS_TABLE=k",
+			"LIMITS_TABLE=l", "STATE_MACHINE_ARN=arn:sm", "RATE_LIMIT_PER_SECOND=1", "RATE_LIMIT_BURST=1"}},
+		{name: "misspelt", environ: append(slices.Clone(stack), "KEY_CACHE_TL=1s"), wantErr: "KEY_CACHE_TL is not one of api's"},
+		{name: "the retired name", environ: append(slices.Clone(stack), "ALLOW_HTTP_AGENTS=true"), wantErr: "ALLOW_HTTP_AGENTS is not one of api's"},
+		{name: "a required one unset", environ: stack[1:], wantErr: "APP_ENV must be set"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := envvar.New(envvar.API, tc.environ)
+			s, err := readSettings(e), e.Err()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.stateTable != "s" || s.rate.PerSecond == 0 || s.keyTTL == 0 {
+				t.Errorf("settings %+v", s)
+			}
+		})
+	}
+}
+
+func TestReadSchedules(t *testing.T) {
+	fn := envvar.Declare("api", envvar.ScheduleGroup, envvar.ScheduleRoleARN, envvar.EventBusARN)
 	for _, tc := range []struct {
 		name             string
 		group, role, bus string
@@ -101,32 +143,12 @@ func TestSchedulerFromEnv(t *testing.T) {
 		{"only the group", "capacity-test", "", "", false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv("SCHEDULE_GROUP", tc.group)
-			t.Setenv("SCHEDULE_ROLE_ARN", tc.role)
-			t.Setenv("EVENT_BUS_ARN", tc.bus)
-			s, err := schedulerFromEnv(aws.Config{Region: "us-east-1"})
-			if (err != nil) != tc.wantErr || (s != nil) != tc.want {
-				t.Fatalf("scheduler %v, err %v", s, err)
+			e := envvar.New(fn, []string{"SCHEDULE_GROUP=" + tc.group, "SCHEDULE_ROLE_ARN=" + tc.role, "EVENT_BUS_ARN=" + tc.bus})
+			s := readSchedules(e)
+			if err := e.Err(); (err != nil) != tc.wantErr || (s != schedules{}) != tc.want {
+				t.Fatalf("schedules %v, err %v", s, err)
 			}
 		})
-	}
-}
-
-func TestAllowHTTPAgents(t *testing.T) {
-	for _, tc := range []struct {
-		in, appEnv string
-		want       bool
-		wantErr    bool
-	}{
-		{"", "prod", false, false}, {"false", "prod", false, false}, {"", "local", false, false},
-		{"true", "local", true, false},
-		{"true", "prod", false, true}, {"true", "dev", false, true}, {"true", "", false, true},
-		{"TRUE", "local", false, true}, {"1", "local", false, true}, {"yes", "local", false, true},
-	} {
-		got, err := allowHTTPAgents(tc.in, tc.appEnv)
-		if got != tc.want || (err != nil) != tc.wantErr {
-			t.Errorf("allowHTTPAgents(%q, env %q) = %v, %v; want %v, error %v", tc.in, tc.appEnv, got, err, tc.want, tc.wantErr)
-		}
 	}
 }
 

@@ -5,7 +5,6 @@
 package main
 
 import (
-	"context"
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
@@ -14,19 +13,30 @@ import (
 
 	"github.com/openrelay/capacity/localstack/floor"
 	"github.com/openrelay/capacity/shared/config"
+	"github.com/openrelay/capacity/shared/config/envvar"
 )
 
 func main() {
-	logger := config.Logger()
-	env := config.Must(config.Required("APP_ENV", "STATE_MACHINE_ARN"))
-	if env["APP_ENV"] != "local" {
-		logger.Error("configuration: the floor runs in env local only", "env", env["APP_ENV"])
+	s, logger, cfg := config.Start(envvar.Floor, readSettings)
+	if s.AppEnv != "local" {
+		logger.Error("configuration: the floor runs in env local only", "env", s.AppEnv)
 		os.Exit(1)
 	}
-	cfg := config.Must(config.AWS(context.Background()))
 	h := &floor.Handler{
 		DB: dynamodb.NewFromConfig(cfg), SFN: sfn.NewFromConfig(cfg),
-		StateMachineARN: env["STATE_MACHINE_ARN"], Logger: logger,
+		StateMachineARN: s.stateMachineARN, Logger: logger,
 	}
 	lambda.Start(h.Serve)
+}
+
+// settings are the function's configuration (envvar.Floor).
+type settings struct {
+	config.Common
+	stateMachineARN string
+}
+
+// readSettings reads the function's configuration; errors go to e.
+func readSettings(e *envvar.Env) settings {
+	s := settings{Common: config.ReadCommon(e), stateMachineARN: envvar.StateMachineARN.Get(e)}
+	return s
 }

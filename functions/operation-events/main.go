@@ -5,7 +5,7 @@
 // events from the stored operation under stable ids, so Step Functions' retries and the
 // reconciler's restarts only repeat events consumers deduplicate.
 //
-// Environment: APP_ENV, STATE_TABLE, EVENT_BUS_NAME, LOG_LEVEL.
+// Environment: envvar.OperationEvents.
 package main
 
 import (
@@ -19,22 +19,33 @@ import (
 
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/config"
+	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/eventbus"
 	"github.com/openrelay/capacity/shared/stepfn"
 )
 
 func main() {
-	logger := config.Logger()
-	env := config.Must(config.Required("APP_ENV", "STATE_TABLE", "EVENT_BUS_NAME"))
-	cfg := config.Must(config.AWS(context.Background()))
-	store := dynamo.New(dynamodb.NewFromConfig(cfg), env["STATE_TABLE"], "")
+	s, logger, cfg := config.Start(envvar.OperationEvents, readSettings)
+	store := dynamo.New(dynamodb.NewFromConfig(cfg), s.stateTable, "")
 	announcer := &capacity.Announcer{
 		Store:     store,
-		Publisher: eventbus.New(eventbridge.NewFromConfig(cfg), env["EVENT_BUS_NAME"]),
+		Publisher: eventbus.New(eventbridge.NewFromConfig(cfg), s.eventBusName),
 		Logger:    logger,
 	}
 	lambda.Start(handler(announcer, logger))
+}
+
+// settings are the function's configuration (envvar.OperationEvents).
+type settings struct {
+	config.Common
+	stateTable, eventBusName string
+}
+
+// readSettings reads the function's configuration; errors go to e.
+func readSettings(e *envvar.Env) settings {
+	s := settings{Common: config.ReadCommon(e), stateTable: envvar.StateTable.Get(e), eventBusName: envvar.EventBusName.Get(e)}
+	return s
 }
 
 // handler publishes one phase's events. A returned error (the operation could not be read,

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 	"github.com/openrelay/capacity/shared/eventbus"
@@ -140,5 +141,14 @@ func TestHandler(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReadSettings: the function reads exactly the variables envvar.OperationEvents declares: an
+// undeclared read, or a declared one left unread, would fail it at start.
+func TestReadSettings(t *testing.T) {
+	e := envvar.New(envvar.OperationEvents, []string{"APP_ENV=dev", "LOG_LEVEL=info", "STATE_TABLE=s", "EVENT_BUS_NAME=b"})
+	if s := readSettings(e); e.Err() != nil || s.stateTable != "s" || s.eventBusName != "b" {
+		t.Fatalf("settings %+v, error %v", s, e.Err())
 	}
 }

@@ -7,9 +7,10 @@
 package main
 
 import (
-	"context"
+	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/config"
+	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/emf"
 	"github.com/openrelay/capacity/shared/eventapi"
@@ -26,25 +28,48 @@ import (
 )
 
 func main() {
-	logger := config.Logger()
-	env := config.Must(config.Required("APP_ENV", "STATE_TABLE", "AUDIT_TABLE", "KEYS_TABLE", "STATE_MACHINE_ARN", "EVENT_BUS_NAME",
-		"EVENT_PRINCIPALS", "INTAKE_QUEUE_ARN", "EVENT_ACCOUNT", "AWS_REGION"))
-	principals := config.Must(capacity.ParseEventPrincipals(env["EVENT_PRINCIPALS"]))
-	cfg := config.Must(config.AWS(context.Background()))
+	s, logger, cfg := config.Start(envvar.ReclaimEvents, readSettings)
 
-	store := dynamo.New(dynamodb.NewFromConfig(cfg), env["STATE_TABLE"], env["AUDIT_TABLE"])
-	// How long history is kept (the stack sets it per environment; 0: the store's default).
-	store.Retention = config.Must(config.Duration("HISTORY_RETENTION", 0))
+	store := dynamo.New(dynamodb.NewFromConfig(cfg), s.stateTable, s.auditTable)
+	store.Retention = s.historyRetention
 	// Read-only (GetItem): a scheduled reclaim's firing checks the key that scheduled it.
-	store.KeysTable = env["KEYS_TABLE"]
-	workflow := &stepfn.Starter{Client: sfn.NewFromConfig(cfg), StateMachineARN: env["STATE_MACHINE_ARN"]}
-	metrics := emf.New(os.Stdout, env["APP_ENV"])
-	bus := eventbus.New(eventbridge.NewFromConfig(cfg), env["EVENT_BUS_NAME"])
-	h := newHandler(store, workflow, metrics, bus, principals, logger)
-	h.Origin = eventapi.Origin{
-		QueueARN: env["INTAKE_QUEUE_ARN"], Account: env["EVENT_ACCOUNT"], Region: env["AWS_REGION"], Bus: env["EVENT_BUS_NAME"],
-	}
+	store.KeysTable = s.keysTable
+	workflow := &stepfn.Starter{Client: sfn.NewFromConfig(cfg), StateMachineARN: s.stateMachineARN}
+	metrics := emf.New(os.Stdout, s.AppEnv)
+	bus := eventbus.New(eventbridge.NewFromConfig(cfg), s.origin.Bus)
+	h := newHandler(store, workflow, metrics, bus, s.principals, logger)
+	h.Origin = s.origin
 	lambda.Start(h.Handle)
+}
+
+// settings are the function's configuration (envvar.ReclaimEvents).
+type settings struct {
+	config.Common
+	stateTable, auditTable, keysTable, stateMachineARN string
+	historyRetention                                   time.Duration // per environment; 0: the store's default
+	principals                                         capacity.EventPrincipals
+	origin                                             eventapi.Origin // where a genuine request comes from
+}
+
+// readSettings reads the function's configuration; errors go to e.
+func readSettings(e *envvar.Env) settings {
+	s := settings{
+		Common:           config.ReadCommon(e),
+		stateTable:       envvar.StateTable.Get(e),
+		auditTable:       envvar.AuditTable.Get(e),
+		keysTable:        envvar.KeysTable.Get(e),
+		stateMachineARN:  envvar.StateMachineARN.Get(e),
+		historyRetention: envvar.HistoryRetention.Get(e),
+		origin: eventapi.Origin{QueueARN: envvar.IntakeQueueARN.Get(e), Account: envvar.EventAccount.Get(e),
+			Region: envvar.Region.Get(e), Bus: envvar.EventBusName.Get(e)},
+	}
+	if principals := envvar.EventPrincipals.Get(e); principals != "" {
+		var err error
+		if s.principals, err = capacity.ParseEventPrincipals(principals); err != nil {
+			e.Fail(fmt.Errorf("environment variable %s: %w", envvar.EventPrincipals.Name(), err))
+		}
+	}
+	return s
 }
 
 // newHandler wires the store, workflow and bus into the event API.

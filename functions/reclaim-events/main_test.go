@@ -16,6 +16,7 @@ import (
 	"github.com/openrelay/capacity/localstack/demo"
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/capacitytest"
+	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 	"github.com/openrelay/capacity/shared/emf"
 )
@@ -159,5 +160,14 @@ func TestSampleRequests(t *testing.T) {
 	}
 	if r := st.Reservation(demo.ReservationID); st.Node.TopologyGen != 2 || r == nil || r.Status != capacity.StatusNeedsReview {
 		t.Fatalf("after the change: node generation %d, reservation %+v", st.Node.TopologyGen, r)
+	}
+}
+
+// TestReadSettings: the function reads exactly the variables envvar.ReclaimEvents declares: an
+// undeclared read, or a declared one left unread, would fail it at start.
+func TestReadSettings(t *testing.T) {
+	e := envvar.New(envvar.ReclaimEvents, []string{"APP_ENV=dev", "LOG_LEVEL=info", "STATE_TABLE=s", "AUDIT_TABLE=a", "KEYS_TABLE=k", "STATE_MACHINE_ARN=arn:sm", "EVENT_BUS_NAME=b", "EVENT_PRINCIPALS=[]", "INTAKE_QUEUE_ARN=arn:q", "EVENT_ACCOUNT=1", "HISTORY_RETENTION=2160h", "AWS_REGION=r"})
+	if s := readSettings(e); e.Err() != nil || s.origin.Region != "r" || s.origin.Bus != "b" || s.principals == nil {
+		t.Fatalf("settings %+v, error %v", s, e.Err())
 	}
 }

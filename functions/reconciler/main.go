@@ -20,6 +20,7 @@ import (
 
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/config"
+	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/emf"
 	"github.com/openrelay/capacity/shared/eventbus"
@@ -27,24 +28,47 @@ import (
 )
 
 func main() {
-	logger := config.Logger()
-	env := config.Must(config.Required("APP_ENV", "STATE_TABLE", "STATE_MACHINE_ARN"))
-	cfg := config.Must(config.AWS(context.Background()))
-	store := dynamo.New(dynamodb.NewFromConfig(cfg), env["STATE_TABLE"], "")
-	store.Retention = config.Must(config.Duration("HISTORY_RETENTION", 0)) // per environment; 0: the default
-	metrics := emf.New(os.Stdout, env["APP_ENV"])
+	s, logger, cfg := config.Start(envvar.Reconciler, readSettings)
+	store := dynamo.New(dynamodb.NewFromConfig(cfg), s.stateTable, "")
+	store.Retention = s.historyRetention
+	metrics := emf.New(os.Stdout, s.AppEnv)
 	r := &capacity.Reconciler{
-		Publisher:   publisher(cfg, os.Getenv("EVENT_BUS_NAME")),
+		Publisher:   publisher(cfg, s.eventBusName),
 		Store:       store,
-		Workflow:    &stepfn.Starter{Client: sfn.NewFromConfig(cfg), StateMachineARN: env["STATE_MACHINE_ARN"]},
-		StartAfter:  config.Must(config.Duration("START_AFTER", 30*time.Second)),
-		StuckAfter:  config.Must(config.Duration("STUCK_AFTER", 15*time.Minute)),
-		HeldAfter:   config.Must(config.Duration("HELD_AFTER", capacity.DefaultHeldAfter)),
+		Workflow:    &stepfn.Starter{Client: sfn.NewFromConfig(cfg), StateMachineARN: s.stateMachineARN},
+		StartAfter:  s.startAfter,
+		StuckAfter:  s.stuckAfter,
+		HeldAfter:   s.heldAfter,
 		MaxRestarts: 3,
 		Logger:      logger,
 		Metrics:     metrics,
 	}
 	lambda.Start(handler(r, metrics))
+}
+
+// settings are the function's configuration (envvar.Reconciler).
+type settings struct {
+	config.Common
+	stateTable, stateMachineARN string
+	eventBusName                string        // "": no bus, no reports published
+	historyRetention            time.Duration // per environment; 0: the store's default
+	startAfter, stuckAfter      time.Duration
+	heldAfter                   time.Duration // 0: the domain's default
+}
+
+// readSettings reads the function's configuration; errors go to e.
+func readSettings(e *envvar.Env) settings {
+	s := settings{
+		Common:           config.ReadCommon(e),
+		stateTable:       envvar.StateTable.Get(e),
+		stateMachineARN:  envvar.StateMachineARN.Get(e),
+		eventBusName:     envvar.EventBusName.Optional(e),
+		historyRetention: envvar.HistoryRetention.Get(e),
+		startAfter:       envvar.StartAfter.Get(e),
+		stuckAfter:       envvar.StuckAfter.Get(e),
+		heldAfter:        envvar.HeldAfter.Get(e),
+	}
+	return s
 }
 
 // publisher publishes the reports of the operations the reconciler ends on the bus

@@ -15,6 +15,7 @@ import (
 	"github.com/openrelay/capacity/localstack/demo"
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/capacitytest"
+	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 	"github.com/openrelay/capacity/shared/emf"
 )
@@ -109,5 +110,14 @@ func TestExhaustedRestartsAreAMetric(t *testing.T) {
 	}
 	if metric.Exhausted != 1 || !declared || metric.Environment != "local" {
 		t.Fatalf("metric line = %+v in %s", metric, metrics.String())
+	}
+}
+
+// TestReadSettings: the function reads exactly the variables envvar.Reconciler declares: an
+// undeclared read, or a declared one left unread, would fail it at start.
+func TestReadSettings(t *testing.T) {
+	e := envvar.New(envvar.Reconciler, []string{"APP_ENV=dev", "LOG_LEVEL=info", "STATE_TABLE=s", "STATE_MACHINE_ARN=arn:sm", "EVENT_BUS_NAME=b", "HISTORY_RETENTION=2160h", "START_AFTER=1s", "STUCK_AFTER=15m", "HELD_AFTER=2h"})
+	if s := readSettings(e); e.Err() != nil || s.startAfter != time.Second || s.heldAfter != 2*time.Hour {
+		t.Fatalf("settings %+v, error %v", s, e.Err())
 	}
 }

@@ -7,7 +7,7 @@
 // AGENT_MASTER_SECRET_ID, the Secrets Manager secret (name or ARN) the keys of nodes still at
 // generation 0 are derived from (read at run time, cached 5 minutes, current and previous
 // versions); AGENT_TIMEOUT; AGENT_ALLOW_HTTP=true only on the local stack, whose agents are
-// plain http on loopback.
+// plain http on loopback. Every variable: envvar.TerminateNode.
 package main
 
 import (
@@ -25,6 +25,7 @@ import (
 	"github.com/openrelay/capacity/shared/agent"
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/config"
+	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/emf"
 	"github.com/openrelay/capacity/shared/kmsseal"
@@ -33,42 +34,45 @@ import (
 )
 
 func main() {
-	logger := config.Logger()
-	env := config.Must(config.Required("APP_ENV", "STATE_TABLE", "AGENT_MASTER_SECRET_ID", "AGENT_KEYS_KMS_KEY_ID"))
-	timeout := config.Must(config.Duration("AGENT_TIMEOUT", 5*time.Second))
-	allowHTTP := config.Must(allowHTTP(os.Getenv("AGENT_ALLOW_HTTP"), env["APP_ENV"]))
-	cfg := config.Must(config.AWS(context.Background()))
-	masters := secrets.New(secretsmanager.NewFromConfig(cfg), env["AGENT_MASTER_SECRET_ID"])
-	client := &agent.Client{AllowHTTP: allowHTTP, Timeout: timeout}
-	nodeAgent := agent.NodeAgent{Client: client, Opener: kmsseal.New(kms.NewFromConfig(cfg), env["AGENT_KEYS_KMS_KEY_ID"]), Legacy: agent.Derived{Masters: masters}}
-	if allowHTTP {
+	s, logger, cfg := config.Start(envvar.TerminateNode, readSettings)
+	masters := secrets.New(secretsmanager.NewFromConfig(cfg), s.agentMasterSecretID)
+	client := &agent.Client{AllowHTTP: s.allowHTTP, Timeout: s.agentTimeout}
+	nodeAgent := agent.NodeAgent{Client: client, Opener: kmsseal.New(kms.NewFromConfig(cfg), s.agentKeysKMSKeyID), Legacy: agent.Derived{Masters: masters}}
+	if s.allowHTTP {
 		logger.Warn("AGENT_ALLOW_HTTP is set: plain http agent endpoints are accepted (local stack only)")
 	}
-	store := dynamo.New(dynamodb.NewFromConfig(cfg), env["STATE_TABLE"], "")
-	store.Retention = config.Must(config.Duration("HISTORY_RETENTION", 0)) // per environment; 0: the default
+	store := dynamo.New(dynamodb.NewFromConfig(cfg), s.stateTable, "")
+	store.Retention = s.historyRetention
 	term := &capacity.Terminator{
 		Store:   store,
 		Agent:   nodeAgent,
 		Logger:  logger,
-		Metrics: emf.New(os.Stdout, env["APP_ENV"]),
+		Metrics: emf.New(os.Stdout, s.AppEnv),
 	}
 	lambda.Start(handler(term, logger))
 }
 
-// allowHTTP parses AGENT_ALLOW_HTTP: "true", or "" / "false". Anything else is refused, so a
-// typo cannot quietly change the transport, and so is "true" outside APP_ENV local: the
-// function then fails its init rather than talk to agents in clear.
-func allowHTTP(v, appEnv string) (bool, error) {
-	switch v {
-	case "", "false":
-		return false, nil
-	case "true":
-		if appEnv != "local" {
-			return false, fmt.Errorf("environment variable AGENT_ALLOW_HTTP is true in env %q: plain http agents are allowed only in env local", appEnv)
-		}
-		return true, nil
+// settings are the function's configuration (envvar.TerminateNode).
+type settings struct {
+	config.Common
+	stateTable, agentMasterSecretID, agentKeysKMSKeyID string
+	agentTimeout                                       time.Duration
+	allowHTTP                                          bool
+	historyRetention                                   time.Duration // per environment; 0: the store's default
+}
+
+// readSettings reads the function's configuration; errors go to e.
+func readSettings(e *envvar.Env) settings {
+	s := settings{
+		Common:              config.ReadCommon(e),
+		stateTable:          envvar.StateTable.Get(e),
+		agentMasterSecretID: envvar.AgentMasterSecretID.Get(e),
+		agentKeysKMSKeyID:   envvar.AgentKeysKMSKeyID.Get(e),
+		agentTimeout:        envvar.AgentTimeout.Get(e),
+		allowHTTP:           envvar.AgentAllowHTTP.Get(e),
+		historyRetention:    envvar.HistoryRetention.Get(e),
 	}
-	return false, fmt.Errorf("environment variable AGENT_ALLOW_HTTP: %q, want true or false", v)
+	return s
 }
 
 // handler runs one round. A returned error is a platform fault (Step Functions retries the

@@ -23,6 +23,7 @@ import (
 	"github.com/openrelay/capacity/localstack/demo"
 	"github.com/openrelay/capacity/shared/agent"
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 	"github.com/openrelay/capacity/shared/kmsseal"
 	"github.com/openrelay/capacity/shared/secrets"
@@ -199,24 +200,6 @@ func TestPlainHTTPEndpointRefusedOutsideLocal(t *testing.T) {
 	}
 }
 
-func TestAllowHTTP(t *testing.T) {
-	for _, tc := range []struct {
-		in, appEnv string
-		want       bool
-		wantErr    bool
-	}{
-		{"", "prod", false, false}, {"false", "prod", false, false}, {"", "local", false, false},
-		{"true", "local", true, false},
-		{"true", "prod", false, true}, {"true", "dev", false, true}, {"true", "", false, true},
-		{"TRUE", "local", false, true}, {"1", "local", false, true}, {"yes", "local", false, true},
-	} {
-		got, err := allowHTTP(tc.in, tc.appEnv)
-		if got != tc.want || (err != nil) != tc.wantErr {
-			t.Errorf("allowHTTP(%q, env %q) = %v, %v; want %v, error %v", tc.in, tc.appEnv, got, err, tc.want, tc.wantErr)
-		}
-	}
-}
-
 // TestNodeKeyGenerations: terminate-node signs with the node's own sealed key, falls back on
 // the previous generation only while the agent refuses the new one and only within the
 // overlap after a rotation, and never on a key sealed for another node.
@@ -290,5 +273,14 @@ func TestNodeKeyGenerations(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReadSettings: the function reads exactly the variables envvar.TerminateNode declares: an
+// undeclared read, or a declared one left unread, would fail it at start.
+func TestReadSettings(t *testing.T) {
+	e := envvar.New(envvar.TerminateNode, []string{"APP_ENV=local", "LOG_LEVEL=info", "STATE_TABLE=s", "AGENT_MASTER_SECRET_ID=m", "AGENT_KEYS_KMS_KEY_ID=k", "AGENT_TIMEOUT=2s", "AGENT_ALLOW_HTTP=true", "HISTORY_RETENTION=2160h"})
+	if s := readSettings(e); e.Err() != nil || !s.allowHTTP || s.agentTimeout != 2*time.Second {
+		t.Fatalf("settings %+v, error %v", s, e.Err())
 	}
 }

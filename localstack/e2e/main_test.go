@@ -31,6 +31,7 @@ import (
 	"github.com/openrelay/capacity/localstack/demo"
 	"github.com/openrelay/capacity/localstack/stack"
 	"github.com/openrelay/capacity/shared/awsfault"
+	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/dynamo"
 )
 
@@ -125,11 +126,11 @@ func stackOutputs() (map[string]string, func(), error) {
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// START_AFTER: the reconciler may start a pending operation after 1 s, not 30 s.
-	env := map[string]string{"START_AFTER": "1s"}
+	env := map[string]string{envvar.StartAfter.Name(): "1s"}
 	if faultSpec != "" {
-		env["CAPACITY_FAULTS"] = faultSpec
+		env[envvar.Faults.Name()] = faultSpec
 		if seed := os.Getenv("E2E_FAULTS_SEED"); seed != "" {
-			env["CAPACITY_FAULTS_SEED"] = seed
+			env[envvar.FaultsSeed.Name()] = seed
 		}
 		fmt.Fprintf(os.Stderr, "e2e: the stack's functions run under AWS faults %q\n", faultSpec)
 	}

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/sivchari/kumo"
+
+	"github.com/openrelay/capacity/shared/config/envvar"
 )
 
 // Options configures Start.
@@ -31,7 +33,7 @@ type Options struct {
 	FunctionDir  func(name string) string // optional: where function <name>'s main package is (relative to RepoRoot unless absolute)
 	BuildDir     string                   // where host bootstraps and their logs go (default <RepoRoot>/build/local, build/local-<port> on another address)
 	Processes    int                      // bootstrap processes per function (concurrency), default 2
-	ExtraEnv     map[string]string        // added to every function's environment (e.g. agent secrets)
+	ExtraEnv     map[string]string        // added to the environment of the functions that declare each (envvar), and of every function envvar does not know
 	Logger       *slog.Logger             // progress; function stdout/stderr go to <BuildDir>/logs/<fn>.log
 	ReadyTimeout time.Duration            // how long bootstraps may take to poll the runtime API; default 30s
 }
@@ -379,7 +381,8 @@ func functionCodes(t *template) []string {
 }
 
 // functionEnv is the environment of a bootstrap: what Lambda sets, the function's own
-// variables, and extra. It does not inherit the runner's environment, as on Lambda, so that a
+// variables, and those of extra it declares (a function refuses a variable of ours it does not
+// declare; one envvar does not know gets all of extra). It does not inherit the runner's environment, as on Lambda, so that a
 // developer's AWS_PROFILE or credentials never reach the product code.
 func functionEnv(fn functionSpec, port string, extra map[string]string) []string {
 	env := map[string]string{}
@@ -403,7 +406,12 @@ func functionEnv(fn functionSpec, port string, extra map[string]string) []string
 		"PATH":                            os.Getenv("PATH"),
 	})
 
-	maps.Copy(env, extra)
+	decl, known := envvar.Named(fn.code)
+	for k, v := range extra {
+		if !known || !envvar.Ours(k) || decl.Declares(k) {
+			env[k] = v
+		}
+	}
 
 	out := make([]string, 0, len(env))
 	for _, k := range slices.Sorted(maps.Keys(env)) {

@@ -506,6 +506,35 @@ func TestFunctionEnv(t *testing.T) {
 	}
 }
 
+// TestFunctionEnvOnlyDeclared: a variable of ours from ExtraEnv goes only to the functions
+// that declare it (they refuse any other), the runtime's to every function, and all to a
+// function envvar does not know.
+func TestFunctionEnvOnlyDeclared(t *testing.T) {
+	extra := map[string]string{"START_AFTER": "1s", "CAPACITY_FAULTS": "*:Throttling=0.1", "AWS_EXTRA": "x"}
+	for _, tc := range []struct {
+		code string
+		want []string
+	}{
+		{"reconciler", []string{"START_AFTER", "CAPACITY_FAULTS", "AWS_EXTRA"}},
+		{"api", []string{"CAPACITY_FAULTS", "AWS_EXTRA"}},
+		{"echo", []string{"START_AFTER", "CAPACITY_FAULTS", "AWS_EXTRA"}},
+	} {
+		t.Run(tc.code, func(t *testing.T) {
+			var got []string
+			for _, kv := range functionEnv(functionSpec{name: "capacity-local-" + tc.code, code: tc.code}, "4566", extra) {
+				if k, _, _ := strings.Cut(kv, "="); extra[k] != "" {
+					got = append(got, k)
+				}
+			}
+			slices.Sort(got)
+			slices.Sort(tc.want)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("extra variables %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 // apiEvent is the part of the echoed API Gateway event the tests check.
 type apiEvent struct {
 	Resource       string            `json:"resource"`

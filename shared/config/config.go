@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -19,17 +18,14 @@ import (
 
 	"github.com/openrelay/capacity/shared/awsfault"
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/trace"
 )
 
-// Logger returns a JSON logger at LOG_LEVEL (default info), also made the default. Every
-// line carries the invocation's X-Ray trace id as "trace_id" and, when the ctx has it, the
-// Lambda request id as "aws_request_id" (see LogHandler).
-func Logger() *slog.Logger {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(os.Getenv("LOG_LEVEL"))); err != nil {
-		level = slog.LevelInfo
-	}
+// Logger returns a JSON logger at level, also made the default. Every line carries the
+// invocation's X-Ray trace id as "trace_id" and, when the ctx has it, the Lambda request id as
+// "aws_request_id" (see LogHandler).
+func Logger(level slog.Level) *slog.Logger {
 	logger := slog.New(LogHandler(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: level})))
 	slog.SetDefault(logger)
 	return logger
@@ -64,56 +60,100 @@ func (h invocationHandler) WithGroup(name string) slog.Handler {
 	return invocationHandler{h.Handler.WithGroup(name)}
 }
 
+// Common is what every function reads from its environment (envvar's common variables).
+type Common struct {
+	AppEnv   string     // the environment's name: the metrics' Environment
+	LogLevel slog.Level // of the function's logs
+	Faults   Faults     // the AWS faults to inject (local stack only)
+}
+
+func (c Common) common() Common { return c }
+
+// Start configures a function at its start: it reads the function's settings with read (whose
+// S embeds Common), makes its logger and loads the AWS configuration, and ends the process
+// with a logged error on anything wrong in its environment (see envvar).
+func Start[S interface{ common() Common }](fn envvar.Function, read func(*envvar.Env) S) (S, *slog.Logger, aws.Config) {
+	e := envvar.Load(fn)
+	s := read(e)
+	logger := Logger(s.common().LogLevel)
+	s = Must(s, e.Err())
+	cfg := Must(AWS(context.Background(), s.common().Faults))
+	return s, logger, cfg
+}
+
+// ReadCommon reads the variables every function reads; errors go to e.
+func ReadCommon(e *envvar.Env) Common {
+	c := Common{AppEnv: envvar.AppEnv.Get(e), LogLevel: envvar.LogLevel.Get(e)}
+	var err error
+	if c.Faults, err = readFaults(e); err != nil {
+		e.Fail(err)
+	}
+	return c
+}
+
 // AWS loads the SDK configuration. The SDK's standard retryer retries throttling and
-// transient faults with backoff; condition failures are not retried by it but re-decided
-// by the domain. AWS_ENDPOINT_URL (set by the local stack) redirects every client.
-//
-// CAPACITY_FAULTS (local stack only) installs the awsfault injector with its rules on every
-// client, seeded by CAPACITY_FAULTS_SEED (default: the clock); see Faults.
-func AWS(ctx context.Context) (aws.Config, error) {
+// transient faults with backoff (SDKMaxAttempts); condition failures are not retried by it but
+// re-decided by the domain. AWS_ENDPOINT_URL (set by the local stack) redirects every client.
+// With faults, every client carries the awsfault injector (see Faults).
+func AWS(ctx context.Context, faults Faults) (aws.Config, error) {
 	cfg, err := awsconfig.LoadDefaultConfig(ctx,
-		awsconfig.WithRetryMode(aws.RetryModeStandard), awsconfig.WithRetryMaxAttempts(3))
+		awsconfig.WithRetryMode(aws.RetryModeStandard), awsconfig.WithRetryMaxAttempts(SDKMaxAttempts))
 	if err != nil {
 		return aws.Config{}, fmt.Errorf("load AWS config: %w", err)
 	}
-	inj, err := Faults()
-	if err != nil {
-		return aws.Config{}, err
-	}
-	if inj != nil {
+	if inj := faults.injector(); inj != nil {
 		cfg.APIOptions = append(cfg.APIOptions, inj.APIOption)
 	}
 	return cfg, nil
 }
 
-// Faults returns the fault injector CAPACITY_FAULTS asks for, or nil when it is unset. It
-// refuses unless AWS_ENDPOINT_URL is a loopback address: injected faults belong to the local
-// stack and tests, and a deployed function (which has no endpoint override) must fail its
-// init rather than run with them.
-func Faults() (*awsfault.Injector, error) {
-	spec := os.Getenv("CAPACITY_FAULTS")
+// SDKMaxAttempts is how many times an AWS client tries a call (the first and its retries).
+const SDKMaxAttempts = 3
+
+// Faults is the fault injection CAPACITY_FAULTS asks for, seeded by CAPACITY_FAULTS_SEED
+// (default: the clock). The zero Faults injects none.
+type Faults struct {
+	spec     string
+	rules    []awsfault.Rule
+	seed     int64
+	endpoint string
+}
+
+// readFaults reads CAPACITY_FAULTS and its seed. It refuses unless AWS_ENDPOINT_URL is a
+// loopback address: injected faults belong to the local stack and tests, and a deployed
+// function (which has no endpoint override) must fail its init rather than run with them.
+func readFaults(e *envvar.Env) (Faults, error) {
+	spec := envvar.Faults.Optional(e)
+	seed, seeded := envvar.FaultsSeed.Get(e)
+	endpoint := envvar.EndpointURL.Optional(e)
 	if spec == "" {
-		return nil, nil
+		return Faults{}, nil
 	}
-	endpoint := os.Getenv("AWS_ENDPOINT_URL")
 	if !loopback(endpoint) {
-		return nil, fmt.Errorf("CAPACITY_FAULTS is set but AWS_ENDPOINT_URL %q is not a loopback address: fault injection runs only against a local stack", endpoint)
+		return Faults{}, fmt.Errorf("%s is set but %s %q is not a loopback address: fault injection runs only against a local stack",
+			envvar.Faults.Name(), envvar.EndpointURL.Name(), endpoint)
 	}
 	rules, err := awsfault.Parse(spec)
 	if err != nil {
-		return nil, fmt.Errorf("environment variable CAPACITY_FAULTS: %w", err)
+		return Faults{}, fmt.Errorf("environment variable %s: %w", envvar.Faults.Name(), err)
 	}
-	seed := time.Now().UnixNano()
-	if v := os.Getenv("CAPACITY_FAULTS_SEED"); v != "" {
-		if seed, err = strconv.ParseInt(v, 10, 64); err != nil {
-			return nil, fmt.Errorf("environment variable CAPACITY_FAULTS_SEED: %w", err)
-		}
+	if !seeded {
+		seed = time.Now().UnixNano()
 	}
-	slog.Warn("AWS fault injection is on", "rules", spec, "seed", seed, "endpoint", endpoint)
-	inj := awsfault.New(seed, rules...)
+	return Faults{spec: spec, rules: rules, seed: seed, endpoint: endpoint}, nil
+}
+
+// injector returns the fault injector, nil for none. It logs through the default logger, so
+// it is made once the function's logger is.
+func (f Faults) injector() *awsfault.Injector {
+	if f.spec == "" {
+		return nil
+	}
+	slog.Warn("AWS fault injection is on", "rules", f.spec, "seed", f.seed, "endpoint", f.endpoint)
+	inj := awsfault.New(f.seed, f.rules...)
 	// One line per fault, so a run can count the faults of every function process.
 	inj.Log = slog.Default()
-	return inj, nil
+	return inj
 }
 
 // loopback reports whether an endpoint URL names this machine.
@@ -130,72 +170,19 @@ func loopback(endpoint string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// Required returns the values of environment variables that must be set.
-func Required(names ...string) (map[string]string, error) {
-	out := make(map[string]string, len(names))
-	for _, n := range names {
-		v := os.Getenv(n)
-		if v == "" {
-			return nil, fmt.Errorf("environment variable %s must be set", n)
-		}
-		out[n] = v
-	}
-	return out, nil
-}
-
-// Duration reads a duration variable, with a default when unset.
-func Duration(name string, def time.Duration) (time.Duration, error) {
-	v := os.Getenv(name)
-	if v == "" {
-		return def, nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		return 0, fmt.Errorf("environment variable %s: %w", name, err)
-	}
-	return d, nil
-}
-
-// PositiveInt reads a whole number above zero, with a default when unset.
-func PositiveInt(name string, def int) (int, error) {
-	v := os.Getenv(name)
-	if v == "" {
-		return def, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("environment variable %s: %q, want a whole number above 0", name, v)
-	}
-	return n, nil
-}
-
-// Environment variables of the per-key rate limit (the api function's; infra sets them from
-// cdk.json rateLimit).
-const (
-	RateLimitPerSecondVar = "RATE_LIMIT_PER_SECOND"
-	RateLimitBurstVar     = "RATE_LIMIT_BURST"
-)
-
-// RateLimit reads the per-key rate limit: RATE_LIMIT_PER_SECOND (a number above 0) and
-// RATE_LIMIT_BURST (a whole number), both required and checked as cdk.json's are.
-func RateLimit() (capacity.RateLimit, error) {
-	vals, err := Required(RateLimitPerSecondVar, RateLimitBurstVar)
-	if err != nil {
-		return capacity.RateLimit{}, err
-	}
-	rate, err := strconv.ParseFloat(vals[RateLimitPerSecondVar], 64)
-	if err != nil {
-		return capacity.RateLimit{}, fmt.Errorf("environment variable %s: %q, want a number", RateLimitPerSecondVar, vals[RateLimitPerSecondVar])
-	}
-	burst, err := strconv.Atoi(vals[RateLimitBurstVar])
-	if err != nil {
-		return capacity.RateLimit{}, fmt.Errorf("environment variable %s: %q, want a whole number", RateLimitBurstVar, vals[RateLimitBurstVar])
-	}
+// RateLimit reads the api function's per-key rate limit (RATE_LIMIT_PER_SECOND and
+// RATE_LIMIT_BURST, both required), checked as cdk.json's is; errors go to e.
+func RateLimit(e *envvar.Env) capacity.RateLimit {
+	rate, rateOK := envvar.RateLimitPerSecond.Get(e)
+	burst, burstOK := envvar.RateLimitBurst.Get(e)
 	l := capacity.RateLimit{PerSecond: rate, Burst: burst}
-	if err := l.Validate(); err != nil {
-		return capacity.RateLimit{}, fmt.Errorf("environment variables %s and %s: %w", RateLimitPerSecondVar, RateLimitBurstVar, err)
+	if !rateOK || !burstOK {
+		return l // the reads' errors say why
 	}
-	return l, nil
+	if err := l.Validate(); err != nil {
+		e.Fail(fmt.Errorf("environment variables %s and %s: %w", envvar.RateLimitPerSecond.Name(), envvar.RateLimitBurst.Name(), err))
+	}
+	return l
 }
 
 // Must ends the process with a logged error: a function that cannot configure itself must

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/openrelay/capacity/shared/config/envvar"
 )
 
 // TestFaultsOnlyAgainstALocalEndpoint: the fault layer is off by default, on only against a
@@ -27,29 +29,25 @@ func TestFaultsOnlyAgainstALocalEndpoint(t *testing.T) {
 		{name: "bad spec", faults: "*:Boom=0.1", endpoint: "http://localhost:4566", wantErr: "CAPACITY_FAULTS"},
 		{name: "bad seed", faults: "*:Throttling=0.1", endpoint: "http://localhost:4566", seed: "x", wantErr: "CAPACITY_FAULTS_SEED"},
 	}
+	fn := envvar.Declare("test", envvar.AppEnv, envvar.LogLevel, envvar.Faults, envvar.FaultsSeed)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv("CAPACITY_FAULTS", tc.faults)
-			t.Setenv("AWS_ENDPOINT_URL", tc.endpoint)
-			t.Setenv("CAPACITY_FAULTS_SEED", tc.seed)
 			t.Setenv("AWS_REGION", "us-east-1")
-			inj, err := Faults()
-			if tc.wantErr != "" {
+			e := envvar.New(fn, []string{"APP_ENV=local", "CAPACITY_FAULTS=" + tc.faults, "AWS_ENDPOINT_URL=" + tc.endpoint,
+				"CAPACITY_FAULTS_SEED=" + tc.seed})
+			c := ReadCommon(e)
+			if err := e.Err(); tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one naming %q", err, tc.wantErr)
 				}
-				if _, err := AWS(context.Background()); err == nil {
-					t.Error("AWS() configured clients anyway")
-				}
 				return
-			}
-			if err != nil {
+			} else if err != nil {
 				t.Fatal(err)
 			}
-			if (inj != nil) != tc.wantOn {
-				t.Fatalf("injector %v, want on %v", inj, tc.wantOn)
+			if on := c.Faults.injector() != nil; on != tc.wantOn {
+				t.Fatalf("injector %v, want on %v", on, tc.wantOn)
 			}
-			cfg, err := AWS(context.Background())
+			cfg, err := AWS(context.Background(), c.Faults)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -57,32 +55,6 @@ func TestFaultsOnlyAgainstALocalEndpoint(t *testing.T) {
 				t.Errorf("clients carry %d API options, want the injector %v", len(cfg.APIOptions), tc.wantOn)
 			}
 		})
-	}
-}
-
-// A cap read from the environment: the default when unset, and a clear refusal of anything
-// but a whole number above zero (a typo must fail the function's init, not lift the cap).
-func TestPositiveInt(t *testing.T) {
-	for _, tt := range []struct {
-		value string
-		want  int
-		ok    bool
-	}{
-		{"", 100, true},
-		{"7", 7, true},
-		{"0", 0, false},
-		{"-3", 0, false},
-		{"ten", 0, false},
-		{"1.5", 0, false},
-	} {
-		t.Setenv("CONFIG_TEST_INT", tt.value)
-		got, err := PositiveInt("CONFIG_TEST_INT", 100)
-		if (err == nil) != tt.ok || got != tt.want {
-			t.Errorf("%q: %d, %v; want %d, ok %v", tt.value, got, err, tt.want, tt.ok)
-		}
-		if err != nil && !strings.Contains(err.Error(), "CONFIG_TEST_INT") {
-			t.Errorf("%q: error %v does not name the variable", tt.value, err)
-		}
 	}
 }
 
@@ -102,19 +74,21 @@ func TestRateLimit(t *testing.T) {
 		{name: "rate zero", rate: "0", burst: "1", wantErr: "perSecond 0"},
 		{name: "burst zero", rate: "1", burst: "0", wantErr: "burst 0"},
 	}
+	fn := envvar.Declare("test", envvar.RateLimitPerSecond, envvar.RateLimitBurst)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			t.Setenv(RateLimitPerSecondVar, tt.rate)
-			t.Setenv(RateLimitBurstVar, tt.burst)
-			l, err := RateLimit()
-			if tt.wantErr != "" {
+			e := envvar.New(fn, []string{"RATE_LIMIT_PER_SECOND=" + tt.rate, "RATE_LIMIT_BURST=" + tt.burst})
+			l := RateLimit(e)
+			if err := e.Err(); tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("RateLimit() = %+v, %v; want an error with %q", l, err, tt.wantErr)
 				}
 				return
+			} else if err != nil {
+				t.Fatal(err)
 			}
-			if err != nil || strconv.FormatFloat(l.PerSecond, 'f', -1, 64) != tt.rate || strconv.Itoa(l.Burst) != tt.burst {
-				t.Fatalf("RateLimit() = %+v, %v; want %s/s burst %s", l, err, tt.rate, tt.burst)
+			if strconv.FormatFloat(l.PerSecond, 'f', -1, 64) != tt.rate || strconv.Itoa(l.Burst) != tt.burst {
+				t.Fatalf("RateLimit() = %+v; want %s/s burst %s", l, tt.rate, tt.burst)
 			}
 		})
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/openrelay/capacity/localstack/agentsim"
 	"github.com/openrelay/capacity/localstack/demo"
 	"github.com/openrelay/capacity/localstack/stack"
+	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/dynamo"
 )
 
@@ -70,7 +71,7 @@ func run(ctx context.Context, logger *slog.Logger, template, outputsPath, addr s
 	logger.Info("starting the local stack", "addr", addr, "template", template)
 	extra := map[string]string{}
 	// The fault layer (shared/awsfault), off unless asked for: `make run FAULTS=...`.
-	for _, k := range []string{"CAPACITY_FAULTS", "CAPACITY_FAULTS_SEED"} {
+	for _, k := range []string{envvar.Faults.Name(), envvar.FaultsSeed.Name()} {
 		if v := os.Getenv(k); v != "" {
 			extra[k] = v
 			logger.Warn("functions run with injected AWS faults", k, v)
