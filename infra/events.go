@@ -20,19 +20,8 @@ import (
 	"github.com/openrelay/capacity/shared/config/envvar"
 )
 
-// Event names shared with the service (shared/capacity/events.go); the stack only routes them.
-const (
-	// ServiceEventSource is the source of everything the service publishes.
-	ServiceEventSource = capacity.SourceCapacity
-	// ScheduleEventSource is the source of our own scheduled reclaims firing (EventBridge
-	// Scheduler puts them on the bus); the intake always accepts it.
-	ScheduleEventSource = capacity.SourceSchedule
-	// ReclaimRequestedDetailType is the detail type of an inbound reclaim request.
-	ReclaimRequestedDetailType = "Capacity Reclaim Requested"
-	// TopologyChangedDetailType is the detail type of an inbound topology change of a node,
-	// applied by the same intake as an operator's PUT /v1/nodes/{nodeId}/topology.
-	TopologyChangedDetailType = "Node Topology Changed"
-)
+// The event names (sources and detail types) are the service's own, shared/capacity's
+// (events.go): the stack only routes them.
 
 // Reclaim request intake: how long reclaim-events may run, how often a request is tried
 // before it goes to the dead-letter queue, and how long either queue keeps a message.
@@ -57,7 +46,7 @@ func (s *CapacityStack) newEventBus() awsevents.EventBus {
 // own source only: EventBridge does not authenticate a source, this condition does, so no
 // function can pass for the platform's scheduler, the fleet or a schedule firing.
 func (s *CapacityStack) allowPutEvents(fn awslambda.Function) {
-	fn.AddToRolePolicy(putEventsStatement("PublishEvents", s.Bus, ServiceEventSource))
+	fn.AddToRolePolicy(putEventsStatement("PublishEvents", s.Bus, capacity.SourceCapacity))
 	s.publishers = append(s.publishers, fn.Role().RoleArn())
 }
 
@@ -81,7 +70,7 @@ func (s *CapacityStack) reclaimEventSources() []string {
 			sources = append(sources, p.Source)
 		}
 	}
-	return append(sources, ScheduleEventSource)
+	return append(sources, capacity.SourceSchedule)
 }
 
 // topologyEventSources are the sources whose Node Topology Changed events the intake applies.
@@ -120,8 +109,8 @@ func (s *CapacityStack) newBusPolicy() {
 		roles  []*string
 	}
 	senders := []sender{
-		{ServiceEventSource, s.publishers},
-		{ScheduleEventSource, []*string{s.SchedulerRole.RoleArn()}},
+		{capacity.SourceCapacity, s.publishers},
+		{capacity.SourceSchedule, []*string{s.SchedulerRole.RoleArn()}},
 	}
 	for _, p := range s.EventPrincipals {
 		senders = append(senders, sender{p.Source, *jsii.Strings(p.SenderRoles...)})
@@ -201,7 +190,7 @@ func (s *CapacityStack) newReclaimIntake(state, audit, keys awsdynamodb.ITable) 
 		EventBus:    s.Bus,
 		EventPattern: &awsevents.EventPattern{
 			Source:     jsii.Strings(s.reclaimEventSources()...),
-			DetailType: jsii.Strings(ReclaimRequestedDetailType),
+			DetailType: jsii.Strings(capacity.DetailReclaimRequested),
 		},
 		// The queue policy lets this rule, and only it, send (aws:SourceArn).
 		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewSqsQueue(s.ReclaimRequests, nil)},
@@ -217,7 +206,7 @@ func (s *CapacityStack) newReclaimIntake(state, audit, keys awsdynamodb.ITable) 
 			EventBus:    s.Bus,
 			EventPattern: &awsevents.EventPattern{
 				Source:     jsii.Strings(topology...),
-				DetailType: jsii.Strings(TopologyChangedDetailType),
+				DetailType: jsii.Strings(capacity.DetailTopologyChanged),
 			},
 			Targets: &[]awsevents.IRuleTarget{awseventstargets.NewSqsQueue(s.ReclaimRequests, nil)},
 		})
@@ -291,7 +280,7 @@ func (s *CapacityStack) newScheduler() {
 		InlinePolicies: &map[string]awsiam.PolicyDocument{
 			"events": awsiam.NewPolicyDocument(&awsiam.PolicyDocumentProps{
 				// The schedules' own source only: a schedule cannot pass for another principal.
-				Statements: &[]awsiam.PolicyStatement{putEventsStatement("PutReclaimRequests", s.Bus, ScheduleEventSource)},
+				Statements: &[]awsiam.PolicyStatement{putEventsStatement("PutReclaimRequests", s.Bus, capacity.SourceSchedule)},
 			}),
 		},
 	})

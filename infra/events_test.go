@@ -131,13 +131,13 @@ func TestReclaimRequestRule(t *testing.T) {
 	}
 	reclaim, topology := []string{capacity.PermCapacity}, []string{capacity.PermTopology}
 	cases := []tc{
-		{"none", "staging", map[string][]string{}, []any{ScheduleEventSource}},
+		{"none", "staging", map[string][]string{}, []any{capacity.SourceSchedule}},
 		{"two", "prod", map[string][]string{"acme.billing": reclaim, "openrelay.scheduler": reclaim, "openrelay.fleet": topology},
-			[]any{"acme.billing", "openrelay.scheduler", ScheduleEventSource}},
+			[]any{"acme.billing", "openrelay.scheduler", capacity.SourceSchedule}},
 	}
 	for _, env := range allEnvs {
 		// Every environment of cdk.json accepts the platform's scheduler today.
-		cases = append(cases, tc{"cdk.json/" + env, env, nil, []any{"openrelay.scheduler", ScheduleEventSource}})
+		cases = append(cases, tc{"cdk.json/" + env, env, nil, []any{"openrelay.scheduler", capacity.SourceSchedule}})
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -150,7 +150,7 @@ func TestReclaimRequestRule(t *testing.T) {
 			qID := queueID(t, tp, "capacity-"+c.env+"-reclaim-requests")
 			ruleID, rule := tp.one(t, "AWS::Events::Rule", "Name", "capacity-"+c.env+"-reclaim-requests")
 			rp := props(rule)
-			wantPattern := map[string]any{"source": c.want, "detail-type": []any{ReclaimRequestedDetailType}}
+			wantPattern := map[string]any{"source": c.want, "detail-type": []any{capacity.DetailReclaimRequested}}
 			if !reflect.DeepEqual(rp["EventPattern"], wantPattern) {
 				t.Errorf("EventPattern %s, want %s", toJSON(rp["EventPattern"]), toJSON(wantPattern))
 			}
@@ -267,7 +267,7 @@ func TestTopologyRule(t *testing.T) {
 			}
 			ruleID, rule := tp.one(t, "AWS::Events::Rule", "Name", "capacity-"+c.env+"-topology-changes")
 			rp := props(rule)
-			wantPattern := map[string]any{"source": c.want, "detail-type": []any{TopologyChangedDetailType}}
+			wantPattern := map[string]any{"source": c.want, "detail-type": []any{capacity.DetailTopologyChanged}}
 			if !reflect.DeepEqual(rp["EventPattern"], wantPattern) {
 				t.Errorf("EventPattern %s, want %s", toJSON(rp["EventPattern"]), toJSON(wantPattern))
 			}
@@ -468,6 +468,34 @@ func TestEventsPublishers(t *testing.T) {
 			}
 			if len(publishers) != 4 {
 				t.Errorf("roles that may put events %v, want 4 (3 functions and the scheduler's)", publishers)
+			}
+		})
+	}
+}
+
+// TestIntakeRoutesEveryInboundDetailType: the bus rules send to the intake queue exactly the
+// detail types the service accepts (capacity.InboundDetailTypes), in every environment.
+func TestIntakeRoutesEveryInboundDetailType(t *testing.T) {
+	for _, env := range allEnvs {
+		t.Run(env, func(t *testing.T) {
+			tp := synthConfigured(t, env)
+			queue := getAtt(queueID(t, tp, "capacity-"+env+"-reclaim-requests"), "Arn")
+			var routed []string
+			for _, r := range tp.resources("AWS::Events::Rule") {
+				rp := props(r)
+				targets := asList(rp["Targets"])
+				if !slices.ContainsFunc(targets, func(t any) bool { return toJSON(t.(map[string]any)["Arn"]) == toJSON(queue) }) {
+					continue
+				}
+				pattern, _ := rp["EventPattern"].(map[string]any)
+				for _, dt := range asList(pattern["detail-type"]) {
+					routed = append(routed, dt.(string))
+				}
+			}
+			slices.Sort(routed)
+			want := slices.Sorted(slices.Values(capacity.InboundDetailTypes))
+			if !slices.Equal(routed, want) {
+				t.Errorf("detail types routed to the intake %v, want %v", routed, want)
 			}
 		})
 	}

@@ -35,6 +35,10 @@ const (
 	DetailTopologyRefused    = "Node Topology Refused"
 )
 
+// InboundDetailTypes are the detail types the service accepts from other sources (the
+// reclaim intake, shared/eventapi, which the stack routes them to); it publishes the others.
+var InboundDetailTypes = []string{DetailReclaimRequested, DetailTopologyChanged}
+
 // ReasonReclaimedByOwner is the reasonCode of an eviction notice.
 const ReasonReclaimedByOwner = "reclaimed-by-capacity-owner"
 

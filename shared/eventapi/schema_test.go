@@ -31,7 +31,7 @@ var detailTypes = []string{
 }
 
 // inbound are the detail types the service accepts (from other sources); it publishes the rest.
-var inbound = []string{capacity.DetailReclaimRequested, capacity.DetailTopologyChanged}
+var inbound = capacity.InboundDetailTypes
 
 // kebab is a detail type's schema file name: "Spot VM Eviction Notice" -> spot-vm-eviction-notice.
 func kebab(detailType string) string {
