@@ -19,11 +19,13 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/interfaces/interfacesawscloudwatch"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
+
+	"github.com/openrelay/capacity/shared/emf"
 )
 
 // MetricsNamespace is the namespace of the service's embedded-metric-format metrics; each has
 // the dimension Environment = the function's APP_ENV.
-const MetricsNamespace = "Capacity"
+const MetricsNamespace = emf.Namespace
 
 // Default thresholds of the API alarms, overridable per environment (cdk.json "alarms").
 const (
@@ -209,20 +211,20 @@ func (s *CapacityStack) newAlarms() {
 	s.atLeastOnce("stuck-reclaims",
 		"The reconciler found reclaim operations stuck (started, not ended, past STUCK_AFTER). Look at the reconciler's logs and the "+
 			"operations' executions; their VMs are still running.",
-		s.serviceMetric("StuckReclaimOperations", "Maximum", 5))
+		s.serviceMetric(emf.MetricStuckReclaimOperations, "Maximum", 5))
 	s.atLeastOnce("held-reclaims",
 		"The reconciler found failed reclaim operations that have held VMs terminating (and their units unusable) for over HELD_AFTER "+
 			"(1 hour). Its ERROR log lines name each operation, node and VM. Re-drive the operation (POST .../reclaims/{reclaimId}/retry); "+
 			"if the node's agent can never answer and the VM is confirmed gone out of band, force-end it (POST .../vms/{vmId}/force-end).",
-		s.serviceMetric("HeldReclaimOperations", "Maximum", 5))
+		s.serviceMetric(emf.MetricHeldReclaimOperations, "Maximum", 5))
 	s.atLeastOnce("reclaim-restarts",
 		"The reconciler restarted reclaim operations whose workflow had ended without finishing them in the last 15 minutes. Look at "+
 			"the failed or aborted executions and terminate-node's logs.",
-		s.serviceMetric("RestartedReclaimOperations", "Sum", 15))
+		s.serviceMetric(emf.MetricRestartedReclaimOperations, "Sum", 15))
 	s.atLeastOnce("reclaim-starts-exhausted",
 		"The reconciler gave up starting the workflow of reclaim operations (attempts exhausted): their VMs are not being terminated. "+
 			"Look at the reconciler's logs (StartExecution errors) and fail or re-drive the operations.",
-		s.serviceMetric("ReclaimStartsExhausted", "Sum", 5))
+		s.serviceMetric(emf.MetricReclaimStartsExhausted, "Sum", 5))
 	s.alarmOnDeadLetters(s.ReclaimRequestsDeadLetters, "reclaim-requests")
 	// A stalled consumer (event source mapping disabled, function unable to start) fills no
 	// dead-letter queue: its requests just wait. With 5 tries 6 minutes apart, a request
@@ -257,6 +259,7 @@ func (s *CapacityStack) newDashboard() awscloudwatch.Dashboard {
 		return metric.With(&awscloudwatch.MetricOptions{Label: jsii.String(l)})
 	}
 	sum := func(name string) awscloudwatch.IMetric { return label(s.serviceMetric(name, "Sum", 5), name) }
+	maximum := func(name string) awscloudwatch.IMetric { return label(s.serviceMetric(name, "Maximum", 5), name) }
 
 	var fnErrors, fnThrottles, fnDuration []awscloudwatch.IMetric
 	for _, f := range s.functions() {
@@ -269,7 +272,7 @@ func (s *CapacityStack) newDashboard() awscloudwatch.Dashboard {
 		alarms = append(alarms, s.Alarms[what])
 	}
 	refusals := awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
-		Expression: jsii.String(`SEARCH('{` + MetricsNamespace + `,Action,Code,Environment} MetricName="Refusals" Environment="` +
+		Expression: jsii.String(`SEARCH('{` + MetricsNamespace + `,Action,Code,Environment} MetricName="` + emf.MetricRefusals + `" Environment="` +
 			s.Env + `"', 'Sum', 300)`),
 		Label:  jsii.String("Refusals"),
 		Period: awscdk.Duration_Minutes(jsii.Number(5)),
@@ -284,10 +287,10 @@ func (s *CapacityStack) newDashboard() awscloudwatch.Dashboard {
 				graph("API latency", 8, label(stage.MetricLatency(every(5, "p50")), "p50"), label(stage.MetricLatency(every(5, "p99")), "p99")),
 			},
 			{
-				graph("Reclaims", 8, sum("Reclaims"), sum("ReclaimVictims"), sum("ReclaimDryRuns")),
+				graph("Reclaims", 8, sum(emf.MetricReclaims), sum(emf.MetricReclaimVictims), sum(emf.MetricReclaimDryRuns)),
 				graph("Refusals by action and code", 8, refusals),
 				graph("Reclaim to last termination", 8,
-					label(s.serviceMetric("ReclaimTerminationTime", "p50", 5), "p50"), label(s.serviceMetric("ReclaimTerminationTime", "p99", 5), "p99")),
+					label(s.serviceMetric(emf.MetricReclaimTerminationTime, "p50", 5), "p50"), label(s.serviceMetric(emf.MetricReclaimTerminationTime, "p99", 5), "p99")),
 			},
 			{
 				graph("Function errors", 8, fnErrors...),
@@ -298,9 +301,9 @@ func (s *CapacityStack) newDashboard() awscloudwatch.Dashboard {
 				graph("Termination executions", 12,
 					label(s.Termination.MetricStarted(every(5, "Sum")), "started"), label(s.Termination.MetricSucceeded(every(5, "Sum")), "succeeded"),
 					label(s.Termination.MetricFailed(every(5, "Sum")), "failed"), label(s.Termination.MetricTimedOut(every(5, "Sum")), "timed out")),
-				graph("Reconciler", 12, sum("StartedReclaimOperations"), sum("RestartedReclaimOperations"), sum("StartFailedReclaimOperations"),
-					sum("EndedByReconciler"), sum("ReclaimStartsExhausted"), label(s.serviceMetric("StuckReclaimOperations", "Maximum", 5), "StuckReclaimOperations"),
-					label(s.serviceMetric("HeldReclaimOperations", "Maximum", 5), "HeldReclaimOperations"), label(s.serviceMetric("HeldVMs", "Maximum", 5), "HeldVMs")),
+				graph("Reconciler", 12, sum(emf.MetricStartedReclaimOperations), sum(emf.MetricRestartedReclaimOperations), sum(emf.MetricStartFailedReclaimOperations),
+					sum(emf.MetricEndedByReconciler), sum(emf.MetricReclaimStartsExhausted), maximum(emf.MetricStuckReclaimOperations),
+					maximum(emf.MetricHeldReclaimOperations), maximum(emf.MetricHeldVMs)),
 			},
 			{
 				graph("Reclaim requests (queue)", 12,

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"reflect"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/jsii-runtime-go"
+
+	"github.com/openrelay/capacity/shared/emf"
 )
 
 var allEnvs = []string{"local", "dev", "staging", "prod"}
@@ -438,4 +441,35 @@ func TestAlarmThresholdsAreConfigurable(t *testing.T) {
 	checkAlarm(t, props(rate), wantAlarm{"AWS/ApiGateway", "5XXError", "Average", 60, 5, 3, "GreaterThanThreshold", 0.01}, topicID)
 	_, p99 := tp.one(t, "AWS::CloudWatch::Alarm", "AlarmName", "capacity-staging-api-p99-latency")
 	checkAlarm(t, props(p99), wantAlarm{"AWS/ApiGateway", "Latency", "p99", 300, 3, 2, "GreaterThanThreshold", 1500}, topicID)
+}
+
+// TestServiceMetricsAreWritten: every metric of the service's namespace that an alarm or the
+// dashboard names is one the functions write (emf.MetricNames), so none waits for data that
+// never comes.
+func TestServiceMetricsAreWritten(t *testing.T) {
+	written := map[string]bool{}
+	for _, name := range emf.MetricNames {
+		written[name] = true
+	}
+	tp := synth(t, "prod")
+	var named []string
+	for _, a := range tp.resources("AWS::CloudWatch::Alarm") {
+		if p := props(a); p["Namespace"] == MetricsNamespace {
+			named = append(named, p["MetricName"].(string))
+		}
+	}
+	for _, d := range tp.resources("AWS::CloudWatch::Dashboard") {
+		body := flatten(t, props(d)["DashboardBody"])
+		for _, m := range regexp.MustCompile(`"`+MetricsNamespace+`","(\w+)"|MetricName=\\"(\w+)\\"`).FindAllStringSubmatch(body, -1) {
+			named = append(named, m[1]+m[2])
+		}
+	}
+	if len(named) < 10 {
+		t.Fatalf("found %d metrics of %s, want the alarms' and the dashboard's: %v", len(named), MetricsNamespace, named)
+	}
+	for _, name := range named {
+		if !written[name] {
+			t.Errorf("metric %s/%s is named by the stack but no function writes it", MetricsNamespace, name)
+		}
+	}
 }

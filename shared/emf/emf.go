@@ -22,6 +22,34 @@ import (
 // Namespace is the CloudWatch namespace of every metric of the service.
 const Namespace = "Capacity"
 
+// Metric names: what the Recorder writes, and what the stack's alarms and dashboard name
+// (infra/observability.go).
+const (
+	MetricRefusals                     = "Refusals"
+	MetricReclaims                     = "Reclaims"
+	MetricReclaimVictims               = "ReclaimVictims"
+	MetricReclaimDryRuns               = "ReclaimDryRuns"
+	MetricRateLimited                  = "RateLimited"
+	MetricRateLimitUnchecked           = "RateLimitUnchecked"
+	MetricReclaimTerminationTime       = "ReclaimTerminationTime"
+	MetricStartedReclaimOperations     = "StartedReclaimOperations"
+	MetricRestartedReclaimOperations   = "RestartedReclaimOperations"
+	MetricStartFailedReclaimOperations = "StartFailedReclaimOperations"
+	MetricEndedByReconciler            = "EndedByReconciler"
+	MetricReclaimStartsExhausted       = "ReclaimStartsExhausted"
+	MetricStuckReclaimOperations       = "StuckReclaimOperations"
+	MetricHeldReclaimOperations        = "HeldReclaimOperations"
+	MetricHeldVMs                      = "HeldVMs"
+)
+
+// MetricNames are the names of every metric the Recorder writes.
+var MetricNames = []string{
+	MetricRefusals, MetricReclaims, MetricReclaimVictims, MetricReclaimDryRuns, MetricRateLimited,
+	MetricRateLimitUnchecked, MetricReclaimTerminationTime, MetricStartedReclaimOperations,
+	MetricRestartedReclaimOperations, MetricStartFailedReclaimOperations, MetricEndedByReconciler,
+	MetricReclaimStartsExhausted, MetricStuckReclaimOperations, MetricHeldReclaimOperations, MetricHeldVMs,
+}
+
 // Units of the metrics.
 const (
 	Count        = "Count"
@@ -64,11 +92,11 @@ func (r *Recorder) Call(ctx context.Context, c capacity.CallOutcome) {
 	switch {
 	case c.Refusal != "":
 		props["Action"], props["Code"] = c.Action, string(c.Refusal)
-		r.Put(ctx, []string{"Action", "Code"}, props, Metric{"Refusals", Count, 1})
+		r.Put(ctx, []string{"Action", "Code"}, props, Metric{MetricRefusals, Count, 1})
 	case c.Action == capacity.ActionReclaim && c.DryRun:
-		r.Put(ctx, nil, props, Metric{"ReclaimDryRuns", Count, 1})
+		r.Put(ctx, nil, props, Metric{MetricReclaimDryRuns, Count, 1})
 	case c.Action == capacity.ActionReclaim && c.Applied:
-		r.Put(ctx, nil, props, Metric{"Reclaims", Count, 1}, Metric{"ReclaimVictims", Count, float64(c.Victims)})
+		r.Put(ctx, nil, props, Metric{MetricReclaims, Count, 1}, Metric{MetricReclaimVictims, Count, float64(c.Victims)})
 	}
 }
 
@@ -77,13 +105,13 @@ var _ capacity.RateMetrics = (*Recorder)(nil)
 // RateLimited records a call refused 429 for its key's rate (RateLimited; the key id is a
 // property, not a dimension: one metric however many keys).
 func (r *Recorder) RateLimited(ctx context.Context, keyID string) {
-	r.Put(ctx, nil, map[string]any{"key_id": keyID}, Metric{"RateLimited", Count, 1})
+	r.Put(ctx, nil, map[string]any{"key_id": keyID}, Metric{MetricRateLimited, Count, 1})
 }
 
 // RateUnchecked records a call let through because the rate limiter's own write failed
 // (RateLimitUnchecked).
 func (r *Recorder) RateUnchecked(ctx context.Context, keyID string) {
-	r.Put(ctx, nil, map[string]any{"key_id": keyID}, Metric{"RateLimitUnchecked", Count, 1})
+	r.Put(ctx, nil, map[string]any{"key_id": keyID}, Metric{MetricRateLimitUnchecked, Count, 1})
 }
 
 // OperationEnded records ReclaimTerminationTime: from the reclaim's commit to the end of its
@@ -91,21 +119,21 @@ func (r *Recorder) RateUnchecked(ctx context.Context, keyID string) {
 func (r *Recorder) OperationEnded(ctx context.Context, op capacity.Operation, endedAt time.Time) {
 	ms := float64(endedAt.Sub(op.CreatedAt).Milliseconds())
 	props := map[string]any{"reclaim_id": op.ID, "node": op.NodeID, "state": string(op.EndState())}
-	r.Put(ctx, nil, props, Metric{"ReclaimTerminationTime", Milliseconds, max(0, ms)})
+	r.Put(ctx, nil, props, Metric{MetricReclaimTerminationTime, Milliseconds, max(0, ms)})
 }
 
 // Reconciled records what a reconciler run did. Every count is written, zeros included, so
 // the alarms on them see a data point every run.
 func (r *Recorder) Reconciled(ctx context.Context, rep *capacity.ReconcileReport) {
 	r.Put(ctx, nil, nil,
-		Metric{"StartedReclaimOperations", Count, float64(len(rep.Started))},
-		Metric{"RestartedReclaimOperations", Count, float64(len(rep.Restarted))},
-		Metric{"StartFailedReclaimOperations", Count, float64(len(rep.StartFailed))},
-		Metric{"EndedByReconciler", Count, float64(len(rep.Ended))},
-		Metric{"ReclaimStartsExhausted", Count, float64(len(rep.Exhausted))},
-		Metric{"StuckReclaimOperations", Count, float64(len(rep.Stuck))},
-		Metric{"HeldReclaimOperations", Count, float64(len(rep.Held))},
-		Metric{"HeldVMs", Count, float64(heldVMs(rep.Held))},
+		Metric{MetricStartedReclaimOperations, Count, float64(len(rep.Started))},
+		Metric{MetricRestartedReclaimOperations, Count, float64(len(rep.Restarted))},
+		Metric{MetricStartFailedReclaimOperations, Count, float64(len(rep.StartFailed))},
+		Metric{MetricEndedByReconciler, Count, float64(len(rep.Ended))},
+		Metric{MetricReclaimStartsExhausted, Count, float64(len(rep.Exhausted))},
+		Metric{MetricStuckReclaimOperations, Count, float64(len(rep.Stuck))},
+		Metric{MetricHeldReclaimOperations, Count, float64(len(rep.Held))},
+		Metric{MetricHeldVMs, Count, float64(heldVMs(rep.Held))},
 	)
 }
 

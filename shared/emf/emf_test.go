@@ -187,3 +187,36 @@ func TestConcurrentRecordsDoNotInterleave(t *testing.T) {
 		valid(t, l)
 	}
 }
+
+// TestMetricNames: MetricNames are exactly the metrics the Recorder writes, so that the
+// stack's alarms and dashboard, which name them from there, cannot name one never written.
+func TestMetricNames(t *testing.T) {
+	var out bytes.Buffer
+	r := emf.New(&out, "staging")
+	r.Now = func() time.Time { return at }
+	ctx := context.Background()
+	for _, c := range []capacity.CallOutcome{
+		{Action: capacity.ActionReclaim, Applied: true}, {Action: capacity.ActionReclaim, DryRun: true},
+		{Action: capacity.ActionRelease, Refusal: capacity.CodeUnitsInUse},
+	} {
+		r.Call(ctx, c)
+	}
+	r.RateLimited(ctx, "key")
+	r.RateUnchecked(ctx, "key")
+	r.OperationEnded(ctx, capacity.Operation{ID: "rcl_1", CreatedAt: at}, at)
+	r.Reconciled(ctx, &capacity.ReconcileReport{})
+	written := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") {
+		_, values, _ := valid(t, line)
+		for name := range values {
+			written[name] = true
+		}
+	}
+	listed := map[string]bool{}
+	for _, name := range emf.MetricNames {
+		listed[name] = true
+	}
+	if fmt.Sprint(written) != fmt.Sprint(listed) {
+		t.Errorf("written %v, MetricNames %v", written, listed)
+	}
+}
