@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/openrelay/capacity/shared/config/envvar"
+	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 )
 
 // TestFaultsOnlyAgainstALocalEndpoint: the fault layer is off by default, on only against a
@@ -91,5 +92,13 @@ func TestRateLimit(t *testing.T) {
 				t.Fatalf("RateLimit() = %+v; want %s/s burst %s", l, tt.rate, tt.burst)
 			}
 		})
+	}
+}
+
+// TestTestClientsRetryAsTheFunctions: dynamotest's client (a test kit, which may not import
+// this package) makes as many attempts as the functions' clients.
+func TestTestClientsRetryAsTheFunctions(t *testing.T) {
+	if got := dynamotest.New(t).Client.Options().Retryer.MaxAttempts(); got != SDKMaxAttempts {
+		t.Errorf("dynamotest's client makes %d attempts, the functions' %d", got, SDKMaxAttempts)
 	}
 }

@@ -61,6 +61,7 @@ var packages = []struct {
 	{"shared/secrets", adapter},
 	{"shared/stepfn", adapter},
 	{"shared/config", wiring},
+	{"shared/config/envvar", wiring}, // the functions' variables (standard library only)
 	{"shared/awsfault", faults},
 	{"shared/capacitytest", testKit},
 	{"shared/dynamo/dynamotest", testKit},
@@ -76,8 +77,8 @@ var packages = []struct {
 var may = map[class][]class{
 	domain:     {std},
 	domainSide: {std, domain, domainSide},
-	adapter:    {std, awsSDK, domain, domainSide}, // never another adapter
-	wiring:     {std, awsSDK, domain, domainSide, faults},
+	adapter:    {std, awsSDK, domain, domainSide},                 // never another adapter
+	wiring:     {std, awsSDK, domain, domainSide, faults, wiring}, // shared/config reads through shared/config/envvar
 	faults:     {std, awsSDK},
 	testKit:    {std, testLib, awsSDK, external, domain, domainSide, adapter, faults},
 	function:   {std, awsSDK, domain, domainSide, adapter, wiring},

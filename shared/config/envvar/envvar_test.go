@@ -1,7 +1,11 @@
 package envvar
 
 import (
+	"go/parser"
+	"go/token"
 	"log/slog"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -212,6 +216,30 @@ func TestFormatDuration(t *testing.T) {
 		}
 		if back, err := time.ParseDuration(want); err != nil || back != d {
 			t.Errorf("%q parses as %v, %v; want %v", want, back, err, d)
+		}
+	}
+}
+
+// TestStandardLibraryOnly: infra and the local stack import this package, so it imports
+// nothing but the standard library.
+func TestStandardLibraryOnly(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no Go files: %v", err)
+	}
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), name, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			path, _ := strconv.Unquote(imp.Path.Value)
+			if first, _, _ := strings.Cut(path, "/"); strings.Contains(first, ".") {
+				t.Errorf("%s imports %s, not of the standard library", name, path)
+			}
 		}
 	}
 }

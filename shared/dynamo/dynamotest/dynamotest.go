@@ -20,7 +20,6 @@ import (
 	"github.com/sivchari/kumo"
 
 	"github.com/openrelay/capacity/shared/awsfault"
-	"github.com/openrelay/capacity/shared/config"
 	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/table"
 )
@@ -51,7 +50,8 @@ func WithAPIOptions(fns ...func(*middleware.Stack) error) Option {
 
 // New starts an emulator (closed when the test ends), creates the tables as shared/table
 // defines them, and returns a store whose SDK calls are counted. The client retries as the
-// functions' clients do (shared/config: standard retryer, SDKMaxAttempts), with millisecond
+// functions' clients do (shared/config: standard retryer, SDKMaxAttempts, which a test
+// there checks this client has; a test kit may not import it), with millisecond
 // backoff so that tests under injected throttling stay fast.
 func New(t testing.TB, opts ...Option) *Env {
 	t.Helper()
@@ -64,7 +64,7 @@ func New(t testing.TB, opts ...Option) *Env {
 		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
 		APIOptions:   []func(*middleware.Stack) error{calls.Middleware},
 		Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
-			o.MaxAttempts = config.SDKMaxAttempts
+			o.MaxAttempts = 3
 			o.MaxBackoff = 5 * time.Millisecond
 		}),
 	}
