@@ -183,7 +183,7 @@ func storedAgentKey(t *testing.T, env *dynamotest.Env, opener *kmsseal.Sealer, n
 }
 
 // TestWiredOperatorRoutes: the function wires node registration to the agent key sealer (the
-// 201 hands out a random key, which is stored only sealed), ALLOW_HTTP_AGENTS to the endpoint
+// 201 hands out a random key, which is stored only sealed), AGENT_ALLOW_HTTP to the endpoint
 // check, and key management to the keys table.
 func TestWiredOperatorRoutes(t *testing.T) {
 	call := func(t *testing.T, adapter interface {
