@@ -307,6 +307,22 @@ func TestDuplicateEventDeliveryEvictsOnce(t *testing.T) {
 	}
 }
 
+// scheduleReclaim schedules, with key, a reclaim of gpu-2, gpu-3 and gpu-0 on node, ahead
+// from now (to the second), fails the test unless it is accepted, and returns its id, its at
+// and the Location of the answer.
+func scheduleReclaim(t *testing.T, node, key string, ahead time.Duration) (id string, at time.Time, location string) {
+	t.Helper()
+	at = time.Now().UTC().Add(ahead).Truncate(time.Second)
+	r := call(t, http.MethodPost, reclaimPath(node), key, map[string]any{
+		"unitIds": []string{"gpu-2", "gpu-3", "gpu-0"}, "at": at.Format(time.RFC3339),
+	})
+	id, _ = r.json(t)["id"].(string)
+	if r.Status != http.StatusAccepted || id == "" {
+		t.Fatalf("schedule: %d %s", r.Status, r.Body)
+	}
+	return id, at, r.Header.Get("Location")
+}
+
 func TestScheduledReclaimFires(t *testing.T) {
 	node := newNode(t, nil)
 	w := outcomeWatch(t, node)
@@ -362,14 +378,7 @@ func TestScheduledReclaimOfARevokedKeyIsRefused(t *testing.T) {
 	if created.Status != http.StatusCreated || json.Unmarshal(created.Body, &k) != nil || k.Secret == "" {
 		t.Fatalf("create key: %d %s", created.Status, created.Body)
 	}
-	at := time.Now().UTC().Add(4 * time.Second).Truncate(time.Second)
-	r := call(t, http.MethodPost, reclaimPath(node), k.Secret, map[string]any{
-		"unitIds": []string{"gpu-2", "gpu-3", "gpu-0"}, "at": at.Format(time.RFC3339),
-	})
-	sid, _ := r.json(t)["id"].(string)
-	if r.Status != http.StatusAccepted || sid == "" {
-		t.Fatalf("schedule: %d %s", r.Status, r.Body)
-	}
+	sid, _, location := scheduleReclaim(t, node, k.Secret, 4*time.Second)
 	if rv := call(t, http.MethodPost, "/v1/keys/"+k.Key.KeyID+"/revoke", keyOperator, map[string]any{"reason": "e2e"}); rv.Status != http.StatusOK {
 		t.Fatalf("revoke: %d %s", rv.Status, rv.Body)
 	}
@@ -378,7 +387,7 @@ func TestScheduledReclaimOfARevokedKeyIsRefused(t *testing.T) {
 	if ev.DetailType != capacity.DetailReclaimRefused || ev.detail["code"] != string(capacity.CodeCreatorKeyInvalid) {
 		t.Fatalf("outcome %s: %s", ev.DetailType, ev.Detail)
 	}
-	got := call(t, http.MethodGet, r.Header.Get("Location"), keyOwner, nil)
+	got := call(t, http.MethodGet, location, keyOwner, nil)
 	g := got.json(t)
 	if got.Status != http.StatusOK || g["state"] != "refused" || g["code"] != string(capacity.CodeCreatorKeyInvalid) || g["firedAt"] == nil {
 		t.Fatalf("GET after the firing: %d %s", got.Status, got.Body)
@@ -411,14 +420,7 @@ func TestScheduledReclaimOfARevokedKeyIsRefused(t *testing.T) {
 func TestEarlyScheduledFiringIsRefused(t *testing.T) {
 	node := newNode(t, nil)
 	w := outcomeWatch(t, node)
-	at := time.Now().UTC().Add(45 * time.Second).Truncate(time.Second)
-	r := call(t, http.MethodPost, reclaimPath(node), keyOwner, map[string]any{
-		"unitIds": []string{"gpu-2", "gpu-3", "gpu-0"}, "at": at.Format(time.RFC3339),
-	})
-	sid, _ := r.json(t)["id"].(string)
-	if r.Status != http.StatusAccepted || sid == "" {
-		t.Fatalf("schedule: %d %s", r.Status, r.Body)
-	}
+	sid, at, location := scheduleReclaim(t, node, keyOwner, 45*time.Second)
 
 	id := putRequest(t, capacity.SourceSchedule, map[string]any{"nodeId": node, "reservationId": demo.ReservationID, "scheduledReclaimId": sid})
 	ev := w.await("the early firing's refusal", 1, 30*time.Second, byRequest(id))[0]
@@ -428,7 +430,7 @@ func TestEarlyScheduledFiringIsRefused(t *testing.T) {
 	if recs := auditByEvent(t, node, id); len(recs) != 1 || recs[0]["Outcome"] != string(capacity.CodeScheduledReclaimNotDue) {
 		t.Errorf("audit records of the early firing: %v", recs)
 	}
-	if got := call(t, http.MethodGet, r.Header.Get("Location"), keyOwner, nil).json(t); got["state"] != "scheduled" {
+	if got := call(t, http.MethodGet, location, keyOwner, nil).json(t); got["state"] != "scheduled" {
 		t.Fatalf("after the early firing: %v", got)
 	}
 	for _, vm := range []string{"vm-spot-1", "vm-spot-2"} {

@@ -290,10 +290,7 @@ func BenchmarkTerminationUnderFaults(b *testing.B) {
 			ids[i] = newNode(b, spotNode(perNode))
 			agents.SetFaultRate(ids[i], "", agentFaultRate)
 		}
-		units := make([]string, perNode)
-		for i := range units {
-			units[i] = fmt.Sprintf("gpu-%d", i)
-		}
+		units := unitIDs(perNode)
 		b.StartTimer()
 		start := time.Now()
 		var wg sync.WaitGroup

@@ -130,6 +130,15 @@ func call(t testing.TB, method, path, key string, body any, header ...string) re
 	return out
 }
 
+// unitIDs returns the unit ids of a node of n units: gpu-0 to gpu-<n-1>.
+func unitIDs(n int) []string {
+	units := make([]string, n)
+	for i := range units {
+		units[i] = fmt.Sprintf("gpu-%d", i)
+	}
+	return units
+}
+
 func reclaimPath(node string) string {
 	return "/v1/nodes/" + node + "/reservations/" + demo.ReservationID + "/reclaim"
 }

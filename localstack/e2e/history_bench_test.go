@@ -74,10 +74,7 @@ func report(b *testing.B, name string, fresh, aged historyFigures) {
 // spot, with no VM.
 func releasedNode(n int) func(*dynamo.Seed) {
 	return func(s *dynamo.Seed) {
-		units := make([]string, n)
-		for i := range units {
-			units[i] = fmt.Sprintf("gpu-%d", i)
-		}
+		units := unitIDs(n)
 		s.VMs = nil
 		s.Nodes[0].UnitIDs = units
 		s.Reservations[0].ReservedUnitIDs = units

@@ -48,7 +48,7 @@ func BenchmarkScale(b *testing.B) {
 			for i := range ids {
 				ids[i] = newNode(b, spotNode(per))
 			}
-			first, last := reclaimAll(b, ids, per)
+			first, last := reclaimAll(b, ids, per, keyOperator)
 			end := awaitTerminated(b, victimsOf(ids, per), last, 3*time.Minute)
 			b.ReportMetric(ms(end.Sub(last)), "ms-last-answer-to-last-terminated")
 			b.ReportMetric(ms(end.Sub(first)), "ms-first-answer-to-last-terminated")
@@ -187,18 +187,15 @@ func burst(b *testing.B, node string, n int) []response {
 	return out
 }
 
-// reclaimAll reclaims every unit of each node, one call per node, all at once, and returns
-// when the first and the last answer came.
-func reclaimAll(b *testing.B, nodes []string, perNode int) (first, last time.Time) {
-	units := make([]string, perNode)
-	for i := range units {
-		units[i] = fmt.Sprintf("gpu-%d", i)
-	}
+// reclaimAll reclaims every unit of each node with key, one call per node, all at once, and
+// returns when the first and the last answer came.
+func reclaimAll(b *testing.B, nodes []string, perNode int, key string) (first, last time.Time) {
+	units := unitIDs(perNode)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	for _, node := range nodes {
 		wg.Go(func() {
-			r := call(b, http.MethodPost, reclaimPath(node), keyOperator, map[string]any{"unitIds": units})
+			r := call(b, http.MethodPost, reclaimPath(node), key, map[string]any{"unitIds": units})
 			if r.Status != http.StatusOK {
 				b.Errorf("reclaim %s: %d %s", node, r.Status, r.Body)
 			}

@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -47,10 +45,9 @@ func BenchmarkTermination(b *testing.B) {
 func spotNode(n int) func(*dynamo.Seed) {
 	return func(s *dynamo.Seed) {
 		node := s.Nodes[0].ID
-		units := make([]string, n)
+		units := unitIDs(n)
 		s.VMs = s.VMs[:0]
 		for i := range units {
-			units[i] = fmt.Sprintf("gpu-%d", i)
 			s.VMs = append(s.VMs, capacity.VM{ID: fmt.Sprintf("vm-%d", i), NodeID: node, OrgID: demo.OrgBuyer,
 				Tier: capacity.TierSpot, UnitIDs: []string{units[i]}, State: capacity.VMRunning, Version: 1})
 		}
@@ -63,25 +60,7 @@ func spotNode(n int) func(*dynamo.Seed) {
 // reclaimAndAwait reclaims every unit of each node at once and returns the time from the
 // last reclaim answer to the last VM terminated on the agents.
 func reclaimAndAwait(b *testing.B, nodes []string, perNode int) time.Duration {
-	units := make([]string, perNode)
-	for i := range units {
-		units[i] = fmt.Sprintf("gpu-%d", i)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var lastAnswer time.Time
-	for _, node := range nodes {
-		wg.Go(func() {
-			r := call(b, http.MethodPost, reclaimPath(node), keyOwner, map[string]any{"unitIds": units})
-			if r.Status != http.StatusOK {
-				b.Errorf("reclaim: %d %s", r.Status, r.Body)
-			}
-			mu.Lock()
-			lastAnswer = time.Now()
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
+	_, lastAnswer := reclaimAll(b, nodes, perNode, keyOwner)
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		done := true

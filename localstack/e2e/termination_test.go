@@ -172,11 +172,19 @@ func TestAgentFailuresAreRetried(t *testing.T) {
 	assertTerminatedOnce(t, node, "vm-spot-1", "vm-spot-2")
 }
 
+// reclaimWithDeadAgent reclaims on a fresh node whose agent fails every terminate of deadVM
+// ("": of any VM) for good, and returns the node, the reclaim's id and its operation once it
+// ended.
+func reclaimWithDeadAgent(t *testing.T, deadVM string) (node, id string, op map[string]any) {
+	t.Helper()
+	node = newNode(t, nil)
+	agents.FailAlways(node, deadVM, true)
+	id = reclaimOp(t, node)
+	return node, id, awaitOperation(t, node, id, 90*time.Second)
+}
+
 func TestPermanentAgentFailureFailsTheOperation(t *testing.T) {
-	node := newNode(t, nil)
-	agents.FailAlways(node, "vm-spot-2", true)
-	id := reclaimOp(t, node)
-	op := awaitOperation(t, node, id, 90*time.Second)
+	node, _, op := reclaimWithDeadAgent(t, "vm-spot-2")
 	got := outcomes(op)
 	if op["state"] != "failed" || got["vm-spot-1"] != "terminated" || got["vm-spot-2"] != "failed" {
 		t.Fatalf("operation: %v", op)
@@ -268,10 +276,7 @@ func TestConcurrentReclaimsOnTwoNodes(t *testing.T) {
 // Idempotency-Key, refused to anyone else) frees its units; the last one completes the
 // operation, and a placement on the freed units succeeds.
 func TestForceEndFreesTheUnitsOfADeadAgent(t *testing.T) {
-	node := newNode(t, nil)
-	agents.FailAlways(node, "", true)
-	id := reclaimOp(t, node)
-	op := awaitOperation(t, node, id, 90*time.Second)
+	node, id, op := reclaimWithDeadAgent(t, "")
 	if got := outcomes(op); op["state"] != "failed" || got["vm-spot-1"] != "failed" || got["vm-spot-2"] != "failed" {
 		t.Fatalf("operation: %v", op)
 	}
