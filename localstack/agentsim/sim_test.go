@@ -425,22 +425,22 @@ func TestAdminAPI(t *testing.T) {
 func TestAdminIsLoopbackOnly(t *testing.T) {
 	s, _ := start(t)
 	h := s.srv.Handler
-	for _, remote := range []string{"10.0.0.7:5000", "[2001:db8::1]:5000", "garbage"} {
+	for _, tt := range []struct {
+		remote string
+		want   int
+	}{
+		{"10.0.0.7:5000", http.StatusForbidden},
+		{"[2001:db8::1]:5000", http.StatusForbidden},
+		{"garbage", http.StatusForbidden},
+		{"127.0.0.1:5000", http.StatusNoContent},
+		{"[::1]:5000", http.StatusNoContent},
+	} {
 		req := httptest.NewRequest(http.MethodPost, "/_admin/reset", bytes.NewReader(nil))
-		req.RemoteAddr = remote
+		req.RemoteAddr = tt.remote
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
-		if rec.Code != http.StatusForbidden {
-			t.Errorf("admin from %s: %d, want 403", remote, rec.Code)
-		}
-	}
-	for _, remote := range []string{"127.0.0.1:5000", "[::1]:5000"} {
-		req := httptest.NewRequest(http.MethodPost, "/_admin/reset", bytes.NewReader(nil))
-		req.RemoteAddr = remote
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		if rec.Code != http.StatusNoContent {
-			t.Errorf("admin from %s: %d, want 204", remote, rec.Code)
+		if rec.Code != tt.want {
+			t.Errorf("admin from %s: %d, want %d", tt.remote, rec.Code, tt.want)
 		}
 	}
 }
