@@ -50,10 +50,7 @@ func provisionTable(ctx context.Context, p *provisioner, id string, _ *resource,
 		return nil, err
 	}
 
-	name := t.TableName
-	if name == "" {
-		name = generatedName(p.stackName, id, 255)
-	}
+	name := valueOr(t.TableName, generatedName(p.stackName, id, 255))
 
 	// CloudFormation's default billing mode is PROVISIONED (and GlobalTable requires one).
 	provisioned := t.BillingMode != string(types.BillingModePayPerRequest)

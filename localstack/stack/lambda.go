@@ -38,10 +38,7 @@ func provisionFunction(ctx context.Context, p *provisioner, id string, r *resour
 		return nil, err
 	}
 
-	name := f.FunctionName
-	if name == "" {
-		name = generatedName(p.stackName, id, 64)
-	}
+	name := valueOr(f.FunctionName, generatedName(p.stackName, id, 64))
 
 	env, err := stringMap(f.Environment.Variables)
 	if err != nil {
