@@ -22,6 +22,7 @@ import (
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/routes"
+	"github.com/openrelay/capacity/shared/stackoutput"
 	"github.com/openrelay/capacity/shared/stepfn"
 	"github.com/openrelay/capacity/shared/table"
 )
@@ -877,6 +878,9 @@ func TestOutputs(t *testing.T) {
 		"ReclaimRequestsQueueUrl", "ReconcilerFunctionName", "ScheduleGroupName", "StateMachineArn", "StateTableName", "TerminateNodeFunctionName",
 	}; !reflect.DeepEqual(keys, want) {
 		t.Errorf("outputs %v, want %v", keys, want)
+	}
+	if names := slices.Sorted(slices.Values(stackoutput.All)); !reflect.DeepEqual(keys, names) {
+		t.Errorf("outputs %v, stackoutput.All %v", keys, names)
 	}
 	value := func(k string) any { return outs[k].(map[string]any)["Value"] }
 	fnID, _ := apiFunction(t, tp, "local")

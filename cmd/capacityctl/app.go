@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/cloudformation"
 
 	"github.com/openrelay/capacity/shared/client"
+	"github.com/openrelay/capacity/shared/stackoutput"
 )
 
 // Exit codes (docs/operating.md).
@@ -315,7 +316,7 @@ func (a *app) stackOutputs(ctx context.Context) (map[string]string, error) {
 		if a.outputsFile == "" {
 			// A file nobody named (one in whatever directory capacityctl runs in) may send
 			// the key only to this machine: the local stack writes it so.
-			if err := localOutputs(path, out["ApiUrl"]); err != nil {
+			if err := localOutputs(path, out[stackoutput.ApiUrl]); err != nil {
 				return nil, err
 			}
 		}
@@ -395,10 +396,10 @@ func (a *app) apiEndpoint(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if out["ApiUrl"] == "" {
+	if out[stackoutput.ApiUrl] == "" {
 		return "", &exitError{code: exitUsage, err: errors.New("no API endpoint: pass --endpoint, set CAPACITY_ENDPOINT, or name the stack with --outputs FILE or --stack NAME")}
 	}
-	return out["ApiUrl"], nil
+	return out[stackoutput.ApiUrl], nil
 }
 
 // client returns the API client.
@@ -468,7 +469,7 @@ func (a *app) localEndpoint(ctx context.Context) string {
 		if err != nil || out == nil {
 			return ""
 		}
-		api = out["ApiUrl"]
+		api = out[stackoutput.ApiUrl]
 	}
 	u, err := url.Parse(api)
 	if err != nil || u.Host == "" {

@@ -16,6 +16,7 @@ import (
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/client"
 	"github.com/openrelay/capacity/shared/dynamo"
+	"github.com/openrelay/capacity/shared/stackoutput"
 	"github.com/openrelay/capacity/shared/wire"
 )
 
@@ -119,7 +120,7 @@ func (a *app) bootstrapKey(ctx context.Context, org string, perms []string, exp 
 		return err
 	}
 	var missing []string
-	for _, name := range []string{"StateTableName", "AuditTableName", "KeysTableName"} {
+	for _, name := range []string{stackoutput.StateTableName, stackoutput.AuditTableName, stackoutput.KeysTableName} {
 		if out[name] == "" {
 			missing = append(missing, name)
 		}
@@ -140,8 +141,8 @@ func (a *app) bootstrapKey(ctx context.Context, org string, perms []string, exp 
 	if err != nil {
 		return err
 	}
-	store := dynamo.New(dynamodb.NewFromConfig(cfg), out["StateTableName"], out["AuditTableName"])
-	store.KeysTable = out["KeysTableName"]
+	store := dynamo.New(dynamodb.NewFromConfig(cfg), out[stackoutput.StateTableName], out[stackoutput.AuditTableName])
+	store.KeysTable = out[stackoutput.KeysTableName]
 	svc := &capacity.Service{Store: store, Keys: store,
 		Logger: slog.New(slog.NewTextHandler(a.io.err, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	p := capacity.Bootstrap(org)

@@ -48,6 +48,7 @@ var packages = []struct {
 	{"shared/client", domainSide},
 	{"shared/emf", domainSide},
 	{"shared/routes", domainSide},
+	{"shared/stackoutput", domainSide},
 	{"shared/table", domainSide},
 	{"shared/trace", domainSide},
 	{"shared/wire", domainSide},

@@ -23,6 +23,7 @@ import (
 	"github.com/openrelay/capacity/localstack/stack"
 	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/dynamo"
+	"github.com/openrelay/capacity/shared/stackoutput"
 )
 
 func main() {
@@ -93,7 +94,7 @@ func run(ctx context.Context, logger *slog.Logger, template, outputsPath, addr s
 	out := st.Outputs()
 	// The demo nodes' agents: a simulator holding the demo VMs, each node's agent with its own
 	// key derived from the master secret the stack created (the functions read it at run time).
-	master, err := stack.ReadSecret(ctx, st.Endpoint(), out["AgentMasterSecretId"])
+	master, err := stack.ReadSecret(ctx, st.Endpoint(), out[stackoutput.AgentMasterSecretId])
 	if err != nil {
 		return fmt.Errorf("read the agent master secret: %w", err)
 	}
@@ -110,8 +111,8 @@ func run(ctx context.Context, logger *slog.Logger, template, outputsPath, addr s
 	}
 	if seed {
 		client := dynamodb.NewFromConfig(stack.AWSConfig(st.Endpoint()))
-		store := dynamo.New(client, out["StateTableName"], out["AuditTableName"])
-		store.KeysTable = out["KeysTableName"]
+		store := dynamo.New(client, out[stackoutput.StateTableName], out[stackoutput.AuditTableName])
+		store.KeysTable = out[stackoutput.KeysTableName]
 		data := demo.Seed(time.Now())
 		for i, n := range data.Nodes {
 			data.Nodes[i].AgentEndpoint = agents.Endpoint(n.ID)
@@ -131,9 +132,9 @@ func run(ctx context.Context, logger *slog.Logger, template, outputsPath, addr s
 }
 
 func printWelcome(out map[string]string, outputsPath, agentURL string, seeded bool) {
-	api := out["ApiUrl"]
+	api := out[stackoutput.ApiUrl]
 	fmt.Printf("\nThe stack is up. Outputs: %s\n  API URL:      %s\n  State table:  %s\n  Audit table:  %s\n  Keys table:   %s\n\n",
-		outputsPath, api, out["StateTableName"], out["AuditTableName"], out["KeysTableName"])
+		outputsPath, api, out[stackoutput.StateTableName], out[stackoutput.AuditTableName], out[stackoutput.KeysTableName])
 	if seeded {
 		fmt.Println("Demo API keys:")
 		w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
