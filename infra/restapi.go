@@ -48,11 +48,13 @@ func (s *CapacityStack) newApiFunction(maxPendingScheduled int, rate capacity.Ra
 		env[envvar.AgentAllowHTTP] = jsii.String("true")
 	}
 	fn := s.goFunction(goFunctionSpec{Function: envvar.API, Environment: env})
-	// TransactWriteItems is authorised per item action (Put/Update/ConditionCheck). Nodes,
-	// reservations and their topology changes are writes of the same kinds; the node item
-	// also carries its audit chain's head.
+	// TransactWriteItems is authorised per item action (Put/Update/ConditionCheck/Delete).
+	// Nodes, reservations and their topology changes are writes of the same kinds; the node
+	// item also carries its audit chain's head. DeleteItem: an operator's force-end moves the
+	// VM it ends from the node's decision partition to its history (a conditional delete and a
+	// put in its transaction), as terminate-node does for the VMs it terminates.
 	allow(fn, "StateTable", state,
-		"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem")
+		"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem", "dynamodb:DeleteItem")
 	// Appends only (no Update or Delete). GetItem and Query: after a commit whose answer was
 	// lost, the service reads the commit's own audit record to learn whether it landed; and
 	// the audit of a node (the table) and of a reservation (its index).

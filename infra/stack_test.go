@@ -480,7 +480,8 @@ func TestRolePermissions(t *testing.T) {
 			}
 			cases := []roleCase{
 				{"api", map[string][]string{
-					stateArn: {"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
+					// DeleteItem: a force-end moves its VM to the node's history.
+					stateArn: {"dynamodb:ConditionCheckItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
 					// Append, read back a commit's own record after a lost answer (Store.Landed),
 					// list a node's audit (Query) and a reservation's (its index).
 					auditArn: {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"},
