@@ -17,6 +17,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 
 	"github.com/openrelay/capacity/shared/awsfault"
+	"github.com/openrelay/capacity/shared/calllog"
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/trace"
@@ -65,6 +66,7 @@ type Common struct {
 	AppEnv   string     // the environment's name: the metrics' Environment
 	LogLevel slog.Level // of the function's logs
 	Faults   Faults     // the AWS faults to inject (local stack only)
+	Calls    CallLog    // where to log the AWS calls (local stack only)
 }
 
 func (c Common) common() Common { return c }
@@ -78,6 +80,7 @@ func Start[S interface{ common() Common }](fn envvar.Function, read func(*envvar
 	logger := Logger(s.common().LogLevel)
 	s = Must(s, e.Err())
 	cfg := Must(AWS(context.Background(), s.common().Faults))
+	s.common().Calls.install(&cfg)
 	return s, logger, cfg
 }
 
@@ -88,7 +91,40 @@ func ReadCommon(e *envvar.Env) Common {
 	if c.Faults, err = readFaults(e); err != nil {
 		e.Fail(err)
 	}
+	if c.Calls, err = readCallLog(e); err != nil {
+		e.Fail(err)
+	}
 	return c
+}
+
+// CallLog logs every AWS call of the function's clients (shared/calllog) to the directory
+// CAPACITY_CALL_LOG names, for the local stack's check of the calls against the template's
+// IAM policies. The zero CallLog logs nothing.
+type CallLog struct{ log *calllog.Log }
+
+// readCallLog reads CAPACITY_CALL_LOG. Like readFaults it refuses unless AWS_ENDPOINT_URL is
+// a loopback address: the log belongs to the local stack.
+func readCallLog(e *envvar.Env) (CallLog, error) {
+	dir := envvar.CallLog.Optional(e)
+	endpoint := envvar.EndpointURL.Optional(e)
+	function := envvar.FunctionName.Optional(e)
+	if dir == "" {
+		return CallLog{}, nil
+	}
+	if err := localOnly(envvar.CallLog, endpoint, "calls are logged"); err != nil {
+		return CallLog{}, err
+	}
+	if function == "" {
+		return CallLog{}, fmt.Errorf("%s is set but %s is not: the log names the function that calls", envvar.CallLog.Name(), envvar.FunctionName.Name())
+	}
+	return CallLog{log: calllog.New(dir, function)}, nil
+}
+
+// install adds the log to every client of cfg.
+func (c CallLog) install(cfg *aws.Config) {
+	if c.log != nil {
+		cfg.APIOptions = append(cfg.APIOptions, c.log.APIOption)
+	}
 }
 
 // AWS loads the SDK configuration. The SDK's standard retryer retries throttling and
@@ -129,9 +165,8 @@ func readFaults(e *envvar.Env) (Faults, error) {
 	if spec == "" {
 		return Faults{}, nil
 	}
-	if !loopback(endpoint) {
-		return Faults{}, fmt.Errorf("%s is set but %s %q is not a loopback address: fault injection runs only against a local stack",
-			envvar.Faults.Name(), envvar.EndpointURL.Name(), endpoint)
+	if err := localOnly(envvar.Faults, endpoint, "fault injection runs"); err != nil {
+		return Faults{}, err
 	}
 	rules, err := awsfault.Parse(spec)
 	if err != nil {
@@ -154,6 +189,17 @@ func (f Faults) injector() *awsfault.Injector {
 	// One line per fault, so a run can count the faults of every function process.
 	inj.Log = slog.Default()
 	return inj
+}
+
+// localOnly refuses v, which is set, unless the AWS endpoint is a loopback address: what
+// belongs to the local stack and tests must fail a deployed function's init (it has no
+// endpoint override) rather than run there.
+func localOnly(v envvar.Variable, endpoint, what string) error {
+	if loopback(endpoint) {
+		return nil
+	}
+	return fmt.Errorf("%s is set but %s %q is not a loopback address: %s only against a local stack",
+		v.Name(), envvar.EndpointURL.Name(), endpoint, what)
 }
 
 // loopback reports whether an endpoint URL names this machine.

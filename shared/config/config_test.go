@@ -2,10 +2,15 @@ package config
 
 import (
 	"context"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/openrelay/capacity/shared/calllog"
 	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 )
@@ -30,7 +35,7 @@ func TestFaultsOnlyAgainstALocalEndpoint(t *testing.T) {
 		{name: "bad spec", faults: "*:Boom=0.1", endpoint: "http://localhost:4566", wantErr: "CAPACITY_FAULTS"},
 		{name: "bad seed", faults: "*:Throttling=0.1", endpoint: "http://localhost:4566", seed: "x", wantErr: "CAPACITY_FAULTS_SEED"},
 	}
-	fn := envvar.Declare("test", envvar.AppEnv, envvar.LogLevel, envvar.Faults, envvar.FaultsSeed)
+	fn := envvar.Declare("test", envvar.AppEnv, envvar.LogLevel, envvar.Faults, envvar.FaultsSeed, envvar.CallLog)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("AWS_REGION", "us-east-1")
@@ -54,6 +59,57 @@ func TestFaultsOnlyAgainstALocalEndpoint(t *testing.T) {
 			}
 			if on := len(cfg.APIOptions) > 0; on != tc.wantOn {
 				t.Errorf("clients carry %d API options, want the injector %v", len(cfg.APIOptions), tc.wantOn)
+			}
+		})
+	}
+}
+
+// TestCallLogOnlyAgainstALocalEndpoint: the call log is off by default, on only against a
+// loopback endpoint and for a named function, where every client logs its calls; a function
+// elsewhere refuses to start with it.
+func TestCallLogOnlyAgainstALocalEndpoint(t *testing.T) {
+	tests := []struct {
+		name, dir, endpoint, function string
+		wantErr                       string
+	}{
+		{name: "unset is off", endpoint: "http://localhost:4566", function: "capacity-local-api"},
+		{name: "local stack", dir: t.TempDir(), endpoint: "http://localhost:1", function: "capacity-local-api"},
+		{name: "no endpoint: a deployed function", dir: t.TempDir(), function: "capacity-prod-api", wantErr: "not a loopback address"},
+		{name: "remote endpoint", dir: t.TempDir(), endpoint: "https://dynamodb.us-east-1.amazonaws.com", function: "f", wantErr: "not a loopback address"},
+		{name: "no function name", dir: t.TempDir(), endpoint: "http://127.0.0.1:1", wantErr: "AWS_LAMBDA_FUNCTION_NAME"},
+	}
+	fn := envvar.Declare("test", envvar.AppEnv, envvar.LogLevel, envvar.Faults, envvar.FaultsSeed, envvar.CallLog)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("AWS_REGION", "us-east-1")
+			t.Setenv("AWS_ACCESS_KEY_ID", "test")
+			t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+			e := envvar.New(fn, []string{"APP_ENV=local", "CAPACITY_CALL_LOG=" + tc.dir, "AWS_ENDPOINT_URL=" + tc.endpoint,
+				"AWS_LAMBDA_FUNCTION_NAME=" + tc.function})
+			c := ReadCommon(e)
+			if err := e.Err(); tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one naming %q", err, tc.wantErr)
+				}
+				return
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			cfg := aws.Config{Region: "us-east-1", Credentials: aws.AnonymousCredentials{}, BaseEndpoint: aws.String("http://127.0.0.1:1")}
+			c.Calls.install(&cfg)
+			if tc.dir == "" {
+				if len(cfg.APIOptions) != 0 {
+					t.Errorf("clients carry %d API options with the log off", len(cfg.APIOptions))
+				}
+				return
+			}
+			// Nothing listens on port 1: the call fails, and is logged all the same.
+			db := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 })
+			_, _ = db.DescribeTable(context.Background(), &dynamodb.DescribeTableInput{TableName: aws.String("t")})
+			calls, err := calllog.Read(tc.dir)
+			want := []calllog.Call{{Principal: tc.function, Service: "DynamoDB", Operation: "DescribeTable", Fields: map[string]string{"TableName": "t"}}}
+			if err != nil || !reflect.DeepEqual(calls, want) {
+				t.Errorf("logged %+v (%v), want %+v", calls, err, want)
 			}
 		})
 	}

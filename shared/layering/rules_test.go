@@ -29,6 +29,7 @@ const (
 	adapter    class = "an adapter"
 	wiring     class = "the functions' configuration"
 	faults     class = "the fault layer"
+	callLog    class = "the call log" // the local stack's record of every AWS call, for its IAM check
 	testKit    class = "a test-support package"
 	function   class = "a function's main"
 	floorMain  class = "the floor function's main"
@@ -64,6 +65,7 @@ var packages = []struct {
 	{"shared/config", wiring},
 	{"shared/config/envvar", wiring}, // the functions' variables (standard library only)
 	{"shared/awsfault", faults},
+	{"shared/calllog", callLog},
 	{"shared/capacitytest", testKit},
 	{"shared/dynamo/dynamotest", testKit},
 	{"shared/layering", domainSide}, // only this test
@@ -78,14 +80,15 @@ var packages = []struct {
 var may = map[class][]class{
 	domain:     {std},
 	domainSide: {std, domain, domainSide},
-	adapter:    {std, awsSDK, domain, domainSide},                 // never another adapter
-	wiring:     {std, awsSDK, domain, domainSide, faults, wiring}, // shared/config reads through shared/config/envvar
+	adapter:    {std, awsSDK, domain, domainSide},                          // never another adapter
+	wiring:     {std, awsSDK, domain, domainSide, faults, callLog, wiring}, // shared/config reads through shared/config/envvar
 	faults:     {std, awsSDK},
+	callLog:    {std, awsSDK, domainSide}, // the table package: which key attribute it records
 	testKit:    {std, testLib, awsSDK, external, domain, domainSide, adapter, faults},
 	function:   {std, awsSDK, domain, domainSide, adapter, wiring},
 	floorMain:  {std, awsSDK, wiring, localStack}, // the benchmark's floor lives in the local stack
 	command:    {std, awsSDK, domain, domainSide, adapter, wiring},
-	localStack: {std, testLib, awsSDK, external, domain, domainSide, adapter, wiring, faults, testKit, localStack},
+	localStack: {std, testLib, awsSDK, external, domain, domainSide, adapter, wiring, faults, callLog, testKit, localStack},
 }
 
 // maxMainLines bounds a function's main.go: reading configuration, building clients and

@@ -16,6 +16,9 @@ var (
 	Faults = Text{spec{"CAPACITY_FAULTS", Developer}}
 	// FaultsSeed seeds the fault injector (unset: the clock).
 	FaultsSeed = Seed{spec{"CAPACITY_FAULTS_SEED", Developer}}
+	// CallLog is a directory where every client logs the AWS calls it makes (shared/calllog),
+	// for the local stack's IAM check; only against a loopback endpoint (shared/config.CallLog).
+	CallLog = Text{spec{"CAPACITY_CALL_LOG", Developer}}
 )
 
 // Tables, workflow, bus and keys.
@@ -88,6 +91,8 @@ var (
 	Region = Runtime{"AWS_REGION"}
 	// EndpointURL redirects every AWS client (the local stack sets it; AWS does not).
 	EndpointURL = Runtime{"AWS_ENDPOINT_URL"}
+	// FunctionName is the Lambda function's name.
+	FunctionName = Runtime{"AWS_LAMBDA_FUNCTION_NAME"}
 )
 
 // Function is a function's name (its package under functions/) and the variables it reads.
@@ -98,7 +103,7 @@ type Function struct {
 
 // function declares a function: every function reads the common variables too.
 func function(name string, vars ...Variable) Function {
-	return Function{name: name, vars: append([]Variable{AppEnv, LogLevel, Faults, FaultsSeed}, vars...)}
+	return Function{name: name, vars: append([]Variable{AppEnv, LogLevel, Faults, FaultsSeed, CallLog}, vars...)}
 }
 
 // Declare declares a function of the variables given, and of no others: for the tests of a
