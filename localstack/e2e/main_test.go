@@ -9,9 +9,13 @@
 // layer (CAPACITY_FAULTS), and only the tests and benchmarks named UnderFaults run unless
 // -run says otherwise: the others assert exact answers that injected faults would change.
 // Without it, the UnderFaults tests skip. `make test` and `make bench` run both passes.
+//
+// After the tests, on the local stack, every AWS call its functions made must be allowed by
+// the template's IAM policies (checkIAM): the emulator enforces none.
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -104,7 +108,16 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e: seed API keys:", err)
 		return 1
 	}
-	return m.Run()
+	code := m.Run()
+	if localStack != nil {
+		// After the stack stopped: every call of every function is in the log.
+		stop()
+		if err := checkIAM(os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			code = cmp.Or(code, 1)
+		}
+	}
+	return code
 }
 
 // stackOutputs reads the outputs of a running stack, or starts the local stack.
@@ -143,6 +156,8 @@ func stackOutputs() (map[string]string, func(), error) {
 	}
 	st, err := stack.Start(context.Background(), stack.Options{
 		TemplatePath: template, RepoRoot: root, Processes: processes, Logger: logger, ExtraEnv: env,
+		// Every function's AWS calls, for the IAM check after the tests (checkIAM).
+		CallLogDir: filepath.Join(root, "build", "local", "calls"),
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("start local stack: %w", err)

@@ -10,6 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/scheduler"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/openrelay/capacity/shared/calllog"
 )
 
 // The runner fills two gaps of kumo outside product code: it polls SQS event source mappings
@@ -30,8 +32,11 @@ type bridges struct {
 	wg     sync.WaitGroup
 }
 
-// startBridges starts workers pollers per mapping and, if fire, the schedule firer.
-func startBridges(endpoint string, mappings []mappingSpec, workers int, fire bool, log *slog.Logger) *bridges {
+// startBridges starts workers pollers per mapping and, if fire, the schedule firer. With a
+// callLog directory their calls are logged as made by whom AWS makes them as: a mapping's
+// polls by its function's role (Lambda polls with the execution role), a firing by the
+// schedule's role.
+func startBridges(endpoint string, mappings []mappingSpec, workers int, fire bool, callLog string, log *slog.Logger) *bridges {
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &bridges{cancel: cancel}
 	cfg := AWSConfig(endpoint)
@@ -39,7 +44,14 @@ func startBridges(endpoint string, mappings []mappingSpec, workers int, fire boo
 	sqsClient, lambdaClient := sqs.NewFromConfig(cfg), lambda.NewFromConfig(cfg)
 
 	for _, m := range mappings {
-		p := &sqsPoller{m: m, sqs: sqsClient, lambda: lambdaClient, log: log.With("function", m.function, "queue", m.queueURL)}
+		pollClient := sqsClient
+		if callLog != "" {
+			pollClient = sqs.NewFromConfig(cfg, func(o *sqs.Options) {
+				o.APIOptions = append(o.APIOptions, calllog.New(callLog, m.function).APIOption)
+			})
+		}
+
+		p := &sqsPoller{m: m, sqs: pollClient, lambda: lambdaClient, log: log.With("function", m.function, "queue", m.queueURL)}
 
 		for range workers {
 			b.wg.Go(func() { p.run(ctx) })
@@ -48,6 +60,10 @@ func startBridges(endpoint string, mappings []mappingSpec, workers int, fire boo
 
 	if fire {
 		f := newScheduleFirer(scheduler.NewFromConfig(cfg), eventbridge.NewFromConfig(cfg), log)
+		if callLog != "" {
+			f.calls = calllog.New(callLog, "scheduler")
+		}
+
 		b.wg.Go(func() { f.run(ctx, fireInterval) })
 	}
 

@@ -13,6 +13,8 @@ import (
 	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 	"github.com/aws/aws-sdk-go-v2/service/scheduler"
 	schedtypes "github.com/aws/aws-sdk-go-v2/service/scheduler/types"
+
+	"github.com/openrelay/capacity/shared/calllog"
 )
 
 // scheduleFirer does what EventBridge Scheduler does with a one-time schedule whose target is an
@@ -25,6 +27,9 @@ type scheduleFirer struct {
 	events    *eventbridge.Client
 	log       *slog.Logger
 	now       func() time.Time
+
+	// calls, if set, logs each put as made by the schedule's role, as Scheduler makes it.
+	calls *calllog.Log
 
 	fired  map[string]bool // schedule key+version -> put on the bus
 	warned map[string]bool // schedule key+version -> told it cannot be fired here
@@ -152,14 +157,22 @@ func (f *scheduleFirer) fire(ctx context.Context, s *scheduler.GetScheduleOutput
 
 	detail := valueOr(aws.ToString(t.Input), "{}")
 
-	out, err := f.events.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{{
+	in := &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{{
 		// kumo matches rules on the bus name only; AWS takes the name or the ARN.
 		EventBusName: aws.String(eventBusName(aws.ToString(t.Arn))),
 		Source:       t.EventBridgeParameters.Source,
 		DetailType:   t.EventBridgeParameters.DetailType,
 		Detail:       aws.String(detail),
 		Time:         aws.Time(f.now()),
-	}}})
+	}}}
+	if f.calls != nil {
+		call := calllog.Call{Principal: aws.ToString(t.RoleArn), Service: "EventBridge", Operation: "PutEvents", Fields: calllog.Fields(in)}
+		if err := f.calls.Write(call); err != nil {
+			return err
+		}
+	}
+
+	out, err := f.events.PutEvents(ctx, in)
 	if err != nil {
 		return fmt.Errorf("put event: %w", err)
 	}

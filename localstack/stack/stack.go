@@ -36,6 +36,9 @@ type Options struct {
 	ExtraEnv     map[string]string        // added to the environment of the functions that declare each (envvar), and of every function envvar does not know
 	Logger       *slog.Logger             // progress; function stdout/stderr go to <BuildDir>/logs/<fn>.log
 	ReadyTimeout time.Duration            // how long bootstraps may take to poll the runtime API; default 30s
+	// CallLogDir, if set, has every function log the AWS calls it makes there
+	// (envvar.CallLog, shared/calllog), emptied first: what the IAM check reads.
+	CallLogDir string
 }
 
 // DefaultAddr is where the local stack listens unless told otherwise: where LocalStack's
@@ -56,6 +59,8 @@ type Stack struct {
 	proxy     *proxy
 	kumo      *kumo.Server
 	procs     *supervisor
+	prov      *provisioner // the template and its resolved resources, for IAM
+	callLog   string
 	bridges   *bridges // SQS pollers and the schedule firer
 	functions []Function
 
@@ -132,6 +137,25 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		return nil, err
 	}
 
+	s.prov = prov
+
+	if o.CallLogDir != "" {
+		if o.CallLogDir, err = filepath.Abs(o.CallLogDir); err != nil {
+			return nil, fmt.Errorf("call log: %w", err)
+		}
+
+		if err := resetDir(o.CallLogDir); err != nil {
+			return nil, fmt.Errorf("call log: %w", err)
+		}
+
+		s.callLog = o.CallLogDir
+		o.ExtraEnv = maps.Clone(o.ExtraEnv)
+		if o.ExtraEnv == nil {
+			o.ExtraEnv = map[string]string{}
+		}
+		o.ExtraEnv[envvar.CallLog.Name()] = o.CallLogDir
+	}
+
 	if s.outputs, err = resolveOutputs(prov.res, tmpl, s.endpoint, prov.restAPIs); err != nil {
 		return nil, err
 	}
@@ -159,11 +183,23 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	}
 
 	// What kumo does not do itself: poll the queues of event source mappings, fire schedules.
-	s.bridges = startBridges(s.endpoint, prov.mappings, o.Processes, prov.schedules, o.Logger)
+	s.bridges = startBridges(s.endpoint, prov.mappings, o.Processes, prov.schedules, s.callLog, o.Logger)
 
 	o.Logger.Info("local stack ready", "stack", s.name, "endpoint", s.endpoint, "functions", len(prov.functions), "outputs", s.outputs)
 
 	return s, nil
+}
+
+// CallLogDir is where the functions log their AWS calls ("" if they do not).
+func (s *Stack) CallLogDir() string { return s.callLog }
+
+// resetDir empties dir, creating it if needed.
+func resetDir(dir string) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+
+	return os.MkdirAll(dir, 0o755)
 }
 
 // Outputs returns the resolved template Outputs (API URLs in the proxy's path form).
