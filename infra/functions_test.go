@@ -8,6 +8,27 @@ import (
 	"github.com/openrelay/capacity/shared/table"
 )
 
+// checkGoFunction checks what goFunction makes of every function: the Go runtime on arm64,
+// 256 MB, the timeout, and the metadata that names the package the local stack runner builds.
+func checkGoFunction(t *testing.T, r map[string]any, name string, timeout float64) {
+	t.Helper()
+	p := props(r)
+	for k, want := range map[string]any{
+		"Runtime":       "provided.al2023",
+		"Handler":       "bootstrap",
+		"Architectures": []any{"arm64"},
+		"MemorySize":    float64(256),
+		"Timeout":       timeout,
+	} {
+		if !reflect.DeepEqual(p[k], want) {
+			t.Errorf("%s = %s, want %s", k, toJSON(p[k]), toJSON(want))
+		}
+	}
+	if md, _ := r["Metadata"].(map[string]any); md["capacity:function"] != name {
+		t.Errorf("metadata capacity:function = %v, want %s", md["capacity:function"], name)
+	}
+}
+
 func TestWorkerFunctions(t *testing.T) {
 	for _, env := range []string{"local", "dev", "prod"} {
 		t.Run(env, func(t *testing.T) {
@@ -49,20 +70,7 @@ func TestWorkerFunctions(t *testing.T) {
 				t.Run(tc.fn, func(t *testing.T) {
 					_, r := functionByName(t, tp, env, tc.fn)
 					p := props(r)
-					for k, want := range map[string]any{
-						"Runtime":       "provided.al2023",
-						"Handler":       "bootstrap",
-						"Architectures": []any{"arm64"},
-						"MemorySize":    float64(256),
-						"Timeout":       tc.timeout,
-					} {
-						if !reflect.DeepEqual(p[k], want) {
-							t.Errorf("%s = %s, want %s", k, toJSON(p[k]), toJSON(want))
-						}
-					}
-					if md, _ := r["Metadata"].(map[string]any); md["capacity:function"] != tc.fn {
-						t.Errorf("metadata capacity:function = %v, want %s", md["capacity:function"], tc.fn)
-					}
+					checkGoFunction(t, r, tc.fn, tc.timeout)
 					tc.env["APP_ENV"], tc.env["LOG_LEVEL"] = env, "info"
 					if got := p["Environment"].(map[string]any)["Variables"]; !reflect.DeepEqual(got, tc.env) {
 						t.Errorf("Environment\n got %s\nwant %s", toJSON(got), toJSON(tc.env))

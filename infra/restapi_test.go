@@ -34,20 +34,7 @@ func TestApiFunction(t *testing.T) {
 			tp := synth(t, tc.env)
 			_, r := apiFunction(t, tp, tc.env)
 			p := props(r)
-			for k, want := range map[string]any{
-				"Runtime":       "provided.al2023",
-				"Handler":       "bootstrap",
-				"Architectures": []any{"arm64"},
-				"MemorySize":    float64(256),
-				"Timeout":       float64(10),
-			} {
-				if !reflect.DeepEqual(p[k], want) {
-					t.Errorf("%s = %s, want %s", k, toJSON(p[k]), toJSON(want))
-				}
-			}
-			if md, _ := r["Metadata"].(map[string]any); md["capacity:function"] != "api" {
-				t.Errorf("metadata capacity:function = %v, want api", md["capacity:function"])
-			}
+			checkGoFunction(t, r, "api", 10)
 			code, _ := p["Code"].(map[string]any)
 			if code["S3Key"] == nil || code["ZipFile"] != nil {
 				t.Errorf("Code %s: want an asset", toJSON(code))
