@@ -103,12 +103,15 @@ func busDenies(t *testing.T, tp tmpl, busID string) map[string]any {
 }
 
 // withPrincipals is cdk.json's env, its eventPrincipals replaced by sources, each acting as
-// platform with perms and sent by one role.
+// platform with perms and sent by one role; nil perms: as cdk.json configures env.
 func withPrincipals(t *testing.T, env string, perms map[string][]string) CapacityStackProps {
 	t.Helper()
 	p, err := StackPropsFor(cdkJSONContext(t)[EnvironmentsContextKey], env)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if perms == nil {
+		return p
 	}
 	p.EventPrincipals = []EventPrincipalConfig{}
 	for _, src := range slices.Sorted(maps.Keys(perms)) {
@@ -142,9 +145,6 @@ func TestReclaimRequestRule(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			p := withPrincipals(t, c.env, c.perms)
-			if c.perms == nil {
-				p, _ = StackPropsFor(cdkJSONContext(t)[EnvironmentsContextKey], c.env)
-			}
 			_, tp := synthProps(t, p)
 			busID := eventBusID(t, tp, c.env)
 			qID := queueID(t, tp, "capacity-"+c.env+"-reclaim-requests")
@@ -235,9 +235,6 @@ func TestTopologyRule(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			p := withPrincipals(t, c.env, c.perms)
-			if c.perms == nil {
-				p, _ = StackPropsFor(cdkJSONContext(t)[EnvironmentsContextKey], c.env)
-			}
 			_, tp := synthProps(t, p)
 			qID := queueID(t, tp, "capacity-"+c.env+"-reclaim-requests")
 			reclaimRuleID, _ := tp.one(t, "AWS::Events::Rule", "Name", "capacity-"+c.env+"-reclaim-requests")
