@@ -186,7 +186,7 @@ func commitRounds[S, C any](s *Service, ctx context.Context, w writer[S, C],
 			if !retry.timeFor(ctx, wait) {
 				break // the answer would come too late to be of use
 			}
-			if err := sleep(ctx, wait); err != nil {
+			if err := Sleep(ctx, wait); err != nil {
 				return nil, err
 			}
 		}
@@ -256,7 +256,7 @@ func commitRounds[S, C any](s *Service, ctx context.Context, w writer[S, C],
 		case errors.Is(err, ErrThrottled):
 			s.logger().WarnContext(ctx, w.kind+" write throttled; deciding again", append(logAttrs, "err", err)...)
 			refused(commit)
-			if err := sleep(ctx, retry.ThrottlePause<<spent); err != nil {
+			if err := Sleep(ctx, retry.ThrottlePause<<spent); err != nil {
 				return nil, err
 			}
 			spent++
@@ -302,7 +302,7 @@ func landed[S, C any](s *Service, ctx context.Context, w writer[S, C], retry Ret
 		// The call's answer hangs on this read, and a read is safe to repeat: outlast a
 		// throttling burst (beyond the SDK's own retries) before giving up.
 		for try := 0; err != nil && try < retry.CheckRetries; try++ {
-			if serr := sleep(ctx, retry.CheckBase<<try); serr != nil {
+			if serr := Sleep(ctx, retry.CheckBase<<try); serr != nil {
 				break
 			}
 			ok, err = w.landed(ctx, c)
@@ -320,7 +320,12 @@ func landed[S, C any](s *Service, ctx context.Context, w writer[S, C], retry Ret
 	return nil, nil
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
+// Sleep waits d, or until ctx ends (then it returns ctx's error). It is the one wait of the
+// service's retries: the commit loop's and the adapters' own (the audit head's, the bus's).
+func Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -329,4 +334,9 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// Pause sleeps the full-jitter wait after the n-th lost write (Wait(n)), or until ctx ends.
+func (p RetryPolicy) Pause(ctx context.Context, n int) error {
+	return Sleep(ctx, p.Wait(n))
 }

@@ -358,7 +358,7 @@ func (s *Store) appendChained(ctx context.Context, what string, rec capacity.Aud
 		if !moved && !conflicted(canceled) {
 			return err
 		}
-		if err := headBackoff(ctx, try); err != nil {
+		if err := headRetry.Pause(ctx, try+1); err != nil {
 			return err
 		}
 	}
@@ -376,19 +376,8 @@ func conflicted(e *types.TransactionCanceledException) bool {
 	return false
 }
 
-// headBackoff spreads writers that lost the head to one another before they go again (full
+// headRetry spreads writers that lost the head to one another before they go again (full
 // jitter, 5 ms doubling to 160 ms: otherwise they read the same new head and collide again).
-func headBackoff(ctx context.Context, try int) error {
-	t := time.NewTimer(headRetry.Wait(try + 1))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 var headRetry = capacity.RetryPolicy{Base: 5 * time.Millisecond, Cap: 160 * time.Millisecond}
 
 // auditLanded reports whether the chained record is stored under its seq (with its id).

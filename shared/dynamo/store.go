@@ -125,7 +125,7 @@ func (s *Store) transactAtHead(ctx context.Context, what string, node capacity.N
 			return err
 		}
 		head = newHead
-		if err := headBackoff(ctx, try); err != nil {
+		if err := headRetry.Pause(ctx, try+1); err != nil {
 			return err
 		}
 	}

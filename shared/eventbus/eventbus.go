@@ -130,7 +130,7 @@ func (p *Publisher) put(ctx context.Context, entries []types.PutEventsRequestEnt
 			return fmt.Errorf("put events on bus %s: %d of %d failed after %d retries: %s",
 				p.BusName, len(failed), len(entries), retries, strings.Join(codes, "; "))
 		}
-		if err := sleep(ctx, p.backoff(round+1)); err != nil {
+		if err := capacity.Sleep(ctx, p.backoff(round+1)); err != nil {
 			return fmt.Errorf("put events on bus %s: %d failed (%s): %w", p.BusName, len(failed), strings.Join(codes, "; "), err)
 		}
 		entries, events = failed, failedEvents
@@ -143,20 +143,6 @@ func (p *Publisher) backoff(n int) time.Duration {
 	}
 	d := min(100*time.Millisecond<<(n-1), 2*time.Second)
 	return d/2 + time.Duration(time.Now().UnixNano()%int64(d/2+1)) // jitter: spread retriers apart
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // entrySize is an entry's size as EventBridge counts it against the call's 256 KB: its Time,
