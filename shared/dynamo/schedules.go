@@ -315,19 +315,12 @@ func (s *Store) UpdateScheduled(ctx context.Context, from, to capacity.Scheduled
 // its version and state being from's. A whole put rather than an update: no SET/REMOVE mix.
 func (s *Store) scheduledTransition(from, to capacity.ScheduledReclaim) (types.TransactWriteItem, error) {
 	to.Version = from.Version + 1
-	item, err := attributevalue.MarshalMap(newScheduledItem(to, s.retention()))
-	if err != nil {
-		return types.TransactWriteItem{}, fmt.Errorf("encode scheduled reclaim %s: %w", to.ID, err)
-	}
 	cond := versionIs(from.Version).And(expression.Name(attrState).Equal(expression.Value(string(from.State))))
-	expr, err := expression.NewBuilder().WithCondition(cond).Build()
+	put, err := putIf(s.Table, newScheduledItem(to, s.retention()), cond)
 	if err != nil {
-		return types.TransactWriteItem{}, fmt.Errorf("build scheduled reclaim condition: %w", err)
+		return put, fmt.Errorf("scheduled reclaim %s: %w", to.ID, err)
 	}
-	return types.TransactWriteItem{Put: &types.Put{
-		TableName: aws.String(s.Table), Item: item, ConditionExpression: expr.Condition(),
-		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-	}}, nil
+	return put, nil
 }
 
 // firedItems are the items of a commit that fires a scheduled reclaim: it moves from

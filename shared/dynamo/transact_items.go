@@ -160,16 +160,21 @@ func (s *Store) deleteIf(k map[string]types.AttributeValue, cond expression.Cond
 // putNew puts an item (an item struct, or an item as stored) that must not exist yet (or,
 // with orElse, may exist if orElse holds).
 func (s *Store) putNew(tableName string, v any, orElse *expression.ConditionBuilder) (types.TransactWriteItem, error) {
+	cond := expression.Name(attrPK).AttributeNotExists()
+	if orElse != nil {
+		cond = cond.Or(*orElse)
+	}
+	return putIf(tableName, v, cond)
+}
+
+// putIf puts an item (an item struct, or an item as stored) on the condition cond.
+func putIf(tableName string, v any, cond expression.ConditionBuilder) (types.TransactWriteItem, error) {
 	item, ok := v.(map[string]types.AttributeValue)
 	if !ok {
 		var err error
 		if item, err = attributevalue.MarshalMap(v); err != nil {
 			return types.TransactWriteItem{}, fmt.Errorf("encode item: %w", err)
 		}
-	}
-	cond := expression.Name(attrPK).AttributeNotExists()
-	if orElse != nil {
-		cond = cond.Or(*orElse)
 	}
 	expr, err := expression.NewBuilder().WithCondition(cond).Build()
 	if err != nil {
