@@ -13,15 +13,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/kms"
 	awsscheduler "github.com/aws/aws-sdk-go-v2/service/scheduler"
-	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/awslabs/aws-lambda-go-api-proxy/core"
 	"github.com/awslabs/aws-lambda-go-api-proxy/httpadapter"
 
@@ -30,22 +27,17 @@ import (
 	"github.com/openrelay/capacity/shared/config"
 	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/dynamo"
-	"github.com/openrelay/capacity/shared/emf"
 	"github.com/openrelay/capacity/shared/httpapi"
 	"github.com/openrelay/capacity/shared/kmsseal"
 	"github.com/openrelay/capacity/shared/scheduler"
-	"github.com/openrelay/capacity/shared/stepfn"
 )
 
 func main() {
 	s, logger, cfg := config.Start(envvar.API, readSettings)
 
-	store := dynamo.New(dynamodb.NewFromConfig(cfg), s.stateTable, s.auditTable)
-	store.Retention = s.historyRetention
-	store.KeysTable = s.keysTable
-	store.LimitsTable = s.limitsTable
-	workflow := &stepfn.Starter{Client: sfn.NewFromConfig(cfg), StateMachineARN: s.stateMachineARN}
-	metrics := emf.New(os.Stdout, s.AppEnv)
+	store := s.Store.Open(cfg)
+	workflow := config.Workflow(cfg, s.stateMachineARN)
+	metrics := s.Metrics()
 	sched := scheduling{MaxPendingPerOrg: s.maxPendingPerOrg}
 	if s.schedules != (schedules{}) {
 		sched.Scheduler = &scheduler.Schedules{Client: awsscheduler.NewFromConfig(cfg), Group: s.schedules.group,
@@ -63,12 +55,12 @@ func main() {
 // settings are the function's configuration (envvar.API).
 type settings struct {
 	config.Common
-	stateTable, auditTable, keysTable, limitsTable, stateMachineARN string
-	keyTTL                                                          time.Duration
-	historyRetention                                                time.Duration // per environment; 0: the store's default
-	rate                                                            capacity.RateLimit
-	schedules                                                       schedules
-	maxPendingPerOrg                                                int // 0: the default
+	config.Store
+	stateMachineARN  string
+	keyTTL           time.Duration
+	rate             capacity.RateLimit
+	schedules        schedules
+	maxPendingPerOrg int // 0: the default
 	// The KMS key the agent keys the function makes are sealed under ("": none is handed out).
 	agentKeysKMSKeyID string
 	allowHTTPAgents   bool
@@ -78,13 +70,9 @@ type settings struct {
 func readSettings(e *envvar.Env) settings {
 	s := settings{
 		Common:            config.ReadCommon(e),
-		stateTable:        envvar.StateTable.Get(e),
-		auditTable:        envvar.AuditTable.Get(e),
-		keysTable:         envvar.KeysTable.Get(e),
-		limitsTable:       envvar.LimitsTable.Get(e),
+		Store:             config.ReadStore(e),
 		stateMachineARN:   envvar.StateMachineARN.Get(e),
 		keyTTL:            envvar.KeyCacheTTL.Get(e),
-		historyRetention:  envvar.HistoryRetention.Get(e),
 		rate:              config.RateLimit(e),
 		schedules:         readSchedules(e),
 		maxPendingPerOrg:  envvar.MaxPendingScheduledPerOrg.Get(e),

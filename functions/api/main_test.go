@@ -122,7 +122,7 @@ func TestReadSettings(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s.stateTable != "s" || s.rate.PerSecond == 0 || s.keyTTL == 0 {
+			if s.StateTable != "s" || s.rate.PerSecond == 0 || s.keyTTL == 0 {
 				t.Errorf("settings %+v", s)
 			}
 		})

@@ -14,23 +14,18 @@ import (
 	"log/slog"
 
 	"github.com/aws/aws-lambda-go/lambda"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/config"
 	"github.com/openrelay/capacity/shared/config/envvar"
-	"github.com/openrelay/capacity/shared/dynamo"
-	"github.com/openrelay/capacity/shared/eventbus"
 	"github.com/openrelay/capacity/shared/stepfn"
 )
 
 func main() {
 	s, logger, cfg := config.Start(envvar.OperationEvents, readSettings)
-	store := dynamo.New(dynamodb.NewFromConfig(cfg), s.stateTable, "")
 	announcer := &capacity.Announcer{
-		Store:     store,
-		Publisher: eventbus.New(eventbridge.NewFromConfig(cfg), s.eventBusName),
+		Store:     s.Store.Open(cfg),
+		Publisher: config.Bus(cfg, s.eventBusName),
 		Logger:    logger,
 	}
 	lambda.Start(handler(announcer, logger))
@@ -39,12 +34,13 @@ func main() {
 // settings are the function's configuration (envvar.OperationEvents).
 type settings struct {
 	config.Common
-	stateTable, eventBusName string
+	config.Store
+	eventBusName string
 }
 
 // readSettings reads the function's configuration; errors go to e.
 func readSettings(e *envvar.Env) settings {
-	s := settings{Common: config.ReadCommon(e), stateTable: envvar.StateTable.Get(e), eventBusName: envvar.EventBusName.Get(e)}
+	s := settings{Common: config.ReadCommon(e), Store: config.ReadStore(e), eventBusName: envvar.EventBusName.Get(e)}
 	return s
 }
 

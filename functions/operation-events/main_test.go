@@ -148,7 +148,7 @@ func TestHandler(t *testing.T) {
 // undeclared read, or a declared one left unread, would fail it at start.
 func TestReadSettings(t *testing.T) {
 	e := envvar.New(envvar.OperationEvents, []string{"APP_ENV=dev", "LOG_LEVEL=info", "STATE_TABLE=s", "EVENT_BUS_NAME=b"})
-	if s := readSettings(e); e.Err() != nil || s.stateTable != "s" || s.eventBusName != "b" {
+	if s := readSettings(e); e.Err() != nil || s.StateTable != "s" || s.eventBusName != "b" {
 		t.Fatalf("settings %+v, error %v", s, e.Err())
 	}
 }

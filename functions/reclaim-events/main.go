@@ -9,35 +9,23 @@ package main
 import (
 	"fmt"
 	"log/slog"
-	"os"
-	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
-	"github.com/aws/aws-sdk-go-v2/service/sfn"
 
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/config"
 	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/dynamo"
-	"github.com/openrelay/capacity/shared/emf"
 	"github.com/openrelay/capacity/shared/eventapi"
-	"github.com/openrelay/capacity/shared/eventbus"
-	"github.com/openrelay/capacity/shared/stepfn"
 )
 
 func main() {
 	s, logger, cfg := config.Start(envvar.ReclaimEvents, readSettings)
 
-	store := dynamo.New(dynamodb.NewFromConfig(cfg), s.stateTable, s.auditTable)
-	store.Retention = s.historyRetention
-	// Read-only (GetItem): a scheduled reclaim's firing checks the key that scheduled it.
-	store.KeysTable = s.keysTable
-	workflow := &stepfn.Starter{Client: sfn.NewFromConfig(cfg), StateMachineARN: s.stateMachineARN}
-	metrics := emf.New(os.Stdout, s.AppEnv)
-	bus := eventbus.New(eventbridge.NewFromConfig(cfg), s.origin.Bus)
-	h := newHandler(store, workflow, metrics, bus, s.principals, logger)
+	// The keys table read-only (GetItem): a scheduled reclaim's firing checks the key that
+	// scheduled it.
+	store := s.Store.Open(cfg)
+	h := newHandler(store, config.Workflow(cfg, s.stateMachineARN), s.Metrics(), config.Bus(cfg, s.origin.Bus), s.principals, logger)
 	h.Origin = s.origin
 	lambda.Start(h.Handle)
 }
@@ -45,21 +33,18 @@ func main() {
 // settings are the function's configuration (envvar.ReclaimEvents).
 type settings struct {
 	config.Common
-	stateTable, auditTable, keysTable, stateMachineARN string
-	historyRetention                                   time.Duration // per environment; 0: the store's default
-	principals                                         capacity.EventPrincipals
-	origin                                             eventapi.Origin // where a genuine request comes from
+	config.Store
+	stateMachineARN string
+	principals      capacity.EventPrincipals
+	origin          eventapi.Origin // where a genuine request comes from
 }
 
 // readSettings reads the function's configuration; errors go to e.
 func readSettings(e *envvar.Env) settings {
 	s := settings{
-		Common:           config.ReadCommon(e),
-		stateTable:       envvar.StateTable.Get(e),
-		auditTable:       envvar.AuditTable.Get(e),
-		keysTable:        envvar.KeysTable.Get(e),
-		stateMachineARN:  envvar.StateMachineARN.Get(e),
-		historyRetention: envvar.HistoryRetention.Get(e),
+		Common:          config.ReadCommon(e),
+		Store:           config.ReadStore(e),
+		stateMachineARN: envvar.StateMachineARN.Get(e),
 		origin: eventapi.Origin{QueueARN: envvar.IntakeQueueARN.Get(e), Account: envvar.EventAccount.Get(e),
 			Region: envvar.Region.Get(e), Bus: envvar.EventBusName.Get(e)},
 	}

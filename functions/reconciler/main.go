@@ -9,33 +9,24 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
-	"github.com/aws/aws-sdk-go-v2/service/sfn"
 
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/config"
 	"github.com/openrelay/capacity/shared/config/envvar"
-	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/emf"
-	"github.com/openrelay/capacity/shared/eventbus"
-	"github.com/openrelay/capacity/shared/stepfn"
 )
 
 func main() {
 	s, logger, cfg := config.Start(envvar.Reconciler, readSettings)
-	store := dynamo.New(dynamodb.NewFromConfig(cfg), s.stateTable, "")
-	store.Retention = s.historyRetention
-	metrics := emf.New(os.Stdout, s.AppEnv)
+	metrics := s.Metrics()
 	r := &capacity.Reconciler{
-		Publisher:   publisher(cfg, s.eventBusName),
-		Store:       store,
-		Workflow:    &stepfn.Starter{Client: sfn.NewFromConfig(cfg), StateMachineARN: s.stateMachineARN},
+		// No bus (EVENT_BUS_NAME unset, a stack without it): no reports published.
+		Publisher:   config.Bus(cfg, s.eventBusName),
+		Store:       s.Store.Open(cfg),
+		Workflow:    config.Workflow(cfg, s.stateMachineARN),
 		StartAfter:  s.startAfter,
 		StuckAfter:  s.stuckAfter,
 		HeldAfter:   s.heldAfter,
@@ -49,35 +40,25 @@ func main() {
 // settings are the function's configuration (envvar.Reconciler).
 type settings struct {
 	config.Common
-	stateTable, stateMachineARN string
-	eventBusName                string        // "": no bus, no reports published
-	historyRetention            time.Duration // per environment; 0: the store's default
-	startAfter, stuckAfter      time.Duration
-	heldAfter                   time.Duration // 0: the domain's default
+	config.Store
+	stateMachineARN        string
+	eventBusName           string // "": no bus, no reports published
+	startAfter, stuckAfter time.Duration
+	heldAfter              time.Duration // 0: the domain's default
 }
 
 // readSettings reads the function's configuration; errors go to e.
 func readSettings(e *envvar.Env) settings {
 	s := settings{
-		Common:           config.ReadCommon(e),
-		stateTable:       envvar.StateTable.Get(e),
-		stateMachineARN:  envvar.StateMachineARN.Get(e),
-		eventBusName:     envvar.EventBusName.Optional(e),
-		historyRetention: envvar.HistoryRetention.Get(e),
-		startAfter:       envvar.StartAfter.Get(e),
-		stuckAfter:       envvar.StuckAfter.Get(e),
-		heldAfter:        envvar.HeldAfter.Get(e),
+		Common:          config.ReadCommon(e),
+		Store:           config.ReadStore(e),
+		stateMachineARN: envvar.StateMachineARN.Get(e),
+		eventBusName:    envvar.EventBusName.Optional(e),
+		startAfter:      envvar.StartAfter.Get(e),
+		stuckAfter:      envvar.StuckAfter.Get(e),
+		heldAfter:       envvar.HeldAfter.Get(e),
 	}
 	return s
-}
-
-// publisher publishes the reports of the operations the reconciler ends on the bus
-// EVENT_BUS_NAME names; none when it is not set (a stack without the bus).
-func publisher(cfg aws.Config, bus string) capacity.Publisher {
-	if bus == "" {
-		return nil
-	}
-	return eventbus.New(eventbridge.NewFromConfig(cfg), bus)
 }
 
 // Result is what an invocation returns (visible to `make invoke` and tests).

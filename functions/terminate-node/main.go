@@ -14,11 +14,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/kms"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
@@ -26,8 +24,6 @@ import (
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/config"
 	"github.com/openrelay/capacity/shared/config/envvar"
-	"github.com/openrelay/capacity/shared/dynamo"
-	"github.com/openrelay/capacity/shared/emf"
 	"github.com/openrelay/capacity/shared/kmsseal"
 	"github.com/openrelay/capacity/shared/secrets"
 	"github.com/openrelay/capacity/shared/stepfn"
@@ -41,13 +37,11 @@ func main() {
 	if s.allowHTTP {
 		logger.Warn("AGENT_ALLOW_HTTP is set: plain http agent endpoints are accepted (local stack only)")
 	}
-	store := dynamo.New(dynamodb.NewFromConfig(cfg), s.stateTable, "")
-	store.Retention = s.historyRetention
 	term := &capacity.Terminator{
-		Store:   store,
+		Store:   s.Store.Open(cfg),
 		Agent:   nodeAgent,
 		Logger:  logger,
-		Metrics: emf.New(os.Stdout, s.AppEnv),
+		Metrics: s.Metrics(),
 	}
 	lambda.Start(handler(term, logger))
 }
@@ -55,22 +49,21 @@ func main() {
 // settings are the function's configuration (envvar.TerminateNode).
 type settings struct {
 	config.Common
-	stateTable, agentMasterSecretID, agentKeysKMSKeyID string
-	agentTimeout                                       time.Duration
-	allowHTTP                                          bool
-	historyRetention                                   time.Duration // per environment; 0: the store's default
+	config.Store
+	agentMasterSecretID, agentKeysKMSKeyID string
+	agentTimeout                           time.Duration
+	allowHTTP                              bool
 }
 
 // readSettings reads the function's configuration; errors go to e.
 func readSettings(e *envvar.Env) settings {
 	s := settings{
 		Common:              config.ReadCommon(e),
-		stateTable:          envvar.StateTable.Get(e),
+		Store:               config.ReadStore(e),
 		agentMasterSecretID: envvar.AgentMasterSecretID.Get(e),
 		agentKeysKMSKeyID:   envvar.AgentKeysKMSKeyID.Get(e),
 		agentTimeout:        envvar.AgentTimeout.Get(e),
 		allowHTTP:           envvar.AgentAllowHTTP.Get(e),
-		historyRetention:    envvar.HistoryRetention.Get(e),
 	}
 	return s
 }

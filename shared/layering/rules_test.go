@@ -80,8 +80,8 @@ var packages = []struct {
 var may = map[class][]class{
 	domain:     {std},
 	domainSide: {std, domain, domainSide},
-	adapter:    {std, awsSDK, domain, domainSide},                          // never another adapter
-	wiring:     {std, awsSDK, domain, domainSide, faults, callLog, wiring}, // shared/config reads through shared/config/envvar
+	adapter:    {std, awsSDK, domain, domainSide},                                   // never another adapter
+	wiring:     {std, awsSDK, domain, domainSide, adapter, faults, callLog, wiring}, // shared/config reads through shared/config/envvar and builds the adapters the mains share
 	faults:     {std, awsSDK},
 	callLog:    {std, awsSDK, domainSide}, // the table package: which key attribute it records
 	testKit:    {std, testLib, awsSDK, external, domain, domainSide, adapter, faults},

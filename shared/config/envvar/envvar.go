@@ -297,6 +297,10 @@ func (e *Env) value(v Variable) (string, bool) {
 	return s, s != ""
 }
 
+// Declares reports whether e's function declares v: a reader shared by functions reads only
+// what each declares.
+func (e *Env) Declares(v Variable) bool { return e.fn.Declares(v.Name()) }
+
 func (e *Env) fail(err error) { e.errs = append(e.errs, err) }
 
 // Fail records an error of the reader's own checks (e.g. of variables that go together), so
