@@ -7,6 +7,8 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
 	"github.com/aws/jsii-runtime-go"
+
+	"github.com/openrelay/capacity/shared/stackname"
 )
 
 // newAgentKeys creates what the node agents' keys come from: the master secret the keys of
@@ -21,7 +23,7 @@ func (s *CapacityStack) newAgentKeys(existingSecret string) {
 // rotated yearly, kept with the stack's data (a lost key loses every sealed agent key).
 func (s *CapacityStack) newAgentKeysKey() awskms.Key {
 	return awskms.NewKey(s.Stack, jsii.String("AgentKeysKey"), &awskms.KeyProps{
-		Alias:             jsii.String("alias/capacity-" + s.Env + "-agent-keys"),
+		Alias:             jsii.String("alias/" + stackname.Resource(s.Env, "agent-keys")),
 		Description:       jsii.String("Seals the node agents' keys (encryption context purpose=" + agentKeyPurpose + ", nodeId), " + s.Env),
 		EnableKeyRotation: jsii.Bool(true),
 		RemovalPolicy:     s.removalPolicy(),

@@ -18,6 +18,7 @@ import (
 
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/config/envvar"
+	"github.com/openrelay/capacity/shared/stackname"
 )
 
 // The event names (sources and detail types) are the service's own, shared/capacity's
@@ -37,7 +38,7 @@ const (
 // there, and reclaim requests arrive there.
 func (s *CapacityStack) newEventBus() awsevents.EventBus {
 	return awsevents.NewEventBus(s.Stack, jsii.String("EventBus"), &awsevents.EventBusProps{
-		EventBusName: jsii.String("capacity-" + s.Env),
+		EventBusName: jsii.String(stackname.Stack(s.Env)),
 		Description:  jsii.String("capacity-boundary service events and reclaim requests (" + s.Env + ")"),
 	})
 }
@@ -156,7 +157,7 @@ func (s *CapacityStack) newOperationEventsFunction(state awsdynamodb.ITable) aws
 // The function refuses a bad request for good (it publishes the refusal and acknowledges
 // it); only transient failures go back to the queue for another try.
 func (s *CapacityStack) newReclaimIntake(state, audit, keys awsdynamodb.ITable) {
-	name := "capacity-" + s.Env + "-reclaim-requests"
+	name := stackname.Resource(s.Env, "reclaim-requests")
 	c := constructs.NewConstruct(s.Stack, jsii.String("ReclaimRequests"))
 	retention := awscdk.Duration_Days(jsii.Number(reclaimRequestRetentionDays))
 
@@ -201,7 +202,7 @@ func (s *CapacityStack) newReclaimIntake(state, audit, keys awsdynamodb.ITable) 
 	// may not list no source.
 	if topology := s.topologyEventSources(); len(topology) > 0 {
 		rule := awsevents.NewRule(c, jsii.String("TopologyRule"), &awsevents.RuleProps{
-			RuleName:    jsii.String("capacity-" + s.Env + "-topology-changes"),
+			RuleName:    jsii.String(stackname.Resource(s.Env, "topology-changes")),
 			Description: jsii.String("Node topology changes from the accepted sources to the intake queue (" + s.Env + ")"),
 			EventBus:    s.Bus,
 			EventPattern: &awsevents.EventPattern{
@@ -267,7 +268,7 @@ func (s *CapacityStack) newReclaimIntake(state, audit, keys awsdynamodb.ITable) 
 func (s *CapacityStack) newScheduler() {
 	c := constructs.NewConstruct(s.Stack, jsii.String("Scheduling"))
 	s.ScheduleGroup = awsscheduler.NewScheduleGroup(c, jsii.String("Group"), &awsscheduler.ScheduleGroupProps{
-		ScheduleGroupName: jsii.String("capacity-" + s.Env),
+		ScheduleGroupName: jsii.String(stackname.Stack(s.Env)),
 		// Deleting the group deletes its schedules: keep them with the stack's data.
 		RemovalPolicy: s.removalPolicy(),
 	})
@@ -276,7 +277,7 @@ func (s *CapacityStack) newScheduler() {
 			// The confused deputy: another account's schedule cannot name this role.
 			Conditions: &map[string]any{"StringEquals": map[string]any{"aws:SourceAccount": awscdk.Aws_ACCOUNT_ID()}},
 		}),
-		Description: jsii.String("Assumed by EventBridge Scheduler to put scheduled reclaim requests on capacity-" + s.Env),
+		Description: jsii.String("Assumed by EventBridge Scheduler to put scheduled reclaim requests on " + stackname.Stack(s.Env)),
 		InlinePolicies: &map[string]awsiam.PolicyDocument{
 			"events": awsiam.NewPolicyDocument(&awsiam.PolicyDocumentProps{
 				// The schedules' own source only: a schedule cannot pass for another principal.
@@ -291,7 +292,7 @@ func (s *CapacityStack) schedulesArn() *string {
 	// Pseudo parameters rather than the stack's pinned account and region, as executionsOf.
 	return awscdk.Fn_Join(jsii.String(""), &[]*string{
 		jsii.String("arn:"), awscdk.Aws_PARTITION(), jsii.String(":scheduler:"), awscdk.Aws_REGION(), jsii.String(":"),
-		awscdk.Aws_ACCOUNT_ID(), jsii.String(":schedule/capacity-" + s.Env + "/*"),
+		awscdk.Aws_ACCOUNT_ID(), jsii.String(":schedule/" + stackname.Stack(s.Env) + "/*"),
 	})
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/openrelay/capacity/shared/config/envvar"
+	"github.com/openrelay/capacity/shared/stackname"
 )
 
 // goFunctionSpec describes a Lambda function built from ./functions/<name>: `make lambdas`
@@ -59,7 +60,7 @@ func (s *CapacityStack) goFunction(spec goFunctionSpec) awslambda.Function {
 		}
 		env[v.Name()] = value
 	}
-	fnName := "capacity-" + s.Env + "-" + name
+	fnName := stackname.Function(s.Env, name)
 	c := constructs.NewConstruct(s.Stack, jsii.String(constructID(name)))
 
 	logs := s.logGroup(c, "/aws/lambda/"+fnName)

@@ -5,6 +5,8 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
 	"github.com/aws/jsii-runtime-go"
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
+
+	"github.com/openrelay/capacity/shared/stackname"
 )
 
 // suppress records why a cdk-nag AwsSolutions finding is acceptable on this construct (and,
@@ -48,8 +50,8 @@ func (s *CapacityStack) nagSuppressions() {
 
 	suppress(s.ApiFunction.Role(), true, "AwsSolutions-IAM5",
 		"Scheduled reclaims: scheduler:CreateSchedule, GetSchedule and DeleteSchedule on the schedules of this environment's "+
-			"group only (capacity-"+s.Env+"/*); each schedule is named after a scheduled reclaim id, not known in advance.",
-		"Resource::arn:<AWS::Partition>:scheduler:<AWS::Region>:<AWS::AccountId>:schedule/capacity-"+s.Env+"/*")
+			"group only ("+stackname.Stack(s.Env)+"/*); each schedule is named after a scheduled reclaim id, not known in advance.",
+		"Resource::arn:<AWS::Partition>:scheduler:<AWS::Region>:<AWS::AccountId>:schedule/"+stackname.Stack(s.Env)+"/*")
 
 	suppress(s.Api, false, "AwsSolutions-APIG2",
 		"Every route is a Lambda proxy: the api function validates every request strictly (ids, content type, size, "+

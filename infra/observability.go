@@ -21,6 +21,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/openrelay/capacity/shared/emf"
+	"github.com/openrelay/capacity/shared/stackname"
 )
 
 // MetricsNamespace is the namespace of the service's embedded-metric-format metrics; each has
@@ -96,7 +97,7 @@ func (s *CapacityStack) newMonitoring() {
 // managed SNS key does not let CloudWatch publish) and TLS only, subscribed by the configured
 // address or endpoint, if any.
 func (s *CapacityStack) newAlarmTopic() awssns.Topic {
-	name := "capacity-" + s.Env + "-alarms"
+	name := stackname.Resource(s.Env, "alarms")
 	c := constructs.NewConstruct(s.Stack, jsii.String("Alarming"))
 	key := awskms.NewKey(c, jsii.String("TopicKey"), &awskms.KeyProps{
 		Alias:             jsii.String("alias/" + name),
@@ -143,7 +144,7 @@ func (s *CapacityStack) newAlarmTopic() awssns.Topic {
 func (s *CapacityStack) alarm(what, todo string, metric awscloudwatch.IMetric, op awscloudwatch.ComparisonOperator,
 	threshold, periods, datapoints float64) awscloudwatch.Alarm {
 	a := awscloudwatch.NewAlarm(s.alarmScope, jsii.String(constructID(what)), &awscloudwatch.AlarmProps{
-		AlarmName:          jsii.String("capacity-" + s.Env + "-" + what),
+		AlarmName:          jsii.String(stackname.Resource(s.Env, what)),
 		AlarmDescription:   jsii.String(todo),
 		Metric:             metric,
 		ComparisonOperator: op,
@@ -192,8 +193,8 @@ func (s *CapacityStack) newAlarms() {
 		stage.MetricLatency(every(5, "p99")), awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD, s.alarmApi.p99Millis, 3, 2)
 	for _, f := range s.functions() {
 		s.atLeastOnce(f.name+"-errors",
-			"The "+f.name+" function failed (error or timeout) in the last 5 minutes. Look at its log group /aws/lambda/capacity-"+
-				s.Env+"-"+f.name+" (level ERROR, by trace_id) and its X-Ray traces.",
+			"The "+f.name+" function failed (error or timeout) in the last 5 minutes. Look at its log group /aws/lambda/"+
+				stackname.Function(s.Env, f.name)+" (level ERROR, by trace_id) and its X-Ray traces.",
 			f.fn.MetricErrors(every(alarmEvaluateEvery, "Sum")))
 		s.atLeastOnce(f.name+"-throttles",
 			"The "+f.name+" function was throttled in the last 5 minutes: the account's or the function's concurrency is exhausted. "+
@@ -201,8 +202,8 @@ func (s *CapacityStack) newAlarms() {
 			f.fn.MetricThrottles(every(alarmEvaluateEvery, "Sum")))
 	}
 	s.atLeastOnce("termination-failed",
-		"A termination workflow execution failed. Open it in the Step Functions console (full history in /aws/vendedlogs/states/capacity-"+
-			s.Env+"-termination); the reconciler restarts its operation, and the operation's item says which VMs are left.",
+		"A termination workflow execution failed. Open it in the Step Functions console (full history in /aws/vendedlogs/states/"+
+			stackname.Resource(s.Env, "termination")+"); the reconciler restarts its operation, and the operation's item says which VMs are left.",
 		s.Termination.MetricFailed(every(alarmEvaluateEvery, "Sum")))
 	s.atLeastOnce("termination-timed-out",
 		"A termination workflow execution timed out (1 hour). Open it in the Step Functions console; a node agent is probably "+
@@ -279,7 +280,7 @@ func (s *CapacityStack) newDashboard() awscloudwatch.Dashboard {
 	})
 
 	return awscloudwatch.NewDashboard(s.Stack, jsii.String("Dashboard"), &awscloudwatch.DashboardProps{
-		DashboardName: jsii.String("capacity-" + s.Env),
+		DashboardName: jsii.String(stackname.Stack(s.Env)),
 		Widgets: &[]*[]awscloudwatch.IWidget{
 			{
 				graph("API requests", 8, label(stage.MetricCount(every(1, "Sum")), "requests")),

@@ -10,6 +10,7 @@ import (
 
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/config/envvar"
+	"github.com/openrelay/capacity/shared/stackname"
 	"github.com/openrelay/capacity/shared/table"
 )
 
@@ -55,7 +56,7 @@ func (s *CapacityStack) newReconcilerFunction() awslambda.Function {
 // schedule rules disabled (kumo never fires them); invoke the reconciler yourself there.
 func (s *CapacityStack) newReconcileSchedule() {
 	awsevents.NewRule(s.Stack, jsii.String("ReconcileSchedule"), &awsevents.RuleProps{
-		RuleName:    jsii.String("capacity-" + s.Env + "-reconcile"),
+		RuleName:    jsii.String(stackname.Resource(s.Env, "reconcile")),
 		Description: jsii.String("Runs the capacity reconciler every minute (" + s.Env + ")"),
 		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(1))),
 		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(s.ReconcilerFunction, &awseventstargets.LambdaFunctionProps{

@@ -12,6 +12,7 @@ import (
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/routes"
+	"github.com/openrelay/capacity/shared/stackname"
 	"github.com/openrelay/capacity/shared/table"
 )
 
@@ -86,7 +87,7 @@ func (s *CapacityStack) newApiFunction(maxPendingScheduled int, rate capacity.Ra
 // resource proxied (method ANY) to fn. No authoriser: the function checks bearer keys.
 func (s *CapacityStack) newRestApi(fn awslambda.IFunction, rate, burst float64) awsapigateway.RestApi {
 	api := awsapigateway.NewRestApi(s.Stack, jsii.String("RestApi"), &awsapigateway.RestApiProps{
-		RestApiName:   jsii.String("capacity-" + s.Env + "-api"),
+		RestApiName:   jsii.String(stackname.Resource(s.Env, "api")),
 		Description:   jsii.String("capacity-boundary API (" + s.Env + ")"),
 		EndpointTypes: &[]awsapigateway.EndpointType{awsapigateway.EndpointType_REGIONAL},
 		// Access and execution logs need the account's API Gateway CloudWatch role. Each
@@ -100,7 +101,7 @@ func (s *CapacityStack) newRestApi(fn awslambda.IFunction, rate, burst float64) 
 			ThrottlingBurstLimit: jsii.Number(burst),
 			TracingEnabled:       jsii.Bool(true),
 			AccessLogDestination: awsapigateway.NewLogGroupLogDestination(
-				s.logGroup(constructs.NewConstruct(s.Stack, jsii.String("ApiAccessLogs")), "/aws/apigateway/capacity-"+s.Env+"-api-access")),
+				s.logGroup(constructs.NewConstruct(s.Stack, jsii.String("ApiAccessLogs")), "/aws/apigateway/"+stackname.Resource(s.Env, "api-access"))),
 			AccessLogFormat: accessLogFormat(),
 			// Execution logs (API-Gateway-Execution-Logs_<api>/<stage>) for errors only, never bodies.
 			LoggingLevel:     awsapigateway.MethodLoggingLevel_ERROR,

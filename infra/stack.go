@@ -25,6 +25,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/stackname"
 	"github.com/openrelay/capacity/shared/table"
 )
 
@@ -254,7 +255,7 @@ func (props CapacityStackProps) withDefaults() (CapacityStackProps, error) {
 // newStack creates the empty stack "capacity-<env>" from props with their defaults, tagged
 // with the project and the environment.
 func newStack(scope constructs.Construct, props CapacityStackProps) *CapacityStack {
-	name := "capacity-" + props.Env
+	name := stackname.Stack(props.Env)
 	stackProps := &awscdk.StackProps{
 		StackName:   jsii.String(name),
 		Description: jsii.String("capacity-boundary service, env " + props.Env),
@@ -279,7 +280,7 @@ func newStack(scope constructs.Construct, props CapacityStackProps) *CapacitySta
 		s.historyWindow = fmt.Sprintf("%dh", int(h)*24)
 	}
 	s.alarmApi.errorRate, s.alarmApi.p99Millis = props.AlarmApiErrorRate, props.AlarmApiP99Millis
-	awscdk.Tags_Of(s.Stack).Add(jsii.String("project"), jsii.String("capacity"), nil)
+	awscdk.Tags_Of(s.Stack).Add(jsii.String("project"), jsii.String(stackname.Project), nil)
 	awscdk.Tags_Of(s.Stack).Add(jsii.String("env"), jsii.String(props.Env), nil)
 	return s
 }

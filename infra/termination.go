@@ -9,6 +9,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/openrelay/capacity/shared/config/envvar"
+	"github.com/openrelay/capacity/shared/stackname"
 	"github.com/openrelay/capacity/shared/table"
 )
 
@@ -85,7 +86,7 @@ func (s *CapacityStack) newTerminateNodeFunction() awslambda.Function {
 // reconciler starts if the API died, so none is lost; their stable event ids absorb the
 // duplicates of a restart.
 func (s *CapacityStack) newTerminationStateMachine(fn, eventsFn awslambda.IFunction, rounds, retryWait float64) awsstepfunctions.StateMachine {
-	smName := "capacity-" + s.Env + "-termination"
+	smName := stackname.Resource(s.Env, "termination")
 	sec := func(n float64) awscdk.Duration { return awscdk.Duration_Seconds(jsii.Number(n)) }
 	// The states' construct ids are their state names, under a scope of their own.
 	c := constructs.NewConstruct(s.Stack, jsii.String("TerminationWorkflow"))

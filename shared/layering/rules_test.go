@@ -50,6 +50,7 @@ var packages = []struct {
 	{"shared/emf", domainSide},
 	{"shared/routes", domainSide},
 	{"shared/stackoutput", domainSide},
+	{"shared/stackname", domainSide},
 	{"shared/table", domainSide},
 	{"shared/trace", domainSide},
 	{"shared/wire", domainSide},

@@ -5,6 +5,8 @@
 // It imports nothing so that the CDK module can depend on it without pulling in the AWS SDK.
 package table
 
+import "github.com/openrelay/capacity/shared/stackname"
+
 // Key attribute names shared by every table.
 const (
 	PartitionKey = "pk"
@@ -99,4 +101,4 @@ var Limits = Table{
 var All = []Table{State, Audit, Keys, Limits}
 
 // Name returns the physical table name for an environment.
-func (t Table) Name(env string) string { return "capacity-" + env + "-" + t.Suffix }
+func (t Table) Name(env string) string { return stackname.Resource(env, t.Suffix) }

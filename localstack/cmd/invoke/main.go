@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 
 	"github.com/openrelay/capacity/localstack/stack"
+	"github.com/openrelay/capacity/shared/stackname"
 )
 
 func main() {
@@ -20,7 +21,7 @@ func main() {
 	env := flag.String("env", "local", "environment the stack was synthesised for")
 	endpoint := flag.String("endpoint", "http://127.0.0.1:4566", "local endpoint")
 	flag.Parse()
-	if err := invoke(context.Background(), *endpoint, "capacity-"+*env+"-"+*fn, *event); err != nil {
+	if err := invoke(context.Background(), *endpoint, stackname.Function(*env, *fn), *event); err != nil {
 		fmt.Fprintln(os.Stderr, "invoke:", err)
 		os.Exit(1)
 	}
