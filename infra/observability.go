@@ -25,7 +25,7 @@ import (
 )
 
 // MetricsNamespace is the namespace of the service's embedded-metric-format metrics; each has
-// the dimension Environment = the function's APP_ENV.
+// the dimension emf.DimensionEnvironment = the function's APP_ENV.
 const MetricsNamespace = emf.Namespace
 
 // Default thresholds of the API alarms, overridable per environment (cdk.json "alarms").
@@ -170,7 +170,7 @@ func (s *CapacityStack) serviceMetric(name, statistic string, minutes float64) a
 	return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
 		Namespace:     jsii.String(MetricsNamespace),
 		MetricName:    jsii.String(name),
-		DimensionsMap: &map[string]*string{"Environment": jsii.String(s.Env)},
+		DimensionsMap: &map[string]*string{emf.DimensionEnvironment: jsii.String(s.Env)},
 		Statistic:     jsii.String(statistic),
 		Period:        awscdk.Duration_Minutes(jsii.Number(minutes)),
 	})
@@ -273,8 +273,8 @@ func (s *CapacityStack) newDashboard() awscloudwatch.Dashboard {
 		alarms = append(alarms, s.Alarms[what])
 	}
 	refusals := awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
-		Expression: jsii.String(`SEARCH('{` + MetricsNamespace + `,Action,Code,Environment} MetricName="` + emf.MetricRefusals + `" Environment="` +
-			s.Env + `"', 'Sum', 300)`),
+		Expression: jsii.String(`SEARCH('{` + MetricsNamespace + `,` + emf.DimensionAction + `,` + emf.DimensionCode + `,` + emf.DimensionEnvironment +
+			`} MetricName="` + emf.MetricRefusals + `" ` + emf.DimensionEnvironment + `="` + s.Env + `"', 'Sum', 300)`),
 		Label:  jsii.String("Refusals"),
 		Period: awscdk.Duration_Minutes(jsii.Number(5)),
 	})

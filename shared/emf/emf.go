@@ -22,6 +22,16 @@ import (
 // Namespace is the CloudWatch namespace of every metric of the service.
 const Namespace = "Capacity"
 
+// Dimension names: what the Recorder writes, and what the stack's alarms and dashboard name
+// (infra/observability.go).
+const (
+	// DimensionEnvironment is every metric's: the function's APP_ENV.
+	DimensionEnvironment = "Environment"
+	// DimensionAction and DimensionCode are a refusal's: the call's action and its problem code.
+	DimensionAction = "Action"
+	DimensionCode   = "Code"
+)
+
 // Metric names: what the Recorder writes, and what the stack's alarms and dashboard name
 // (infra/observability.go).
 const (
@@ -91,8 +101,8 @@ func (r *Recorder) Call(ctx context.Context, c capacity.CallOutcome) {
 	}
 	switch {
 	case c.Refusal != "":
-		props["Action"], props["Code"] = c.Action, string(c.Refusal)
-		r.Put(ctx, []string{"Action", "Code"}, props, Metric{MetricRefusals, Count, 1})
+		props[DimensionAction], props[DimensionCode] = c.Action, string(c.Refusal)
+		r.Put(ctx, []string{DimensionAction, DimensionCode}, props, Metric{MetricRefusals, Count, 1})
 	case c.Action == capacity.ActionReclaim && c.DryRun:
 		r.Put(ctx, nil, props, Metric{MetricReclaimDryRuns, Count, 1})
 	case c.Action == capacity.ActionReclaim && c.Applied:
@@ -151,7 +161,7 @@ func (r *Recorder) Put(ctx context.Context, dims []string, props map[string]any,
 	for k, v := range props {
 		line[k] = v
 	}
-	line["Environment"] = env
+	line[DimensionEnvironment] = env
 	if id := trace.ID(ctx); id != "" {
 		line["trace_id"] = id
 	}
@@ -168,7 +178,7 @@ func (r *Recorder) Put(ctx context.Context, dims []string, props map[string]any,
 		"Timestamp": now().UnixMilli(),
 		"CloudWatchMetrics": []map[string]any{{
 			"Namespace":  Namespace,
-			"Dimensions": [][]string{append([]string{"Environment"}, dims...)},
+			"Dimensions": [][]string{append([]string{DimensionEnvironment}, dims...)},
 			"Metrics":    declared,
 		}},
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/emf"
+	"github.com/openrelay/capacity/shared/emf/emftest"
 	"github.com/openrelay/capacity/shared/trace"
 )
 
@@ -194,17 +195,7 @@ func TestMetricNames(t *testing.T) {
 	var out bytes.Buffer
 	r := emf.New(&out, "staging")
 	r.Now = func() time.Time { return at }
-	ctx := context.Background()
-	for _, c := range []capacity.CallOutcome{
-		{Action: capacity.ActionReclaim, Applied: true}, {Action: capacity.ActionReclaim, DryRun: true},
-		{Action: capacity.ActionRelease, Refusal: capacity.CodeUnitsInUse},
-	} {
-		r.Call(ctx, c)
-	}
-	r.RateLimited(ctx, "key")
-	r.RateUnchecked(ctx, "key")
-	r.OperationEnded(ctx, capacity.Operation{ID: "rcl_1", CreatedAt: at}, at)
-	r.Reconciled(ctx, &capacity.ReconcileReport{})
+	emftest.WriteEveryKind(context.Background(), r)
 	written := map[string]bool{}
 	for _, line := range strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") {
 		_, values, _ := valid(t, line)

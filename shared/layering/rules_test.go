@@ -69,6 +69,7 @@ var packages = []struct {
 	{"shared/calllog", callLog},
 	{"shared/capacitytest", testKit},
 	{"shared/dynamo/dynamotest", testKit},
+	{"shared/emf/emftest", testKit},
 	{"shared/layering", domainSide}, // only this test
 	{"functions/floor", floorMain},
 	{"functions/*", function},
