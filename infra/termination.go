@@ -10,6 +10,7 @@ import (
 
 	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/stackname"
+	"github.com/openrelay/capacity/shared/stepfn"
 	"github.com/openrelay/capacity/shared/table"
 )
 
@@ -135,10 +136,10 @@ func (s *CapacityStack) newTerminationStateMachine(fn, eventsFn awslambda.IFunct
 		Time:      awsstepfunctions.WaitTime_TimestampPath(jsii.String("$.terminateAfter")),
 	})
 	choice := awsstepfunctions.NewChoice(c, jsii.String("AllTerminated"), &awsstepfunctions.ChoiceProps{StateName: jsii.String("AllTerminated?")}).
-		When(awsstepfunctions.Condition_BooleanEquals(jsii.String("$.done"), jsii.Bool(true)), publish("Report", "report"), nil).
+		When(awsstepfunctions.Condition_BooleanEquals(jsii.String("$.done"), jsii.Bool(true)), publish("Report", stepfn.PhaseReport), nil).
 		Otherwise(wait.Next(task))
 	task.Next(choice)
-	definition := publish("Notify", "notice").Next(grace).Next(task)
+	definition := publish("Notify", stepfn.PhaseNotice).Next(grace).Next(task)
 
 	logs := s.logGroup(c, "/aws/vendedlogs/states/"+smName)
 	return awsstepfunctions.NewStateMachine(c, jsii.String("StateMachine"), &awsstepfunctions.StateMachineProps{

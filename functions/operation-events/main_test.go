@@ -152,3 +152,16 @@ func TestReadSettings(t *testing.T) {
 		t.Fatalf("settings %+v, error %v", s, e.Err())
 	}
 }
+
+// TestHandlerRunsEveryPhase: the function runs every phase the workflow sends (stepfn.Phases,
+// which infra's TestTerminationSendsEveryPhase ties to the state machine's tasks).
+func TestHandlerRunsEveryPhase(t *testing.T) {
+	store, res := reclaimed(t)
+	pub := &eventbus.Publisher{Client: &bus{}, BusName: "capacity-test", Backoff: func(int) time.Duration { return 0 }}
+	h := handler(&capacity.Announcer{Store: store, Publisher: pub, Logger: quiet}, quiet)
+	for _, phase := range stepfn.Phases {
+		if _, err := h(context.Background(), stepfn.EventsTask{Phase: phase, ReclaimID: res.ReclaimID, NodeID: "n1", Attempt: 1}); err != nil {
+			t.Errorf("phase %q: %v", phase, err)
+		}
+	}
+}

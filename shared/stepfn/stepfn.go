@@ -135,11 +135,15 @@ func InputOf(op capacity.Operation) Input {
 	}
 }
 
-// Phases of the operation-events task.
+// Phases of the operation-events task: the termination workflow's Notify and Report states
+// send them (infra/termination.go), and the function runs one for each.
 const (
 	PhaseNotice = "notice" // before the grace period: the eviction notices
 	PhaseReport = "report" // after the terminations: the outcomes and the operation's end
 )
+
+// Phases are every phase of the operation-events task.
+var Phases = []string{PhaseNotice, PhaseReport}
 
 // EventsTask is the operation-events task's input: which of a reclaim operation's events to
 // publish, for the workflow attempt that runs it.
