@@ -1,0 +1,316 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openrelay/capacity/shared/auth"
+	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/capacitytest"
+	"github.com/openrelay/capacity/shared/httpapi"
+)
+
+// ---------------------------------------------------------------------------------------
+// Fixtures: keys, a recording fake Service, request helpers.
+
+var (
+	t0  = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	now = t0.Add(24 * time.Hour)
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// Secrets of the test keys. The key store holds only their hashes, as production does.
+var (
+	secretOwner    = capacity.FixedKeySecret("owner")    // node owner, may move capacity and read
+	secretNoPerm   = capacity.FixedKeySecret("noperm")   // node owner, may only read
+	secretNoRights = capacity.FixedKeySecret("norights") // node owner, no permission at all
+	secretAudience = capacity.FixedKeySecret("audience") // in the reservation's audience, may move capacity
+	secretStranger = capacity.FixedKeySecret("stranger") // unrelated org, may move capacity
+	secretOperator = capacity.FixedKeySecret("operator") // the marketplace scheduler: operator, may place VMs only
+	secretPlatform = capacity.FixedKeySecret("platform") // platform operator holding every permission
+	secretOpNoVM   = capacity.FixedKeySecret("opnovm")   // platform operator, may move capacity but not place VMs
+	secretPlacer   = capacity.FixedKeySecret("placer")   // node owner with vm.place, but not an operator
+	secretRevoked  = capacity.FixedKeySecret("revoked")
+	secretExpired  = capacity.FixedKeySecret("expired")
+)
+
+var ownerPrincipal = capacity.Principal{
+	KeyID: "key-owner", OrgID: "owner", Permissions: []string{capacity.PermCapacity, capacity.PermRead},
+}
+
+func testKeys() *capacitytest.Keys {
+	keys := &capacitytest.Keys{}
+	add := func(secret string, k capacity.APIKey) { keys.Put(auth.Hash(secret), k) }
+	add(secretOwner, capacity.APIKey{KeyID: "key-owner", OrgID: "owner", Permissions: []string{capacity.PermCapacity, capacity.PermRead}})
+	add(secretNoPerm, capacity.APIKey{KeyID: "key-noperm", OrgID: "owner", Permissions: []string{capacity.PermRead}})
+	add(secretNoRights, capacity.APIKey{KeyID: "key-norights", OrgID: "owner"})
+	add(secretAudience, capacity.APIKey{KeyID: "key-aud", OrgID: "aud", Permissions: []string{capacity.PermCapacity, capacity.PermRead}})
+	add(secretStranger, capacity.APIKey{KeyID: "key-stranger", OrgID: "stranger", Permissions: []string{capacity.PermCapacity, capacity.PermRead}})
+	add(secretOperator, capacity.APIKey{KeyID: "key-op", OrgID: "platform", Operator: true, Permissions: []string{capacity.PermPlace}})
+	add(secretPlatform, capacity.APIKey{KeyID: "key-platform", OrgID: "platform", Operator: true, Permissions: capacity.AllPermissions})
+	add(secretOpNoVM, capacity.APIKey{KeyID: "key-opnovm", OrgID: "platform", Operator: true, Permissions: []string{capacity.PermCapacity, capacity.PermRead}})
+	add(secretPlacer, capacity.APIKey{KeyID: "key-placer", OrgID: "owner", Permissions: []string{capacity.PermPlace, capacity.PermCapacity}})
+	add(secretRevoked, capacity.APIKey{KeyID: "key-revoked", OrgID: "owner", Permissions: []string{capacity.PermCapacity}, Revoked: true})
+	add(secretExpired, capacity.APIKey{KeyID: "key-expired", OrgID: "owner", Permissions: []string{capacity.PermCapacity}, ExpiresAt: ptr(now)})
+	return keys
+}
+
+// failingKeys is a key store that is down.
+type failingKeys struct{}
+
+func (failingKeys) LookupKey(context.Context, string) (*capacity.APIKey, error) {
+	return nil, errors.New("dynamodb: GetItem arn:aws:dynamodb:eu-west-1:123456789012:table/state: throttled")
+}
+
+// call is one call the fake service received.
+type call struct {
+	Method    string
+	Principal capacity.Principal
+	Capacity  capacity.CapacityRequest
+	Placement capacity.PlacementRequest
+	NodeID    string
+	ResID     string
+	ID        string // a scheduled reclaim's
+	At        time.Time
+	Meta      capacity.RequestMeta
+	opCall    // the operator routes' requests (operator_test.go)
+}
+
+// fakeService records its calls and answers with canned results.
+type fakeService struct {
+	mu        sync.Mutex
+	calls     []call
+	capacity  *capacity.CapacityResult
+	placement *capacity.PlacementResult
+	res       *capacity.Reservation
+	op        *capacity.OperationView
+	scheduled *capacity.ScheduleResult
+	opResults // the operator routes' canned results (operator_test.go)
+	err       error
+}
+
+func (f *fakeService) record(c call) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, c)
+}
+
+func (f *fakeService) Calls() []call {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.calls)
+}
+
+func (f *fakeService) Reclaim(_ context.Context, p capacity.Principal, req capacity.CapacityRequest, meta capacity.RequestMeta) (*capacity.CapacityResult, error) {
+	f.record(call{Method: "Reclaim", Principal: p, Capacity: req, Meta: meta})
+	return orEmpty(f.capacity, f.err), f.err
+}
+
+func (f *fakeService) Release(_ context.Context, p capacity.Principal, req capacity.CapacityRequest, meta capacity.RequestMeta) (*capacity.CapacityResult, error) {
+	f.record(call{Method: "Release", Principal: p, Capacity: req, Meta: meta})
+	return orEmpty(f.capacity, f.err), f.err
+}
+
+func (f *fakeService) Place(_ context.Context, p capacity.Principal, req capacity.PlacementRequest, meta capacity.RequestMeta) (*capacity.PlacementResult, error) {
+	f.record(call{Method: "Place", Principal: p, Placement: req, Meta: meta})
+	return orEmpty(f.placement, f.err), f.err
+}
+
+func (f *fakeService) GetReservation(_ context.Context, p capacity.Principal, nodeID, reservationID string) (*capacity.Reservation, error) {
+	f.record(call{Method: "GetReservation", Principal: p, NodeID: nodeID, ResID: reservationID})
+	return orEmpty(f.res, f.err), f.err
+}
+
+func (f *fakeService) GetOperation(_ context.Context, p capacity.Principal, nodeID, reservationID, opID string) (*capacity.OperationView, error) {
+	f.record(call{Method: "GetOperation", Principal: p, NodeID: nodeID, ResID: reservationID})
+	return orEmpty(f.op, f.err), f.err
+}
+
+func (f *fakeService) Redrive(_ context.Context, p capacity.Principal, nodeID, reservationID, opID string, meta capacity.RequestMeta) (*capacity.RedriveResult, error) {
+	f.record(call{Method: "Redrive", Principal: p, NodeID: nodeID, ResID: reservationID, Meta: meta})
+	return orEmpty((*capacity.RedriveResult)(nil), f.err), f.err
+}
+
+func (f *fakeService) ScheduleReclaim(_ context.Context, p capacity.Principal, req capacity.CapacityRequest, at time.Time, meta capacity.RequestMeta) (*capacity.ScheduleResult, error) {
+	f.record(call{Method: "ScheduleReclaim", Principal: p, Capacity: req, Meta: meta, At: at})
+	return orEmpty(f.scheduled, f.err), f.err
+}
+
+func (f *fakeService) GetScheduledReclaim(_ context.Context, p capacity.Principal, nodeID, reservationID, id string) (*capacity.ScheduledReclaim, error) {
+	f.record(call{Method: "GetScheduledReclaim", Principal: p, NodeID: nodeID, ResID: reservationID, ID: id})
+	return orEmpty(scheduledOf(f.scheduled), f.err), f.err
+}
+
+func (f *fakeService) ListScheduledReclaims(_ context.Context, p capacity.Principal, nodeID, reservationID string, page capacity.PageRequest) (*capacity.ScheduledPage, error) {
+	c := call{Method: "ListScheduledReclaims", Principal: p, NodeID: nodeID, ResID: reservationID}
+	c.Page = page
+	f.record(c)
+	if f.err != nil {
+		return nil, f.err
+	}
+	out := &capacity.ScheduledPage{Scheduled: []capacity.ScheduledReclaim{}, NextCursor: "next-1"}
+	if sr := scheduledOf(f.scheduled); sr != nil {
+		out.Scheduled = append(out.Scheduled, *sr)
+	}
+	return out, nil
+}
+
+func (f *fakeService) CancelScheduledReclaim(_ context.Context, p capacity.Principal, nodeID, reservationID, id string, meta capacity.RequestMeta) (*capacity.ScheduledReclaim, error) {
+	f.record(call{Method: "CancelScheduledReclaim", Principal: p, NodeID: nodeID, ResID: reservationID, ID: id, Meta: meta})
+	return orEmpty(scheduledOf(f.scheduled), f.err), f.err
+}
+
+func scheduledOf(r *capacity.ScheduleResult) *capacity.ScheduledReclaim {
+	if r == nil {
+		return nil
+	}
+	return &r.Scheduled
+}
+
+// orEmpty answers a zero result when no result or error was canned, as a real service
+// would never answer (nil, nil).
+func orEmpty[T any](v *T, err error) *T {
+	if v == nil && err == nil {
+		return new(T)
+	}
+	return v
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// newHandler serves svc behind the real authenticator over testKeys, at the fixed time now.
+func newHandler(svc httpapi.Service) http.Handler {
+	return newHandlerWithKeys(svc, testKeys())
+}
+
+func newHandlerWithKeys(svc httpapi.Service, keys auth.KeyStore) http.Handler {
+	h := &httpapi.Handler{
+		Service: svc,
+		Auth:    &auth.Authenticator{Keys: keys, TTL: time.Minute, Now: func() time.Time { return now }},
+		Logger:  quiet,
+	}
+	return h.Mux()
+}
+
+// req describes a request; zero fields mean: owner's key, JSON content type.
+type req struct {
+	method, path string
+	body         string
+	auth         *string // nil: "Bearer " + secretOwner
+	contentType  *string // nil: application/json
+	header       map[string]string
+}
+
+func (q req) do(t *testing.T, h http.Handler) *httptest.ResponseRecorder {
+	t.Helper()
+	var body io.Reader
+	if q.body != "" {
+		body = strings.NewReader(q.body)
+	}
+	r := httptest.NewRequest(q.method, q.path, body)
+	switch {
+	case q.auth == nil:
+		r.Header.Set("Authorization", "Bearer "+secretOwner)
+	case *q.auth != "":
+		r.Header.Set("Authorization", *q.auth)
+	}
+	switch {
+	case q.contentType == nil:
+		r.Header.Set("Content-Type", "application/json")
+	case *q.contentType != "":
+		r.Header.Set("Content-Type", *q.contentType)
+	}
+	for k, v := range q.header {
+		r.Header.Set(k, v)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+const (
+	reservationPath = "/v1/nodes/n1/reservations/r1"
+	reclaimPath     = reservationPath + "/reclaim"
+	releasePath     = reservationPath + "/release"
+	vmsPath         = "/v1/nodes/n1/vms"
+)
+
+// jsonObject decodes a response body into its top-level members.
+func jsonObject(t *testing.T, w *httptest.ResponseRecorder) map[string]json.RawMessage {
+	t.Helper()
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(w.Body.Bytes(), &m); err != nil {
+		t.Fatalf("body is not a JSON object: %v\n%s", err, w.Body.String())
+	}
+	return m
+}
+
+// problem checks that w is an RFC 9457 problem with the status and code, and returns it.
+func problem(t *testing.T, w *httptest.ResponseRecorder, status int, code capacity.Code) httpapi.Problem {
+	t.Helper()
+	if w.Code != status {
+		t.Fatalf("status = %d, want %d; body: %s", w.Code, status, w.Body.String())
+	}
+	if ct := w.Header().Get("Content-Type"); ct != "application/problem+json" {
+		t.Errorf("Content-Type = %q, want application/problem+json", ct)
+	}
+	m := jsonObject(t, w)
+	for _, f := range []string{"type", "title", "status", "detail", "code"} {
+		if _, ok := m[f]; !ok {
+			t.Errorf("problem lacks %q: %s", f, w.Body.String())
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(w.Body.Bytes()))
+	dec.DisallowUnknownFields()
+	var p httpapi.Problem
+	if err := dec.Decode(&p); err != nil {
+		t.Fatalf("decode problem: %v", err)
+	}
+	if p.Status != status || p.Code != code || p.Title != http.StatusText(status) ||
+		p.Type != httpapi.ProblemTypeBase+string(code) || p.Detail == "" {
+		t.Errorf("problem = %+v, want status %d, code %q, title %q, type %q and a detail",
+			p, status, code, http.StatusText(status), httpapi.ProblemTypeBase+string(code))
+	}
+	return p
+}
+
+func stringsField(t *testing.T, m map[string]json.RawMessage, name string) []string {
+	t.Helper()
+	raw, ok := m[name]
+	if !ok {
+		t.Fatalf("field %q is absent", name)
+	}
+	var out []string
+	if err := json.Unmarshal(raw, &out); err != nil || out == nil {
+		t.Fatalf("field %q = %s, want an array of strings", name, raw)
+	}
+	return out
+}
+
+func assertAbsent(t *testing.T, m map[string]json.RawMessage, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		if v, ok := m[n]; ok {
+			t.Errorf("field %q = %s, want it absent", n, v)
+		}
+	}
+}
+
+func assertNoCalls(t *testing.T, svc *fakeService) {
+	t.Helper()
+	if calls := svc.Calls(); len(calls) != 0 {
+		t.Errorf("service was called: %+v", calls)
+	}
+}
