@@ -314,3 +314,126 @@ func assertNoCalls(t *testing.T, svc *fakeService) {
 		t.Errorf("service was called: %+v", calls)
 	}
 }
+
+// opCall is what an operator route handed the service.
+type opCall struct {
+	NodeReq  capacity.NodeRequest
+	ResReq   capacity.ReservationRequest
+	Change   capacity.ReservationChange
+	Topology capacity.TopologyRequest
+	Rotation capacity.AgentKeyRotation
+	KeyReq   capacity.KeyRequest
+	KeyID    string
+	Revoke   capacity.KeyRevocation
+	Page     capacity.PageRequest
+	ForceEnd capacity.ForceEndRequest
+	Chain    capacity.NodeChain
+}
+
+// opResults are the operator routes' canned answers.
+type opResults struct {
+	nodeRes   *capacity.NodeResult
+	node      *capacity.Node
+	resRes    *capacity.ReservationResult
+	topology  *capacity.TopologyResult
+	rotation  *capacity.AgentKeyResult
+	resPage   *capacity.ReservationPage
+	keyRes    *capacity.KeyResult
+	keyPage   *capacity.KeyPage
+	key       *capacity.APIKey
+	auditPage *capacity.AuditPage
+	chainPage *capacity.AuditChainPage
+	forceEnd  *capacity.ForceEndResult
+}
+
+func (f *fakeService) PutNode(_ context.Context, p capacity.Principal, req capacity.NodeRequest, meta capacity.RequestMeta) (*capacity.NodeResult, error) {
+	f.record(call{Method: "PutNode", Principal: p, NodeID: req.NodeID, Meta: meta, opCall: opCall{NodeReq: req}})
+	return orEmpty(f.nodeRes, f.err), f.err
+}
+
+func (f *fakeService) GetNode(_ context.Context, p capacity.Principal, nodeID string) (*capacity.Node, error) {
+	f.record(call{Method: "GetNode", Principal: p, NodeID: nodeID})
+	return orEmpty(f.node, f.err), f.err
+}
+
+func (f *fakeService) CreateReservation(_ context.Context, p capacity.Principal, req capacity.ReservationRequest, meta capacity.RequestMeta) (*capacity.ReservationResult, error) {
+	f.record(call{Method: "CreateReservation", Principal: p, NodeID: req.NodeID, Meta: meta, opCall: opCall{ResReq: req}})
+	return orEmpty(f.resRes, f.err), f.err
+}
+
+func (f *fakeService) CancelReservation(_ context.Context, p capacity.Principal, req capacity.ReservationChange, meta capacity.RequestMeta) (*capacity.ReservationResult, error) {
+	f.record(call{Method: "CancelReservation", Principal: p, NodeID: req.NodeID, ResID: req.ReservationID, Meta: meta, opCall: opCall{Change: req}})
+	return orEmpty(f.resRes, f.err), f.err
+}
+
+func (f *fakeService) ReaffirmReservation(_ context.Context, p capacity.Principal, req capacity.ReservationChange, meta capacity.RequestMeta) (*capacity.ReservationResult, error) {
+	f.record(call{Method: "ReaffirmReservation", Principal: p, NodeID: req.NodeID, ResID: req.ReservationID, Meta: meta, opCall: opCall{Change: req}})
+	return orEmpty(f.resRes, f.err), f.err
+}
+
+func (f *fakeService) ForceEnd(_ context.Context, p capacity.Principal, req capacity.ForceEndRequest, meta capacity.RequestMeta) (*capacity.ForceEndResult, error) {
+	f.record(call{Method: "ForceEnd", Principal: p, NodeID: req.NodeID, ResID: req.ReservationID, Meta: meta, opCall: opCall{ForceEnd: req}})
+	return orEmpty(f.forceEnd, f.err), f.err
+}
+
+func (f *fakeService) SetTopology(_ context.Context, p capacity.Principal, req capacity.TopologyRequest, meta capacity.RequestMeta) (*capacity.TopologyResult, error) {
+	f.record(call{Method: "SetTopology", Principal: p, NodeID: req.NodeID, Meta: meta, opCall: opCall{Topology: req}})
+	return orEmpty(f.topology, f.err), f.err
+}
+
+func (f *fakeService) RotateAgentKey(_ context.Context, p capacity.Principal, req capacity.AgentKeyRotation, meta capacity.RequestMeta) (*capacity.AgentKeyResult, error) {
+	f.record(call{Method: "RotateAgentKey", Principal: p, NodeID: req.NodeID, Meta: meta, opCall: opCall{Rotation: req}})
+	return orEmpty(f.rotation, f.err), f.err
+}
+
+func (f *fakeService) ListReservations(_ context.Context, p capacity.Principal, nodeID string, page capacity.PageRequest) (*capacity.ReservationPage, error) {
+	f.record(call{Method: "ListReservations", Principal: p, NodeID: nodeID, opCall: opCall{Page: page}})
+	return orEmpty(f.resPage, f.err), f.err
+}
+
+func (f *fakeService) CreateKey(_ context.Context, p capacity.Principal, req capacity.KeyRequest, meta capacity.RequestMeta) (*capacity.KeyResult, error) {
+	f.record(call{Method: "CreateKey", Principal: p, Meta: meta, opCall: opCall{KeyReq: req}})
+	return orEmpty(f.keyRes, f.err), f.err
+}
+
+func (f *fakeService) ListKeys(_ context.Context, p capacity.Principal, page capacity.PageRequest) (*capacity.KeyPage, error) {
+	f.record(call{Method: "ListKeys", Principal: p, opCall: opCall{Page: page}})
+	return orEmpty(f.keyPage, f.err), f.err
+}
+
+func (f *fakeService) GetKey(_ context.Context, p capacity.Principal, keyID string) (*capacity.APIKey, error) {
+	f.record(call{Method: "GetKey", Principal: p, opCall: opCall{KeyID: keyID}})
+	return orEmpty(f.key, f.err), f.err
+}
+
+func (f *fakeService) RevokeKey(_ context.Context, p capacity.Principal, req capacity.KeyRevocation, meta capacity.RequestMeta) (*capacity.APIKey, error) {
+	f.record(call{Method: "RevokeKey", Principal: p, Meta: meta, opCall: opCall{KeyID: req.KeyID, Revoke: req}})
+	return orEmpty(f.key, f.err), f.err
+}
+
+func (f *fakeService) ListReservationAudit(_ context.Context, p capacity.Principal, nodeID, reservationID string, page capacity.PageRequest) (*capacity.AuditPage, error) {
+	f.record(call{Method: "ListReservationAudit", Principal: p, NodeID: nodeID, ResID: reservationID, opCall: opCall{Page: page}})
+	return orEmpty(f.auditPage, f.err), f.err
+}
+
+func (f *fakeService) ListNodeAudit(_ context.Context, p capacity.Principal, nodeID string, chain capacity.NodeChain, page capacity.PageRequest) (*capacity.AuditChainPage, error) {
+	f.record(call{Method: "ListNodeAudit", Principal: p, NodeID: nodeID, opCall: opCall{Page: page, Chain: chain}})
+	return orEmpty(f.chainPage, f.err), f.err
+}
+
+func (f *fakeService) ListKeyAudit(_ context.Context, p capacity.Principal, page capacity.PageRequest) (*capacity.AuditChainPage, error) {
+	f.record(call{Method: "ListKeyAudit", Principal: p, opCall: opCall{Page: page}})
+	return orEmpty(f.chainPage, f.err), f.err
+}
+
+var (
+	testSecret = "ocap_" + strings.Repeat("A", 49)
+	opAuth     = ptr("Bearer " + secretPlatform)
+	testNode   = capacity.Node{ID: "n1", OwnerOrgID: "owner", UnitIDs: []string{"u0", "u1"}, AgentEndpoint: "https://agent.example",
+		TopologyGen: 3, Version: 9, AuditHead: capacity.AuditHead{Seq: 5, Hash: "abc"}}
+	testKey = capacity.APIKey{KeyID: "key-1", OrgID: "org1", Permissions: []string{capacity.PermRead}, Description: "ci",
+		CreatedAt: t0, CreatedByKeyID: "key-op", ExpiresAt: ptr(now.Add(time.Hour))}
+	testVM     = capacity.VM{ID: "vm-1", NodeID: "n1", OrgID: "buyer", Tier: capacity.TierSpot, UnitIDs: []string{"u1"}, State: capacity.VMRunning, CreatedAt: t0}
+	testRecord = capacity.AuditRecord{ID: "aud-1", Seq: 1, Hash: "h1", Time: t0.Add(123 * time.Nanosecond), Action: capacity.ActionReclaim,
+		NodeID: "n1", ReservationID: "r1", Outcome: "ok", Via: capacity.ViaHTTP}
+)
