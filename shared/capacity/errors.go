@@ -59,6 +59,9 @@ const (
 	CodeUnitsNotReserved     Code = "units_not_reserved"
 	CodeUnknownUnits         Code = "unknown_units"
 	CodeIdempotencyKeyReused Code = "idempotency_key_reused"
+	// CodeInsufficientUnits: a reclaim plan asked for more units than the reservation can
+	// take back; Error.Available says how many it can.
+	CodeInsufficientUnits Code = "insufficient_units"
 
 	// CodeThrottled: the database refused the call for capacity, nothing was applied, and
 	// retrying after a moment is safe (503 with Retry-After).
@@ -85,6 +88,8 @@ type Error struct {
 	Plan *CapacityResult
 	// RetryAfter is how long the caller should wait before trying again (CodeRateLimited).
 	RetryAfter time.Duration
+	// Available is how many units a reclaim could take (CodeInsufficientUnits).
+	Available *int
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }

@@ -154,10 +154,17 @@ func (r CapacityRequest) Validate() error {
 	if err := validateReason(r.Reason); err != nil {
 		return err
 	}
-	if r.GraceSeconds < 0 || r.GraceSeconds > MaxGraceSeconds {
-		return Errorf(CodeInvalidRequest, "graceSeconds must be 0 to %d", MaxGraceSeconds)
+	if err := validateGrace(r.GraceSeconds); err != nil {
+		return err
 	}
 	return ValidateIdempotencyKey(r.IdempotencyKey)
+}
+
+func validateGrace(seconds int) error {
+	if seconds < 0 || seconds > MaxGraceSeconds {
+		return Errorf(CodeInvalidRequest, "graceSeconds must be 0 to %d", MaxGraceSeconds)
+	}
+	return nil
 }
 
 // admitFor checks a capacity call before anything is read: the caller's gate first (a caller

@@ -62,6 +62,30 @@ func (h *Handler) capacity(action string) handlerFunc {
 	}
 }
 
+// planReclaim answers which units a reclaim of a count should take, with that reclaim's dry
+// run and its plan ETag (also in the ETag header, for the reclaim's If-Match).
+func (h *Handler) planReclaim(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID string) error {
+	// Permission and path ids before the body, as for the reclaim itself.
+	if err := capacity.AdmitCapacityCall(p, r.PathValue("nodeId"), r.PathValue("id")); err != nil {
+		return err
+	}
+	var body ReclaimPlanBody
+	if err := DecodeJSON(r.Header.Get("Content-Type"), r.Body, &body); err != nil {
+		return err
+	}
+	req := capacity.ReclaimPlanRequest{
+		NodeID: r.PathValue("nodeId"), ReservationID: r.PathValue("id"),
+		Count: body.Count, Reason: body.Reason, GraceSeconds: body.GraceSeconds,
+	}
+	plan, err := h.Service.PlanReclaim(r.Context(), p, req, capacity.RequestMeta{RequestID: reqID})
+	if err != nil {
+		return err
+	}
+	setPlanETag(w, &plan.CapacityResult)
+	writeJSON(w, http.StatusOK, wire.ReclaimPlan(plan))
+	return nil
+}
+
 // schedule serves a reclaim with `at`: 202 with the scheduled reclaim and its Location. A dry
 // run with `at` answers today's plan, the usual 200, and schedules nothing.
 func (h *Handler) schedule(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID, action string, req capacity.CapacityRequest, atText string) error {

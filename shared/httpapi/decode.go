@@ -28,6 +28,13 @@ type CapacityBody struct {
 	At *string `json:"at"`
 }
 
+// ReclaimPlanBody is the body of a reclaim plan: a count in place of the units.
+type ReclaimPlanBody struct {
+	Count        int    `json:"count"`
+	Reason       string `json:"reason"`
+	GraceSeconds int    `json:"graceSeconds"`
+}
+
 // PlacementBody is the body of a VM placement.
 type PlacementBody struct {
 	VMID    string   `json:"vmId"`

@@ -80,6 +80,7 @@ type call struct {
 	Principal capacity.Principal
 	Capacity  capacity.CapacityRequest
 	Placement capacity.PlacementRequest
+	Plan      capacity.ReclaimPlanRequest
 	NodeID    string
 	ResID     string
 	ID        string // a scheduled reclaim's
@@ -94,6 +95,7 @@ type fakeService struct {
 	calls     []call
 	capacity  *capacity.CapacityResult
 	placement *capacity.PlacementResult
+	plan      *capacity.ReclaimPlan
 	res       *capacity.Reservation
 	op        *capacity.OperationView
 	scheduled *capacity.ScheduleResult
@@ -116,6 +118,11 @@ func (f *fakeService) Calls() []call {
 func (f *fakeService) Reclaim(_ context.Context, p capacity.Principal, req capacity.CapacityRequest, meta capacity.RequestMeta) (*capacity.CapacityResult, error) {
 	f.record(call{Method: "Reclaim", Principal: p, Capacity: req, Meta: meta})
 	return orEmpty(f.capacity, f.err), f.err
+}
+
+func (f *fakeService) PlanReclaim(_ context.Context, p capacity.Principal, req capacity.ReclaimPlanRequest, meta capacity.RequestMeta) (*capacity.ReclaimPlan, error) {
+	f.record(call{Method: "PlanReclaim", Principal: p, Plan: req, Meta: meta})
+	return orEmpty(f.plan, f.err), f.err
 }
 
 func (f *fakeService) Release(_ context.Context, p capacity.Principal, req capacity.CapacityRequest, meta capacity.RequestMeta) (*capacity.CapacityResult, error) {

@@ -19,6 +19,7 @@ import (
 // Service is the domain the API exposes.
 type Service interface {
 	Reclaim(ctx context.Context, p capacity.Principal, req capacity.CapacityRequest, meta capacity.RequestMeta) (*capacity.CapacityResult, error)
+	PlanReclaim(ctx context.Context, p capacity.Principal, req capacity.ReclaimPlanRequest, meta capacity.RequestMeta) (*capacity.ReclaimPlan, error)
 	Release(ctx context.Context, p capacity.Principal, req capacity.CapacityRequest, meta capacity.RequestMeta) (*capacity.CapacityResult, error)
 	Place(ctx context.Context, p capacity.Principal, req capacity.PlacementRequest, meta capacity.RequestMeta) (*capacity.PlacementResult, error)
 	GetReservation(ctx context.Context, p capacity.Principal, nodeID, reservationID string) (*capacity.Reservation, error)
@@ -102,6 +103,7 @@ func (h *Handler) handlers() map[string]handlerFunc {
 		"getOpenAPI":             h.serveOpenAPI,
 		"getReservation":         h.getReservation,
 		"reclaim":                h.capacity(ActionReclaim),
+		"planReclaim":            h.planReclaim,
 		"release":                h.capacity(ActionRelease),
 		"getReclaimOperation":    h.getOperation,
 		"retryReclaimOperation":  h.redrive,

@@ -45,7 +45,7 @@ func StatusOf(code capacity.Code) int {
 	case CodeUnsupportedMediaType:
 		return http.StatusUnsupportedMediaType
 	case capacity.CodeInvalidRequest, capacity.CodeUnitsNotReserved, capacity.CodeUnknownUnits,
-		capacity.CodeIdempotencyKeyReused:
+		capacity.CodeIdempotencyKeyReused, capacity.CodeInsufficientUnits:
 		return http.StatusUnprocessableEntity
 	case capacity.CodeRateLimited:
 		return http.StatusTooManyRequests
@@ -71,6 +71,8 @@ type Problem struct {
 	// Plan (plan_changed) is the plan the reclaim would carry out now, as a dry run answers
 	// it; its planEtag is also the answer's ETag.
 	Plan *wire.ReservationJSON `json:"plan,omitempty"`
+	// Available (insufficient_units) is how many units a reclaim of the reservation could take.
+	Available *int `json:"available,omitempty"`
 	// retryAfter (seconds, 0: none) goes in the Retry-After header, not the body.
 	retryAfter int
 }
@@ -84,7 +86,7 @@ func problemOf(err error) Problem {
 	}
 	var e *capacity.Error
 	if errors.As(err, &e) {
-		p.UnitIDs = e.UnitIDs
+		p.UnitIDs, p.Available = e.UnitIDs, e.Available
 		if e.RetryAfter > 0 {
 			p.retryAfter = capacity.RetryAfterSeconds(e.RetryAfter)
 		}

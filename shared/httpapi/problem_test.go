@@ -53,6 +53,7 @@ func TestEveryErrorCodeMapsToItsStatus(t *testing.T) {
 		{capacity.CodeUnitsNotReserved, 422},
 		{capacity.CodeUnknownUnits, 422},
 		{capacity.CodeIdempotencyKeyReused, 422},
+		{capacity.CodeInsufficientUnits, 422},
 		{capacity.CodeInternal, 500},
 		{httpapi.CodeMalformedRequest, 400},
 		{httpapi.CodeBodyTooLarge, 413},

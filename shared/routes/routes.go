@@ -36,6 +36,7 @@ var All = []Route{
 	{"GET", "/v1/openapi.json", "getOpenAPI", false, ""},
 	{"GET", "/v1/nodes/{nodeId}/reservations/{id}", "getReservation", true, ""},
 	{"POST", "/v1/nodes/{nodeId}/reservations/{id}/reclaim", "reclaim", true, ""},
+	{"POST", "/v1/nodes/{nodeId}/reservations/{id}/reclaim-plan", "planReclaim", true, ""},
 	{"POST", "/v1/nodes/{nodeId}/reservations/{id}/release", "release", true, ""},
 	{"GET", "/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}", "getReclaimOperation", true, ""},
 	{"POST", "/v1/nodes/{nodeId}/reservations/{id}/reclaims/{reclaimId}/retry", "retryReclaimOperation", true, ""},

@@ -99,6 +99,19 @@ func Reclaim(res *capacity.CapacityResult) ReservationJSON {
 	return out
 }
 
+// ReclaimPlanJSON is the answer to a reclaim plan: the units chosen, least disruptive first,
+// and the dry run of a reclaim of them.
+type ReclaimPlanJSON struct {
+	Count   int      `json:"count"`
+	UnitIDs []string `json:"unitIds"`
+	ReservationJSON
+}
+
+// ReclaimPlan is the answer to a reclaim plan.
+func ReclaimPlan(p *capacity.ReclaimPlan) ReclaimPlanJSON {
+	return ReclaimPlanJSON{Count: p.Count, UnitIDs: list(p.UnitIDs), ReservationJSON: Reclaim(&p.CapacityResult)}
+}
+
 // VM is v as the API shows it.
 func VM(v capacity.VM) VMJSON {
 	return VMJSON{

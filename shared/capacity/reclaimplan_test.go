@@ -1,0 +1,221 @@
+package capacity
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+)
+
+// planNode is a node of n units, all reserved by r1 (managed by "mgr"), with the VMs given.
+func planNode(n int, released []string, vms ...VM) *NodeState {
+	var units []string
+	for i := range n {
+		units = append(units, fmt.Sprintf("u%d", i))
+	}
+	for i := range vms {
+		vms[i].NodeID = "n1"
+		if vms[i].State == "" {
+			vms[i].State = VMRunning
+		}
+	}
+	return &NodeState{
+		Node: Node{ID: "n1", OwnerOrgID: "owner", TopologyGen: 1, UnitIDs: units, Version: 1},
+		Reservations: []Reservation{{
+			ID: "r1", NodeID: "n1", ManagingOrgIDs: []string{"mgr"}, ReservedUnitIDs: units,
+			ReleasedUnitIDs: released, StartsAt: t0, Status: StatusActive, TopologyGen: 1, Version: 1,
+		}},
+		VMs: vms,
+	}
+}
+
+func spotVM(id string, age time.Duration, units ...string) VM {
+	return VM{ID: id, OrgID: "x", Tier: TierSpot, UnitIDs: units, CreatedAt: now.Add(-age)}
+}
+
+func TestReclaimPlanRanking(t *testing.T) {
+	mgr := principal("mgr", false, PermCapacity)
+	h := time.Hour
+	tests := []struct {
+		name      string
+		st        *NodeState
+		count     int
+		want      []string
+		terminate []string
+	}{
+		{"exclusive idle before released idle", planNode(4, []string{"u0", "u1"}), 3, []string{"u2", "u3", "u0"}, []string{}},
+		{"released idle before any eviction", planNode(3, []string{"u0", "u1", "u2"}, spotVM("a", h, "u0")), 2, []string{"u1", "u2"}, []string{}},
+		{"a VM already terminating evicts nothing", planNode(2, []string{"u0", "u1"},
+			spotVM("a", h, "u0"), VM{ID: "b", Tier: TierSpot, UnitIDs: []string{"u1"}, State: VMTerminating}), 1, []string{"u1"}, []string{}},
+		{"never a unit under a non-spot VM", planNode(2, []string{"u0", "u1"},
+			VM{ID: "res", Tier: TierReserved, UnitIDs: []string{"u0"}}, spotVM("a", 10*h, "u1")), 1, []string{"u1"}, []string{"a"}},
+		{"one VM over two units beats two VMs", planNode(4, []string{"u0", "u1", "u2", "u3"},
+			spotVM("a", h, "u0"), spotVM("b", h, "u1"), spotVM("c", 5*h, "u2", "u3")), 2, []string{"u2", "u3"}, []string{"c"}},
+		{"a VM that spans no other unit first", planNode(3, []string{"u0", "u1", "u2"},
+			spotVM("wide", time.Minute, "u0", "u1"), spotVM("one", 9*h, "u2")), 1, []string{"u2"}, []string{"one"}},
+		{"a VM spanning a unit outside the reservation costs that unit", func() *NodeState {
+			st := planNode(3, []string{"u0", "u1"}, spotVM("out", time.Minute, "u0", "u2"), spotVM("in", 9*h, "u1"))
+			st.Reservations[0].ReservedUnitIDs = []string{"u0", "u1"}
+			return st
+		}(), 1, []string{"u1"}, []string{"in"}},
+		{"the youngest VM at equal spans", planNode(3, []string{"u0", "u1", "u2"},
+			spotVM("old", 9*h, "u0"), spotVM("young", h, "u1"), spotVM("mid", 3*h, "u2")), 2, []string{"u1", "u2"}, []string{"mid", "young"}},
+		{"unit id breaks a full tie", planNode(2, []string{"u0", "u1"}, spotVM("b", h, "u1"), spotVM("a", h, "u0")), 1, []string{"u0"}, []string{"a"}},
+		{"free units then the fewest evictions", planNode(5, []string{"u1", "u2", "u3", "u4"},
+			spotVM("a", h, "u1"), spotVM("b", h, "u2", "u3", "u4")), 3, []string{"u0", "u2", "u3"}, []string{"b"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := fmt.Sprint(*tt.st)
+			units, plan, err := DecideReclaimPlan(mgr, tt.st, ReclaimPlanRequest{NodeID: "n1", ReservationID: "r1", Count: tt.count}, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(units, tt.want) {
+				t.Errorf("units = %v, want %v", units, tt.want)
+			}
+			if got := VMIDs(plan.Victims); !slices.Equal(got, tt.terminate) {
+				t.Errorf("would terminate %v, want %v", got, tt.terminate)
+			}
+			if fmt.Sprint(*tt.st) != before {
+				t.Error("planning changed the node state")
+			}
+		})
+	}
+}
+
+func TestReclaimPlanRefusals(t *testing.T) {
+	mgr := principal("mgr", false, PermCapacity)
+	st := planNode(4, []string{"u1", "u2", "u3"}, VM{ID: "res", Tier: TierReserved, UnitIDs: []string{"u0"}}, spotVM("a", time.Hour, "u1"))
+	tests := []struct {
+		name      string
+		p         Principal
+		count     int
+		code      Code
+		available int
+	}{
+		{"more than the reservation can give", mgr, 4, CodeInsufficientUnits, 3},
+		{"all it can give", mgr, 3, "", 0},
+		{"no count", mgr, 0, CodeInvalidRequest, 0},
+		{"beyond MaxUnits", mgr, MaxUnits + 1, CodeInvalidRequest, 0},
+		{"a stranger", principal("other", false, PermCapacity), 1, CodeNotFound, 0},
+		{"without the permission", principal("mgr", false), 1, CodeNotFound, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := ReclaimPlanRequest{NodeID: "n1", ReservationID: "r1", Count: tt.count}
+			err := req.admit(tt.p)
+			if err == nil {
+				_, _, err = DecideReclaimPlan(tt.p, st, req, now)
+			}
+			if ErrorCode(err) != tt.code && (tt.code != "" || err != nil) {
+				t.Fatalf("err = %v, want %s", err, tt.code)
+			}
+			if tt.code == CodeInsufficientUnits {
+				var e *Error
+				if !asError(err, &e) || e.Available == nil || *e.Available != tt.available {
+					t.Errorf("available = %v, want %d", e.Available, tt.available)
+				}
+			}
+		})
+	}
+}
+
+// TestReclaimPlanEvictsTheFewest checks, for random small nodes, that the plan's eviction
+// cost (VMs terminated, then units they span, then their age) is the least of every set of
+// count units a reclaim could take, found by brute force over all unit subsets.
+func TestReclaimPlanEvictsTheFewest(t *testing.T) {
+	mgr := principal("mgr", false, PermCapacity)
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(1, 9).Draw(t, "units")
+		var released []string
+		var vms []VM
+		for i := 0; i < n; {
+			u := fmt.Sprintf("u%d", i)
+			if rapid.Bool().Draw(t, "released"+u) {
+				released = append(released, u)
+			}
+			span := rapid.IntRange(1, min(3, n-i)).Draw(t, "span"+u)
+			if rapid.IntRange(0, 3).Draw(t, "vm"+u) > 0 {
+				vm := spotVM("vm-"+u, time.Duration(rapid.IntRange(0, 3).Draw(t, "age"+u))*time.Hour)
+				for k := range span {
+					vm.UnitIDs = append(vm.UnitIDs, fmt.Sprintf("u%d", i+k))
+				}
+				switch rapid.IntRange(0, 5).Draw(t, "kind"+u) {
+				case 0:
+					vm.Tier = TierReserved
+				case 1:
+					vm.State = VMTerminating
+				}
+				vms = append(vms, vm)
+			}
+			i += span
+		}
+		st := planNode(n, released, vms...)
+		count := rapid.IntRange(1, n).Draw(t, "count")
+		best, feasible := bruteForceEviction(st, count)
+		units, plan, err := DecideReclaimPlan(mgr, st, ReclaimPlanRequest{NodeID: "n1", ReservationID: "r1", Count: count}, now)
+		if !feasible {
+			if ErrorCode(err) != CodeInsufficientUnits {
+				t.Fatalf("no %d units can be taken, yet err = %v", count, err)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(units) != count || len(slices.Compact(slices.Sorted(slices.Values(units)))) != count {
+			t.Fatalf("units %v are not %d distinct units", units, count)
+		}
+		if len(plan.Skipped) > 0 {
+			t.Fatalf("the plan takes a unit under a non-spot VM: %v", VMIDs(plan.Skipped))
+		}
+		if got := costOfEvicting(plan.Victims); got != best {
+			t.Fatalf("plan %v costs %+v; the least is %+v", units, got, best)
+		}
+	})
+}
+
+// bruteForceEviction is the least eviction cost over all sets of count units a reclaim could
+// take (none under a VM of another tier); feasible is false when there is no such set.
+func bruteForceEviction(st *NodeState, count int) (best evictionCost, feasible bool) {
+	units := st.Reservations[0].ReservedUnitIDs
+	for mask := 0; mask < 1<<len(units); mask++ {
+		var set []string
+		for i, u := range units {
+			if mask&(1<<i) != 0 {
+				set = append(set, u)
+			}
+		}
+		if len(set) != count {
+			continue
+		}
+		var victims []VM
+		ok := true
+		for _, vm := range st.VMs {
+			if !overlaps(vm.UnitIDs, set) {
+				continue
+			}
+			switch {
+			case vm.Tier != TierSpot:
+				ok = false
+			case vm.State == VMRunning:
+				victims = append(victims, vm)
+			}
+		}
+		if c := costOfEvicting(victims); ok && (!feasible || c.compare(best) < 0) {
+			best, feasible = c, true
+		}
+	}
+	return best, feasible
+}
+
+func costOfEvicting(vms []VM) evictionCost {
+	var c evictionCost
+	for _, vm := range vms {
+		c = c.plus(evictionCost{vms: 1, units: len(vm.UnitIDs), age: now.Sub(vm.CreatedAt)})
+	}
+	return c
+}
