@@ -29,13 +29,20 @@ const maxBackoff = 16
 func reclaimCmd(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
 	node, res := reservationFlags(fs)
 	units := fs.String("units", "", "unit ids to reclaim, comma-separated")
+	count := fs.Int("count", 0, "reclaim this many units, chosen by the service, least disruption first (instead of --units)")
 	reason := fs.String("reason", "", "why (kept in the audit trail)")
 	grace := fs.Int("grace", 0, "seconds the evicted VMs get before their termination (0..120)")
 	yes := fs.Bool("yes", false, "do not ask before the real reclaim")
 	wait := fs.Duration("wait", 15*time.Minute, "how long to follow the termination")
 	idem := fs.String("idempotency-key", "", "Idempotency-Key of the real call: pass the one an interrupted reclaim printed to resume it (default: a new one)")
-	if err := a.parseFlags(fs, args, "node", "reservation", "units"); err != nil {
+	if err := a.parseFlags(fs, args, "node", "reservation"); err != nil {
 		return err
+	}
+	if (strings.TrimSpace(*units) == "") == (*count == 0) {
+		return usageErr(fs, "give --units or --count, one of them")
+	}
+	if *count < 0 || *count > capacity.MaxUnits {
+		return usageErr(fs, "--count must be 1..%d", capacity.MaxUnits)
 	}
 	if *grace < 0 || *grace > 120 {
 		return usageErr(fs, "--grace must be 0..120 seconds")
@@ -51,10 +58,11 @@ func reclaimCmd(ctx context.Context, a *app, fs *flag.FlagSet, args []string) er
 	}
 	req := client.ReclaimRequest{UnitIDs: list(*units), Reason: *reason, GraceSeconds: *grace, DryRun: true}
 
-	plan, meta, err := c.Reclaim(ctx, *node, *res, req, client.Options{})
+	plan, meta, err := a.planOf(ctx, c, info, *node, *res, &req, *count)
 	if err != nil {
-		return fmt.Errorf("dry run: %w", err)
+		return err
 	}
+	*units = strings.Join(req.UnitIDs, ",")
 	etag := meta.ETag
 	if etag == "" { // the header is the plan's ETag; the member says the same
 		etag = plan.PlanETag
@@ -131,6 +139,25 @@ func reclaimCmd(ctx context.Context, a *app, fs *flag.FlagSet, args []string) er
 		return nil
 	}
 	return a.follow(ctx, c, info, *node, *res, done.ReclaimID, *wait)
+}
+
+// planOf answers the plan the reclaim will carry out: with count, the service's choice of
+// units (req.UnitIDs becomes it), else the dry run of req.
+func (a *app) planOf(ctx context.Context, c *client.Client, info io.Writer, node, res string, req *client.ReclaimRequest, count int) (*wire.ReservationJSON, *client.Meta, error) {
+	if count == 0 {
+		plan, meta, err := c.Reclaim(ctx, node, res, *req, client.Options{})
+		if err != nil {
+			return nil, nil, fmt.Errorf("dry run: %w", err)
+		}
+		return plan, meta, nil
+	}
+	chosen, meta, err := c.PlanReclaim(ctx, node, res, client.ReclaimPlanRequest{Count: count, Reason: req.Reason, GraceSeconds: req.GraceSeconds})
+	if err != nil {
+		return nil, nil, fmt.Errorf("plan a reclaim of %d units: %w", count, err)
+	}
+	req.UnitIDs = chosen.UnitIDs
+	fmt.Fprintf(info, "The service chose %d units, least disruption first: %s\n", count, join(chosen.UnitIDs))
+	return &chosen.ReservationJSON, meta, nil
 }
 
 // show prints a table to w (the plan goes to stderr with --output json); with --output json

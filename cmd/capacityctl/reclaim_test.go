@@ -54,6 +54,8 @@ type fakeAPI struct {
 	pollFail []int // the GETs' first answers: these statuses
 	polls    int
 	calls    []string // method path If-Match Idempotency-Key
+	units    []any    // the unitIds of the last reclaim
+	short    bool     // a reclaim plan is refused: the reservation has too few units
 }
 
 func (f *fakeAPI) plan(etag string) string {
@@ -65,9 +67,18 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, strings.Join([]string{r.Method, r.URL.Path, r.Header.Get("If-Match"), r.Header.Get("Idempotency-Key")}, " "))
 	switch {
+	case r.Method == "POST" && strings.HasSuffix(r.URL.Path, "/reclaim-plan"):
+		if f.short {
+			w.WriteHeader(422)
+			_, _ = io.WriteString(w, `{"status":422,"code":"insufficient_units","detail":"the reservation has 2 units a reclaim can take; 4 asked","available":2}`)
+			return
+		}
+		w.Header().Set("ETag", `"`+f.etag+`"`)
+		_, _ = io.WriteString(w, `{"count":2,"unitIds":["gpu-3","gpu-2"],`+strings.TrimPrefix(f.plan(f.etag), "{"))
 	case r.Method == "POST" && strings.HasSuffix(r.URL.Path, "/reclaim"):
 		var body map[string]any
 		_ = json.NewDecoder(r.Body).Decode(&body)
+		f.units, _ = body["unitIds"].([]any)
 		if body["dryRun"] == true {
 			w.Header().Set("ETag", `"`+f.etag+`"`)
 			_, _ = io.WriteString(w, f.plan(f.etag))

@@ -261,6 +261,25 @@ func (c *Client) Reclaim(ctx context.Context, node, res string, req ReclaimReque
 	return &out, meta, nil
 }
 
+// ReclaimPlanRequest is the body of a reclaim plan: how many units, and the reason and grace
+// of the reclaim it plans (both part of the plan's ETag: send the same with the reclaim).
+type ReclaimPlanRequest struct {
+	Count        int    `json:"count"`
+	Reason       string `json:"reason,omitempty"`
+	GraceSeconds int    `json:"graceSeconds,omitempty"`
+}
+
+// PlanReclaim asks which units a reclaim of req.Count units should take; it changes nothing.
+// Reclaim the answer's UnitIDs with Meta.ETag as opt.IfMatch to carry out exactly that plan.
+func (c *Client) PlanReclaim(ctx context.Context, node, res string, req ReclaimPlanRequest) (*wire.ReclaimPlanJSON, *Meta, error) {
+	var out wire.ReclaimPlanJSON
+	meta, err := c.do(ctx, http.MethodPost, reservationPath(node, res)+"/reclaim-plan", nil, req, Options{}, &out)
+	if err != nil {
+		return nil, meta, err
+	}
+	return &out, meta, nil
+}
+
 // GetReservation reads a reservation.
 func (c *Client) GetReservation(ctx context.Context, node, res string) (*wire.ReservationJSON, *Meta, error) {
 	var out wire.ReservationJSON
