@@ -200,15 +200,7 @@ func TestReclaimFlow(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := tt.api
-			f.t = t
-			api := httptest.NewServer(f)
-			defer api.Close()
-			got := runCLI(t, api, tt.stdin, nil, append(args, tt.extra...)...)
-			if got.code != tt.code {
-				t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", got.code, tt.code, got.stdout, got.err)
-			}
-			assertInOrder(t, "stdout", got.stdout, tt.stdout)
-			assertInOrder(t, "stderr", got.err, tt.stderr)
+			runReclaim(t, f, tt.stdin, append(args, tt.extra...), tt.code, tt.stdout, tt.stderr)
 			var real []string
 			for _, c := range f.calls {
 				if strings.HasPrefix(c, "POST ") && len(strings.Fields(c)) == 4 { // the dry run sends neither header
