@@ -60,6 +60,12 @@ const authMatrix = `
 | reclaim | cancelled | 409 | 404 | 404 | 404 | 404 | 404 | 404 | 409 | 404 | 409 | 409 | 403 | 404 | 404 | 401 | 401 | 401 | 401 | 409 | dropped | 409 |
 | reclaim | needs-review | 409 | 404 | 404 | 404 | 404 | 404 | 404 | 409 | 404 | 409 | 409 | 403 | 404 | 404 | 401 | 401 | 401 | 401 | 409 | dropped | 409 |
 | reclaim | outside-term | 409 | 404 | 404 | 404 | 404 | 404 | 404 | 409 | 404 | 409 | 409 | 403 | 404 | 404 | 401 | 401 | 401 | 401 | 409 | dropped | 409 |
+| planReclaim | active | 200 | 404 | 404 | 404 | 404 | 404 | 404 | 200 | 404 | 200 | 200 | 403 | 404 | 404 | 401 | 401 | 401 | 401 | · | · | · |
+| planReclaim | pending | 409 | 404 | 404 | 404 | 404 | 404 | 404 | 409 | 404 | 409 | 409 | 403 | 404 | 404 | 401 | 401 | 401 | 401 | · | · | · |
+| planReclaim | expired | 409 | 404 | 404 | 404 | 404 | 404 | 404 | 409 | 404 | 409 | 409 | 403 | 404 | 404 | 401 | 401 | 401 | 401 | · | · | · |
+| planReclaim | cancelled | 409 | 404 | 404 | 404 | 404 | 404 | 404 | 409 | 404 | 409 | 409 | 403 | 404 | 404 | 401 | 401 | 401 | 401 | · | · | · |
+| planReclaim | needs-review | 409 | 404 | 404 | 404 | 404 | 404 | 404 | 409 | 404 | 409 | 409 | 403 | 404 | 404 | 401 | 401 | 401 | 401 | · | · | · |
+| planReclaim | outside-term | 409 | 404 | 404 | 404 | 404 | 404 | 404 | 409 | 404 | 409 | 409 | 403 | 404 | 404 | 401 | 401 | 401 | 401 | · | · | · |
 | release | active | 200 | 404 | 404 | 404 | 404 | 404 | 404 | 200 | 404 | 200 | 200 | 403 | 404 | 404 | 401 | 401 | 401 | 401 | · | · | · |
 | release | pending | 409 | 404 | 404 | 404 | 404 | 404 | 404 | 409 | 404 | 409 | 409 | 403 | 404 | 404 | 401 | 401 | 401 | 401 | · | · | · |
 | release | expired | 409 | 404 | 404 | 404 | 404 | 404 | 404 | 409 | 404 | 409 | 409 | 403 | 404 | 404 | 401 | 401 | 401 | 401 | · | · | · |
@@ -421,6 +427,8 @@ func (f *matrixFixture) request(op string) (method, path string, body any) {
 		body = map[string]any{"unitIds": []string{"gpu-4"}, "reason": reason}
 	case "release":
 		body = map[string]any{"unitIds": []string{"gpu-1"}, "reason": reason}
+	case "planReclaim":
+		body = map[string]any{"count": 1, "reason": reason}
 	case "placeVM":
 		body = map[string]any{"vmId": fmt.Sprintf("vm-matrix-%d", f.seq), "orgId": demo.OrgBuyer, "tier": "spot", "unitIds": []string{"gpu-5"}}
 	case "putNode":
