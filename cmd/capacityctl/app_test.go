@@ -155,6 +155,23 @@ func TestHelp(t *testing.T) {
 	}
 }
 
+// endpointIs checks the API endpoint a resolves: want, or ("" want) an error naming
+// wantErr. It reports whether it resolved one.
+func endpointIs(t *testing.T, a *app, want, wantErr string) bool {
+	t.Helper()
+	got, err := a.apiEndpoint(context.Background())
+	if want == "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("endpoint %q, error %v; want an error with %q", got, err, wantErr)
+		}
+		return false
+	}
+	if err != nil || got != want {
+		t.Fatalf("endpoint %q, %v; want %q", got, err, want)
+	}
+	return true
+}
+
 func TestEndpointResolution(t *testing.T) {
 	dir := t.TempDir()
 	one := filepath.Join(dir, "one.json")
@@ -191,15 +208,8 @@ func TestEndpointResolution(t *testing.T) {
 				return map[string]string{"ApiUrl": "https://from-stack.example/dev/"}, nil
 			}
 			a.awsConfig = func(context.Context) (aws.Config, error) { return aws.Config{}, nil }
-			got, err := a.apiEndpoint(context.Background())
-			if tt.want == "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("endpoint %q, error %v; want an error with %q", got, err, tt.wantErr)
-				}
+			if !endpointIs(t, a, tt.want, tt.wantErr) {
 				return
-			}
-			if err != nil || got != tt.want {
-				t.Fatalf("endpoint %q, %v; want %q", got, err, tt.want)
 			}
 			if local := a.localEndpoint(context.Background()); local != tt.local {
 				t.Errorf("local AWS endpoint %q, want %q", local, tt.local)

@@ -15,6 +15,25 @@ import (
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 )
 
+// readCommon reads the variables every function reads from environ. It fails t unless the
+// read fails with an error naming wantErr ("": succeeds), and reports whether it succeeded.
+func readCommon(t *testing.T, environ []string, wantErr string) (Common, bool) {
+	t.Helper()
+	e := envvar.New(envvar.Declare("test", envvar.AppEnv, envvar.LogLevel, envvar.Faults, envvar.FaultsSeed, envvar.CallLog), environ)
+	c := ReadCommon(e)
+	err := e.Err()
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("error %v, want one naming %q", err, wantErr)
+		}
+		return c, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, true
+}
+
 // TestFaultsOnlyAgainstALocalEndpoint: the fault layer is off by default, on only against a
 // loopback endpoint, and a function elsewhere refuses to start with it.
 func TestFaultsOnlyAgainstALocalEndpoint(t *testing.T) {
@@ -35,20 +54,13 @@ func TestFaultsOnlyAgainstALocalEndpoint(t *testing.T) {
 		{name: "bad spec", faults: "*:Boom=0.1", endpoint: "http://localhost:4566", wantErr: "CAPACITY_FAULTS"},
 		{name: "bad seed", faults: "*:Throttling=0.1", endpoint: "http://localhost:4566", seed: "x", wantErr: "CAPACITY_FAULTS_SEED"},
 	}
-	fn := envvar.Declare("test", envvar.AppEnv, envvar.LogLevel, envvar.Faults, envvar.FaultsSeed, envvar.CallLog)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("AWS_REGION", "us-east-1")
-			e := envvar.New(fn, []string{"APP_ENV=local", "CAPACITY_FAULTS=" + tc.faults, "AWS_ENDPOINT_URL=" + tc.endpoint,
-				"CAPACITY_FAULTS_SEED=" + tc.seed})
-			c := ReadCommon(e)
-			if err := e.Err(); tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error %v, want one naming %q", err, tc.wantErr)
-				}
+			c, ok := readCommon(t, []string{"APP_ENV=local", "CAPACITY_FAULTS=" + tc.faults, "AWS_ENDPOINT_URL=" + tc.endpoint,
+				"CAPACITY_FAULTS_SEED=" + tc.seed}, tc.wantErr)
+			if !ok {
 				return
-			} else if err != nil {
-				t.Fatal(err)
 			}
 			if on := c.Faults.injector() != nil; on != tc.wantOn {
 				t.Fatalf("injector %v, want on %v", on, tc.wantOn)
@@ -78,22 +90,15 @@ func TestCallLogOnlyAgainstALocalEndpoint(t *testing.T) {
 		{name: "remote endpoint", dir: t.TempDir(), endpoint: "https://dynamodb.us-east-1.amazonaws.com", function: "f", wantErr: "not a loopback address"},
 		{name: "no function name", dir: t.TempDir(), endpoint: "http://127.0.0.1:1", wantErr: "AWS_LAMBDA_FUNCTION_NAME"},
 	}
-	fn := envvar.Declare("test", envvar.AppEnv, envvar.LogLevel, envvar.Faults, envvar.FaultsSeed, envvar.CallLog)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("AWS_REGION", "us-east-1")
 			t.Setenv("AWS_ACCESS_KEY_ID", "test")
 			t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-			e := envvar.New(fn, []string{"APP_ENV=local", "CAPACITY_CALL_LOG=" + tc.dir, "AWS_ENDPOINT_URL=" + tc.endpoint,
-				"AWS_LAMBDA_FUNCTION_NAME=" + tc.function})
-			c := ReadCommon(e)
-			if err := e.Err(); tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error %v, want one naming %q", err, tc.wantErr)
-				}
+			c, ok := readCommon(t, []string{"APP_ENV=local", "CAPACITY_CALL_LOG=" + tc.dir, "AWS_ENDPOINT_URL=" + tc.endpoint,
+				"AWS_LAMBDA_FUNCTION_NAME=" + tc.function}, tc.wantErr)
+			if !ok {
 				return
-			} else if err != nil {
-				t.Fatal(err)
 			}
 			cfg := aws.Config{Region: "us-east-1", Credentials: aws.AnonymousCredentials{}, BaseEndpoint: aws.String("http://127.0.0.1:1")}
 			c.Calls.install(&cfg)
