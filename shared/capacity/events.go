@@ -57,22 +57,10 @@ type Publisher interface {
 	Publish(ctx context.Context, events []Event) error
 }
 
-// EvictionNoticeDetail is the detail of a Spot VM Eviction Notice, for the VM's buyer.
-type EvictionNoticeDetail struct {
-	EventID        string   `json:"eventId"`
-	OrgID          string   `json:"orgId"`
-	VMID           string   `json:"vmId"`
-	NodeID         string   `json:"nodeId"`
-	UnitIDs        []string `json:"unitIds"`
-	ReservationID  string   `json:"reservationId"`
-	ReclaimID      string   `json:"reclaimId"`
-	ReasonCode     string   `json:"reasonCode"`
-	TerminateAfter string   `json:"terminateAfter"`
-}
-
-// VMTerminatedDetail is the detail of a Spot VM Terminated, for the VM's buyer. It carries no
-// agent error text: that names node endpoints.
-type VMTerminatedDetail struct {
+// VMEventDetail is what the events about one evicted VM, for its buyer, say first: the event,
+// the VM and whose it is, where it ran and the reclaim that evicts it. Embedded, its members
+// come first in the detail's JSON.
+type VMEventDetail struct {
 	EventID       string   `json:"eventId"`
 	OrgID         string   `json:"orgId"`
 	VMID          string   `json:"vmId"`
@@ -80,8 +68,28 @@ type VMTerminatedDetail struct {
 	UnitIDs       []string `json:"unitIds"`
 	ReservationID string   `json:"reservationId"`
 	ReclaimID     string   `json:"reclaimId"`
-	Outcome       string   `json:"outcome"`
-	At            string   `json:"at"`
+}
+
+// vmEvent is the VMEventDetail of the operation's VM vmID, under the event id eventID.
+func (o Operation) vmEvent(eventID, vmID string) VMEventDetail {
+	v := o.Victim(vmID)
+	return VMEventDetail{EventID: eventID, OrgID: v.OrgID, VMID: vmID, NodeID: o.NodeID, UnitIDs: nonNil(v.UnitIDs),
+		ReservationID: o.ReservationID, ReclaimID: o.ID}
+}
+
+// EvictionNoticeDetail is the detail of a Spot VM Eviction Notice, for the VM's buyer.
+type EvictionNoticeDetail struct {
+	VMEventDetail
+	ReasonCode     string `json:"reasonCode"`
+	TerminateAfter string `json:"terminateAfter"`
+}
+
+// VMTerminatedDetail is the detail of a Spot VM Terminated, for the VM's buyer. It carries no
+// agent error text: that names node endpoints.
+type VMTerminatedDetail struct {
+	VMEventDetail
+	Outcome string `json:"outcome"`
+	At      string `json:"at"`
 }
 
 // OperationEndDetail is the detail of a Reclaim Operation Completed or Failed, for the node's
@@ -179,13 +187,12 @@ func (o Operation) terminateAfter() time.Time {
 func EvictionNotices(op Operation) []Event {
 	var out []Event
 	for _, id := range op.Unfinished() {
-		v := op.Victim(id)
+		eid := op.ID + "/notice/" + id
 		out = append(out, Event{
-			ID: op.ID + "/notice/" + id, DetailType: DetailEvictionNotice, Time: op.CreatedAt,
+			ID: eid, DetailType: DetailEvictionNotice, Time: op.CreatedAt,
 			Detail: EvictionNoticeDetail{
-				EventID: op.ID + "/notice/" + id, OrgID: v.OrgID, VMID: id, NodeID: op.NodeID,
-				UnitIDs: nonNil(v.UnitIDs), ReservationID: op.ReservationID, ReclaimID: op.ID,
-				ReasonCode: ReasonReclaimedByOwner, TerminateAfter: eventTime(op.terminateAfter()),
+				VMEventDetail: op.vmEvent(eid, id),
+				ReasonCode:    ReasonReclaimedByOwner, TerminateAfter: eventTime(op.terminateAfter()),
 			},
 		})
 	}
@@ -205,14 +212,10 @@ func OperationReport(op Operation) []Event {
 		if !ok {
 			continue
 		}
-		v := op.Victim(id)
 		eid := fmt.Sprintf("%s/vm/%s/%d", op.ID, id, max(1, res.Attempt))
 		out = append(out, Event{
 			ID: eid, DetailType: DetailVMTerminated, Time: res.At,
-			Detail: VMTerminatedDetail{
-				EventID: eid, OrgID: v.OrgID, VMID: id, NodeID: op.NodeID, UnitIDs: nonNil(v.UnitIDs),
-				ReservationID: op.ReservationID, ReclaimID: op.ID, Outcome: string(res.Outcome), At: eventTime(res.At),
-			},
+			Detail: VMTerminatedDetail{VMEventDetail: op.vmEvent(eid, id), Outcome: string(res.Outcome), At: eventTime(res.At)},
 		})
 	}
 	state, ended := op.endedAs()
