@@ -191,6 +191,8 @@ func TestItemSize(t *testing.T) {
 		{"empty list", map[string]types.AttributeValue{"l": &types.AttributeValueMemberL{}}, 1 + 3},
 		{"map: 3 + 1 per element + names", map[string]types.AttributeValue{"m": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"k": s("vv")}}}, 1 + 3 + 1 + 1 + 2},
 		{"string set", map[string]types.AttributeValue{"ss": &types.AttributeValueMemberSS{Value: []string{"a", "bc"}}}, 2 + 3},
+		{"number set: each number's size", map[string]types.AttributeValue{"ns": &types.AttributeValueMemberNS{Value: []string{"12345", "1000"}}}, 2 + 4 + 2},
+		{"binary set: raw bytes", map[string]types.AttributeValue{"bs": &types.AttributeValueMemberBS{Value: [][]byte{[]byte("ab"), []byte("c")}}}, 2 + 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
