@@ -280,6 +280,9 @@ type Operation struct {
 	// Outcomes holds each VM's final outcome, by VM id; the operation ends when every VM of
 	// VMIDs has one that is final for the current Attempt (see Final).
 	Outcomes map[string]VMOutcome
+	// Notices holds what became of each VM's eviction notice to its agent, by VM id (none
+	// without a grace period).
+	Notices map[string]VMNotice
 	// Attempt numbers the operation's workflow executions: 1 (or 0, before any restart) is the
 	// first, named by the operation id; a restart by the reconciler or a re-drive moves to the
 	// next (see ExecutionName). Writes of an older attempt's late branch are ignored.

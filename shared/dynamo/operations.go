@@ -19,7 +19,7 @@ import (
 
 var _ capacity.TerminationStore = (*Store)(nil)
 
-// GetOperation reads a reclaim operation and its VM outcomes with one strongly consistent
+// GetOperation reads a reclaim operation, its VM outcomes and notices with one strongly consistent
 // Query of the operation's own partition.
 func (s *Store) GetOperation(ctx context.Context, nodeID, opID string) (*capacity.Operation, error) {
 	keyCond := expression.Key(attrPK).Equal(expression.Value(opPK(nodeID, opID)))
@@ -33,6 +33,7 @@ func (s *Store) GetOperation(ctx context.Context, nodeID, opID string) (*capacit
 	}
 	var op *capacity.Operation
 	outcomes := map[string]capacity.VMOutcome{}
+	notices := map[string]capacity.VMNotice{}
 	stats := capacity.CallStatsFrom(ctx)
 	for page := dynamodb.NewQueryPaginator(s.Client, in); page.HasMorePages(); {
 		out, err := page.NextPage(ctx)
@@ -55,6 +56,12 @@ func (s *Store) GetOperation(ctx context.Context, nodeID, opID string) (*capacit
 					return nil, fmt.Errorf("decode outcome of operation %s: %w", opID, err)
 				}
 				outcomes[it.VMID] = it.outcome()
+			case typeNotice:
+				var it noticeItem
+				if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+					return nil, fmt.Errorf("decode notice of operation %s: %w", opID, err)
+				}
+				notices[it.VMID] = it.notice()
 			}
 		}
 	}
@@ -62,6 +69,9 @@ func (s *Store) GetOperation(ctx context.Context, nodeID, opID string) (*capacit
 		return nil, capacity.Errorf(capacity.CodeNotFound, "reclaim operation %s not found", opID)
 	}
 	op.Outcomes = outcomes
+	if len(notices) > 0 {
+		op.Notices = notices
+	}
 	return op, nil
 }
 

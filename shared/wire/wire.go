@@ -146,6 +146,16 @@ type VMOutcomeJSON struct {
 	Error   string `json:"error,omitempty"`
 	At      string `json:"at,omitempty"`
 	Reason  string `json:"reason,omitempty"` // the operator's, on a force-end
+	// Notice is what became of the VM's eviction notice to its agent (reclaims with a grace).
+	Notice *VMNoticeJSON `json:"notice,omitempty"`
+}
+
+// VMNoticeJSON is the fate of a VM's eviction notice.
+type VMNoticeJSON struct {
+	State          string `json:"state"` // delivered | unsupported | unknown-vm | failed
+	Error          string `json:"error,omitempty"`
+	At             string `json:"at"`
+	TerminateAfter string `json:"terminateAfter"`
 }
 
 // VMCountsJSON counts an operation's VMs by outcome.
@@ -173,6 +183,9 @@ func Operation(view *capacity.OperationView) OperationJSON {
 		v := VMOutcomeJSON{VMID: vm, Outcome: "pending"}
 		if o, ok := op.Final(vm); ok { // a re-driven VM's old failure is pending again
 			v.Outcome, v.Error, v.At, v.Reason = string(o.Outcome), o.Error, timeString(o.At), o.Reason
+		}
+		if n, ok := op.Notices[vm]; ok {
+			v.Notice = &VMNoticeJSON{State: string(n.State), Error: n.Error, At: timeString(n.At), TerminateAfter: timeString(n.TerminateAfter)}
 		}
 		out.VMs = append(out.VMs, v)
 	}
