@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -52,7 +53,7 @@ type Result struct {
 // dropped connection, 5xx, 408, 429) from one that will fail again (a malformed endpoint or VM
 // id, any other 4xx, an answer that breaks the contract). It wraps the underlying error, if any.
 type Error struct {
-	Op         string // "terminate" or "status"
+	Op         string // "terminate", "status" or "notice"
 	NodeID     string
 	VMID       string
 	Endpoint   string // the base URL, with any password redacted
@@ -92,7 +93,7 @@ func IsRetryable(err error) bool {
 func (c *Client) Terminate(ctx context.Context, baseURL, nodeID, vmID string) (Result, error) {
 	var res Result
 	cl := call{c: c, op: "terminate", nodeID: nodeID, vmID: vmID, endpoint: redact(baseURL)}
-	status, body, err := cl.do(ctx, http.MethodPost, baseURL, TerminatePath(vmID))
+	status, body, err := cl.do(ctx, http.MethodPost, baseURL, TerminatePath(vmID), nil)
 	if err != nil {
 		return res, err
 	}
@@ -121,7 +122,7 @@ func (c *Client) Terminate(ctx context.Context, baseURL, nodeID, vmID string) (R
 // or StateUnknown (and no error) when the node does not know the VM.
 func (c *Client) Status(ctx context.Context, baseURL, nodeID, vmID string) (string, error) {
 	cl := call{c: c, op: "status", nodeID: nodeID, vmID: vmID, endpoint: redact(baseURL)}
-	status, body, err := cl.do(ctx, http.MethodGet, baseURL, StatusPath(vmID))
+	status, body, err := cl.do(ctx, http.MethodGet, baseURL, StatusPath(vmID), nil)
 	if err != nil {
 		return "", err
 	}
@@ -159,7 +160,7 @@ func (cl call) fail(status int, retryable bool, err error) *Error {
 // complete answer; any status is returned for the caller to judge. A 200 or 404, the answers
 // that can end a VM's termination, is returned only when the node's agent signed it; any other
 // status proves nothing either way and is returned as it is.
-func (cl call) do(ctx context.Context, method, baseURL, rel string) (int, []byte, error) {
+func (cl call) do(ctx context.Context, method, baseURL, rel string, reqBody []byte) (int, []byte, error) {
 	c := cl.c
 	// The check registration applies too, so a registered node's endpoint always passes.
 	// Final: the endpoint is stored on the node and will be the same next round.
@@ -187,18 +188,18 @@ func (cl call) do(ctx context.Context, method, baseURL, rel string) (int, []byte
 	if err != nil {
 		return fail(0, false, fmt.Errorf("building url: %w", err))
 	}
-	status, body, err := cl.send(ctx, method, u, keys.Current, append([][]byte{keys.Current}, keys.Previous...))
+	status, body, err := cl.send(ctx, method, u, reqBody, keys.Current, append([][]byte{keys.Current}, keys.Previous...))
 	if err == nil && status == http.StatusUnauthorized && len(keys.Fallback) > 0 {
 		// The agent does not know the current key yet (rotated, not yet installed): within
 		// the overlap, the previous generation once more, and only its answer counts.
-		return cl.send(ctx, method, u, keys.Fallback, [][]byte{keys.Fallback})
+		return cl.send(ctx, method, u, reqBody, keys.Fallback, [][]byte{keys.Fallback})
 	}
 	return status, body, err
 }
 
-// send signs one request with key and reads the whole answer, accepting a 200 or 404 only
-// when signed with one of accept.
-func (cl call) send(ctx context.Context, method string, u *url.URL, key []byte, accept [][]byte) (int, []byte, error) {
+// send signs one request, with body (nil for none), with key and reads the whole answer,
+// accepting a 200 or 404 only when signed with one of accept.
+func (cl call) send(ctx context.Context, method string, u *url.URL, reqBody, key []byte, accept [][]byte) (int, []byte, error) {
 	c := cl.c
 	fail := func(status int, retryable bool, err error) (int, []byte, error) {
 		return 0, nil, cl.fail(status, retryable, err)
@@ -209,16 +210,23 @@ func (cl call) send(ctx context.Context, method string, u *url.URL, key []byte, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+	var rd io.Reader
+	if reqBody != nil {
+		rd = bytes.NewReader(reqBody)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
 	if err != nil {
 		return fail(0, false, fmt.Errorf("building request: %w", err))
 	}
 	req.Header.Set("Accept", "application/json")
+	if reqBody != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	now := time.Now
 	if c.Now != nil {
 		now = c.Now
 	}
-	if err := Sign(req, cl.nodeID, key, nil, now()); err != nil {
+	if err := Sign(req, cl.nodeID, key, reqBody, now()); err != nil {
 		return fail(0, false, err)
 	}
 

@@ -13,6 +13,7 @@
 //	    404 {"vmId":"…","state":"unknown"}                         the node has no such VM
 //	GET  {base}/v1/vms/{vmId}
 //	    200 {"vmId":"…","state":"running"|"terminating"|"terminated"}, or 404
+//	POST {base}/v1/vms/{vmId}/notice   the eviction notice before a grace period (notice.go)
 //
 // Terminate is idempotent: the service's workflow retries it, so a second call for a VM that is
 // gone answers 200 (or 404) and does nothing. Errors are {"error":"…"}; a request without a
