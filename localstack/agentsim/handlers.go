@@ -20,6 +20,8 @@ func (s *Sim) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("POST /{node}/v1/vms/{vm}/terminate", s.signed(s.terminate))
 	mux.Handle("GET /{node}/v1/vms/{vm}", s.signed(s.status))
+	mux.Handle("POST /{node}/v1/vms/{vm}/notice", s.signed(s.notice))
+	mux.HandleFunc("GET /"+adminPrefix+"/notices", s.loopback(s.adminGetNotices))
 	mux.HandleFunc("POST /"+adminPrefix+"/vms", s.loopback(s.adminAddVM))
 	mux.HandleFunc("GET /"+adminPrefix+"/vms", s.loopback(s.adminGetVM))
 	mux.HandleFunc("POST /"+adminPrefix+"/faults", s.loopback(s.adminFaults))
@@ -70,16 +72,8 @@ func (s *Sim) terminate(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	log := s.logger.With("node", nodeID, "vmId", vmID, "call", call)
 
-	if delay > 0 {
-		// Not cut short by the caller hanging up: see "Faults" in the package comment.
-		t := time.NewTimer(delay)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-s.done:
-			agent.WriteError(w, http.StatusServiceUnavailable, "agent shutting down")
-			return
-		}
+	if !s.delay(w, delay) {
+		return
 	}
 	switch f {
 	case faultDrop:
@@ -122,6 +116,23 @@ func (s *Sim) status(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	agent.WriteJSON(w, http.StatusOK, agent.StatusResponse{VMID: vmID, State: state})
+}
+
+// delay waits d before the agent acts, not cut short by the caller hanging up (see "Faults" in
+// the package comment); false, with the answer sent, when the simulator closed meanwhile.
+func (s *Sim) delay(w http.ResponseWriter, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.done:
+		agent.WriteError(w, http.StatusServiceUnavailable, "agent shutting down")
+		return false
+	}
 }
 
 // dropConnection starts a 200 whose body never arrives, then closes the connection, so the
@@ -168,6 +179,9 @@ type AdminFaults struct {
 	FailAlways *bool    `json:"failAlways,omitempty"`
 	LatencyMs  *int64   `json:"latencyMs,omitempty"`
 	FaultRate  *float64 `json:"faultRate,omitempty"`
+	// Notice calls only: answer them as an agent without the notice route does, or late.
+	NoticesUnsupported *bool  `json:"noticesUnsupported,omitempty"`
+	NoticeLatencyMs    *int64 `json:"noticeLatencyMs,omitempty"`
 }
 
 // AdminKeys is the body of POST /_admin/keys: install Key (base64) on Node's agent, as its
@@ -260,8 +274,8 @@ func (s *Sim) adminFaults(w http.ResponseWriter, r *http.Request) {
 		agent.WriteError(w, http.StatusBadRequest, fmt.Sprintf("invalid vmId %q", in.VMID))
 		return
 	case in.FailNext != nil && *in.FailNext < 0, in.DropNext != nil && *in.DropNext < 0,
-		in.LatencyMs != nil && *in.LatencyMs < 0:
-		agent.WriteError(w, http.StatusBadRequest, "failNext, dropNext and latencyMs must not be negative")
+		in.LatencyMs != nil && *in.LatencyMs < 0, in.NoticeLatencyMs != nil && *in.NoticeLatencyMs < 0:
+		agent.WriteError(w, http.StatusBadRequest, "failNext, dropNext, latencyMs and noticeLatencyMs must not be negative")
 		return
 	case in.FaultRate != nil && (*in.FaultRate < 0 || *in.FaultRate > 1):
 		agent.WriteError(w, http.StatusBadRequest, "faultRate must be between 0 and 1")
@@ -283,6 +297,12 @@ func (s *Sim) adminFaults(w http.ResponseWriter, r *http.Request) {
 		}
 		if in.FaultRate != nil {
 			f.rate = *in.FaultRate
+		}
+		if in.NoticesUnsupported != nil {
+			f.noticesUnsupported = *in.NoticesUnsupported
+		}
+		if in.NoticeLatencyMs != nil {
+			f.noticeLatency = time.Duration(*in.NoticeLatencyMs) * time.Millisecond
 		}
 	})
 	w.WriteHeader(http.StatusNoContent)

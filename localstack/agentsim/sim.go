@@ -43,8 +43,10 @@
 //	POST /_admin/vms     {"node","vmId","state"}       add or set a VM (state running|terminating|terminated); 204
 //	GET  /_admin/vms?node=N[&vmId=V]                  {"node","vmId","state","terminateCalls","terminations"}, or a list of every VM of N
 //	POST /_admin/keys    {"node","key","rotate"?}                install a key (base64) on the node's agent; 204
-//	POST /_admin/faults  {"node","vmId"?,"failNext"?,"dropNext"?,"failAlways"?,"latencyMs"?,"faultRate"?}
+//	POST /_admin/faults  {"node","vmId"?,"failNext"?,"dropNext"?,"failAlways"?,"latencyMs"?,"faultRate"?,
+//	                      "noticesUnsupported"?,"noticeLatencyMs"?}
 //	                     sets the knobs given (vmId absent or "" = the whole node); 204
+//	GET  /_admin/notices?node=N[&vmId=V]              the eviction notices each VM received, as its guest reads them
 //	POST /_admin/reset                                 forget every VM, counter and fault; 204
 //
 // The node id "_admin" is therefore reserved. All methods are safe for concurrent use.
@@ -113,7 +115,8 @@ type vm struct {
 	terminations int
 	terminatedAt time.Time // when a call last moved it to terminated
 	faults       faults
-	inARow       int // random faults since the last call that had none
+	inARow       int      // random faults since the last call that had none
+	notices      []Notice // eviction notices received, oldest first, one per reclaim
 }
 
 type faults struct {
@@ -122,6 +125,9 @@ type faults struct {
 	failAlways bool
 	latency    time.Duration
 	rate       float64 // share of calls failed at random
+	// Notice calls only (see notices.go).
+	noticesUnsupported bool
+	noticeLatency      time.Duration
 }
 
 type fault int
