@@ -68,6 +68,8 @@ func (s *CapacityStack) newTerminateNodeFunction() awslambda.Function {
 // "n1", "vmIds": [..], "round": 0, "terminateAfter": "<RFC 3339 UTC>"}: a reclaim operation is
 // one node's.
 //
+//	NotifyAgents (terminate-node, agentNotices: each victim's notice to its agent; result
+//	    discarded; any error caught and passed over: the notices never hold the termination)
 //	Notify (operation-events, phase notice: the victims' eviction notices; result discarded)
 //	GracePeriod (Wait until $.terminateAfter; a time already past goes straight on)
 //	TerminateNode (terminate-node, one round)    -> AllTerminated?
@@ -139,7 +141,9 @@ func (s *CapacityStack) newTerminationStateMachine(fn, eventsFn awslambda.IFunct
 		When(awsstepfunctions.Condition_BooleanEquals(jsii.String("$.done"), jsii.Bool(true)), publish("Report", stepfn.PhaseReport), nil).
 		Otherwise(wait.Next(task))
 	task.Next(choice)
-	definition := publish("Notify", stepfn.PhaseNotice).Next(grace).Next(task)
+	// The agents' notices first: the guest needs the time to checkpoint more than a rule does.
+	notify := publish("Notify", stepfn.PhaseNotice)
+	definition := s.notifyAgents(c, fn, notify).Next(notify).Next(grace).Next(task)
 
 	logs := s.logGroup(c, "/aws/vendedlogs/states/"+smName)
 	return awsstepfunctions.NewStateMachine(c, jsii.String("StateMachine"), &awsstepfunctions.StateMachineProps{
@@ -202,4 +206,30 @@ func (s *CapacityStack) terminateNodePayload(rounds float64) *map[string]any {
 		"round":        awsstepfunctions.JsonPath_NumberAt(jsii.String("$.round")),
 		"maxRounds":    rounds,
 	}
+}
+
+// notifyAgents is the task that sends the agents' eviction notices before the grace period,
+// on terminate-node (the one function that may open the nodes' agent keys). It must never
+// make the termination wait beyond the grace: the function cuts its calls off at
+// terminateAfter, the task has no retries (a retry would come late) and a short timeout, and
+// every error is caught and goes on to next, as success does. What became of each notice is
+// recorded on the operation by the function.
+func (s *CapacityStack) notifyAgents(c constructs.Construct, fn awslambda.IFunction, next awsstepfunctions.IChainable) awsstepfunctionstasks.LambdaInvoke {
+	payload := map[string]any{"agentNotices": true}
+	for k, v := range *s.terminateNodePayload(1) {
+		if k != "maxRounds" && k != "round" && k != "vmIds" {
+			payload[k] = v
+		}
+	}
+	t := awsstepfunctionstasks.NewLambdaInvoke(c, jsii.String("NotifyAgents"), &awsstepfunctionstasks.LambdaInvokeProps{
+		StateName:                jsii.String("NotifyAgents"),
+		LambdaFunction:           fn,
+		Payload:                  awsstepfunctions.TaskInput_FromObject(&payload),
+		ResultPath:               awsstepfunctions.JsonPath_DISCARD(),
+		RetryOnServiceExceptions: jsii.Bool(false),
+		// Above the function's own notice budget (40 s), below its 60 s timeout.
+		TaskTimeout: awsstepfunctions.Timeout_Duration(awscdk.Duration_Seconds(jsii.Number(50))),
+	})
+	t.AddCatch(next, &awsstepfunctions.CatchProps{Errors: jsii.Strings("States.ALL"), ResultPath: awsstepfunctions.JsonPath_DISCARD()})
+	return t
 }

@@ -67,16 +67,16 @@ func TestTerminationStateMachine(t *testing.T) {
 			}
 
 			def := definition(t, tp, tc.env)
-			if def["StartAt"] != "Notify" || def["TimeoutSeconds"] != float64(3600) {
-				t.Errorf("StartAt %v TimeoutSeconds %v, want Notify 3600", def["StartAt"], def["TimeoutSeconds"])
+			if def["StartAt"] != "NotifyAgents" || def["TimeoutSeconds"] != float64(3600) {
+				t.Errorf("StartAt %v TimeoutSeconds %v, want NotifyAgents 3600", def["StartAt"], def["TimeoutSeconds"])
 			}
 			states := def["States"].(map[string]any)
-			if got := keysOf(states); !reflect.DeepEqual(got, []string{"AllTerminated?", "BeforeNextRound", "GracePeriod", "Notify", "Report", "TerminateNode"}) {
+			if got := keysOf(states); !reflect.DeepEqual(got, []string{"AllTerminated?", "BeforeNextRound", "GracePeriod", "Notify", "NotifyAgents", "Report", "TerminateNode"}) {
 				t.Fatalf("states %v", got)
 			}
-			// Notify -> GracePeriod -> TerminateNode -> AllTerminated? -> Report (End), or
-			// -> BeforeNextRound -> TerminateNode.
-			if got := stateOrder(t, def); !reflect.DeepEqual(got, []string{"Notify", "GracePeriod", "TerminateNode", "AllTerminated?", "Report"}) {
+			// NotifyAgents -> Notify -> GracePeriod -> TerminateNode -> AllTerminated? -> Report
+			// (End), or -> BeforeNextRound -> TerminateNode.
+			if got := stateOrder(t, def); !reflect.DeepEqual(got, []string{"NotifyAgents", "Notify", "GracePeriod", "TerminateNode", "AllTerminated?", "Report"}) {
 				t.Errorf("state order %v", got)
 			}
 
@@ -108,6 +108,28 @@ func TestTerminationStateMachine(t *testing.T) {
 			fnID, _ := functionByName(t, tp, tc.env, "terminate-node")
 			for name, want := range map[string]map[string]any{
 				"Notify": publishTask("notice", "GracePeriod"),
+				// The agents' notices, on terminate-node (it alone opens agent keys): no retry (it
+				// would come late), every error caught and passed on to Notify as success is, so
+				// the notices never hold the termination; the function bounds its own calls by
+				// terminateAfter.
+				"NotifyAgents": {
+					"Type":     "Task",
+					"Resource": "arn:${AWS::Partition}:states:::lambda:invoke",
+					"Parameters": map[string]any{
+						"FunctionName": "${" + fnID + ".Arn}",
+						"Payload": map[string]any{
+							"agentNotices":     true,
+							"reclaimId.$":      "$.reclaimId",
+							"nodeId.$":         "$.nodeId",
+							tc.executionArn[0]: tc.executionArn[1],
+							"attempt.$":        "$.attempt",
+						},
+					},
+					"ResultPath":     nil,
+					"TimeoutSeconds": float64(50),
+					"Catch":          []any{map[string]any{"ErrorEquals": []any{"States.ALL"}, "ResultPath": nil, "Next": "Notify"}},
+					"Next":           "Notify",
+				},
 				"Report": publishTask("report", ""),
 				// Until the operation's terminateAfter (commit time plus grace; a past time waits not at all).
 				"GracePeriod": {"Type": "Wait", "TimestampPath": "$.terminateAfter", "Next": "TerminateNode"},
@@ -178,7 +200,7 @@ func TestTerminationReadsWhatItsStateCarries(t *testing.T) {
 	output := carrier{"a round's output", fieldsOf(stepfn.TaskOf(&capacity.TerminationReport{Next: capacity.TerminationTask{
 		ReclaimID: "rcl_1", NodeID: "n1", VMIDs: []string{"a"}, Attempt: 1, Round: 1, MaxRounds: 5}}))}
 	readFrom := map[string][]carrier{
-		"Notify": {input}, "GracePeriod": {input}, "TerminateNode": {input, output},
+		"NotifyAgents": {input}, "Notify": {input}, "GracePeriod": {input}, "TerminateNode": {input, output},
 		"AllTerminated?": {output}, "BeforeNextRound": {output}, "Report": {output},
 	}
 	for _, env := range []string{"local", "prod"} {

@@ -1,6 +1,9 @@
 // Command terminate-node is the termination workflow's task: for one node of a reclaim
 // operation it terminates the evicted VMs through the node's agent, records each outcome,
-// and returns the VMs to retry in the next round.
+// and returns the VMs to retry in the next round. Asked for agentNotices, before the grace period,
+// it sends the operation's eviction notices to the node's agent instead, cut off at the
+// operation's terminateAfter so that the termination never waits on a slow agent, and
+// records each one's fate.
 //
 // Environment: APP_ENV (the metrics' Environment); STATE_TABLE; AGENT_KEYS_KMS_KEY_ID, the KMS
 // key the nodes' agent keys are sealed under (this function alone may open them);
@@ -37,13 +40,15 @@ func main() {
 	if s.allowHTTP {
 		logger.Warn("AGENT_ALLOW_HTTP is set: plain http agent endpoints are accepted (local stack only)")
 	}
+	store := s.Store.Open(cfg)
 	term := &capacity.Terminator{
-		Store:   s.Store.Open(cfg),
+		Store:   store,
 		Agent:   nodeAgent,
 		Logger:  logger,
 		Metrics: s.Metrics(),
 	}
-	lambda.Start(handler(term, logger))
+	notifier := &capacity.EvictionNotifier{Store: store, Agent: nodeAgent, Logger: logger, Budget: noticeBudget}
+	lambda.Start(dispatch(term, notifier, logger))
 }
 
 // settings are the function's configuration (envvar.TerminateNode).
@@ -68,6 +73,20 @@ func readSettings(e *envvar.Env) settings {
 	return s
 }
 
+// noticeBudget bounds the notice phase under a long grace, well inside the function's 60 s.
+const noticeBudget = 40 * time.Second
+
+// dispatch runs the task: the agents' notices (AgentNotices) or a round.
+func dispatch(term *capacity.Terminator, notifier *capacity.EvictionNotifier, logger *slog.Logger) func(context.Context, stepfn.Task) (stepfn.Task, error) {
+	round := handler(term, logger)
+	return func(ctx context.Context, in stepfn.Task) (stepfn.Task, error) {
+		if in.AgentNotices {
+			return notify(ctx, notifier, logger, in)
+		}
+		return round(ctx, in)
+	}
+}
+
 // handler runs one round. A returned error is a platform fault (Step Functions retries the
 // task); the agent's failures are in the output, for the state machine to loop on.
 func handler(term *capacity.Terminator, logger *slog.Logger) func(context.Context, stepfn.Task) (stepfn.Task, error) {
@@ -81,4 +100,21 @@ func handler(term *capacity.Terminator, logger *slog.Logger) func(context.Contex
 			"terminated", out.Terminated, "already_gone", out.AlreadyGone, "failed", len(out.Failed), "done", out.Done)
 		return out, nil
 	}
+}
+
+// notify sends the operation's eviction notices; the output is the input with each VM's
+// notice state. A returned error (the store failing) fails the task, which the workflow
+// catches: the grace period and the terminations go on without the notices.
+func notify(ctx context.Context, notifier *capacity.EvictionNotifier, logger *slog.Logger, in stepfn.Task) (stepfn.Task, error) {
+	notices, err := notifier.Run(ctx, in.NoticeTask())
+	if err != nil {
+		return stepfn.Task{}, fmt.Errorf("eviction notices of %s on node %s: %w", in.ReclaimID, in.NodeID, err)
+	}
+	out := in
+	out.Notices = map[string]string{}
+	for vm, n := range notices {
+		out.Notices[vm] = string(n.State)
+	}
+	logger.InfoContext(ctx, "eviction notices", "reclaim_id", in.ReclaimID, "node", in.NodeID, "notices", out.Notices)
+	return out, nil
 }

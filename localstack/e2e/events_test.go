@@ -455,17 +455,7 @@ func TestGraceNoticeReachesTheTenantBeforeTermination(t *testing.T) {
 		"detail": map[string]any{"orgId": []string{demo.OrgBuyer}},
 	})
 
-	const grace = 4
-	r := call(t, http.MethodPost, reclaimPath(node), keyOwner, map[string]any{"unitIds": []string{"gpu-2", "gpu-3", "gpu-0"}, "graceSeconds": grace})
-	if r.Status != http.StatusOK {
-		t.Fatalf("reclaim: %d %s", r.Status, r.Body)
-	}
-	answer := r.json(t)
-	reclaimID, _ := answer["reclaimId"].(string)
-	terminateAfter, err := time.Parse(time.RFC3339, fmt.Sprint(answer["terminateAfter"]))
-	if err != nil || reclaimID == "" {
-		t.Fatalf("reclaim answer without reclaimId or terminateAfter: %s", r.Body)
-	}
+	answer, reclaimID, terminateAfter := reclaimVictimsWithGrace(t, node, 4)
 
 	notices := tenant.await("both eviction notices", 2, 30*time.Second, func(ev busEvent) bool { return ev.detail["nodeId"] == node })
 	noticed := map[string]time.Time{}

@@ -169,12 +169,17 @@ type Task struct {
 	Attempt      int      `json:"attempt"`
 	Round        int      `json:"round"`
 	MaxRounds    int      `json:"maxRounds"`
+	// AgentNotices asks for the agents' eviction notices (the NotifyAgents state) instead of a
+	// round. Not "phase": that names the operation-events task's phases.
+	AgentNotices bool `json:"agentNotices,omitempty"`
 
 	// Output only.
 	Done        bool        `json:"done"`
 	Terminated  []string    `json:"terminated,omitempty"`
 	AlreadyGone []string    `json:"alreadyGone,omitempty"`
 	Failed      []VMFailure `json:"failed,omitempty"`
+	// Notices: in a notice phase's output, each VM's notice state.
+	Notices map[string]string `json:"notices,omitempty"`
 }
 
 // VMFailure is a VM whose termination failed in the round.
@@ -190,6 +195,11 @@ func (t Task) Domain() capacity.TerminationTask {
 		ReclaimID: t.ReclaimID, NodeID: t.NodeID, VMIDs: t.VMIDs, ExecutionARN: t.ExecutionARN,
 		Attempt: t.Attempt, Round: t.Round, MaxRounds: t.MaxRounds,
 	}
+}
+
+// NoticeTask is the task as the domain's notice task.
+func (t Task) NoticeTask() capacity.NoticeTask {
+	return capacity.NoticeTask{ReclaimID: t.ReclaimID, NodeID: t.NodeID, Attempt: t.Attempt}
 }
 
 // TaskOf is the task's output for a round's report.
