@@ -111,6 +111,8 @@ bench: ## latency and size figures (see docs/numbers.md)
 	@$(MAKE) --no-print-directory synth ENV=local
 	go test -count=1 -run '^$$' -bench 'Reclaim|Bootstrap' -benchtime 200x ./localstack/e2e
 	go test -count=1 -run '^$$' -bench 'Termination$$' -benchtime 10x ./localstack/e2e
+	@echo "==> eviction notices: reclaim answer to the last notice delivered, 64 VMs over 8 nodes"
+	go test -count=1 -timeout 10m -run '^$$' -bench 'Notice$$' -benchtime 3x ./localstack/e2e
 	go test -count=1 -run '^$$' -bench ReclaimUnits -benchtime 1x ./shared/capacity
 	@echo "==> history: a fresh node against the same node after 1,000 cycles"
 	go test -count=1 -timeout 15m -run '^$$' -bench 'History$$' -benchtime 1x ./localstack/e2e

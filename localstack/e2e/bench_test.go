@@ -109,6 +109,7 @@ func shortBenchmarks() {
 	faultBenchNodes, faultBenchPerNode = 2, 2
 	contentionCalls, contentionCommits = 48, 6
 	floodCalls = 20
+	noticeNodes, noticePerNode = 2, 2
 }
 
 func percentile(d []time.Duration, p int) time.Duration {
