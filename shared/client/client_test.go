@@ -135,6 +135,22 @@ func TestRoutes(t *testing.T) {
 		}, "POST", "/dev/v1/nodes/node-1/vms", "", map[string]any{"vmId": "vm-1", "orgId": "b", "tier": "spot", "unitIds": []any{"gpu-2"}}, "k-1",
 			`{"id":"vm-1","nodeId":"node-1","orgId":"b","tier":"spot","unitIds":["gpu-2"],"state":"running","createdAt":"t"}`,
 			`{"id":"vm-1","nodeId":"node-1","orgId":"b","tier":"spot","unitIds":["gpu-2"],"state":"running","createdAt":"t"}`},
+		{"schedule a reclaim", func(c *client.Client) (any, *client.Meta, error) {
+			return c.ScheduleReclaim(ctx, "node-1", "res-1", client.ScheduleRequest{UnitIDs: []string{"gpu-2"}, At: "2026-12-24T02:00:00Z", GraceSeconds: 30}, opt)
+		}, "POST", "/dev/v1/nodes/node-1/reservations/res-1/reclaim", "",
+			map[string]any{"unitIds": []any{"gpu-2"}, "at": "2026-12-24T02:00:00Z", "graceSeconds": float64(30)}, "k-1", scheduledAnswer, scheduledAnswer},
+		{"get a scheduled reclaim", func(c *client.Client) (any, *client.Meta, error) {
+			return c.GetScheduledReclaim(ctx, "node-1", "res-1", "srcl_1")
+		}, "GET", "/dev/v1/nodes/node-1/reservations/res-1/scheduled-reclaims/srcl_1", "", nil, "", scheduledAnswer, scheduledAnswer},
+		{"cancel a scheduled reclaim escapes the id", func(c *client.Client) (any, *client.Meta, error) {
+			return c.CancelScheduledReclaim(ctx, "node-1", "res-1", "srcl/1")
+		}, "DELETE", "/dev/v1/nodes/node-1/reservations/res-1/scheduled-reclaims/srcl%2F1", "", nil, "", scheduledAnswer, scheduledAnswer},
+		{"retry a reclaim", func(c *client.Client) (any, *client.Meta, error) {
+			return c.RetryReclaim(ctx, "node-1", "res-1", "op-1", opt)
+		}, "POST", "/dev/v1/nodes/node-1/reservations/res-1/reclaims/op-1/retry", "", nil, "k-1", operationAnswer, operationAnswer},
+		{"force-end a VM", func(c *client.Client) (any, *client.Meta, error) {
+			return c.ForceEndVM(ctx, "node-1", "res-1", "op-1", "vm-1", "node wiped", opt)
+		}, "POST", "/dev/v1/nodes/node-1/reservations/res-1/reclaims/op-1/vms/vm-1/force-end", "", map[string]any{"reason": "node wiped"}, "k-1", operationAnswer, operationAnswer},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -165,6 +181,11 @@ func TestRoutes(t *testing.T) {
 		})
 	}
 }
+
+const (
+	scheduledAnswer = `{"id":"srcl_1","nodeId":"node-1","reservationId":"res-1","unitIds":["gpu-2"],"reason":"","graceSeconds":30,"at":"2026-12-24T02:00:00Z","state":"scheduled","createdAt":"t","createdByOrgId":"o"}`
+	operationAnswer = `{"id":"op-1","nodeId":"node-1","reservationId":"res-1","state":"pending-start","unitIds":["gpu-2"],"vms":[{"vmId":"vm-1","outcome":"pending"}],"attempt":2,"createdAt":"t"}`
+)
 
 func TestReclaimHeaders(t *testing.T) {
 	c, got := server(t, http.StatusOK, map[string]string{"ETag": `"abc"`, "Idempotent-Replayed": "true"},
