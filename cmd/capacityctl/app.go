@@ -30,6 +30,7 @@ const (
 	exitUsage       = 2
 	exitPlanChanged = 3 // reclaim: the plan changed between the dry run and the real call
 	exitVMsFailed   = 4 // reclaim: some evicted VM's termination failed
+	exitWaitExpired = 5 // reclaim --wait, reclaims wait: the wait ran out with the operation still running
 )
 
 // defaultOutputsFile is where the local stack (make run) writes its outputs.
@@ -58,6 +59,13 @@ type app struct {
 	describeStack func(ctx context.Context, cfg aws.Config, name string) (map[string]string, error)
 
 	outputs map[string]string // resolved lazily
+
+	// now is the clock the waiters count the grace and --wait with; tests set it.
+	now func() time.Time
+	// cmd is the command running; target names what it acts on (for the next command to
+	// suggest after a refusal).
+	cmd    *command
+	target target
 }
 
 // exitError carries an exit code; usage errors also print the command's usage.
@@ -65,6 +73,12 @@ type exitError struct {
 	code  int
 	err   error
 	usage func() // nil: none
+	// problem is the code of the problem document printed under --output json ("": by exit
+	// code); shown means the command already printed its JSON answer, which says it all.
+	problem string
+	shown   bool
+	// next is the command to run next ("": none known).
+	next string
 }
 
 func (e *exitError) Error() string {
@@ -73,6 +87,8 @@ func (e *exitError) Error() string {
 	}
 	return e.err.Error()
 }
+
+func (e *exitError) Unwrap() error { return e.err }
 
 func usageErr(fs *flag.FlagSet, format string, args ...any) error {
 	e := &exitError{code: exitUsage, err: fmt.Errorf(format, args...)}
@@ -84,30 +100,84 @@ func usageErr(fs *flag.FlagSet, format string, args ...any) error {
 
 func failed(code int, err error) error { return &exitError{code: code, err: err} }
 
-// command is one `<group> <verb>`.
+// command is one `<group> <verb>` (verb "" for a group that is one command: reclaim, release).
 type command struct {
 	group, verb, args, help string
 	run                     func(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error
+	examples                []string
+}
+
+func (c command) name() string { return strings.TrimSpace(c.group + " " + c.verb) }
+
+// groups says what each group is for, in the order help lists them.
+var groups = []struct{ name, help string }{
+	{"keys", "API keys"},
+	{"nodes", "nodes: register, read, rotate the agent's key"},
+	{"topology", "a node's unit list"},
+	{"reservations", "reservations of a node's units"},
+	{"release", "put idle exclusive units of a reservation on the spot market"},
+	{"vms", "VM placements (the marketplace scheduler)"},
+	{"reclaim", "take units back from the spot market: dry run, now, or scheduled (--at)"},
+	{"reclaims", "reclaim operations: the termination of the VMs a reclaim evicted"},
+	{"scheduled", "reclaims scheduled for later"},
+	{"audit", "the audit trail and its hash chains"},
+	{"completion", "shell completion scripts"},
+	{"version", "capacityctl's version and the API it talks to"},
 }
 
 func commands() []command {
 	return []command{
-		{"keys", "create", "--org ORG [--permissions P,...] [--operator] [--expires TIME] [--description TEXT] [--bootstrap]", "create an API key (prints its secret once); --bootstrap writes the first operator key with AWS credentials", keysCreate},
-		{"keys", "list", "[--limit N] [--cursor C]", "list API keys", keysList},
-		{"keys", "revoke", "KEY_ID [--reason TEXT]", "revoke an API key", keysRevoke},
-		{"nodes", "put", "--node N --owner ORG --units U,... --agent-endpoint URL [--reason TEXT]", "register or update a node (a new node's agent key, or a new owner's, is printed once)", nodesPut},
-		{"nodes", "rotate-key", "--node N [--reason TEXT]", "give the node's agent a new key (printed once; the previous one works 10 more minutes)", nodesRotateKey},
-		{"nodes", "get", "--node N", "show a node", nodesGet},
-		{"reservations", "create", "--node N --units U,... --allowed-orgs O,... [--managing-orgs O,...] [--id ID] [--status active|pending] [--starts TIME] [--ends TIME] [--contract REF] [--reason TEXT]", "create a reservation", reservationsCreate},
-		{"reservations", "list", "--node N [--limit N] [--cursor C]", "list a node's reservations", reservationsList},
-		{"reservations", "get", "--node N --reservation R", "show a reservation", reservationsGet},
-		{"reservations", "cancel", "--node N --reservation R [--reason TEXT]", "cancel a reservation and its pending scheduled reclaims (terminates nothing; lists the VMs on its units)", reservationsCancel},
-		{"reservations", "reaffirm", "--node N --reservation R [--reason TEXT]", "move a needs-review reservation back to active at the node's topology", reservationsReaffirm},
-		{"scheduled", "list", "--node N --reservation R [--limit N] [--cursor C]", "list a reservation's scheduled reclaims in order of at: pending, and fired or cancelled ones until their retention ends", scheduledList},
-		{"topology", "set", "--node N --units U,... [--expected-gen N] [--reason TEXT]", "set a node's unit list (its reservations go to needs-review)", topologySet},
-		{"audit", "list", "--node N [--reservation R] | --keys [--limit N] [--cursor C]", "list audit records", auditList},
-		{"audit", "verify", "--node N | --keys", "verify an audit hash chain; names the first altered, inserted or removed record", auditVerify},
-		{"reclaim", "", "--node N --reservation R --units U,... [--reason TEXT] [--grace SECONDS] [--yes] [--wait D] [--idempotency-key K]", "dry-run, confirm, reclaim with If-Match, then follow the termination (--idempotency-key resumes an interrupted reclaim)", reclaimCmd},
+		{"keys", "create", "--org ORG [--permissions P,...] [--operator] [--expires TIME] [--description TEXT] [--bootstrap]", "create an API key (prints its secret once); --bootstrap writes the first operator key with AWS credentials", keysCreate,
+			[]string{"capacityctl keys create --bootstrap --org org-platform --description 'platform on-call'",
+				"capacityctl keys create --org org-acme --permissions reservation.capacity,reservation.read --expires 2160h"}},
+		{"keys", "list", "[--limit N] [--cursor C]", "list API keys", keysList, []string{"capacityctl keys list --limit 100"}},
+		{"keys", "revoke", "KEY_ID [--reason TEXT]", "revoke an API key", keysRevoke, []string{"capacityctl keys revoke key-01hx --reason 'bootstrap done'"}},
+		{"nodes", "put", "--node N --owner ORG --units U,... --agent-endpoint URL [--reason TEXT]", "register or update a node (a new node's agent key, or a new owner's, is printed once)", nodesPut,
+			[]string{"capacityctl nodes put --node node-1 --owner org-acme --units gpu-0,gpu-1,gpu-2,gpu-3 --agent-endpoint https://node-1.agents.example.com"}},
+		{"nodes", "rotate-key", "--node N [--reason TEXT]", "give the node's agent a new key (printed once; the previous one works 10 more minutes)", nodesRotateKey,
+			[]string{"capacityctl nodes rotate-key --node node-1 --reason 'agent host replaced'"}},
+		{"nodes", "get", "--node N", "show a node", nodesGet, []string{"capacityctl nodes get --node node-1", "capacityctl -o json nodes get --node node-1"}},
+		{"reservations", "create", "--node N --units U,... --allowed-orgs O,... [--managing-orgs O,...] [--id ID] [--status active|pending] [--starts TIME] [--ends TIME] [--contract REF] [--reason TEXT]", "create a reservation", reservationsCreate,
+			[]string{"capacityctl reservations create --node node-1 --id res-acme --units gpu-0,gpu-1,gpu-2 --allowed-orgs org-acme --managing-orgs org-acme --ends 2027-01-01T00:00:00Z"}},
+		{"reservations", "list", "--node N [--limit N] [--cursor C]", "list a node's reservations", reservationsList, []string{"capacityctl reservations list --node node-1"}},
+		{"reservations", "get", "--node N --reservation R", "show a reservation", reservationsGet, []string{"capacityctl reservations get --node node-1 --reservation res-acme"}},
+		{"reservations", "cancel", "--node N --reservation R [--reason TEXT]", "cancel a reservation and its pending scheduled reclaims (terminates nothing; lists the VMs on its units)", reservationsCancel,
+			[]string{"capacityctl reservations cancel --node node-1 --reservation res-acme --reason 'contract ended'"}},
+		{"reservations", "reaffirm", "--node N --reservation R [--reason TEXT]", "move a needs-review reservation back to active at the node's topology", reservationsReaffirm,
+			[]string{"capacityctl reservations reaffirm --node node-1 --reservation res-acme --reason 'units checked'"}},
+		{"topology", "set", "--node N --units U,... [--expected-gen N] [--reason TEXT]", "set a node's unit list (its reservations go to needs-review)", topologySet,
+			[]string{"capacityctl topology set --node node-1 --units gpu-0,gpu-1,gpu-2,gpu-3,gpu-4 --expected-gen 1 --reason 'added gpu-4'"}},
+		{"release", "", "--node N --reservation R --units U,... [--reason TEXT]", "put idle exclusive units of a reservation on the spot market", releaseCmd,
+			[]string{"capacityctl release --node node-1 --reservation res-acme --units gpu-1 --reason 'idle until Monday'"}},
+		{"vms", "place", "--node N --vm VM --org ORG --tier spot|reserved|on-demand --units U,...", "record a VM placement (operator with vm.place: the marketplace scheduler)", vmsPlace,
+			[]string{"capacityctl vms place --node node-1 --vm vm-spot-7 --org org-buyer --tier spot --units gpu-1"}},
+		{"reclaim", "", "--node N --reservation R (--units U,... | --count N) [--reason TEXT] [--grace SECONDS] [--dry-run | --at TIME | [--yes] [--wait D] [--idempotency-key K]]", "dry-run, confirm, reclaim with If-Match, then follow the termination; --dry-run only shows the plan; --at schedules it (--idempotency-key resumes an interrupted reclaim)", reclaimCmd,
+			[]string{"capacityctl reclaim --dry-run --node node-1 --reservation res-acme --units gpu-1",
+				"capacityctl reclaim --node node-1 --reservation res-acme --units gpu-1 --reason 'training run' --grace 30",
+				"capacityctl reclaim --node node-1 --reservation res-acme --count 2 --yes --wait 5m",
+				"capacityctl reclaim --node node-1 --reservation res-acme --units gpu-1 --at 2026-12-24T02:00:00Z --reason 'night batch'"}},
+		{"reclaims", "get", "--node N --reservation R --reclaim ID", "show a reclaim operation: each evicted VM, its notice and its outcome", reclaimsGet,
+			[]string{"capacityctl reclaims get --node node-1 --reservation res-acme --reclaim rcl_01hx"}},
+		{"reclaims", "wait", "--node N --reservation R --reclaim ID [--wait D]", "follow a reclaim operation until every VM has an outcome (exit 5 if --wait runs out first)", reclaimsWait,
+			[]string{"capacityctl reclaims wait --node node-1 --reservation res-acme --reclaim rcl_01hx --wait 10m"}},
+		{"reclaims", "retry", "--node N --reservation R --reclaim ID [--wait D]", "re-drive an ended operation: terminate its VMs not yet terminated or gone again", reclaimsRetry,
+			[]string{"capacityctl reclaims retry --node node-1 --reservation res-acme --reclaim rcl_01hx --wait 5m"}},
+		{"reclaims", "force-end", "--node N --reservation R --reclaim ID --vm VM --reason TEXT", "end the termination of a VM of a failed operation, confirmed gone out of band (operator with node.manage)", reclaimsForceEnd,
+			[]string{"capacityctl reclaims force-end --node node-1 --reservation res-acme --reclaim rcl_01hx --vm vm-spot-7 --reason 'node wiped, ticket OPS-1234'"}},
+		{"scheduled", "list", "--node N --reservation R [--limit N] [--cursor C]", "list a reservation's scheduled reclaims in order of at: pending, and fired or cancelled ones until their retention ends", scheduledList,
+			[]string{"capacityctl scheduled list --node node-1 --reservation res-acme"}},
+		{"scheduled", "get", "--node N --reservation R --id ID", "show a scheduled reclaim: pending, or how it ended", scheduledGet,
+			[]string{"capacityctl scheduled get --node node-1 --reservation res-acme --id srcl_01hx"}},
+		{"scheduled", "cancel", "--node N --reservation R --id ID", "cancel a pending scheduled reclaim (repeat-safe)", scheduledCancel,
+			[]string{"capacityctl scheduled cancel --node node-1 --reservation res-acme --id srcl_01hx"}},
+		{"audit", "list", "--node N [--reservation R] | --keys [--limit N] [--cursor C]", "list audit records", auditList,
+			[]string{"capacityctl audit list --node node-1", "capacityctl audit list --node node-1 --reservation res-acme", "capacityctl audit list --keys"}},
+		{"audit", "verify", "--node N | --keys", "verify an audit hash chain; names the first altered, inserted or removed record", auditVerify,
+			[]string{"capacityctl audit verify --node node-1", "capacityctl -o json audit verify --keys"}},
+		{"completion", "", "bash|zsh|fish", "print a shell completion script (groups, verbs and flags)", completionCmd,
+			[]string{"source <(capacityctl completion bash)", "capacityctl completion zsh > \"${fpath[1]}/_capacityctl\"", "capacityctl completion fish > ~/.config/fish/completions/capacityctl.fish"}},
+		{"version", "", "", "print capacityctl's version (module, VCS revision) and the API it would talk to (no request is made)", versionCmd,
+			[]string{"capacityctl version", "capacityctl --stack capacity-dev -o json version"}},
 	}
 }
 
@@ -118,41 +188,57 @@ func run(ctx context.Context, args []string, std stdio, getenv func(string) stri
 
 func (a *app) main(ctx context.Context, args []string) int {
 	a.io.out, a.io.err = &termSafe{w: a.io.out}, &termSafe{w: a.io.err}
+	if a.now == nil {
+		a.now = time.Now
+	}
 	global := flag.NewFlagSet("capacityctl", flag.ContinueOnError)
-	global.SetOutput(a.io.err)
+	global.SetOutput(io.Discard) // its errors are reported below, with the usage
 	a.globalFlags(global)
-	global.Usage = func() { a.usage() }
 	if err := global.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			a.usage(a.io.out)
 			return exitOK
 		}
-		return exitUsage
+		return a.report(&exitError{code: exitUsage, err: err, usage: func() { a.usage(a.io.err) }})
 	}
 	rest := global.Args()
-	if len(rest) == 0 || rest[0] == "help" {
-		a.usage()
-		if len(rest) == 0 {
-			return exitUsage
+	if len(rest) == 0 {
+		a.usage(a.io.err)
+		return exitUsage
+	}
+	if rest[0] == "help" { // help [group [verb]]
+		if len(rest) == 1 {
+			a.usage(a.io.out)
+			return exitOK
 		}
-		return exitOK
+		rest = append(rest[1:], "--help")
 	}
 	cmd, rest, ok := a.find(rest)
 	if !ok {
-		fmt.Fprintf(a.io.err, "capacityctl: unknown command %q\n", strings.Join(rest, " "))
-		a.usage()
-		return exitUsage
+		if verbs := groupCommands(rest[0]); len(verbs) > 0 {
+			// A group alone, or with --help: its verbs. Anything else is not a command.
+			if len(rest) == 2 && isHelp(rest[1]) {
+				a.groupUsage(a.io.out, rest[0])
+				return exitOK
+			}
+			what := fmt.Errorf("%s needs a verb: one of %s", rest[0], strings.Join(verbNames(verbs), ", "))
+			if len(rest) > 1 {
+				what = fmt.Errorf("unknown command %q", strings.Join(rest[:2], " "))
+			}
+			return a.report(&exitError{code: exitUsage, err: what, usage: func() { a.groupUsage(a.io.err, rest[0]) }})
+		}
+		return a.report(&exitError{code: exitUsage, err: fmt.Errorf("unknown command %q", strings.Join(rest, " ")), usage: func() { a.usage(a.io.err) }})
 	}
-	name := strings.TrimSpace(cmd.group + " " + cmd.verb)
-	fs := flag.NewFlagSet("capacityctl "+name, flag.ContinueOnError)
-	fs.SetOutput(a.io.err)
-	a.globalFlags(fs) // global flags may follow the command too
-	fs.Usage = func() {
-		fmt.Fprintf(a.io.err, "usage: capacityctl %s %s\n  %s\n\nflags (global flags included):\n", name, cmd.args, cmd.help)
-		fs.PrintDefaults()
-	}
+	a.cmd = &cmd
+	fs := flag.NewFlagSet("capacityctl "+cmd.name(), flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // parse reports its errors, with the usage
+	a.globalFlags(fs)        // global flags may follow the command too
+	fs.Usage = func() { a.commandUsage(a.io.err, cmd, fs) }
 	err := cmd.run(ctx, a, fs, rest)
 	return a.report(err)
 }
+
+func isHelp(arg string) bool { return arg == "-h" || arg == "--help" || arg == "-help" }
 
 // find picks the command named by args and returns the rest.
 func (a *app) find(args []string) (command, []string, bool) {
@@ -167,27 +253,99 @@ func (a *app) find(args []string) (command, []string, bool) {
 	return command{}, args, false
 }
 
-func (a *app) usage() {
-	w := a.io.err
-	fmt.Fprintln(w, "usage: capacityctl [global flags] <group> <verb> [flags]")
-	fmt.Fprintln(w, "\ncommands:")
+// groupCommands are the commands of a group that has verbs.
+func groupCommands(group string) []command {
+	var out []command
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-22s %s\n", strings.TrimSpace(c.group+" "+c.verb), c.help)
+		if c.group == group && c.verb != "" {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func verbNames(cmds []command) []string {
+	out := make([]string, len(cmds))
+	for i, c := range cmds {
+		out[i] = c.verb
+	}
+	return out
+}
+
+// usage is capacityctl's help: every command, the global flags and the exit codes. Asked
+// for (help, -h), it goes to stdout; after a usage error, to stderr.
+func (a *app) usage(w io.Writer) {
+	fmt.Fprintln(w, "capacityctl operates the capacity service: keys, nodes, reservations, releases, placements, reclaims and the audit trail.")
+	fmt.Fprintln(w, "\nusage: capacityctl [global flags] <group> <verb> [flags]")
+	fmt.Fprintln(w, "       capacityctl help [<group> [<verb>]]    capacityctl <group> [<verb>] --help")
+	fmt.Fprintln(w, "\ncommands:")
+	tw := newTable(w)
+	for _, c := range commands() {
+		fmt.Fprintf(tw, "  %s\t%s\n", c.name(), c.help)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w, "\nexamples:")
+	for _, ex := range []string{
+		"capacityctl reservations list --node node-1",
+		"capacityctl reclaim --dry-run --node node-1 --reservation res-acme --units gpu-1",
+		"capacityctl reclaims wait --node node-1 --reservation res-acme --reclaim rcl_01hx",
+		"capacityctl help reclaim",
+	} {
+		fmt.Fprintln(w, "  "+ex)
 	}
 	fmt.Fprintln(w, "\nglobal flags (before or after the command):")
-	fmt.Fprintln(w, "  --endpoint URL   the API (else $CAPACITY_ENDPOINT, else ApiUrl of --outputs or --stack)")
-	fmt.Fprintln(w, "  --key KEY        the API key (else $CAPACITY_API_KEY)")
-	fmt.Fprintln(w, "  --outputs FILE   stack outputs file (cdk deploy --outputs-file; default "+defaultOutputsFile+" if present and its API is on this machine)")
-	fmt.Fprintln(w, "  --stack NAME     read the outputs of this CloudFormation stack (AWS credentials from the environment)")
-	fmt.Fprintln(w, "  --output FORMAT  table (default) or json")
-	fmt.Fprintln(w, "  --timeout D      per-request timeout (default 30s)")
-	fmt.Fprintln(w, "\nexit codes: 0 ok, 1 failed or refused, 2 usage, 3 reclaim plan changed, 4 reclaim: some VM failed to terminate")
+	fmt.Fprintln(w, "  --endpoint URL         the API (else $CAPACITY_ENDPOINT, else ApiUrl of --outputs or --stack)")
+	fmt.Fprintln(w, "  --key KEY              the API key (else $CAPACITY_API_KEY)")
+	fmt.Fprintln(w, "  --outputs FILE         stack outputs file (cdk deploy --outputs-file; default "+defaultOutputsFile+" if present and its API is on this machine)")
+	fmt.Fprintln(w, "  --stack NAME           read the outputs of this CloudFormation stack (AWS credentials from the environment)")
+	fmt.Fprintln(w, "  -o, --output FORMAT    table (default) or json; under json a failure prints its problem document (RFC 9457) on stdout")
+	fmt.Fprintln(w, "  --timeout D            per-request timeout (default 30s)")
+	fmt.Fprintln(w, "\nexit codes: 0 ok, 1 failed or refused, 2 usage, 3 reclaim plan changed, 4 reclaim: some VM failed to terminate,")
+	fmt.Fprintln(w, "            5 reclaim --wait or reclaims wait ran out (the operation goes on; the command that follows it again is printed)")
+}
+
+// groupUsage lists a group's verbs with their examples.
+func (a *app) groupUsage(w io.Writer, group string) {
+	for _, g := range groups {
+		if g.name == group {
+			fmt.Fprintf(w, "capacityctl %s: %s\n", group, g.help)
+		}
+	}
+	fmt.Fprintf(w, "\nusage: capacityctl [global flags] %s <verb> [flags]    (capacityctl %s <verb> --help for its flags)\n\nverbs:\n", group, group)
+	cmds := groupCommands(group)
+	tw := newTable(w)
+	for _, c := range cmds {
+		fmt.Fprintf(tw, "  %s\t%s\n", c.verb, c.help)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w, "\nexamples:")
+	for _, c := range cmds {
+		for _, ex := range c.examples {
+			fmt.Fprintln(w, "  "+ex)
+		}
+	}
+}
+
+// commandUsage is one command's help: its synopsis, what it does, examples and every flag.
+func (a *app) commandUsage(w io.Writer, c command, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "usage: capacityctl %s %s\n  %s\n", c.name(), c.args, c.help)
+	if len(c.examples) > 0 {
+		fmt.Fprintln(w, "\nexamples:")
+		for _, ex := range c.examples {
+			fmt.Fprintln(w, "  "+ex)
+		}
+	}
+	fmt.Fprintln(w, "\nflags (global flags included):")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
 }
 
 func (a *app) globalFlags(fs *flag.FlagSet) {
 	fs.StringVar(&a.endpoint, "endpoint", a.endpoint, "API base URL")
 	fs.StringVar(&a.key, "key", a.key, "API key")
 	fs.StringVar(&a.output, "output", orDefault(a.output, "table"), "table or json")
+	fs.StringVar(&a.output, "o", orDefault(a.output, "table"), "table or json (--output)")
 	fs.StringVar(&a.outputsFile, "outputs", a.outputsFile, "stack outputs file")
 	fs.StringVar(&a.stack, "stack", a.stack, "CloudFormation stack name")
 	fs.DurationVar(&a.timeout, "timeout", orDefaultDuration(a.timeout, 30*time.Second), "per-request timeout")
@@ -207,53 +365,45 @@ func orDefaultDuration(v, d time.Duration) time.Duration {
 	return v
 }
 
-// report prints err and returns the exit code.
-func (a *app) report(err error) int {
-	if err == nil {
-		return exitOK
-	}
-	var ee *exitError
-	if errors.As(err, &ee) {
-		if ee.err == nil {
-			return ee.code
-		}
-		fmt.Fprintln(a.io.err, "capacityctl:", ee.err)
-		if ee.usage != nil {
-			ee.usage()
-		}
-		return ee.code
-	}
-	var pe *client.Error
-	if errors.As(err, &pe) {
-		fmt.Fprintf(a.io.err, "capacityctl: %s\n", err) // with what it wraps: which call, how many attempts
-		if pe.RequestID != "" {
-			fmt.Fprintf(a.io.err, "  request id: %s\n", pe.RequestID)
-		}
-		return exitFailed
-	}
-	fmt.Fprintln(a.io.err, "capacityctl:", err)
-	return exitFailed
-}
-
 // parse parses a command's flags and refuses leftovers beyond maxArgs positional arguments.
+// --help prints the command's help on stdout.
 func (a *app) parse(fs *flag.FlagSet, args []string, maxArgs int) ([]string, error) {
 	// Positional arguments may come before the flags (keys revoke KEY_ID --reason x).
 	var pos []string
 	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		pos, args = append(pos, args[0]), args[1:]
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) { // the flag package has printed the usage
-			return nil, &exitError{code: exitOK}
+	usage := fs.Usage
+	fs.Usage = func() {} // the flag package would print it on -h and on errors: done below
+	err := fs.Parse(args)
+	fs.Usage = usage
+	if errors.Is(err, flag.ErrHelp) {
+		if a.cmd != nil {
+			a.commandUsage(a.io.out, *a.cmd, fs)
 		}
-		return nil, &exitError{code: exitUsage, err: err} // printed with the usage by the flag package
+		return nil, &exitError{code: exitOK}
+	}
+	if err != nil {
+		return nil, &exitError{code: exitUsage, err: err, usage: usage}
 	}
 	pos = append(pos, fs.Args()...)
+	look := func(name string) string {
+		if f := fs.Lookup(name); f != nil {
+			return f.Value.String()
+		}
+		return ""
+	}
+	a.target = target{node: look("node"), reservation: look("reservation"), units: look("units"), reclaim: look("reclaim")}
+	if a.cmd != nil && a.cmd.group == "scheduled" {
+		a.target.scheduled = look("id")
+	}
 	if len(pos) > maxArgs {
 		return nil, usageErr(fs, "unexpected argument %q", pos[maxArgs])
 	}
 	if a.output != "table" && a.output != "json" {
-		return nil, usageErr(fs, "--output must be table or json, not %q", a.output)
+		output := a.output
+		a.output = "table" // the problem is told as text: json was not asked for
+		return nil, usageErr(fs, "--output must be table or json, not %q", output)
 	}
 	return pos, nil
 }

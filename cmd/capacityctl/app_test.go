@@ -98,6 +98,20 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{"no command", false, nil, "usage: capacityctl"},
 		{"unknown command", false, []string{"nodes", "explode"}, `unknown command "nodes explode"`},
+		{"a group without its verb", false, []string{"reclaims"}, "reclaims needs a verb: one of get, wait, retry, force-end"},
+		{"no such group", false, []string{"nodez"}, `unknown command "nodez"`},
+		{"bad -o", false, []string{"-o", "yaml", "nodes", "get", "--node", "n"}, "--output must be table or json"},
+		{"dry run and at", false, []string{"reclaim", "--node", "n", "--reservation", "r", "--units", "u", "--dry-run", "--at", "1h"}, "--dry-run or --at, not both"},
+		{"at with a count", false, []string{"reclaim", "--node", "n", "--reservation", "r", "--count", "1", "--at", "1h"}, "--at needs --units"},
+		{"at in the past", false, []string{"reclaim", "--node", "n", "--reservation", "r", "--units", "u", "--at", "-1h"}, "--at: want a positive duration"},
+		{"bad at", false, []string{"reclaim", "--node", "n", "--reservation", "r", "--units", "u", "--at", "midnight"}, "--at: want an RFC 3339 time"},
+		{"bad tier", false, []string{"vms", "place", "--node", "n", "--vm", "v", "--org", "o", "--tier", "gold", "--units", "u"}, "--tier must be spot, reserved or on-demand"},
+		{"force-end without a reason", false, []string{"reclaims", "force-end", "--node", "n", "--reservation", "r", "--reclaim", "op", "--vm", "v"}, "--reason is required"},
+		{"wait without the reclaim", false, []string{"reclaims", "wait", "--node", "n", "--reservation", "r"}, "--reclaim is required"},
+		{"scheduled cancel without an id", false, []string{"scheduled", "cancel", "--node", "n", "--reservation", "r"}, "--id is required"},
+		{"release without units", false, []string{"release", "--node", "n", "--reservation", "r"}, "--units is required"},
+		{"completion of no shell", false, []string{"completion"}, "name the shell"},
+		{"completion of another shell", false, []string{"completion", "tcsh"}, "completion for bash, zsh or fish"},
 		{"missing flag", false, []string{"reservations", "get", "--node", "n"}, "--reservation is required"},
 		{"bad output", false, []string{"--output", "xml", "nodes", "get", "--node", "n"}, "--output must be table or json"},
 		{"unknown flag", false, []string{"nodes", "get", "--nod", "n"}, "flag provided but not defined: -nod"},
@@ -134,23 +148,50 @@ func TestUsageErrors(t *testing.T) {
 func TestHelp(t *testing.T) {
 	tests := []struct {
 		args []string
-		want []string // flags the help must list
+		want []string // the help must hold these (flags: listed as "  -name")
 	}{
-		{[]string{"help"}, nil},
-		{[]string{"-h"}, nil},
-		{[]string{"reclaim", "-h"}, []string{"-idempotency-key", "-wait", "-grace", "-yes", "-endpoint"}},
-		{[]string{"keys", "create", "--help"}, []string{"-bootstrap", "-idempotency-key", "-rate-limit"}},
-		{[]string{"topology", "set", "--help"}, []string{"-expected-gen", "-idempotency-key"}},
+		{[]string{"help"}, []string{"usage: capacityctl", "reclaims wait", "examples:", "exit codes:", "5 reclaim --wait or reclaims wait ran out"}},
+		{[]string{"-h"}, []string{"usage: capacityctl", "-o, --output FORMAT"}},
+		{[]string{"reclaim", "-h"}, []string{"  -idempotency-key", "  -wait", "  -grace", "  -yes", "  -endpoint", "  -dry-run", "  -at", "  -o ", "capacityctl reclaim --dry-run --node"}},
+		{[]string{"keys", "create", "--help"}, []string{"  -bootstrap", "  -idempotency-key", "  -rate-limit", "examples:"}},
+		{[]string{"topology", "set", "--help"}, []string{"  -expected-gen", "  -idempotency-key"}},
+		{[]string{"reclaims", "--help"}, []string{"capacityctl reclaims: reclaim operations", "verbs:", "  get ", "  wait ", "  retry ", "  force-end ", "capacityctl reclaims wait --node node-1"}},
+		{[]string{"help", "scheduled"}, []string{"  cancel ", "capacityctl scheduled cancel --node node-1 --reservation res-acme --id srcl_01hx"}},
+		{[]string{"help", "reclaims", "force-end"}, []string{"usage: capacityctl reclaims force-end", "  -vm", "  -reason"}},
 	}
 	for _, tt := range tests {
 		got := runCLI(t, nil, "", nil, tt.args...)
-		if got.code != exitOK || !strings.Contains(got.err, "sage") || strings.Contains(got.err, "capacityctl: ") {
-			t.Errorf("%v: exit %d\n%s", tt.args, got.code, got.err)
+		if got.code != exitOK || got.err != "" {
+			t.Errorf("%v: exit %d, stderr %q; want 0 and the help on stdout", tt.args, got.code, got.err)
 		}
-		for _, f := range tt.want {
-			if !strings.Contains(got.err, "  "+f+" ") && !strings.Contains(got.err, "  "+f+"\n") {
-				t.Errorf("%v: the help does not list %s\n%s", tt.args, f, got.err)
+		for _, w := range tt.want {
+			if !strings.Contains(got.stdout, w) {
+				t.Errorf("%v: the help lacks %q\n%s", tt.args, w, got.stdout)
 			}
+		}
+	}
+}
+
+// Every command's and every group's help has examples, and each example names its command.
+func TestHelpExamples(t *testing.T) {
+	for _, c := range commands() {
+		if len(c.examples) == 0 {
+			t.Errorf("%s has no example", c.name())
+		}
+		for _, ex := range c.examples {
+			if !strings.Contains(ex, "capacityctl ") || !strings.Contains(ex, " "+c.group) {
+				t.Errorf("%s: example %q does not run it", c.name(), ex)
+			}
+		}
+		got := runCLI(t, nil, "", nil, append(strings.Fields(c.name()), "--help")...)
+		if got.code != exitOK || !strings.Contains(got.stdout, "usage: capacityctl "+c.name()) || !strings.Contains(got.stdout, c.examples[0]) {
+			t.Errorf("%s --help: exit %d\n%s", c.name(), got.code, got.stdout)
+		}
+	}
+	for _, g := range groups {
+		got := runCLI(t, nil, "", nil, g.name, "--help")
+		if got.code != exitOK || !strings.Contains(got.stdout, "examples:") {
+			t.Errorf("%s --help: exit %d\n%s%s", g.name, got.code, got.stdout, got.err)
 		}
 	}
 }

@@ -317,7 +317,9 @@ func (a *app) verifyFailed(chain string, head wire.AuditHeadJSON, rep capacity.C
 	} else {
 		fmt.Fprintf(a.io.out, "FAILED: audit chain of %s: %s\n", chain, describe(rep, rec, v.KeyID))
 	}
-	return failed(exitFailed, fmt.Errorf("audit chain of %s does not verify: %s record (seq %d, id %s)", chain, rep.Problem, rep.Seq, dash(rep.RecordID)))
+	// Under --output json the report printed is the answer: ok false, and what is wrong.
+	return &exitError{code: exitFailed, shown: true,
+		err: fmt.Errorf("audit chain of %s does not verify: %s record (seq %d, id %s)", chain, rep.Problem, rep.Seq, dash(rep.RecordID))}
 }
 
 // describe says what is wrong, naming the record (and the key, if one does not match it).

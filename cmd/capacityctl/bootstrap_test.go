@@ -87,8 +87,10 @@ func TestBootstrapKey(t *testing.T) {
 				}
 			}
 			if !tt.stored {
-				if out != "" {
-					t.Errorf("printed %q for a key that was not written", out)
+				// Under --output json a failure prints its problem document, and nothing else.
+				var p cliProblem
+				if err := json.Unmarshal([]byte(out), &p); err != nil || p.Code != "failed" || p.ExitCode != tt.code || strings.Contains(out, "secret") {
+					t.Errorf("printed %q for a key that was not written; want only the problem (%v)", out, err)
 				}
 				if n := len(env.Items(t, env.Store.KeysTable)) + len(env.Items(t, env.Store.AuditTable)); n != 0 {
 					t.Errorf("%d items written", n)

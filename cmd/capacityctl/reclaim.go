@@ -32,8 +32,10 @@ func reclaimCmd(ctx context.Context, a *app, fs *flag.FlagSet, args []string) er
 	count := fs.Int("count", 0, "reclaim this many units, chosen by the service, least disruption first (instead of --units)")
 	reason := fs.String("reason", "", "why (kept in the audit trail)")
 	grace := fs.Int("grace", 0, "seconds the evicted VMs get before their termination (0..120)")
+	dryRun := fs.Bool("dry-run", false, "show the plan (the VMs it would terminate and skip, and its ETag) and change nothing")
+	at := fs.String("at", "", "schedule the reclaim for this time instead (RFC 3339, or a duration from now such as 2h): its plan is decided when it fires")
 	yes := fs.Bool("yes", false, "do not ask before the real reclaim")
-	wait := fs.Duration("wait", 15*time.Minute, "how long to follow the termination")
+	wait := fs.Duration("wait", 15*time.Minute, "how long to follow the termination (0: do not follow; print the command that does)")
 	idem := fs.String("idempotency-key", "", "Idempotency-Key of the real call: pass the one an interrupted reclaim printed to resume it (default: a new one)")
 	if err := a.parseFlags(fs, args, "node", "reservation"); err != nil {
 		return err
@@ -47,15 +49,32 @@ func reclaimCmd(ctx context.Context, a *app, fs *flag.FlagSet, args []string) er
 	if *grace < 0 || *grace > 120 {
 		return usageErr(fs, "--grace must be 0..120 seconds")
 	}
+	if *wait < 0 {
+		return usageErr(fs, "--wait must not be negative")
+	}
+	if *at != "" {
+		if *dryRun {
+			return usageErr(fs, "--dry-run or --at, not both: a scheduled reclaim's plan is made when it fires")
+		}
+		if *count != 0 {
+			return usageErr(fs, "--at needs --units: a count is planned against the units' state when it is asked, not when the reclaim fires")
+		}
+		when, err := parseExpiry(*at, a.now())
+		if err != nil {
+			return usageErr(fs, "--at: %v", err)
+		}
+		c, err := a.client(ctx)
+		if err != nil {
+			return err
+		}
+		return a.scheduleReclaim(ctx, c, *node, *res, client.ScheduleRequest{UnitIDs: list(*units), At: when.Format(time.RFC3339), Reason: *reason, GraceSeconds: *grace}, *idem)
+	}
 	c, err := a.client(ctx)
 	if err != nil {
 		return err
 	}
 	// Progress and prompts go to stderr with --output json, so stdout stays JSON.
-	info := a.io.out
-	if a.output == "json" {
-		info = a.io.err
-	}
+	info := a.info()
 	req := client.ReclaimRequest{UnitIDs: list(*units), Reason: *reason, GraceSeconds: *grace, DryRun: true}
 
 	plan, meta, err := a.planOf(ctx, c, info, *node, *res, &req, *count)
@@ -63,12 +82,20 @@ func reclaimCmd(ctx context.Context, a *app, fs *flag.FlagSet, args []string) er
 		return err
 	}
 	*units = strings.Join(req.UnitIDs, ",")
+	a.target.units = *units
 	etag := meta.ETag
 	if etag == "" { // the header is the plan's ETag; the member says the same
 		etag = plan.PlanETag
 	}
 	if etag != "" && !strings.HasPrefix(etag, `"`) && !strings.HasPrefix(etag, "W/") {
 		etag = `"` + etag + `"`
+	}
+	if *dryRun {
+		if err := a.emit(meta, func(w io.Writer) { planTable(w, *plan) }); err != nil {
+			return err
+		}
+		fmt.Fprintf(info, "dry run: nothing changed. To reclaim: %s\n", a.reclaimCommand(*node, *res, *units, *reason, *grace, ""))
+		return nil
 	}
 	fmt.Fprintln(info, "Plan (dry run, nothing changed yet):")
 	if err := a.show(info, meta, func(w io.Writer) { planTable(w, *plan) }); err != nil {
@@ -78,12 +105,12 @@ func reclaimCmd(ctx context.Context, a *app, fs *flag.FlagSet, args []string) er
 		ok, err := confirm(ctx, a.io.in, a.io.err, "Proceed? [y/N] ")
 		if err != nil {
 			if ctx.Err() != nil {
-				return failed(exitFailed, errors.New("interrupted; nothing was reclaimed"))
+				return &exitError{code: exitFailed, err: errors.New("interrupted; nothing was reclaimed"), problem: "interrupted"}
 			}
 			return err
 		}
 		if !ok {
-			return failed(exitFailed, errors.New("not confirmed; nothing changed"))
+			return &exitError{code: exitFailed, err: errors.New("not confirmed; nothing changed"), problem: "not_confirmed"}
 		}
 	}
 
@@ -94,25 +121,26 @@ func reclaimCmd(ctx context.Context, a *app, fs *flag.FlagSet, args []string) er
 	}
 	// The key is printed before the call: if its answer never comes, the reclaim may still
 	// have landed, and only this key finds out (a rerun with it replays the stored answer).
-	resume := resumeCommand(*node, *res, *units, *reason, *grace, opt.IdempotencyKey)
+	resume := a.reclaimCommand(*node, *res, *units, *reason, *grace, opt.IdempotencyKey)
 	fmt.Fprintf(a.io.err, "Idempotency-Key %s (if no answer comes, resume with: %s)\n", opt.IdempotencyKey, resume)
-	done, meta, err := a.reclaimWithRetry(ctx, c, *node, *res, req, opt)
+	done, meta, err := withRetry(ctx, a, "reclaim", func() (*wire.ReservationJSON, *client.Meta, error) {
+		return c.Reclaim(ctx, *node, *res, req, opt)
+	})
 	if err != nil {
 		var pe *client.Error
 		if !errors.As(err, &pe) || retryableWrite(context.Background(), err) {
 			// No definite answer: the reclaim may or may not have been made.
 			fmt.Fprintf(a.io.err, "capacityctl: no answer to the reclaim; it may have been made. Resume it (the same Idempotency-Key replays its answer if it landed):\n  %s\n", resume)
+			return &exitError{code: exitFailed, err: err, problem: "no_answer", next: resume}
 		}
-		if errors.As(err, &pe) && pe.Code == "plan_changed" {
+		if pe.Code == string(capacity.CodePlanChanged) {
 			fmt.Fprintln(a.io.err, "capacityctl: the plan changed since the dry run; nothing was reclaimed. The new plan:")
-			if a.output == "json" {
-				_ = printJSON(a.io.out, pe.Body)
-			} else if pe.Plan != nil {
+			if a.output != "json" && pe.Plan != nil { // under json, the problem printed carries it
 				if err := a.show(a.io.out, nil, func(w io.Writer) { planTable(w, *pe.Plan) }); err != nil {
 					return err
 				}
 			}
-			return &exitError{code: exitPlanChanged, err: errors.New("plan changed: review the new plan and run the reclaim again")}
+			return &exitError{code: exitPlanChanged, err: fmt.Errorf("plan changed: review the new plan and run the reclaim again: %w", err)}
 		}
 		return err
 	}
@@ -138,7 +166,38 @@ func reclaimCmd(ctx context.Context, a *app, fs *flag.FlagSet, args []string) er
 		fmt.Fprintln(info, "nothing to terminate")
 		return nil
 	}
-	return a.follow(ctx, c, info, *node, *res, done.ReclaimID, *wait)
+	a.target.reclaim = done.ReclaimID
+	return a.follow(ctx, c, info, *node, *res, done.ReclaimID, *wait, done.TerminateAfter)
+}
+
+// info is where progress, prompts and hints go: stdout, or stderr with --output json so that
+// stdout stays JSON.
+func (a *app) info() io.Writer {
+	if a.output == "json" {
+		return a.io.err
+	}
+	return a.io.out
+}
+
+// scheduleReclaim schedules a reclaim and prints it with the command that cancels it.
+func (a *app) scheduleReclaim(ctx context.Context, c *client.Client, node, res string, req client.ScheduleRequest, idem string) error {
+	opt := client.Options{IdempotencyKey: idem}
+	if opt.IdempotencyKey == "" {
+		opt.IdempotencyKey = "capacityctl-" + capacity.NewID()
+	}
+	fmt.Fprintf(a.io.err, "Idempotency-Key %s (if no answer comes, run the same command with --idempotency-key %s: it finds the reclaim it scheduled)\n", opt.IdempotencyKey, opt.IdempotencyKey)
+	sr, meta, err := withRetry(ctx, a, "schedule", func() (*wire.ScheduledReclaimJSON, *client.Meta, error) {
+		return c.ScheduleReclaim(ctx, node, res, req, opt)
+	})
+	if err != nil {
+		return err
+	}
+	a.target.scheduled = sr.ID
+	if err := a.emit(meta, func(w io.Writer) { scheduledTable(w, *sr) }); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.info(), "cancel it before %s with: %s\n", sr.At, a.cmdline("scheduled", "cancel", "--node", shellQuote(node), "--reservation", shellQuote(res), "--id", shellQuote(sr.ID)))
+	return nil
 }
 
 // planOf answers the plan the reclaim will carry out: with count, the service's choice of
@@ -241,42 +300,47 @@ func retryableRead(ctx context.Context, err error) bool {
 	return true
 }
 
-// reclaimWithRetry sends the real reclaim, retrying what retryableWrite allows with
-// exponential backoff (from one poll interval, capped at maxBackoff of them).
-func (a *app) reclaimWithRetry(ctx context.Context, c *client.Client, node, res string, req client.ReclaimRequest, opt client.Options) (*wire.ReservationJSON, *client.Meta, error) {
+// withRetry sends a write (what names it) whose attempts all carry one Idempotency-Key,
+// retrying what retryableWrite allows with exponential backoff (from one poll interval, capped
+// at maxBackoff of them).
+func withRetry[T any](ctx context.Context, a *app, what string, send func() (*T, *client.Meta, error)) (*T, *client.Meta, error) {
 	pause := a.pollEvery
 	for attempt := 1; ; attempt++ {
-		out, meta, err := c.Reclaim(ctx, node, res, req, opt)
+		out, meta, err := send()
 		if err == nil || !retryableWrite(ctx, err) {
 			if err != nil && ctx.Err() != nil {
-				return nil, nil, fmt.Errorf("reclaim interrupted: %w", ctx.Err())
+				return nil, nil, fmt.Errorf("%s interrupted: %w", what, ctx.Err())
 			}
 			return out, meta, err
 		}
 		if attempt == reclaimAttempts {
-			return nil, nil, fmt.Errorf("reclaim: no answer after %d attempts: %w", reclaimAttempts, err)
+			return nil, nil, fmt.Errorf("%s: no answer after %d attempts: %w", what, reclaimAttempts, err)
 		}
-		fmt.Fprintf(a.io.err, "reclaim attempt %d of %d: %v; retrying in %s with the same Idempotency-Key\n", attempt, reclaimAttempts, err, pause)
+		fmt.Fprintf(a.io.err, "%s attempt %d of %d: %v; retrying in %s with the same Idempotency-Key\n", what, attempt, reclaimAttempts, err, pause)
 		select {
 		case <-ctx.Done():
-			return nil, nil, fmt.Errorf("reclaim interrupted: %w", ctx.Err())
+			return nil, nil, fmt.Errorf("%s interrupted: %w", what, ctx.Err())
 		case <-time.After(pause):
 		}
 		pause = min(2*pause, maxBackoff*a.pollEvery)
 	}
 }
 
-// resumeCommand is the command line that resumes an interrupted reclaim: the same body (the
-// API refuses a key reused with another one) and the same key, confirmed.
-func resumeCommand(node, res, units, reason string, grace int, key string) string {
-	args := []string{"capacityctl", "reclaim", "--node", shellQuote(node), "--reservation", shellQuote(res), "--units", shellQuote(units)}
+// reclaimCommand is the command line of a reclaim: with key, the one that resumes an
+// interrupted reclaim (the same body, which the API demands of a reused key, and the same
+// key, confirmed); without, the one that runs a dry run's plan.
+func (a *app) reclaimCommand(node, res, units, reason string, grace int, key string) string {
+	args := []string{"reclaim", "--node", shellQuote(node), "--reservation", shellQuote(res), "--units", shellQuote(units)}
 	if reason != "" {
 		args = append(args, "--reason", shellQuote(reason))
 	}
 	if grace != 0 {
 		args = append(args, "--grace", fmt.Sprint(grace))
 	}
-	return strings.Join(append(args, "--idempotency-key", shellQuote(key), "--yes"), " ")
+	if key != "" {
+		args = append(args, "--idempotency-key", shellQuote(key), "--yes")
+	}
+	return a.cmdline(args...)
 }
 
 // shellQuote quotes s for a POSIX shell unless it is plainly safe.
@@ -318,26 +382,32 @@ func progressOf(op *wire.OperationJSON) progress {
 	return p
 }
 
-// follow polls the reclaim operation until every VM has an outcome, printing a line per change.
-func (a *app) follow(ctx context.Context, c *client.Client, w io.Writer, node, res, id string, wait time.Duration) error {
-	deadline := time.Now().Add(wait)
-	var last *progress
+// follow polls the reclaim operation until every VM has an outcome, printing a line per
+// change: each eviction notice as it is delivered, a countdown through the grace (from
+// terminateAfter, the reclaim's answer's, else the notices'), each VM's outcome and the
+// count. It exits 4 if a VM failed, and 5 (with the command that follows it again) if wait
+// runs out first.
+func (a *app) follow(ctx context.Context, c *client.Client, w io.Writer, node, res, id string, wait time.Duration, terminateAfter string) error {
+	again := a.cmdline("reclaims", "wait", "--node", shellQuote(node), "--reservation", shellQuote(res), "--reclaim", shellQuote(id))
+	if wait == 0 {
+		fmt.Fprintf(w, "not following it (--wait 0); follow it with: %s\n", again)
+		return nil
+	}
+	deadline := a.now().Add(wait)
+	wt := newWatch(terminateAfter)
 	var lastErr error
 	for {
 		op, meta, err := c.GetReclaim(ctx, node, res, id)
 		switch {
 		case err != nil && ctx.Err() != nil:
-			return fmt.Errorf("stopped following reclaim %s (its termination goes on): %w", id, ctx.Err())
+			return &exitError{code: exitFailed, err: fmt.Errorf("stopped following reclaim %s (its termination goes on): %w", id, ctx.Err()), problem: "interrupted", next: again}
 		case err != nil && !retryableRead(ctx, err):
 			return fmt.Errorf("follow reclaim %s: %w", id, err)
 		case err != nil:
 			lastErr = err
 		default:
+			wt.report(w, op, a.now())
 			p := progressOf(op)
-			if last == nil || *last != p {
-				fmt.Fprintln(w, p)
-				last = &p
-			}
 			finished := p.pending == 0 || op.State == string(capacity.OpFailed) || op.State == string(capacity.OpCompleted)
 			if finished {
 				if a.output == "json" {
@@ -346,31 +416,116 @@ func (a *app) follow(ctx context.Context, c *client.Client, w io.Writer, node, r
 					}
 				}
 				if p.failed > 0 || p.pending > 0 {
-					why := op.Reason
 					for _, v := range op.VMs {
 						if v.Outcome == string(capacity.OutcomeFailed) && v.Error != "" {
 							fmt.Fprintf(a.io.err, "  %s: %s\n", v.VMID, v.Error)
 						}
 					}
-					return &exitError{code: exitVMsFailed, err: fmt.Errorf("reclaim %s is %s with %d VMs failed and %d without an outcome %s(re-drive: POST .../reclaims/%s/retry)",
-						id, op.State, p.failed, p.pending, parens(why), id)}
+					return &exitError{code: exitVMsFailed, shown: a.output == "json",
+						err: fmt.Errorf("reclaim %s is %s with %d VMs failed and %d without an outcome %s(re-drive it; an operator may force-end a VM confirmed gone: capacityctl reclaims force-end)",
+							id, op.State, p.failed, p.pending, parens(op.Reason)),
+						next: a.cmdline("reclaims", "retry", "--node", shellQuote(node), "--reservation", shellQuote(res), "--reclaim", shellQuote(id))}
 				}
 				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			msg := fmt.Sprintf("reclaim %s still running after %s", id, wait)
+		if !a.now().Before(deadline) {
+			msg := fmt.Sprintf("reclaim %s still running after %s; its termination goes on", id, wait)
 			if lastErr != nil {
 				msg += " (last error: " + lastErr.Error() + ")"
 			}
-			return failed(exitFailed, errors.New(msg))
+			return &exitError{code: exitWaitExpired, err: errors.New(msg), next: again}
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("stopped following reclaim %s (its termination goes on): %w", id, ctx.Err())
+			return &exitError{code: exitFailed, err: fmt.Errorf("stopped following reclaim %s (its termination goes on): %w", id, ctx.Err()), problem: "interrupted", next: again}
 		case <-time.After(a.pollEvery):
 		}
 	}
+}
+
+// watch is what following an operation has told so far.
+type watch struct {
+	terminateAfter time.Time
+	noticed, ended map[string]bool
+	last           *progress
+	step           int64 // the countdown's last step printed, in seconds (0: none yet)
+	graceOver      bool
+}
+
+func newWatch(terminateAfter string) *watch {
+	wt := &watch{noticed: map[string]bool{}, ended: map[string]bool{}}
+	wt.terminateAfter, _ = time.Parse(time.RFC3339, terminateAfter)
+	return wt
+}
+
+// report prints what changed since the last poll.
+func (wt *watch) report(w io.Writer, op *wire.OperationJSON, now time.Time) {
+	for _, v := range op.VMs {
+		if v.Notice == nil || wt.noticed[v.VMID] {
+			continue
+		}
+		wt.noticed[v.VMID] = true
+		n := v.Notice
+		if wt.terminateAfter.IsZero() {
+			wt.terminateAfter, _ = time.Parse(time.RFC3339, n.TerminateAfter)
+		}
+		switch n.State {
+		case "delivered":
+			fmt.Fprintf(w, "notice delivered to %s at %s (terminated from %s)\n", v.VMID, n.At, n.TerminateAfter)
+		case "unsupported":
+			fmt.Fprintf(w, "notice to %s not delivered: its agent predates eviction notices (terminated from %s all the same)\n", v.VMID, n.TerminateAfter)
+		case "unknown-vm":
+			fmt.Fprintf(w, "notice to %s not delivered: its agent does not know the VM\n", v.VMID)
+		default:
+			fmt.Fprintf(w, "notice to %s %s%s\n", v.VMID, n.State, colonText(n.Error))
+		}
+	}
+	p := progressOf(op)
+	if !wt.terminateAfter.IsZero() && p.pending > 0 {
+		left := wt.terminateAfter.Sub(now)
+		switch {
+		case left > 0:
+			// A line per step: every 10 s, then every second of the last 10.
+			secs := int64((left + time.Second - 1) / time.Second)
+			step := secs
+			if secs > 10 {
+				step = (secs + 9) / 10 * 10
+			}
+			if step != wt.step {
+				wt.step = step
+				fmt.Fprintf(w, "grace: %ds left before termination (at %s)\n", step, wt.terminateAfter.UTC().Format(time.RFC3339))
+			}
+		case wt.step > 0 && !wt.graceOver:
+			wt.graceOver = true
+			fmt.Fprintln(w, "grace over: terminating")
+		}
+	}
+	for _, v := range op.VMs {
+		if v.Outcome == "" || v.Outcome == "pending" || wt.ended[v.VMID] {
+			continue
+		}
+		wt.ended[v.VMID] = true
+		fmt.Fprintf(w, "%s %s%s%s\n", v.VMID, v.Outcome, atText(v.At), colonText(orDefault(v.Error, v.Reason)))
+	}
+	if wt.last == nil || *wt.last != p {
+		fmt.Fprintln(w, p)
+		wt.last = &p
+	}
+}
+
+func atText(t string) string {
+	if t == "" {
+		return ""
+	}
+	return " at " + t
+}
+
+func colonText(s string) string {
+	if s == "" {
+		return ""
+	}
+	return ": " + s
 }
 
 func parens(s string) string {

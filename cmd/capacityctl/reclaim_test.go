@@ -194,8 +194,8 @@ func TestReclaimFlow(t *testing.T) {
 			[]string{"1/1 VMs done"}, nil},
 		{"a poll answered 404 stops", &fakeAPI{etag: "e1", pollFail: []int{404}, outcomes: []string{"terminated"}}, "", []string{"--yes"}, 1, 1, "",
 			nil, []string{"follow reclaim op-1: 404"}},
-		{"polls failing until --wait runs out", &fakeAPI{etag: "e1", pollFail: slices.Repeat([]int{503}, 100000), outcomes: []string{"terminated"}}, "", []string{"--yes", "--wait", "50ms"}, 1, 1, "",
-			nil, []string{"still running after 50ms", "last error", "503"}},
+		{"polls failing until --wait runs out", &fakeAPI{etag: "e1", pollFail: slices.Repeat([]int{503}, 100000), outcomes: []string{"terminated"}}, "", []string{"--yes", "--wait", "50ms"}, exitWaitExpired, 1, "",
+			nil, []string{"still running after 50ms", "last error", "503", "next: capacityctl reclaims wait --node node-1 --reservation res-1 --reclaim op-1 --endpoint "}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
