@@ -35,9 +35,18 @@ func runCLI(t *testing.T, api *httptest.Server, stdin string, env map[string]str
 // runCLIWith is runCLI with a context (Ctrl-C cancels it) and any stdin.
 func runCLIWith(ctx context.Context, t *testing.T, api *httptest.Server, stdin io.Reader, env map[string]string, args ...string) result {
 	t.Helper()
+	return runApp(ctx, t, api, stdin, env, nil, args...)
+}
+
+// runApp is runCLIWith with configure (nil: none) applied to the app before it runs: a clock, say.
+func runApp(ctx context.Context, t *testing.T, api *httptest.Server, stdin io.Reader, env map[string]string, configure func(*app), args ...string) result {
+	t.Helper()
 	var out, errOut syncBuffer
 	a := &app{io: stdio{in: stdin, out: &out, err: &errOut}, pollEvery: time.Millisecond,
 		getenv: func(k string) string { return env[k] }}
+	if configure != nil {
+		configure(a)
+	}
 	if api != nil {
 		a.httpClient = api.Client()
 		if _, ok := env["CAPACITY_ENDPOINT"]; !ok && !hasFlag(args, "--endpoint") {

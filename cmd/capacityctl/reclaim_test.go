@@ -228,19 +228,26 @@ func TestReclaimJSONKeepsStdoutJSON(t *testing.T) {
 	if got.code != 0 {
 		t.Fatalf("exit %d: %s", got.code, got.err)
 	}
-	dec := json.NewDecoder(strings.NewReader(got.stdout))
-	var docs []map[string]any
-	for dec.More() {
-		var m map[string]any
-		if err := dec.Decode(&m); err != nil {
-			t.Fatalf("stdout is not a stream of JSON documents: %v\n%s", err, got.stdout)
-		}
-		docs = append(docs, m)
-	}
+	docs := jsonDocs(t, got.stdout)
 	if len(docs) != 3 || docs[0]["planEtag"] != "e1" || docs[1]["reclaimId"] != "op-1" || docs[2]["state"] != "completed" {
 		t.Errorf("documents %v, want the plan, the reclaim and the final operation", docs)
 	}
 	assertInOrder(t, "stderr", got.err, []string{"Proceed? [y/N] ", "1/1 VMs done"})
+}
+
+// jsonDocs decodes stdout as a stream of JSON objects.
+func jsonDocs(t *testing.T, stdout string) []map[string]any {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	var docs []map[string]any
+	for dec.More() {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			t.Fatalf("stdout is not a stream of JSON documents: %v\n%s", err, stdout)
+		}
+		docs = append(docs, m)
+	}
+	return docs
 }
 
 func assertInOrder(t *testing.T, name, s string, want []string) {
