@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +24,6 @@ import (
 	"github.com/openrelay/capacity/localstack/stack"
 	"github.com/openrelay/capacity/shared/agent"
 	"github.com/openrelay/capacity/shared/capacity"
-	apiclient "github.com/openrelay/capacity/shared/client"
 	"github.com/openrelay/capacity/shared/wire"
 )
 
@@ -118,7 +118,6 @@ func TestOperatingFromNothing(t *testing.T) {
 		t.Skip("exact answers: not under injected faults")
 	}
 	c := newCtl(t)
-	ctx := context.Background()
 	suffix := fmt.Sprintf("%d", time.Now().UnixNano()%1e9)
 	node, tenant := "node-op-"+suffix, "org-tenant-"+suffix
 
@@ -255,27 +254,33 @@ func TestOperatingFromNothing(t *testing.T) {
 		t.Fatalf("reaffirm: %+v", reaff)
 	}
 
-	// 7. The tenant releases gpu-1 and the marketplace places a spot VM on it (API calls the
-	// CLI does not make).
-	api := apiclient.New(apiURL, tenantKey, httpClient)
-	if _, _, err := api.Release(ctx, node, "res-op", apiclient.ReleaseRequest{UnitIDs: []string{"gpu-1"}}, apiclient.Options{}); err != nil {
-		t.Fatalf("release: %v", err)
+	// 7. The tenant releases gpu-1 and the marketplace places a spot VM on it.
+	if r := c.ok(tenantKey, "release", "--node", node, "--reservation", "res-op", "--units", "gpu-1", "--reason", "idle"); !strings.Contains(r.stdout, "released to the spot market  gpu-1") {
+		t.Errorf("release:\n%s", r.stdout)
 	}
-	market := apiclient.New(apiURL, scheduler, httpClient)
-	if _, _, err := market.PlaceVM(ctx, node, apiclient.PlaceRequest{VMID: "vm-op-1", OrgID: "org-buyer", Tier: "spot", UnitIDs: []string{"gpu-1"}}, apiclient.Options{}); err != nil {
-		t.Fatalf("place: %v", err)
+	if r := c.ok(scheduler, "vms", "place", "--node", node, "--vm", "vm-op-1", "--org", "org-buyer", "--tier", "spot", "--units", "gpu-1"); !strings.Contains(r.stdout, "vm-op-1") || !strings.Contains(r.stdout, "running") {
+		t.Errorf("vms place:\n%s", r.stdout)
 	}
 	if err := agents.AddVM(node, "vm-op-1", "running"); err != nil {
 		t.Fatal(err)
 	}
 
-	// 8. Reclaim with the CLI: dry run, confirmation, the real call, and the termination
-	// followed to its end.
-	r := c.run(tenantKey, "y\n", "reclaim", "--node", node, "--reservation", "res-op", "--units", "gpu-1", "--reason", "training run", "--wait", "3m")
+	// 8. A dry run changes nothing and names the command that reclaims; then the reclaim with
+	// the CLI, with a grace: dry run, confirmation, the real call, and the termination followed
+	// to its end, the eviction notice and the countdown told.
+	r := c.ok(tenantKey, "reclaim", "--dry-run", "--node", node, "--reservation", "res-op", "--units", "gpu-1", "--reason", "training run")
+	if !strings.Contains(r.stdout, "would terminate  vm-op-1") || !strings.Contains(r.stdout, "To reclaim: capacityctl reclaim --node "+node+" --reservation res-op --units gpu-1 --reason 'training run'") {
+		t.Errorf("reclaim --dry-run:\n%s", r.stdout)
+	}
+	if st := agents.State(node, "vm-op-1"); st != "running" {
+		t.Errorf("after a dry run the agent has vm-op-1 %s", st)
+	}
+	r = c.run(tenantKey, "y\n", "reclaim", "--node", node, "--reservation", "res-op", "--units", "gpu-1", "--reason", "training run", "--grace", "2", "--wait", "3m")
 	if r.code != 0 {
 		t.Fatalf("reclaim: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
-	for _, s := range []string{"would terminate  vm-op-1", "plan ETag", "reclaim id", "1/1 VMs done: 1 terminated, 0 already-gone, 0 failed"} {
+	for _, s := range []string{"would terminate  vm-op-1", "plan ETag", "reclaim id", "notice delivered to vm-op-1 at ", "grace: ",
+		"vm-op-1 terminated at ", "1/1 VMs done: 1 terminated, 0 already-gone, 0 failed"} {
 		if !strings.Contains(r.stdout, s) {
 			t.Errorf("reclaim output lacks %q:\n%s", s, r.stdout)
 		}
@@ -285,6 +290,48 @@ func TestOperatingFromNothing(t *testing.T) {
 	}
 	if st := agents.State(node, "vm-op-1"); st != "terminated" {
 		t.Errorf("the agent has vm-op-1 %s", st)
+	}
+	m := regexp.MustCompile(`reclaim id\s+(\S+)`).FindStringSubmatch(r.stdout)
+	if m == nil {
+		t.Fatalf("no reclaim id in:\n%s", r.stdout)
+	}
+	reclaim := []string{"--node", node, "--reservation", "res-op", "--reclaim", m[1]}
+	if r := c.ok(tenantKey, append([]string{"reclaims", "get"}, reclaim...)...); !regexp.MustCompile(`vm-op-1\s+terminated\s+\S+\s+delivered at `).MatchString(r.stdout) {
+		t.Errorf("reclaims get:\n%s", r.stdout)
+	}
+	if r := c.ok(tenantKey, append([]string{"reclaims", "wait"}, reclaim...)...); !strings.Contains(r.stdout, "1/1 VMs done: 1 terminated") {
+		t.Errorf("reclaims wait of an ended reclaim:\n%s", r.stdout)
+	}
+	if r := c.ok(tenantKey, append([]string{"reclaims", "retry"}, reclaim...)...); !strings.Contains(r.stdout, "nothing to retry") {
+		t.Errorf("reclaims retry of a completed reclaim:\n%s", r.stdout)
+	}
+	// Under -o json a refusal is the API's problem document on stdout, the exit code 1.
+	r = c.run(tenantKey, "", "-o", "json", "reclaims", "get", "--node", node, "--reservation", "res-op", "--reclaim", "rcl_none")
+	var problem struct {
+		Status int    `json:"status"`
+		Code   string `json:"code"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &problem); err != nil || r.code != 1 || problem.Status != 404 || problem.Code != "not_found" {
+		t.Errorf("reclaims get of no reclaim under -o json: exit %d (%v)\nstdout:\n%s\nstderr:\n%s", r.code, err, r.stdout, r.stderr)
+	}
+
+	// 8b. A reclaim scheduled for later, read, and cancelled (twice: repeat-safe).
+	r = c.ok(tenantKey, "reclaim", "--node", node, "--reservation", "res-op", "--units", "gpu-1", "--at", "2h", "--reason", "night batch")
+	sm := regexp.MustCompile(`scheduled cancel --node \S+ --reservation res-op --id (\S+)`).FindStringSubmatch(r.stdout)
+	if sm == nil || !strings.Contains(r.stdout, "state              scheduled") {
+		t.Fatalf("reclaim --at:\n%s", r.stdout)
+	}
+	sched := []string{"--node", node, "--reservation", "res-op", "--id", sm[1]}
+	if r := c.ok(tenantKey, append([]string{"scheduled", "get"}, sched...)...); !strings.Contains(r.stdout, "state              scheduled") || !strings.Contains(r.stdout, "reason             night batch") {
+		t.Errorf("scheduled get:\n%s", r.stdout)
+	}
+	for range 2 {
+		if r := c.ok(tenantKey, append([]string{"scheduled", "cancel"}, sched...)...); !strings.Contains(r.stdout, "state              cancelled") {
+			t.Errorf("scheduled cancel:\n%s", r.stdout)
+		}
+	}
+	if r := c.ok(tenantKey, "version"); !strings.Contains(r.stdout, "api  ") || !strings.Contains(r.stdout, strings.TrimSuffix(apiURL, "/")) {
+		t.Errorf("version:\n%s", r.stdout)
 	}
 
 	// 9. The audit trail: listed, and its chain verified.
