@@ -227,7 +227,11 @@ func (a *app) main(ctx context.Context, args []string) int {
 			}
 			return a.report(&exitError{code: exitUsage, err: what, usage: func() { a.groupUsage(a.io.err, rest[0]) }})
 		}
-		return a.report(&exitError{code: exitUsage, err: fmt.Errorf("unknown command %q", strings.Join(rest, " ")), usage: func() { a.usage(a.io.err) }})
+		named := rest
+		if len(named) > 1 && isHelp(named[len(named)-1]) {
+			named = named[:len(named)-1] // help nosuch, nosuch --help
+		}
+		return a.report(&exitError{code: exitUsage, err: fmt.Errorf("unknown command %q", strings.Join(named, " ")), usage: func() { a.usage(a.io.err) }})
 	}
 	a.cmd = &cmd
 	fs := flag.NewFlagSet("capacityctl "+cmd.name(), flag.ContinueOnError)

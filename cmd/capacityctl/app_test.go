@@ -109,6 +109,7 @@ func TestUsageErrors(t *testing.T) {
 		{"unknown command", false, []string{"nodes", "explode"}, `unknown command "nodes explode"`},
 		{"a group without its verb", false, []string{"reclaims"}, "reclaims needs a verb: one of get, wait, retry, force-end"},
 		{"no such group", false, []string{"nodez"}, `unknown command "nodez"`},
+		{"help of no such group", false, []string{"help", "nodez"}, `unknown command "nodez"`},
 		{"bad -o", false, []string{"-o", "yaml", "nodes", "get", "--node", "n"}, "--output must be table or json"},
 		{"dry run and at", false, []string{"reclaim", "--node", "n", "--reservation", "r", "--units", "u", "--dry-run", "--at", "1h"}, "--dry-run or --at, not both"},
 		{"at with a count", false, []string{"reclaim", "--node", "n", "--reservation", "r", "--count", "1", "--at", "1h"}, "--at needs --units"},
