@@ -125,7 +125,7 @@ bench: ## latency and size figures (see docs/numbers.md)
 
 .PHONY: ctl
 ctl: ## build the operator CLI into bin/capacityctl (docs/operating.md)
-	go build -trimpath -o bin/capacityctl ./cmd/capacityctl
+	go build -trimpath -buildvcs=auto -o bin/capacityctl ./cmd/capacityctl
 
 .PHONY: invoke
 invoke: ## invoke a function of the running local stack: make invoke FN=api EVENT=events/api-reclaim-dry-run.json
