@@ -62,6 +62,10 @@ type app struct {
 
 	// now is the clock the waiters count the grace and --wait with; tests set it.
 	now func() time.Time
+	// liveOut and liveErr are stdout and stderr as given, unescaped, when they are terminals
+	// (nil otherwise): the waiters redraw their countdown there. Only capacityctl's own text
+	// goes through them.
+	liveOut, liveErr io.Writer
 	// cmd is the command running; target names what it acts on (for the next command to
 	// suggest after a refusal).
 	cmd    *command
@@ -183,7 +187,30 @@ func commands() []command {
 
 func run(ctx context.Context, args []string, std stdio, getenv func(string) string) int {
 	a := &app{io: std, getenv: getenv, pollEvery: time.Second}
+	if terminal(os.Stdout) {
+		a.liveOut = std.out
+	}
+	if terminal(os.Stderr) {
+		a.liveErr = std.err
+	}
 	return a.main(ctx, args)
+}
+
+// terminal reports whether f is a terminal (a character device), where a line may be redrawn.
+func terminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0 && os.Getenv("TERM") != "dumb"
+}
+
+// liveFor is the unescaped writer under w (one of the app's two) when it is a terminal, else nil.
+func (a *app) liveFor(w io.Writer) io.Writer {
+	switch w {
+	case a.io.out:
+		return a.liveOut
+	case a.io.err:
+		return a.liveErr
+	}
+	return nil
 }
 
 func (a *app) main(ctx context.Context, args []string) int {

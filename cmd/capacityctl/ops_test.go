@@ -241,8 +241,8 @@ func TestFollow(t *testing.T) {
 		{"through the grace to the end", append(graceful, op("completed", vm("vm-1", "terminated", notice("delivered"), 27), vm("vm-2", "already-gone", notice("unsupported"), 31))), nil, 0,
 			[]string{
 				"notice delivered to vm-1 at " + ts(1) + " (terminated from " + ts(25) + ")",
-				"grace: 20s left before termination (at " + ts(25) + ")",
 				"0/2 VMs done: 0 terminated, 0 already-gone, 0 failed",
+				"grace: 20s left before termination (at " + ts(25) + ")",
 				"notice to vm-2 not delivered: its agent predates eviction notices (terminated from " + ts(25) + " all the same)",
 				"grace: 10s left before termination",
 				"grace: 5s left before termination",
@@ -257,7 +257,7 @@ func TestFollow(t *testing.T) {
 			[]string{"vm-2: agent unreachable", "reclaim op-1 is failed with 1 VMs failed",
 				"next: capacityctl reclaims retry --node node-1 --reservation res-1 --reclaim op-1 --endpoint "}},
 		{"--wait runs out: exit 5 and the command that follows again", graceful, []string{"--wait", "12s"}, exitWaitExpired,
-			[]string{"grace: 20s left", "0/2 VMs done"},
+			[]string{"0/2 VMs done", "grace: 20s left"},
 			[]string{"reclaim op-1 still running after 12s; its termination goes on",
 				"next: capacityctl reclaims wait --node node-1 --reservation res-1 --reclaim op-1 --endpoint "}},
 	}
@@ -276,6 +276,37 @@ func TestFollow(t *testing.T) {
 				t.Errorf("a step or a notice told twice:\n%s", got.stdout)
 			}
 		})
+	}
+}
+
+// TestFollowOnATerminal: on a terminal the countdown is one line redrawn every poll (erased
+// before any other line is printed, and at the end), not a line per step.
+func TestFollowOnATerminal(t *testing.T) {
+	t0 := time.Date(2026, 12, 3, 20, 0, 0, 0, time.UTC)
+	ts := func(s int) string { return t0.Add(time.Duration(s) * time.Second).Format(time.RFC3339) }
+	pending := wire.VMOutcomeJSON{VMID: "vm-1", Outcome: "pending", Notice: &wire.VMNoticeJSON{State: "delivered", At: ts(1), TerminateAfter: ts(17)}}
+	done := pending
+	done.Outcome, done.At = "terminated", ts(18)
+	op := func(state string, v wire.VMOutcomeJSON) wire.OperationJSON {
+		return wire.OperationJSON{ID: "op-1", NodeID: "node-1", ReservationID: "res-1", State: state, UnitIDs: []string{"gpu-2"}, VMs: []wire.VMOutcomeJSON{v}, CreatedAt: ts(0)}
+	}
+	clock := capacitytest.NewClock(t0)
+	api := httptest.NewServer(operationScript(t, clock, op("terminating", pending), op("terminating", pending), op("terminating", pending), op("completed", done)))
+	defer api.Close()
+	got := runApp(context.Background(), t, api, strings.NewReader(""), nil, func(a *app) { a.now, a.liveOut = clock.Now, a.io.out },
+		"reclaims", "wait", "--node", "node-1", "--reservation", "res-1", "--reclaim", "op-1")
+	if got.code != 0 {
+		t.Fatalf("exit %d\n%s", got.code, got.err)
+	}
+	want := "notice delivered to vm-1 at " + ts(1) + " (terminated from " + ts(17) + ")\n" +
+		"0/1 VMs done: 0 terminated, 0 already-gone, 0 failed\n" +
+		eraseLine + "grace: 12s left before termination (at " + ts(17) + ")" +
+		eraseLine + eraseLine + "grace: 7s left before termination (at " + ts(17) + ")" +
+		eraseLine + eraseLine + "grace: 2s left before termination (at " + ts(17) + ")" +
+		eraseLine + "vm-1 terminated at " + ts(18) + "\n" +
+		"1/1 VMs done: 1 terminated, 0 already-gone, 0 failed\n"
+	if got.stdout != want {
+		t.Errorf("stdout\n%q\nwant\n%q", got.stdout, want)
 	}
 }
 

@@ -395,6 +395,8 @@ func (a *app) follow(ctx context.Context, c *client.Client, w io.Writer, node, r
 	}
 	deadline := a.now().Add(wait)
 	wt := newWatch(terminateAfter)
+	wt.live = a.liveFor(w)
+	defer wt.settle()
 	var lastErr error
 	for {
 		op, meta, err := c.GetReclaim(ctx, node, res, id)
@@ -451,6 +453,10 @@ type watch struct {
 	last           *progress
 	step           int64 // the countdown's last step printed, in seconds (0: none yet)
 	graceOver      bool
+	// live, when the lines go to a terminal, is it unescaped: the countdown is then one line
+	// redrawn in place every poll (drawn says it is on screen) rather than a line per step.
+	live  io.Writer
+	drawn bool
 }
 
 func newWatch(terminateAfter string) *watch {
@@ -459,8 +465,20 @@ func newWatch(terminateAfter string) *watch {
 	return wt
 }
 
+// eraseLine clears the line the cursor is on: carriage return, then erase to its end.
+const eraseLine = "\r\x1b[K"
+
+// settle erases a countdown left on screen.
+func (wt *watch) settle() {
+	if wt.drawn {
+		_, _ = io.WriteString(wt.live, eraseLine)
+		wt.drawn = false
+	}
+}
+
 // report prints what changed since the last poll.
 func (wt *watch) report(w io.Writer, op *wire.OperationJSON, now time.Time) {
+	wt.settle()
 	for _, v := range op.VMs {
 		if v.Notice == nil || wt.noticed[v.VMID] {
 			continue
@@ -481,26 +499,6 @@ func (wt *watch) report(w io.Writer, op *wire.OperationJSON, now time.Time) {
 			fmt.Fprintf(w, "notice to %s %s%s\n", v.VMID, n.State, colonText(n.Error))
 		}
 	}
-	p := progressOf(op)
-	if !wt.terminateAfter.IsZero() && p.pending > 0 {
-		left := wt.terminateAfter.Sub(now)
-		switch {
-		case left > 0:
-			// A line per step: every 10 s, then every second of the last 10.
-			secs := int64((left + time.Second - 1) / time.Second)
-			step := secs
-			if secs > 10 {
-				step = (secs + 9) / 10 * 10
-			}
-			if step != wt.step {
-				wt.step = step
-				fmt.Fprintf(w, "grace: %ds left before termination (at %s)\n", step, wt.terminateAfter.UTC().Format(time.RFC3339))
-			}
-		case wt.step > 0 && !wt.graceOver:
-			wt.graceOver = true
-			fmt.Fprintln(w, "grace over: terminating")
-		}
-	}
 	for _, v := range op.VMs {
 		if v.Outcome == "" || v.Outcome == "pending" || wt.ended[v.VMID] {
 			continue
@@ -508,9 +506,44 @@ func (wt *watch) report(w io.Writer, op *wire.OperationJSON, now time.Time) {
 		wt.ended[v.VMID] = true
 		fmt.Fprintf(w, "%s %s%s%s\n", v.VMID, v.Outcome, atText(v.At), colonText(orDefault(v.Error, v.Reason)))
 	}
+	p := progressOf(op)
 	if wt.last == nil || *wt.last != p {
 		fmt.Fprintln(w, p)
 		wt.last = &p
+	}
+	wt.countdown(w, p, now)
+}
+
+// countdown tells the time left in the grace while VMs wait for their termination: on a
+// terminal one line redrawn every poll, elsewhere a line per step (every 10 s, then every
+// second of the last 10), so that a log or a pipe reads the same whatever the poll interval.
+func (wt *watch) countdown(w io.Writer, p progress, now time.Time) {
+	if wt.terminateAfter.IsZero() || p.pending == 0 {
+		return
+	}
+	left := wt.terminateAfter.Sub(now)
+	if left <= 0 {
+		if wt.step > 0 && !wt.graceOver {
+			wt.graceOver = true
+			fmt.Fprintln(w, "grace over: terminating")
+		}
+		return
+	}
+	secs := int64((left + time.Second - 1) / time.Second)
+	line := fmt.Sprintf("grace: %ds left before termination (at %s)", secs, wt.terminateAfter.UTC().Format(time.RFC3339))
+	if wt.live != nil {
+		wt.step = secs
+		_, _ = io.WriteString(wt.live, eraseLine+line)
+		wt.drawn = true
+		return
+	}
+	step := secs
+	if secs > 10 {
+		step = (secs + 9) / 10 * 10
+	}
+	if step != wt.step {
+		wt.step = step
+		fmt.Fprintf(w, "grace: %ds left before termination (at %s)\n", step, wt.terminateAfter.UTC().Format(time.RFC3339))
 	}
 }
 
