@@ -129,6 +129,9 @@ var groups = []struct{ name, help string }{
 	{"version", "capacityctl's version and the API it talks to"},
 }
 
+// commands is every command. Help, completion, the group listing and the next command after
+// a refusal are all read from it: a new command (nodes describe, reclaims list) is one row here
+// and its function, nothing else.
 func commands() []command {
 	return []command{
 		{"keys", "create", "--org ORG [--permissions P,...] [--operator] [--expires TIME] [--description TEXT] [--bootstrap]", "create an API key (prints its secret once); --bootstrap writes the first operator key with AWS credentials", keysCreate,
@@ -230,8 +233,7 @@ func (a *app) main(ctx context.Context, args []string) int {
 	}
 	rest := global.Args()
 	if len(rest) == 0 {
-		a.usage(a.io.err)
-		return exitUsage
+		return a.report(&exitError{code: exitUsage, err: errors.New("name a command (capacityctl help lists them)"), usage: func() { a.usage(a.io.err) }})
 	}
 	if rest[0] == "help" { // help [group [verb]]
 		if len(rest) == 1 {
