@@ -205,15 +205,21 @@ complete -c capacityctl -n "__capacityctl_at '' ''" -a %q
 	for k, v := range c.args {
 		fmt.Fprintf(&b, "complete -c capacityctl -n \"__capacityctl_at %s ''\" -a %q\n", strings.TrimSpace(k), strings.Join(v, " "))
 	}
+	fishFlags(&b, "''", "", c.globalOpts)
 	for _, k := range c.keys() {
 		group, verb, _ := strings.Cut(k, " ")
-		for _, f := range c.flags[k] {
-			opt := "-l " + strings.TrimPrefix(f, "--")
-			if !strings.HasPrefix(f, "--") {
-				opt = "-s " + strings.TrimPrefix(f, "-")
-			}
-			fmt.Fprintf(&b, "complete -c capacityctl -n \"__capacityctl_at %s '%s'\" %s\n", group, verb, opt)
-		}
+		fishFlags(&b, group, verb, c.flags[k])
 	}
 	return b.String()
+}
+
+// fishFlags completes flags where the command line is at group and verb.
+func fishFlags(b *strings.Builder, group, verb string, flags []string) {
+	for _, f := range flags {
+		opt := "-l " + strings.TrimPrefix(f, "--")
+		if !strings.HasPrefix(f, "--") {
+			opt = "-s " + strings.TrimPrefix(f, "-")
+		}
+		fmt.Fprintf(b, "complete -c capacityctl -n \"__capacityctl_at %s '%s'\" %s\n", group, verb, opt)
+	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -479,38 +479,67 @@ func TestCompletion(t *testing.T) {
 	}
 }
 
-// TestBashCompletes runs the bash script's function on command lines.
-func TestBashCompletes(t *testing.T) {
-	bash, err := exec.LookPath("bash")
-	if err != nil {
-		t.Skip("bash is not on this machine")
-	}
-	script := runCLI(t, nil, "", nil, "completion", "bash").stdout
-	file := filepath.Join(t.TempDir(), "capacityctl.bash")
-	writeFile(t, file, script)
+// TestShellsComplete runs each script's completion on command lines, in each shell on this
+// machine: bash's function with COMP_WORDS, zsh's with words and a compadd that prints (zsh
+// matches the word itself: the test keeps those that start with it), fish's complete -C.
+func TestShellsComplete(t *testing.T) {
 	tests := []struct {
 		line string // the words typed; the last one is being completed
 		want string
 	}{
 		{"capacityctl rec", "reclaim reclaims"},
-		{"capacityctl reclaims ", "get wait retry force-end"},
+		{"capacityctl reclaims ", "force-end get retry wait"},
 		{"capacityctl reclaims wait --rec", "--reclaim"},
 		{"capacityctl --endpoint http://x/ scheduled c", "cancel"},
 		{"capacityctl reclaim --node node-1 --d", "--dry-run"},
 		{"capacityctl reclaim --node node-1 ", ""},
-		{"capacityctl completion ", "bash zsh fish"},
-		{"capacityctl -", "--endpoint --key -o --output --outputs --stack --timeout"},
+		{"capacityctl completion ", "bash fish zsh"},
+		{"capacityctl -", "--endpoint --key --output --outputs --stack --timeout -o"},
 	}
-	for _, tt := range tests {
-		words := strings.Split(tt.line, " ")
-		quoted := make([]string, len(words))
-		for i, w := range words {
-			quoted[i] = shellQuote(w)
-		}
-		cmd := fmt.Sprintf(`source %s; COMP_WORDS=(%s); COMP_CWORD=%d; _capacityctl; echo "${COMPREPLY[*]}"`, file, strings.Join(quoted, " "), len(words)-1)
-		out, err := exec.Command(bash, "-c", cmd).CombinedOutput()
-		if err != nil || strings.TrimSpace(string(out)) != tt.want {
-			t.Errorf("%q: %q (%v), want %q", tt.line, bytes.TrimSpace(out), err, tt.want)
-		}
+	shells := []struct {
+		name string
+		run  func(file string, words []string) string // the shell's command
+	}{
+		{"bash", func(file string, words []string) string {
+			return fmt.Sprintf(`source %s; COMP_WORDS=(%s); COMP_CWORD=%d; _capacityctl; printf '%%s\n' "${COMPREPLY[@]}"`, file, quoteAll(words), len(words)-1)
+		}},
+		{"zsh", func(file string, words []string) string {
+			return fmt.Sprintf(`compadd() { [[ $1 == -- ]] && shift; printf '%%s\n' "$@"; }; compdef() { :; }; source %s; words=(%s); CURRENT=%d; _capacityctl`, file, quoteAll(words), len(words))
+		}},
+		{"fish", func(file string, words []string) string {
+			return fmt.Sprintf(`source %s; complete -C %s`, file, shellQuote(strings.Join(words, " ")))
+		}},
 	}
+	for _, sh := range shells {
+		t.Run(sh.name, func(t *testing.T) {
+			path, err := exec.LookPath(sh.name)
+			if err != nil {
+				t.Skipf("%s is not on this machine", sh.name)
+			}
+			file := filepath.Join(t.TempDir(), "capacityctl."+sh.name)
+			writeFile(t, file, runCLI(t, nil, "", nil, "completion", sh.name).stdout)
+			for _, tt := range tests {
+				words := strings.Split(tt.line, " ")
+				out, err := exec.Command(path, "-c", sh.run(file, words)).CombinedOutput()
+				var got []string
+				for _, w := range strings.Fields(string(out)) {
+					if strings.HasPrefix(w, words[len(words)-1]) {
+						got = append(got, w)
+					}
+				}
+				slices.Sort(got)
+				if err != nil || strings.Join(got, " ") != tt.want {
+					t.Errorf("%q: %q (%v), want %q\n%s", tt.line, got, err, tt.want, out)
+				}
+			}
+		})
+	}
+}
+
+func quoteAll(words []string) string {
+	quoted := make([]string, len(words))
+	for i, w := range words {
+		quoted[i] = shellQuote(w)
+	}
+	return strings.Join(quoted, " ")
 }
