@@ -185,10 +185,24 @@ func (a *app) scheduleReclaim(ctx context.Context, c *client.Client, node, res s
 	if opt.IdempotencyKey == "" {
 		opt.IdempotencyKey = "capacityctl-" + capacity.NewID()
 	}
-	fmt.Fprintf(a.io.err, "Idempotency-Key %s (if no answer comes, run the same command with --idempotency-key %s: it finds the reclaim it scheduled)\n", opt.IdempotencyKey, opt.IdempotencyKey)
+	// Again with the time it resolved to (a duration would name a later one, another body,
+	// which the API refuses under a used key).
+	args := []string{"reclaim", "--node", shellQuote(node), "--reservation", shellQuote(res), "--units", shellQuote(strings.Join(req.UnitIDs, ",")), "--at", req.At}
+	if req.Reason != "" {
+		args = append(args, "--reason", shellQuote(req.Reason))
+	}
+	if req.GraceSeconds != 0 {
+		args = append(args, "--grace", fmt.Sprint(req.GraceSeconds))
+	}
+	again := a.cmdline(append(args, "--idempotency-key", shellQuote(opt.IdempotencyKey))...)
+	fmt.Fprintf(a.io.err, "Idempotency-Key %s (if no answer comes, run: %s; it finds the reclaim it scheduled)\n", opt.IdempotencyKey, again)
 	sr, meta, err := withRetry(ctx, a, "schedule", func() (*wire.ScheduledReclaimJSON, *client.Meta, error) {
 		return c.ScheduleReclaim(ctx, node, res, req, opt)
 	})
+	var pe *client.Error
+	if err != nil && (!errors.As(err, &pe) || retryableWrite(context.Background(), err)) {
+		return &exitError{code: exitFailed, err: err, problem: "no_answer", next: again}
+	}
 	if err != nil {
 		return err
 	}
