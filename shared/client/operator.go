@@ -150,3 +150,24 @@ func call[T any](ctx context.Context, c *Client, method, path string, query url.
 	}
 	return &out, meta, nil
 }
+
+// ListNodes reads one page of the nodes the caller may see, in id order.
+func (c *Client) ListNodes(ctx context.Context, page Page) (*wire.NodePageJSON, *Meta, error) {
+	return call[wire.NodePageJSON](ctx, c, http.MethodGet, "/v1/nodes", page.query(), nil, Options{})
+}
+
+// GetNodeUnits reads a node's unit view: each unit's state, reservation and VM as far as the
+// caller may see them.
+func (c *Client) GetNodeUnits(ctx context.Context, node string) (*wire.NodeUnitsJSON, *Meta, error) {
+	return call[wire.NodeUnitsJSON](ctx, c, http.MethodGet, nodePath(node)+"/units", nil, nil, Options{})
+}
+
+// ListReclaims reads one page of a reservation's reclaim operations, newest first; state
+// ("in-flight", "failed", "completed"; "": any) filters them.
+func (c *Client) ListReclaims(ctx context.Context, node, res, state string, page Page) (*wire.ReclaimPageJSON, *Meta, error) {
+	q := page.query()
+	if state != "" {
+		q.Set("state", state)
+	}
+	return call[wire.ReclaimPageJSON](ctx, c, http.MethodGet, reservationPath(node, res)+"/reclaims", q, nil, Options{})
+}

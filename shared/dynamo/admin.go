@@ -56,6 +56,17 @@ func (s *Store) Put(ctx context.Context, seed Seed) error {
 	if err := putNew(ctx, s.Client, s.Table, items); err != nil {
 		return err
 	}
+	// The list index entries are true of what was seeded, whatever was there before: put
+	// whether or not they exist (a test seeds reservations on a node seeded earlier).
+	for _, v := range seedEntries(seed) {
+		item, err := attributevalue.MarshalMap(v)
+		if err != nil {
+			return fmt.Errorf("encode seed list entry: %w", err)
+		}
+		if _, err := s.Client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.Table), Item: item}); err != nil {
+			return fmt.Errorf("put seed list entry %s %s: %w", attr(item, table.PartitionKey), attr(item, table.SortKey), err)
+		}
+	}
 	if len(seed.Keys) == 0 {
 		return nil
 	}

@@ -15,12 +15,17 @@ import (
 // expires by TTL:
 //
 //	pk                      sk            item
+//	NODE#<nodeId>           DIR           the node's entry in the directory of nodes (gsi2: NODES);
+//	                                      a copy of its owner, units and topology generation
 //	NODE#<nodeId>           IDEM#<scope>  an Idempotency-Key record (TTL 24 h); sorts before NODE
+//	NODE#<nodeId>           MEMBER#<org>  org was named the owner or in a reservation's orgs (gsi2:
+//	                                      ORG#<org>#NODES); never removed, checked when read
 //	NODE#<nodeId>           NODE          the node and ledger: every capacity write bumps its Version
 //	NODE#<nodeId>           RES#<id>      a reservation
 //	NODE#<nodeId>           VM#<id>       a live VM (running or terminating)
 //	NODE#<nodeId>#HIST      VM#<id>       a terminated VM (TTL: terminated + retention)
 //	NODE#<nodeId>#OP#<id>   OP            a reclaim operation (gsi1: its state, for the reconciler;
+//	                                      gsi2: its reservation's list, by creation;
 //	                                      TTL once completed: end + retention; none while live or
 //	                                      failed, when VMs of it may still be terminating)
 //	NODE#<nodeId>#OP#<id>   VM#<vm>       the final outcome of one VM of that operation (TTL:
@@ -252,11 +257,15 @@ func (i vmItem) vm() capacity.VM {
 }
 
 type operationItem struct {
-	PK            string    `dynamodbav:"pk"`
-	SK            string    `dynamodbav:"sk"`
-	Type          string    `dynamodbav:"type"`
-	GSI1PK        string    `dynamodbav:"gsi1pk"`
-	GSI1SK        string    `dynamodbav:"gsi1sk"`
+	PK     string `dynamodbav:"pk"`
+	SK     string `dynamodbav:"sk"`
+	Type   string `dynamodbav:"type"`
+	GSI1PK string `dynamodbav:"gsi1pk"`
+	GSI1SK string `dynamodbav:"gsi1sk"`
+	// GSI2PK and GSI2SK place it in its reservation's list (absent on operations committed
+	// before the list existed, until capacity-migrate indexes them).
+	GSI2PK        string    `dynamodbav:"gsi2pk,omitempty"`
+	GSI2SK        string    `dynamodbav:"gsi2sk,omitempty"`
 	ID            string    `dynamodbav:"ID"`
 	NodeID        string    `dynamodbav:"NodeID"`
 	ReservationID string    `dynamodbav:"ReservationID"`
@@ -283,6 +292,7 @@ func newOperationItem(o capacity.Operation) operationItem {
 	it := operationItem{
 		PK: opPK(o.NodeID, o.ID), SK: skOperation, Type: typeOperation,
 		GSI1PK: opStatePK(o.State), GSI1SK: opStateSK(o),
+		GSI2PK: opListPK(o.NodeID, o.ReservationID), GSI2SK: opListSK(o.CreatedAt, o.ID),
 		ID: o.ID, NodeID: o.NodeID, ReservationID: o.ReservationID, State: string(o.State),
 		VMIDs: o.VMIDs, UnitIDs: o.UnitIDs, ExecutionARN: o.ExecutionARN, Attempt: o.Attempt,
 		Restarts: o.Restarts, Reason: o.Reason, CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt,

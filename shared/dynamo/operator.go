@@ -84,13 +84,26 @@ func (s *Store) GetNode(ctx context.Context, nodeID string) (*capacity.Node, err
 func (s *Store) CommitOperator(ctx context.Context, c capacity.OperatorCommit) (capacity.AuditHead, error) {
 	var chained capacity.AuditRecord
 	var start capacity.ChainStart
-	err := s.transactAtHead(ctx, fmt.Sprintf("%s on node %s", c.Audit.Action, c.Node.ID), c.Node,
+	// The list index entries the commit makes true go in its transaction, or, when they do
+	// not fit (a reservation naming many orgs), just before it (see putAhead).
+	entries, err := s.putItems(listEntries(c))
+	if err != nil {
+		return capacity.AuditHead{}, fmt.Errorf("%s on node %s: %w", c.Audit.Action, c.Node.ID, err)
+	}
+	err = s.transactAtHead(ctx, fmt.Sprintf("%s on node %s", c.Audit.Action, c.Node.ID), c.Node,
 		func(head capacity.AuditHead, pin *capacity.ChainStart) ([]types.TransactWriteItem, error) {
 			c.Node.AuditHead, start = head, head.Start
 			if pin != nil {
 				start = *pin
 			}
-			items, rec, err := s.operatorItems(c, pin)
+			items, rec, err := s.operatorItems(c, pin, entries)
+			if err == nil && len(items) > MaxTransactItems && len(entries) > 0 {
+				if err = s.putAhead(ctx, c.Node.ID, entries); err != nil {
+					return nil, err
+				}
+				entries = nil
+				items, rec, err = s.operatorItems(c, pin, nil)
+			}
 			chained = rec
 			if err != nil {
 				return nil, fmt.Errorf("%s on node %s: %w", c.Audit.Action, c.Node.ID, err)
@@ -123,8 +136,9 @@ func setAgentKey(u expression.UpdateBuilder, read, n capacity.Node) expression.U
 }
 
 // operatorItems returns the transaction of an operator commit: the node's Update with the
-// audit record (auditWrites), the new or changed reservations, the idempotency record.
-func (s *Store) operatorItems(c capacity.OperatorCommit, pin *capacity.ChainStart) ([]types.TransactWriteItem, capacity.AuditRecord, error) {
+// audit record (auditWrites), the new or changed reservations, the list index entries, the
+// idempotency record (the audit record's put last: transactAtHead looks for it there).
+func (s *Store) operatorItems(c capacity.OperatorCommit, pin *capacity.ChainStart, entries []types.TransactWriteItem) ([]types.TransactWriteItem, capacity.AuditRecord, error) {
 	var upd *expression.UpdateBuilder
 	var cond expression.ConditionBuilder
 	switch {
@@ -191,6 +205,7 @@ func (s *Store) operatorItems(c capacity.OperatorCommit, pin *capacity.ChainStar
 		}
 		items = append(items, fe...)
 	}
+	items = append(items, entries...)
 	if c.Idempotency != nil {
 		rec := *c.Idempotency
 		if c.AnswerAt != nil {

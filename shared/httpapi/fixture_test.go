@@ -444,3 +444,18 @@ var (
 	testRecord = capacity.AuditRecord{ID: "aud-1", Seq: 1, Hash: "h1", Time: t0.Add(123 * time.Nanosecond), Action: capacity.ActionReclaim,
 		NodeID: "n1", ReservationID: "r1", Outcome: "ok", Via: capacity.ViaHTTP}
 )
+
+func (f *fakeService) ListNodes(_ context.Context, p capacity.Principal, page capacity.PageRequest) (*capacity.NodePage, error) {
+	f.record(call{Method: "ListNodes", Principal: p, opCall: opCall{Page: page}})
+	return orEmpty[capacity.NodePage](nil, f.err), f.err
+}
+
+func (f *fakeService) GetNodeUnits(_ context.Context, p capacity.Principal, nodeID string) (*capacity.NodeUnits, error) {
+	f.record(call{Method: "GetNodeUnits", Principal: p, NodeID: nodeID})
+	return orEmpty[capacity.NodeUnits](nil, f.err), f.err
+}
+
+func (f *fakeService) ListReclaimOperations(_ context.Context, p capacity.Principal, nodeID, reservationID, state string, page capacity.PageRequest) (*capacity.OperationPage, error) {
+	f.record(call{Method: "ListReclaimOperations", Principal: p, NodeID: nodeID, ResID: reservationID, ID: state, opCall: opCall{Page: page}})
+	return orEmpty[capacity.OperationPage](nil, f.err), f.err
+}

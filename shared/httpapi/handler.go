@@ -41,6 +41,11 @@ type Service interface {
 	RotateAgentKey(ctx context.Context, p capacity.Principal, req capacity.AgentKeyRotation, meta capacity.RequestMeta) (*capacity.AgentKeyResult, error)
 	ListReservations(ctx context.Context, p capacity.Principal, nodeID string, page capacity.PageRequest) (*capacity.ReservationPage, error)
 
+	// The node view.
+	ListNodes(ctx context.Context, p capacity.Principal, page capacity.PageRequest) (*capacity.NodePage, error)
+	GetNodeUnits(ctx context.Context, p capacity.Principal, nodeID string) (*capacity.NodeUnits, error)
+	ListReclaimOperations(ctx context.Context, p capacity.Principal, nodeID, reservationID, state string, page capacity.PageRequest) (*capacity.OperationPage, error)
+
 	// API keys.
 	CreateKey(ctx context.Context, p capacity.Principal, req capacity.KeyRequest, meta capacity.RequestMeta) (*capacity.KeyResult, error)
 	ListKeys(ctx context.Context, p capacity.Principal, page capacity.PageRequest) (*capacity.KeyPage, error)
@@ -121,6 +126,9 @@ func (h *Handler) handlers() map[string]handlerFunc {
 		"cancelReservation":      h.changeReservation(capacity.ActionReservationCancel, "cancelReservation"),
 		"reaffirmReservation":    h.changeReservation(capacity.ActionReservationReaffirm, "reaffirmReservation"),
 		"listReservationAudit":   h.listReservationAudit,
+		"listNodes":              h.listNodes,
+		"getNodeUnits":           h.getNodeUnits,
+		"listReclaimOperations":  h.listReclaimOperations,
 		"forceEndVM":             h.forceEnd,
 		"createKey":              h.createKey,
 		"listKeys":               h.listKeys,

@@ -290,9 +290,9 @@ func TestUnknownPathIs404Problem(t *testing.T) {
 	for _, path := range []string{
 		"/",
 		"/v1",
-		"/v1/nodes",
+		"/v1/nodes/",
 		"/v1/nodes/n1/",
-		"/v1/nodes/n1/units",
+		"/v1/nodes/n1/units/u1",
 		reclaimPath + "/",
 		reservationPath + "/cancel/x",
 		"/v1/keys/key-1/x",

@@ -47,6 +47,10 @@ var All = []Route{
 	{"GET", "/v1/nodes/{nodeId}", "getNode", true, ""},
 	{"GET", "/v1/nodes/{nodeId}/reservations", "listReservations", true, ""},
 	{"GET", "/v1/nodes/{nodeId}/reservations/{id}/audit", "listReservationAudit", true, ""},
+	// The node view: the nodes a caller may see, a node's units, a reservation's reclaims.
+	{"GET", "/v1/nodes", "listNodes", true, ""},
+	{"GET", "/v1/nodes/{nodeId}/units", "getNodeUnits", true, ""},
+	{"GET", "/v1/nodes/{nodeId}/reservations/{id}/reclaims", "listReclaimOperations", true, ""},
 	// Operator routes (nodes, reservations, topology, keys) and the audit chains.
 	{"PUT", "/v1/nodes/{nodeId}", "putNode", true, NodeManage},
 	{"PUT", "/v1/nodes/{nodeId}/topology", "setTopology", true, NodeManage},

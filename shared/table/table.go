@@ -30,6 +30,18 @@ const (
 	ByStateSortKey      = "gsi1sk"
 )
 
+// Sparse secondary index on the state table for the API's lists, whose entries live in the
+// partitions of the items they point to (so no write spans nodes): each node's directory
+// entry (gsi2pk NODES, gsi2sk <nodeId>: every node, for operators), each org's membership
+// entries (gsi2pk ORG#<orgId>#NODES, gsi2sk <nodeId>: the nodes it owns or holds a
+// reservation on), and each reclaim operation (gsi2pk NODE#<nodeId>#RES#<reservationId>#OPS,
+// gsi2sk <createdAt, fixed-width UTC>#<operationId>: a reservation's reclaims, newest first).
+const (
+	ByListIndex        = "byList"
+	ByListPartitionKey = "gsi2pk"
+	ByListSortKey      = "gsi2sk"
+)
+
 // Secondary index on the audit table: one reservation's records, newest first (sk orders
 // them: chained records by seq, after the unchained ones keyed by time).
 const (
@@ -62,8 +74,11 @@ type Index struct {
 var State = Table{
 	LogicalID: "StateTable",
 	Suffix:    "state",
-	Indexes:   []Index{{Name: ByStateIndex, PartitionKey: ByStatePartitionKey, SortKey: ByStateSortKey}},
-	TTL:       true,
+	Indexes: []Index{
+		{Name: ByStateIndex, PartitionKey: ByStatePartitionKey, SortKey: ByStateSortKey},
+		{Name: ByListIndex, PartitionKey: ByListPartitionKey, SortKey: ByListSortKey},
+	},
+	TTL: true,
 }
 
 // Audit is append-only: the functions may put items and never update or delete them. A node's
