@@ -147,6 +147,8 @@ func TestRolePermissions(t *testing.T) {
 					toJSON(map[string]any{"Fn::Join": []any{"", []any{getAtt(tableID(t, tp, table.Audit, env), "Arn"), "/index/" + table.AuditByReservationIndex}}}): {"dynamodb:Query"},
 					// A reservation's scheduled reclaims (the state table's byState index).
 					toJSON(map[string]any{"Fn::Join": []any{"", []any{getAtt(tableID(t, tp, table.State, env), "Arn"), "/index/" + table.ByStateIndex}}}): {"dynamodb:Query"},
+					// The node view's lists: nodes and a reservation's reclaims (the byList index).
+					toJSON(map[string]any{"Fn::Join": []any{"", []any{getAtt(tableID(t, tp, table.State, env), "Arn"), "/index/byList"}}}): {"dynamodb:Query"},
 					// Key lookup and management; never DeleteItem.
 					keysArn: {"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Scan", "dynamodb:UpdateItem"},
 					// Each key's rate limiter: one conditional update of its bucket.

@@ -63,6 +63,9 @@ func (s *CapacityStack) newApiFunction(maxPendingScheduled int, rate capacity.Ra
 	allowIndex(fn, "AuditByReservationIndex", audit, table.AuditByReservationIndex, "dynamodb:Query")
 	// A reservation's scheduled reclaims are listed from the state table's byState index.
 	allowIndex(fn, "StateByStateIndex", state, table.ByStateIndex, "dynamodb:Query")
+	// The node view's lists (the nodes a caller may see, a reservation's reclaims) read the
+	// state table's byList index.
+	allowIndex(fn, "StateByListIndex", state, table.ByListIndex, "dynamodb:Query")
 	// API keys: the lookup of a bearer key (GetItem), and the operator's key management:
 	// create (a transaction of Puts, the key chain's head Update and ConditionChecks), list
 	// (Scan), revoke and the last-use time (UpdateItem). Only reclaim-events also reads it,

@@ -100,7 +100,7 @@ func TestStateTableHasByStateIndex(t *testing.T) {
 	tp := synth(t, "local")
 	_, r := tp.one(t, "AWS::DynamoDB::Table", "TableName", "capacity-local-state")
 	gsis := toJSON(props(r)["GlobalSecondaryIndexes"])
-	for _, s := range []string{`"IndexName":"byState"`, `"gsi1pk"`, `"gsi1sk"`} {
+	for _, s := range []string{`"IndexName":"byState"`, `"gsi1pk"`, `"gsi1sk"`, `"IndexName":"byList"`, `"gsi2pk"`, `"gsi2sk"`} {
 		if !strings.Contains(gsis, s) {
 			t.Errorf("state table indexes %s lack %s", gsis, s)
 		}
