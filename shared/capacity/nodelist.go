@@ -50,9 +50,10 @@ type NodePage struct {
 }
 
 // seesAllNodes reports whether the caller sees every node and every unit: an operator holding
-// node.manage, reservation.read or audit.read.
+// node.manage, reservation.read or audit.read, or reservation.capacity (with which it may
+// already read and reclaim every reservation of every node).
 func seesAllNodes(p Principal) bool {
-	return p.CanOperate(PermNodeManage) || p.CanOperate(PermRead) || p.CanOperate(PermAuditRead)
+	return p.CanOperate(PermNodeManage) || p.CanOperate(PermRead) || p.CanOperate(PermAuditRead) || p.CanOperate(PermCapacity)
 }
 
 // readsTenantNodes reports whether a caller who does not see every node may see the ones its
@@ -84,7 +85,7 @@ func AdmitNodeList(p Principal) error {
 }
 
 // ListNodes returns a page of the nodes the caller may see, in id order: every node to an
-// operator with node.manage, reservation.read or audit.read; to another caller with
+// operator with node.manage, reservation.read, audit.read or reservation.capacity; to another caller with
 // reservation.read or reservation.capacity, the nodes its org owns or holds a reservation on
 // (candidates from the index, each checked on the node's own items, read on until the page is
 // full). The owner org is shown to operators and to the owner only. The cursor names the last

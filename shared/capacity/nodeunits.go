@@ -100,7 +100,8 @@ func (s *Service) GetNodeUnits(ctx context.Context, p Principal, nodeID string) 
 // UnitsView derives the node's unit view for the caller at now; false when the caller may not
 // see the node at all.
 //
-// Who sees what: an operator with node.manage, reservation.read or audit.read, and the owner
+// Who sees what: an operator with node.manage, reservation.read, audit.read or
+// reservation.capacity, and the owner
 // (with reservation.read or reservation.capacity), see every unit and every VM's id and org.
 // A managing or audience org (with one of those permissions) sees the node when one of its
 // reservations names it, and the units its visible reservations hold now, nothing else: on
