@@ -1,8 +1,10 @@
 // Command capacity-migrate moves a deployed state table from the first item layout (every item
 // of a node in its decision partition) to the live-only layout: terminated VMs to the node's
 // history, reclaim operations and their outcomes to partitions of their own, each with its
-// expiry; and gives scheduled reclaims written before their reservation's list existed their
-// place in it. Run it once after deploying the release that reads the new layout:
+// expiry; gives scheduled reclaims written before their reservation's list existed their
+// place in it; and gives nodes, reservations and reclaim operations written before the node
+// view's lists (the byList index) their entries. Run it once after deploying the release that
+// reads the new layout:
 //
 //	capacity-migrate -table capacity-prod-state [-dry-run]
 //

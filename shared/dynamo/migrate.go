@@ -26,7 +26,12 @@ type MigrationReport struct {
 	Outcomes      int // moved to their operation's partition
 	Superseded    int // old outcomes dropped: the new layout already held a newer one
 	Scheduled     int // scheduled reclaims given their place in their reservation's list
-	Skipped       int // changed during the move, or not of the first layout: left for a re-run
+	// ListEntries: node directory and membership entries written (for nodes and reservations
+	// from before the node list); ListedOperations: operations given their place in their
+	// reservation's reclaim list.
+	ListEntries      int
+	ListedOperations int
+	Skipped          int // changed during the move, or not of the first layout: left for a re-run
 }
 
 // Migrate moves the items the first layout kept in the decision partition to the live-only
@@ -42,7 +47,9 @@ func (s *Store) Migrate(ctx context.Context, dryRun bool, logger *slog.Logger) (
 	sk, typ := expression.Name(attrSK), expression.Name(attrType)
 	filter := sk.BeginsWith(legacyPrefixOperation).Or(
 		typ.Equal(expression.Value(typeVM)).And(expression.Name(attrState).Equal(expression.Value(capacity.VMTerminated))),
-		typ.Equal(expression.Value(typeScheduled)).And(expression.Name(attrGSI1PK).AttributeNotExists()))
+		typ.Equal(expression.Value(typeScheduled)).And(expression.Name(attrGSI1PK).AttributeNotExists()),
+		typ.Equal(expression.Value(typeNode)), typ.Equal(expression.Value(typeReservation)),
+		typ.Equal(expression.Value(typeOperation)).And(expression.Name(attrGSI2PK).AttributeNotExists()))
 	expr, err := expression.NewBuilder().WithFilter(filter).Build()
 	if err != nil {
 		return rep, fmt.Errorf("build migration scan: %w", err)
@@ -65,15 +72,25 @@ func (s *Store) Migrate(ctx context.Context, dryRun bool, logger *slog.Logger) (
 	}
 	logger.InfoContext(ctx, "migration done", "table", s.Table, "dry_run", dryRun, "scanned", rep.Scanned,
 		"terminated_vms", rep.TerminatedVMs, "operations", rep.Operations, "outcomes", rep.Outcomes,
-		"superseded", rep.Superseded, "scheduled", rep.Scheduled, "skipped", rep.Skipped)
+		"superseded", rep.Superseded, "scheduled", rep.Scheduled, "list_entries", rep.ListEntries,
+		"listed_operations", rep.ListedOperations, "skipped", rep.Skipped)
 	return rep, nil
 }
 
 // migrateItem moves one first-layout item, if it is one.
 func (s *Store) migrateItem(ctx context.Context, item map[string]types.AttributeValue, dryRun bool, rep *MigrationReport) error {
 	pk, sk := attr(item, attrPK), attr(item, attrSK)
-	if attr(item, attrType) == typeScheduled {
+	switch attr(item, attrType) {
+	case typeScheduled:
 		return s.listScheduled(ctx, item, dryRun, rep)
+	case typeNode:
+		return s.indexNode(ctx, item, dryRun, rep)
+	case typeReservation:
+		return s.indexReservation(ctx, item, dryRun, rep)
+	case typeOperation:
+		if sk == skOperation {
+			return s.indexOperation(ctx, item, dryRun, rep)
+		}
 	}
 	node := nodeOfPK(pk)
 	if node == "" || pk != nodePK(node) {
@@ -101,6 +118,8 @@ func (s *Store) migrateItem(ctx context.Context, item map[string]types.Attribute
 		}
 		moved = withKey(item, opPK(node, it.ID), skOperation)
 		delete(moved, "Outcomes") // the first layout stored an empty placeholder
+		moved[attrGSI2PK] = &types.AttributeValueMemberS{Value: opListPK(node, it.ReservationID)}
+		moved[attrGSI2SK] = &types.AttributeValueMemberS{Value: opListSK(it.CreatedAt, it.ID)}
 		if st := capacity.OperationState(it.State); st == capacity.OpCompleted || st == capacity.OpFailed {
 			moved[attrExpiresAt] = number(expiry(orNow(it.UpdatedAt).Add(s.retention())))
 		}

@@ -73,7 +73,7 @@ func TestMigrateMovesTheFirstLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (dynamo.MigrationReport{Scanned: 5, TerminatedVMs: 1, Operations: 2, Outcomes: 2}); rep != want {
+	if want := (dynamo.MigrationReport{Scanned: 7, TerminatedVMs: 1, Operations: 2, Outcomes: 2}); rep != want {
 		t.Errorf("dry run = %+v, want %+v", rep, want)
 	}
 	if !reflect.DeepEqual(env.Items(t, env.Store.Table), before) {
@@ -84,7 +84,7 @@ func TestMigrateMovesTheFirstLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (dynamo.MigrationReport{Scanned: 5, TerminatedVMs: 1, Operations: 2, Outcomes: 1, Superseded: 1}); rep != want {
+	if want := (dynamo.MigrationReport{Scanned: 7, TerminatedVMs: 1, Operations: 2, Outcomes: 1, Superseded: 1}); rep != want {
 		t.Errorf("run = %+v, want %+v", rep, want)
 	}
 	if rep, err = env.Store.Migrate(ctx, false, quiet); err != nil || rep.TerminatedVMs+rep.Operations+rep.Outcomes+rep.Superseded != 0 {
