@@ -1,0 +1,61 @@
+package dynamo_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/openrelay/capacity/shared/capacity"
+)
+
+// A reservation's membership entries go in its commit's transaction when they fit, and just
+// before it when they do not (200 orgs and the commit's own items exceed a transaction's 100
+// actions): either way every org then finds the node, and a transaction never exceeds the limit.
+func TestReservationMembershipsFitOrGoAhead(t *testing.T) {
+	orgs := func(from, n int) []string {
+		var out []string
+		for i := range n {
+			out = append(out, fmt.Sprintf("org-%03d", from+i))
+		}
+		return out
+	}
+	tests := []struct {
+		name              string
+		allowed, managing []string
+		wantOrgs          int
+	}{
+		{"a few orgs, in the transaction", orgs(0, 2), orgs(2, 1), 3},
+		{"an org in both lists, once", orgs(0, 1), orgs(0, 1), 1},
+		{"the most a reservation names, ahead of it", orgs(0, capacity.MaxOrgIDs), orgs(capacity.MaxOrgIDs, capacity.MaxOrgIDs), 2 * capacity.MaxOrgIDs},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := opEnv(t, nil)
+			ctx := context.Background()
+			st, err := env.Store.LoadNode(ctx, "n1", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := newResCommit(st, "r-many")
+			c.NewReservation.AllowedOrgIDs, c.NewReservation.ManagingOrgIDs = tt.allowed, tt.managing
+			// The store refuses a transaction of more than 100 actions itself.
+			if _, err := env.Store.CommitOperator(ctx, c); err != nil {
+				t.Fatalf("commit: %v", err)
+			}
+			named := slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(tt.allowed), tt.managing...))))
+			if len(named) != tt.wantOrgs {
+				t.Fatalf("the test names %d orgs, want %d", len(named), tt.wantOrgs)
+			}
+			for _, org := range named {
+				ids, _, err := env.Store.MemberNodeIDs(ctx, org, "", 10)
+				if err != nil || !slices.Equal(ids, []string{"n1"}) {
+					t.Fatalf("%s finds %v, %v", org, ids, err)
+				}
+			}
+			if ids, _, _ := env.Store.MemberNodeIDs(ctx, "org-none", "", 10); len(ids) != 0 {
+				t.Errorf("an org never named finds %v", ids)
+			}
+		})
+	}
+}
