@@ -119,6 +119,7 @@ func assertSame404(t *testing.T, w *httptest.ResponseRecorder, svc *fakeService,
 func TestReaderListsAre404WithoutReadBeforeTheQuery(t *testing.T) {
 	for _, list := range []struct{ path, detail string }{
 		{"/v1/nodes/n1/reservations", "node not found"}, {reservationPath + "/audit", "reservation not found"},
+		{"/v1/nodes", "not found"}, {reservationPath + "/reclaims", "reservation not found"},
 	} {
 		var first string
 		for _, query := range []string{"", "?limit=0", "?x=1", "?limit=500", "?cursor=", "?limit=1&limit=2"} {

@@ -104,7 +104,8 @@ func TestOperatorBodiesAreStrict(t *testing.T) {
 // TestListQuery: limit is 1..100, cursor non-empty, nothing else; a cursor the store refuses
 // comes back as the service's own error.
 func TestListQuery(t *testing.T) {
-	lists := []string{"/v1/nodes/n1/reservations", reservationPath + "/audit", "/v1/nodes/n1/audit", "/v1/keys", "/v1/keys/audit"}
+	lists := []string{"/v1/nodes/n1/reservations", reservationPath + "/audit", "/v1/nodes/n1/audit", "/v1/keys", "/v1/keys/audit",
+		"/v1/nodes", reservationPath + "/reclaims"}
 	for _, list := range lists {
 		for _, tc := range []struct {
 			query  string
@@ -173,4 +174,35 @@ func TestRevokeChecksIdempotencyKeyForm(t *testing.T) {
 		problem(t, w, 422, capacity.CodeInvalidRequest)
 		assertNoCalls(t, svc)
 	}
+}
+
+// TestReclaimListState: the reclaim list's state filter reaches the service as sent (which
+// judges its value), once, beside the page; the node list takes no filter.
+func TestReclaimListState(t *testing.T) {
+	for _, tc := range []struct {
+		query, state string
+		status       int
+	}{
+		{"?state=in-flight", "in-flight", 200},
+		{"?state=done&limit=5", "done", 200}, // the service's to refuse, after its 404s
+		{"?state=failed&state=completed", "", 400},
+		{"?State=failed", "", 400},
+	} {
+		t.Run(tc.query, func(t *testing.T) {
+			svc := &fakeService{}
+			w := req{method: http.MethodGet, path: reservationPath + "/reclaims" + tc.query, auth: opAuth}.do(t, newHandler(svc))
+			if tc.status != 200 {
+				problem(t, w, tc.status, httpapi.CodeMalformedRequest)
+				assertNoCalls(t, svc)
+				return
+			}
+			if calls := svc.Calls(); w.Code != 200 || len(calls) != 1 || calls[0].Method != "ListReclaimOperations" || calls[0].ID != tc.state {
+				t.Errorf("status %d, calls %+v", w.Code, calls)
+			}
+		})
+	}
+	svc := &fakeService{}
+	w := req{method: http.MethodGet, path: "/v1/nodes?state=failed", auth: opAuth}.do(t, newHandler(svc))
+	problem(t, w, 400, httpapi.CodeMalformedRequest)
+	assertNoCalls(t, svc)
 }
