@@ -248,20 +248,23 @@ func (m *unitMeter) chargeCall(ctx context.Context, op string, params, result an
 		for i, r := range refs {
 			size := max(dynamo.ItemSize(before[i]), dynamo.ItemSize(after[i]))
 			m.charge(0, factor*math.Ceil(float64(max(size, 1))/1024), op+" "+r.what+" "+keyKind(r.key), size)
-			// The byState index (projecting every attribute) is written too, outside the
-			// transaction's price: a put or delete of its entry, or both when its key changes.
-			if n := indexWrites(before[i], after[i]); n > 0 {
-				m.charge(0, float64(n)*math.Ceil(float64(max(size, 1))/1024), "  byState index entry of "+keyKind(r.key), size)
+			// The indexes (projecting every attribute) are written too, outside the
+			// transaction's price: a put or delete of an entry, or both when its key changes.
+			for _, ix := range table.State.Indexes {
+				if n := indexWrites(ix, before[i], after[i]); n > 0 {
+					m.charge(0, float64(n)*math.Ceil(float64(max(size, 1))/1024), "  "+ix.Name+" index entry of "+keyKind(r.key), size)
+				}
 			}
 		}
 	}
 }
 
-// indexWrites is how many writes of the byState index a change of the item makes.
-func indexWrites(before, after map[string]types.AttributeValue) int {
+// indexWrites is how many writes of the index a change of the item makes: its entry is
+// rewritten whenever the item is (every attribute is projected).
+func indexWrites(ix table.Index, before, after map[string]types.AttributeValue) int {
 	key := func(it map[string]types.AttributeValue) string {
-		pk, ok1 := it[table.ByStatePartitionKey].(*types.AttributeValueMemberS)
-		sk, ok2 := it[table.ByStateSortKey].(*types.AttributeValueMemberS)
+		pk, ok1 := it[ix.PartitionKey].(*types.AttributeValueMemberS)
+		sk, ok2 := it[ix.SortKey].(*types.AttributeValueMemberS)
 		if !ok1 || !ok2 {
 			return ""
 		}
