@@ -95,13 +95,13 @@ func newMemberItem(nodeID, orgID string) memberItem {
 }
 
 // listEntries are the list index entries an operator commit makes true: the directory entry
-// and the owner's membership of a node created or changed, and the memberships of a new
-// reservation's orgs, each org once.
-func listEntries(c capacity.OperatorCommit) []any {
-	var out []any
+// of a node created or changed (a copy shown as it is, so only ever written with the change),
+// and the memberships of its owner and of a new reservation's orgs, each org once (only
+// candidates, checked when read, so they may also be written ahead: see putAhead).
+func listEntries(c capacity.OperatorCommit) (dir, members []any) {
 	var orgs []string
 	if n := c.NewNode; n != nil {
-		out = append(out, newDirectoryItem(*n))
+		dir = append(dir, newDirectoryItem(*n))
 		orgs = append(orgs, n.OwnerOrgID)
 	}
 	if r := c.NewReservation; r != nil {
@@ -110,10 +110,10 @@ func listEntries(c capacity.OperatorCommit) []any {
 	slices.Sort(orgs)
 	for _, org := range slices.Compact(orgs) {
 		if org != "" {
-			out = append(out, newMemberItem(c.Node.ID, org))
+			members = append(members, newMemberItem(c.Node.ID, org))
 		}
 	}
-	return out
+	return dir, members
 }
 
 // seedEntries are the list index entries of seeded nodes and reservations, each once.
@@ -151,8 +151,8 @@ func (s *Store) putItems(items []any) ([]types.TransactWriteItem, error) {
 	return out, nil
 }
 
-// putAhead writes list entries that do not fit in their commit's transaction before it, in
-// transactions of their own: an entry whose commit then fails is harmless, as the service
+// putAhead writes membership entries that do not fit in their commit's transaction before it,
+// in transactions of their own: an entry whose commit then fails is harmless, as the service
 // checks every candidate on the node's own items.
 func (s *Store) putAhead(ctx context.Context, nodeID string, entries []types.TransactWriteItem) error {
 	for chunk := range slices.Chunk(entries, MaxTransactItems) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/openrelay/capacity/shared/capacity"
 )
@@ -57,5 +58,40 @@ func TestReservationMembershipsFitOrGoAhead(t *testing.T) {
 				t.Errorf("an org never named finds %v", ids)
 			}
 		})
+	}
+}
+
+// The largest operator transaction, a topology change moving capacity.MaxTopologyReviews
+// reservations to needs-review with an Idempotency-Key, still fits with the node's directory
+// and owner entries (the store refuses more than 100 actions itself), and the directory then
+// shows the new units.
+func TestLargestTopologyChangeFitsWithItsListEntries(t *testing.T) {
+	ctx := context.Background()
+	s := seed(2, 0)
+	s.Reservations = nil
+	for i := range capacity.MaxTopologyReviews {
+		s.Reservations = append(s.Reservations, capacity.Reservation{ID: fmt.Sprintf("r%02d", i), NodeID: "n1", ReservedUnitIDs: []string{"u0"},
+			StartsAt: t0, Status: capacity.StatusActive, TopologyGen: 1, Version: 1, CreatedAt: t0, UpdatedAt: t0})
+	}
+	env := newEnv(t, s)
+	st, err := env.Store.LoadNode(ctx, "n1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := st.Node
+	changed.UnitIDs, changed.TopologyGen = []string{"u0", "u1", "u2"}, 2
+	c := capacity.OperatorCommit{Node: st.Node, NewNode: &changed, Audit: opAudit("a-topo", "n1"),
+		Idempotency: &capacity.IdempotencyRecord{Scope: "platform#k", NodeID: "n1", Fingerprint: "f", Result: []byte("{}"), CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}}
+	c.Audit.Action = capacity.ActionTopologySet
+	for _, r := range st.Reservations {
+		r.Status, r.TopologyGen = capacity.StatusNeedsReview, 1
+		c.Reservations = append(c.Reservations, r)
+	}
+	if _, err := env.Store.CommitOperator(ctx, c); err != nil {
+		t.Fatalf("topology change: %v", err)
+	}
+	nodes, _, err := env.Store.DirectoryNodes(ctx, "", 10)
+	if err != nil || len(nodes) != 1 || !slices.Equal(nodes[0].UnitIDs, changed.UnitIDs) || nodes[0].TopologyGen != 2 {
+		t.Errorf("directory %+v, %v", nodes, err)
 	}
 }

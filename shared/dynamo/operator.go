@@ -84,9 +84,14 @@ func (s *Store) GetNode(ctx context.Context, nodeID string) (*capacity.Node, err
 func (s *Store) CommitOperator(ctx context.Context, c capacity.OperatorCommit) (capacity.AuditHead, error) {
 	var chained capacity.AuditRecord
 	var start capacity.ChainStart
-	// The list index entries the commit makes true go in its transaction, or, when they do
-	// not fit (a reservation naming many orgs), just before it (see putAhead).
-	entries, err := s.putItems(listEntries(c))
+	// The list index entries the commit makes true go in its transaction; memberships that do
+	// not fit (a reservation naming many orgs) go just before it (see putAhead).
+	dirEntry, memberEntries := listEntries(c)
+	dir, err := s.putItems(dirEntry)
+	if err != nil {
+		return capacity.AuditHead{}, fmt.Errorf("%s on node %s: %w", c.Audit.Action, c.Node.ID, err)
+	}
+	members, err := s.putItems(memberEntries)
 	if err != nil {
 		return capacity.AuditHead{}, fmt.Errorf("%s on node %s: %w", c.Audit.Action, c.Node.ID, err)
 	}
@@ -96,13 +101,13 @@ func (s *Store) CommitOperator(ctx context.Context, c capacity.OperatorCommit) (
 			if pin != nil {
 				start = *pin
 			}
-			items, rec, err := s.operatorItems(c, pin, entries)
-			if err == nil && len(items) > MaxTransactItems && len(entries) > 0 {
-				if err = s.putAhead(ctx, c.Node.ID, entries); err != nil {
+			items, rec, err := s.operatorItems(c, pin, append(slices.Clone(dir), members...))
+			if err == nil && len(items) > MaxTransactItems && len(members) > 0 {
+				if err = s.putAhead(ctx, c.Node.ID, members); err != nil {
 					return nil, err
 				}
-				entries = nil
-				items, rec, err = s.operatorItems(c, pin, nil)
+				members = nil
+				items, rec, err = s.operatorItems(c, pin, dir)
 			}
 			chained = rec
 			if err != nil {
