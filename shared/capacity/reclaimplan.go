@@ -17,11 +17,14 @@ type ReclaimPlanRequest struct {
 	GraceSeconds  int
 }
 
-// ReclaimPlan answers a ReclaimPlanRequest: the units, ranked by least disruption, and the
-// dry run of a reclaim of exactly those units (its PlanETag admits that reclaim).
+// ReclaimPlan answers a ReclaimPlanRequest: the released units to take back from the spot
+// market, ranked by least disruption, the units already exclusive (AlreadyYours: not part of
+// the count, not in the reclaim), and the dry run of a reclaim of exactly UnitIDs (its
+// PlanETag admits that reclaim).
 type ReclaimPlan struct {
-	Count   int
-	UnitIDs []string
+	Count        int
+	UnitIDs      []string
+	AlreadyYours []string
 	CapacityResult
 }
 
@@ -78,12 +81,14 @@ func (s *Service) planReclaim(ctx context.Context, p Principal, req ReclaimPlanR
 	start := time.Now()
 	s.append(ctx, audit)
 	CallStatsFrom(ctx).Since(PhaseCommit, start)
-	return &ReclaimPlan{Count: req.Count, UnitIDs: units, CapacityResult: result}, nil
+	yours := exclusiveUnits(st.Reservation(req.ReservationID))
+	return &ReclaimPlan{Count: req.Count, UnitIDs: units, AlreadyYours: yours, CapacityResult: result}, nil
 }
 
-// DecideReclaimPlan ranks the reservation's units (rankReclaim) and decides the dry run of a
-// reclaim of the first Count of them, after the reclaim's own checks (checkCapacityCall).
-// A count beyond what the reservation can give back is refused with how many it can.
+// DecideReclaimPlan ranks the reservation's released units (rankReclaim) and decides the dry
+// run of a reclaim of the first Count of them, after the reclaim's own checks
+// (checkCapacityCall). A count beyond what the reservation can take back from the spot market
+// is refused with how many it can.
 func DecideReclaimPlan(p Principal, st *NodeState, req ReclaimPlanRequest, now time.Time) ([]string, *CapacityPlan, error) {
 	r, err := checkCapacityCall(p, st, req.reclaim(nil), now)
 	if err != nil {
@@ -92,7 +97,7 @@ func DecideReclaimPlan(p Principal, st *NodeState, req ReclaimPlanRequest, now t
 	units, available := rankReclaim(st, r, req.Count, now)
 	if units == nil {
 		return nil, nil, &Error{Code: CodeInsufficientUnits, Available: &available,
-			Message: fmt.Sprintf("the reservation has %d units a reclaim can take; %d asked", available, req.Count)}
+			Message: fmt.Sprintf("the reservation has %d released units a reclaim can take back; %d asked", available, req.Count)}
 	}
 	plan, err := DecideReclaim(p, st, req.reclaim(units), now)
 	if err != nil {
@@ -125,11 +130,12 @@ func (a evictionCost) compare(b evictionCost) int {
 	return cmp.Or(cmp.Compare(a.vms, b.vms), cmp.Compare(a.units, b.units), cmp.Compare(a.age, b.age))
 }
 
-// rankReclaim chooses count of the reservation's units, least disruptive first: exclusive
-// idle units, released idle units, units whose spot VM is already being terminated (each in
-// unit id order), then units of running spot VMs, chosen as a set (chooseEvictions). A unit
-// under a VM of another tier is never chosen. It answers nil and how many units could be
-// chosen when count is more than that.
+// rankReclaim chooses count of the reservation's released units, the ones a reclaim takes back
+// from the spot market, least disruptive first: released idle units, units whose spot VM is
+// already being terminated (each in unit id order), then units of running spot VMs, chosen
+// as a set (chooseEvictions). A unit already exclusive is never chosen (taking it changes
+// nothing, so it cannot make up the count), nor one under a VM of another tier. It answers
+// nil and how many units could be chosen when count is more than that.
 func rankReclaim(st *NodeState, r *Reservation, count int, now time.Time) ([]string, int) {
 	holder := map[string]VM{}
 	for _, vm := range st.VMs {
@@ -139,17 +145,18 @@ func rankReclaim(st *NodeState, r *Reservation, count int, now time.Time) ([]str
 			}
 		}
 	}
-	var exclusive, released, ending []string
+	var idle, ending []string
 	byVM := map[string]*evictionCandidate{}
 	var candidates []*evictionCandidate
 	available := 0
-	for _, u := range slices.Sorted(slices.Values(r.ReservedUnitIDs)) {
+	for _, u := range slices.Sorted(slices.Values(r.ReleasedUnitIDs)) {
+		if !slices.Contains(r.ReservedUnitIDs, u) {
+			continue
+		}
 		vm, held := holder[u]
 		switch {
-		case !held && slices.Contains(r.ReleasedUnitIDs, u):
-			released = append(released, u)
 		case !held:
-			exclusive = append(exclusive, u)
+			idle = append(idle, u)
 		case vm.Tier != TierSpot:
 			continue
 		case vm.State != VMRunning:
@@ -168,7 +175,7 @@ func rankReclaim(st *NodeState, r *Reservation, count int, now time.Time) ([]str
 	if count > available {
 		return nil, available
 	}
-	ranked := slices.Concat(exclusive, released, ending)
+	ranked := slices.Concat(idle, ending)
 	if count <= len(ranked) {
 		return ranked[:count], available
 	}
@@ -176,6 +183,21 @@ func rankReclaim(st *NodeState, r *Reservation, count int, now time.Time) ([]str
 		ranked = append(ranked, c.units...)
 	}
 	return ranked[:count], available
+}
+
+// exclusiveUnits are r's units already exclusive (reserved, not released), sorted: a plan
+// names them as already the reservation's and never counts them.
+func exclusiveUnits(r *Reservation) []string {
+	if r == nil {
+		return nil
+	}
+	var out []string
+	for _, u := range slices.Sorted(slices.Values(r.ReservedUnitIDs)) {
+		if !slices.Contains(r.ReleasedUnitIDs, u) {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // chooseEvictions answers the VMs whose units give at least need units at the least

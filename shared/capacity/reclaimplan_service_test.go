@@ -9,8 +9,9 @@ import (
 	"github.com/openrelay/capacity/shared/capacity"
 )
 
-// TestReclaimPlanChangesNothingAndIsAudited plans on the world (r1: u0 under reserved v0, u1
-// released under spot s1, u2 released idle), then reclaims exactly that plan with If-Match.
+// TestReclaimPlanChangesNothingAndIsAudited plans on the world (r1: u0 exclusive under
+// reserved v0, u1 released under spot s1, u2 released idle), then reclaims exactly that plan
+// with If-Match. u0 is already the reservation's: never counted, always named as such.
 func TestReclaimPlanChangesNothingAndIsAudited(t *testing.T) {
 	tests := []struct {
 		name      string
@@ -23,7 +24,7 @@ func TestReclaimPlanChangesNothingAndIsAudited(t *testing.T) {
 	}{
 		{"one unit: the idle one", owner, 1, []string{"u2"}, []string{}, "", true},
 		{"two units: evicts the spot VM", owner, 2, []string{"u2", "u1"}, []string{"s1"}, "", true},
-		{"three: u0 is under a reserved VM", owner, 3, nil, nil, capacity.CodeInsufficientUnits, true},
+		{"three: u0 is already exclusive", owner, 3, nil, nil, capacity.CodeInsufficientUnits, true},
 		{"the audience may not", audi, 1, nil, nil, capacity.CodeForbidden, true},
 		{"a stranger learns nothing", capacity.Principal{OrgID: "x", Permissions: []string{capacity.PermCapacity}}, 1, nil, nil, capacity.CodeNotFound, false},
 	}
@@ -52,6 +53,9 @@ func TestReclaimPlanChangesNothingAndIsAudited(t *testing.T) {
 			}
 			if !slices.Equal(plan.UnitIDs, tt.units) || !slices.Equal(plan.Terminated, tt.terminate) || plan.PlanETag == "" || !plan.DryRun {
 				t.Fatalf("plan = %+v", plan)
+			}
+			if !slices.Equal(plan.AlreadyYours, []string{"u0"}) {
+				t.Errorf("already yours = %v, want [u0]", plan.AlreadyYours)
 			}
 			// The plan's ETag admits the reclaim of exactly its units.
 			rc := reclaim(plan.UnitIDs...)

@@ -45,7 +45,8 @@ func TestReclaimPlanRanking(t *testing.T) {
 		want      []string
 		terminate []string
 	}{
-		{"exclusive idle before released idle", planNode(4, []string{"u0", "u1"}), 3, []string{"u2", "u3", "u0"}, []string{}},
+		{"released idle only: exclusive units never make up the count", planNode(4, []string{"u1", "u3"}), 2, []string{"u1", "u3"}, []string{}},
+		{"an exclusive idle unit is not taken before an eviction", planNode(3, []string{"u1", "u2"}, spotVM("a", h, "u1")), 2, []string{"u2", "u1"}, []string{"a"}},
 		{"released idle before any eviction", planNode(3, []string{"u0", "u1", "u2"}, spotVM("a", h, "u0")), 2, []string{"u1", "u2"}, []string{}},
 		{"a VM already terminating evicts nothing", planNode(2, []string{"u0", "u1"},
 			spotVM("a", h, "u0"), VM{ID: "b", Tier: TierSpot, UnitIDs: []string{"u1"}, State: VMTerminating}), 1, []string{"u1"}, []string{}},
@@ -63,8 +64,8 @@ func TestReclaimPlanRanking(t *testing.T) {
 		{"the youngest VM at equal spans", planNode(3, []string{"u0", "u1", "u2"},
 			spotVM("old", 9*h, "u0"), spotVM("young", h, "u1"), spotVM("mid", 3*h, "u2")), 2, []string{"u1", "u2"}, []string{"mid", "young"}},
 		{"unit id breaks a full tie", planNode(2, []string{"u0", "u1"}, spotVM("b", h, "u1"), spotVM("a", h, "u0")), 1, []string{"u0"}, []string{"a"}},
-		{"free units then the fewest evictions", planNode(5, []string{"u1", "u2", "u3", "u4"},
-			spotVM("a", h, "u1"), spotVM("b", h, "u2", "u3", "u4")), 3, []string{"u0", "u2", "u3"}, []string{"b"}},
+		{"the fewest evictions, the exclusive unit left alone", planNode(5, []string{"u1", "u2", "u3", "u4"},
+			spotVM("a", h, "u1"), spotVM("b", h, "u2", "u3", "u4")), 3, []string{"u2", "u3", "u4"}, []string{"b"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -88,7 +89,7 @@ func TestReclaimPlanRanking(t *testing.T) {
 
 func TestReclaimPlanRefusals(t *testing.T) {
 	mgr := principal("mgr", false, PermCapacity)
-	st := planNode(4, []string{"u1", "u2", "u3"}, VM{ID: "res", Tier: TierReserved, UnitIDs: []string{"u0"}}, spotVM("a", time.Hour, "u1"))
+	st := planNode(5, []string{"u0", "u1", "u2", "u3"}, VM{ID: "res", Tier: TierReserved, UnitIDs: []string{"u0"}}, spotVM("a", time.Hour, "u1"))
 	tests := []struct {
 		name      string
 		p         Principal
@@ -96,7 +97,7 @@ func TestReclaimPlanRefusals(t *testing.T) {
 		code      Code
 		available int
 	}{
-		{"more than the reservation can give", mgr, 4, CodeInsufficientUnits, 3},
+		{"more than the released units (u4 is exclusive)", mgr, 4, CodeInsufficientUnits, 3},
 		{"all it can give", mgr, 3, "", 0},
 		{"no count", mgr, 0, CodeInvalidRequest, 0},
 		{"beyond MaxUnits", mgr, MaxUnits + 1, CodeInvalidRequest, 0},
@@ -123,9 +124,10 @@ func TestReclaimPlanRefusals(t *testing.T) {
 	}
 }
 
-// TestReclaimPlanEvictsTheFewest checks, for random small nodes, that the plan's eviction
-// cost (VMs terminated, then units they span, then their age) is the least of every set of
-// count units a reclaim could take, found by brute force over all unit subsets.
+// TestReclaimPlanEvictsTheFewest checks, for random small nodes, that the plan takes count
+// released units and no exclusive one, and that its eviction cost (VMs terminated, then units
+// they span, then their age) is the least of every set of count released units a reclaim
+// could take, found by brute force over all subsets of released units.
 func TestReclaimPlanEvictsTheFewest(t *testing.T) {
 	mgr := principal("mgr", false, PermCapacity)
 	rapid.Check(t, func(t *rapid.T) {
@@ -169,6 +171,11 @@ func TestReclaimPlanEvictsTheFewest(t *testing.T) {
 		if len(units) != count || len(slices.Compact(slices.Sorted(slices.Values(units)))) != count {
 			t.Fatalf("units %v are not %d distinct units", units, count)
 		}
+		for _, u := range units {
+			if !slices.Contains(released, u) {
+				t.Fatalf("units %v take %s, which is exclusive, not released", units, u)
+			}
+		}
 		if len(plan.Skipped) > 0 {
 			t.Fatalf("the plan takes a unit under a non-spot VM: %v", VMIDs(plan.Skipped))
 		}
@@ -178,10 +185,11 @@ func TestReclaimPlanEvictsTheFewest(t *testing.T) {
 	})
 }
 
-// bruteForceEviction is the least eviction cost over all sets of count units a reclaim could
-// take (none under a VM of another tier); feasible is false when there is no such set.
+// bruteForceEviction is the least eviction cost over all sets of count released units a
+// reclaim could take (none under a VM of another tier); feasible is false when there is no
+// such set.
 func bruteForceEviction(st *NodeState, count int) (best evictionCost, feasible bool) {
-	units := st.Reservations[0].ReservedUnitIDs
+	units := st.Reservations[0].ReleasedUnitIDs
 	for mask := 0; mask < 1<<len(units); mask++ {
 		var set []string
 		for i, u := range units {

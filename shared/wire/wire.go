@@ -99,17 +99,19 @@ func Reclaim(res *capacity.CapacityResult) ReservationJSON {
 	return out
 }
 
-// ReclaimPlanJSON is the answer to a reclaim plan: the units chosen, least disruptive first,
-// and the dry run of a reclaim of them.
+// ReclaimPlanJSON is the answer to a reclaim plan: the released units chosen, least
+// disruptive first, the units already exclusive (not counted, not taken), and the dry run of
+// a reclaim of the chosen ones.
 type ReclaimPlanJSON struct {
-	Count   int      `json:"count"`
-	UnitIDs []string `json:"unitIds"`
+	Count        int      `json:"count"`
+	UnitIDs      []string `json:"unitIds"`
+	AlreadyYours []string `json:"alreadyYours"`
 	ReservationJSON
 }
 
 // ReclaimPlan is the answer to a reclaim plan.
 func ReclaimPlan(p *capacity.ReclaimPlan) ReclaimPlanJSON {
-	return ReclaimPlanJSON{Count: p.Count, UnitIDs: list(p.UnitIDs), ReservationJSON: Reclaim(&p.CapacityResult)}
+	return ReclaimPlanJSON{Count: p.Count, UnitIDs: list(p.UnitIDs), AlreadyYours: list(p.AlreadyYours), ReservationJSON: Reclaim(&p.CapacityResult)}
 }
 
 // VM is v as the API shows it.
