@@ -21,21 +21,36 @@ help: ## list the targets
 	@echo "  variables: ENV=$(ENV) (local|dev|prod...)"
 
 .PHONY: lambdas
-lambdas: ## build functions/<name> into build/lambda/<name>/bootstrap (linux/arm64)
-	@set -e; for fn in $(FUNCTIONS); do \
-		echo "==> lambda $$fn -> $(LAMBDA_DIR)/$$fn/bootstrap"; \
-		GOOS=linux GOARCH=arm64 CGO_ENABLED=0 go build $(LAMBDA_GOFLAGS) -o $(LAMBDA_DIR)/$$fn/bootstrap ./functions/$$fn; \
-	done
-	@echo "==> lambdas: $(words $(FUNCTIONS)) built"
+lambdas: ## build functions/<name> into build/lambda/<name>/bootstrap (linux/arm64, for AWS), a line per step and per function
+	@scripts/build-functions.sh linux/arm64 $(LAMBDA_DIR) $(LAMBDA_GOFLAGS)
+
+# The local stack runs each function as a host process, built by its runner into
+# build/local/<name>/bootstrap with these flags (localstack/stack/build.go), and gives the
+# emulator a placeholder for the code: arm64 builds are of no use to it. synth ENV=local builds
+# those host bootstraps and points the template's assets at them, and the runner then finds
+# them up to date.
+LOCAL_BUILD := build/local
+LOCAL_GOFLAGS := -tags lambda.norpc
+
+.PHONY: local-functions
+local-functions: ## build functions/<name> for this machine into build/local/<name>/bootstrap (what the local stack runs)
+	@scripts/build-functions.sh host $(LOCAL_BUILD) $(LOCAL_GOFLAGS)
 
 .PHONY: node_modules
 node_modules: ## install the pinned CDK CLI (npm ci) if missing
 	@test -x $(CDK) || { echo "==> npm ci"; npm ci --no-audit --no-fund; }
 
+# What synth needs: a bootstrap per function under the asset root; for ENV=local the host
+# builds the local stack runs, for AWS the arm64 ones.
+SYNTH_FUNCTIONS = $(if $(filter local,$(ENV)),local-functions,lambdas)
+SYNTH_ASSETS    = $(abspath $(if $(filter local,$(ENV)),$(LOCAL_BUILD),$(LAMBDA_DIR)))
+
 .PHONY: synth
-synth: lambdas node_modules ## synthesise the stack for ENV into cdk.out/<ENV>
-	@echo "==> synth env=$(ENV) (first run compiles the CDK app: several minutes)"
-	@$(CDK) synth --quiet -c env=$(ENV) -o cdk.out/$(ENV)
+synth: $(SYNTH_FUNCTIONS) node_modules ## synthesise the stack for ENV into cdk.out/<ENV>
+	@echo "==> CDK app: go build infra/ (a cold Go cache compiles the CDK's Go bindings: minutes)"
+	@start=$$SECONDS; go -C infra build -o ../build/cdk-app . && echo "    built in $$((SECONDS - start))s"
+	@echo "==> synth env=$(ENV), functions from $(SYNTH_ASSETS)"
+	@start=$$SECONDS; $(CDK) synth --quiet -c env=$(ENV) -c assetRoot=$(SYNTH_ASSETS) -o cdk.out/$(ENV) && echo "    synthesised in $$((SECONDS - start))s"
 	@echo "==> template: cdk.out/$(ENV)/capacity-$(ENV).template.json"
 
 .PHONY: test-infra
@@ -63,8 +78,10 @@ E2E_FAULTS ?= TransactionConflict=0.1,Throttling=0.1,TransactWriteItems:Ambiguou
 .PHONY: run
 run: ## run the whole stack on 127.0.0.1:4566 with demo data (Ctrl-C stops it); FAULTS=... injects AWS faults
 	@$(MAKE) --no-print-directory synth ENV=local
-	@echo "==> starting the local stack (first run compiles the emulator: about a minute)"
-	CAPACITY_FAULTS='$(FAULTS)' go run ./localstack/cmd/localstack -template $(LOCAL_TEMPLATE) -outputs $(OUTPUTS)
+	@echo "==> local stack runner and emulator: go build ./localstack/cmd/localstack (a cold Go cache: about a minute)"
+	@start=$$SECONDS; go build -o build/localstack ./localstack/cmd/localstack && echo "    built in $$((SECONDS - start))s"
+	@echo "==> starting the local stack"
+	CAPACITY_FAULTS='$(FAULTS)' build/localstack -template $(LOCAL_TEMPLATE) -outputs $(OUTPUTS)
 
 .PHONY: test
 test: ## every test: unit, store (fuzz seed corpus included), CDK assertions, end to end on the local stack, every benchmark once (short)
