@@ -29,11 +29,21 @@ start=$SECONDS
 # -v names each package it compiles rather than finds in the cache.
 mapfile -t deps < <(go list "$@" -deps -f '{{if ne .Name "main"}}{{.ImportPath}}{{end}}' "${pkgs[@]}")
 echo "==> functions for $platform, step 1/2: compile the ${#deps[@]} packages they import (a cold Go cache: minutes on two cores; then seconds)"
-go build "$@" -v "${deps[@]}" 2>&1 |
-  awk -v total="${#deps[@]}" -v start="$(date +%s)" '
-    / / { print; next }   # not an import path: an error or a warning, shown as it is
-    { n++; if (n % int(total / 10 + 1) == 0) { printf "    %d of %d packages compiled (%ds)\n", n, total, systime() - start; fflush() } }
-    END { printf "    %d compiled, %d found in the Go cache\n", n, total - n }'
+every=$((${#deps[@]} / 10 + 1))
+go build "$@" -v "${deps[@]}" 2>&1 | {
+  n=0
+  while IFS= read -r line; do
+    if [[ $line == *" "* || $line == "#"* ]]; then
+      echo "$line" # not an import path: an error or a warning, shown as it is
+      continue
+    fi
+    n=$((n + 1))
+    if ((n % every == 0)); then
+      echo "    $n of ${#deps[@]} packages compiled ($((SECONDS - start))s)"
+    fi
+  done
+  echo "    $n compiled, $((${#deps[@]} - n)) found in the Go cache ($((SECONDS - start))s)"
+}
 
 # Step 2: each function, linked into its bootstrap.
 echo "==> functions for $platform, step 2/2: link ${#fns[@]} functions into $out/<name>/bootstrap"
