@@ -70,7 +70,7 @@ func TestStacksOnOtherAddressesRunTheirOwnFunctions(t *testing.T) {
 			marker := s.name + "-api-" + time.Now().Format("150405.000000")
 			markers[s] = append(markers[s], marker)
 
-			resp, event := callAPI(t, http.MethodPost, s.ready.Outputs["ApiUrl"]+"items/x", `{"marker":"`+marker+`"}`)
+			resp, event := callAPI(t, http.MethodPost, s.ready.Outputs["ApiUrl"]+"/items/x", `{"marker":"`+marker+`"}`)
 			if got := resp.Header.Get("X-Extra"); got != s.name {
 				t.Errorf("the API of stack %s ran the function of stack %q", s.name, got)
 			}

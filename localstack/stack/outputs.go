@@ -47,14 +47,21 @@ func resolveOutputs(res *resolver, t *template, endpoint string, restAPIs map[st
 var executeAPIURL = regexp.MustCompile(`^https://([A-Za-z0-9-]+)\.execute-api\.[a-z0-9-]+\.amazonaws\.com/([^/?#]+)(.*)$`)
 
 // localExecuteAPIURL maps an execute-api URL of one of restAPIs to
-// {endpoint}/restapis/{apiId}/{stage}/_user_request_{rest}; other values pass unchanged.
+// {endpoint}/restapis/{apiId}/{stage}/_user_request_{rest}; other values pass unchanged. The
+// stage's root loses its trailing slash (a RestApi's url output has one), so that
+// "$API/v1/..." has one slash where a user writes it; every client of the API takes either form.
 func localExecuteAPIURL(v, endpoint string, restAPIs map[string]bool) string {
 	m := executeAPIURL.FindStringSubmatch(v)
 	if m == nil || !restAPIs[m[1]] {
 		return v
 	}
 
-	return endpoint + "/restapis/" + m[1] + "/" + m[2] + "/" + userRequestPrefix + m[3]
+	rest := m[3]
+	if rest == "/" {
+		rest = ""
+	}
+
+	return endpoint + "/restapis/" + m[1] + "/" + m[2] + "/" + userRequestPrefix + rest
 }
 
 // WriteOutputsFile writes outputs in the shape of `cdk deploy --outputs-file`:

@@ -14,7 +14,8 @@ func TestLocalExecuteAPIURL(t *testing.T) {
 	apis := map[string]bool{"a1b2c3-d4": true}
 
 	tests := map[string]string{
-		"https://a1b2c3-d4.execute-api.us-east-1.amazonaws.com/local/":         endpoint + "/restapis/a1b2c3-d4/local/_user_request_/",
+		// The stage's root without its trailing slash: "$API/v1/..." must not double it.
+		"https://a1b2c3-d4.execute-api.us-east-1.amazonaws.com/local/":         endpoint + "/restapis/a1b2c3-d4/local/_user_request_",
 		"https://a1b2c3-d4.execute-api.us-east-1.amazonaws.com/local/v1/nodes": endpoint + "/restapis/a1b2c3-d4/local/_user_request_/v1/nodes",
 		"https://a1b2c3-d4.execute-api.us-east-1.amazonaws.com/local":          endpoint + "/restapis/a1b2c3-d4/local/_user_request_",
 		// Not one of the stack's APIs, or not an execute-api URL: unchanged.
@@ -33,7 +34,7 @@ func TestLocalExecuteAPIURL(t *testing.T) {
 
 func TestOutputsFileRoundTrip(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "nested", "outputs.json")
-	outputs := map[string]string{"ApiUrl": "http://127.0.0.1:4566/restapis/x/local/_user_request_/", "TableName": "t"}
+	outputs := map[string]string{"ApiUrl": "http://127.0.0.1:4566/restapis/x/local/_user_request_", "TableName": "t"}
 
 	if err := WriteOutputsFile(path, "capacity-local", outputs); err != nil {
 		t.Fatal(err)
@@ -47,7 +48,7 @@ func TestOutputsFileRoundTrip(t *testing.T) {
 	// The shape of `cdk deploy --outputs-file`.
 	want := `{
   "capacity-local": {
-    "ApiUrl": "http://127.0.0.1:4566/restapis/x/local/_user_request_/",
+    "ApiUrl": "http://127.0.0.1:4566/restapis/x/local/_user_request_",
     "TableName": "t"
   }
 }

@@ -90,7 +90,7 @@ func TestStack(t *testing.T) {
 	outputs := st.Outputs()
 	apiURL := outputs["ApiUrl"]
 
-	if !strings.HasPrefix(apiURL, "http://127.0.0.1:4566/restapis/") || !strings.HasSuffix(apiURL, "/local/_user_request_/") {
+	if !strings.HasPrefix(apiURL, "http://127.0.0.1:4566/restapis/") || !strings.HasSuffix(apiURL, "/local/_user_request_") {
 		t.Fatalf("ApiUrl = %q, want the local path form", apiURL)
 	}
 
@@ -112,7 +112,7 @@ func TestStack(t *testing.T) {
 	endpoint := aws.String(st.Endpoint())
 
 	t.Run("API reaches the function with the real path", func(t *testing.T) {
-		resp, event := callAPI(t, http.MethodPost, apiURL+"items/abc123", `{"hello":"world"}`)
+		resp, event := callAPI(t, http.MethodPost, apiURL+"/items/abc123", `{"hello":"world"}`)
 
 		if event.Path != "/items/abc123" || event.PathParameters["id"] != "abc123" || event.Resource != "/items/{id}" ||
 			event.RequestContext.Path != "/local/items/abc123" || event.RequestContext.ResourcePath != "/items/{id}" ||
@@ -134,7 +134,7 @@ func TestStack(t *testing.T) {
 	})
 
 	t.Run("API path values stay escaped", func(t *testing.T) {
-		_, event := callAPI(t, http.MethodGet, apiURL+"items/a%20b", "")
+		_, event := callAPI(t, http.MethodGet, apiURL+"/items/a%20b", "")
 
 		if event.Path != "/items/a%20b" || event.PathParameters["id"] != "a b" {
 			t.Errorf("path %q, id %q", event.Path, event.PathParameters["id"])

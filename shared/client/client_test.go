@@ -292,3 +292,20 @@ func TestFromGateway(t *testing.T) {
 		}
 	}
 }
+
+// TestEndpointWithOrWithoutTrailingSlash: the local stack prints its API URL without the
+// trailing slash, cdk deploy --outputs-file writes it with one; both reach the same route.
+func TestEndpointWithOrWithoutTrailingSlash(t *testing.T) {
+	for name, suffix := range map[string]string{"without": "", "with": "/"} {
+		t.Run(name, func(t *testing.T) {
+			c, got := server(t, http.StatusOK, nil, `{}`)
+			c.Endpoint = strings.TrimSuffix(c.Endpoint, "/dev/") + "/local/_user_request_" + suffix
+			if _, _, err := c.GetReservation(context.Background(), "node-a", "res-1"); err != nil {
+				t.Fatal(err)
+			}
+			if got.Path != "/local/_user_request_/v1/nodes/node-a/reservations/res-1" {
+				t.Errorf("path = %q", got.Path)
+			}
+		})
+	}
+}

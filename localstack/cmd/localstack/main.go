@@ -143,13 +143,13 @@ func printWelcome(out map[string]string, outputsPath, agentURL string, seeded bo
 		}
 		_ = w.Flush()
 		fmt.Printf("\nDry-run a reclaim of gpu-2 and gpu-3 as the node owner:\n\n"+
-			"  curl -s -X POST '%sv1/nodes/%s/reservations/%s/reclaim' \\\n"+
+			"  curl -s -X POST '%s/v1/nodes/%s/reservations/%s/reclaim' \\\n"+
 			"    -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' \\\n"+
 			"    -d '{\"unitIds\":[\"gpu-2\",\"gpu-3\"],\"dryRun\":true,\"reason\":\"try it\"}'\n\n",
 			api, demo.NodeID, demo.ReservationID, demo.OwnerSecret)
 		fmt.Printf("Then reclaim for real (drop \"dryRun\"), follow the operation with the reclaimId it returns,\n"+
 			"and ask the node agent simulator what it did:\n\n"+
-			"  curl -s '%sv1/nodes/%s/reservations/%s/reclaims/<reclaimId>' -H 'Authorization: Bearer %s'\n"+
+			"  curl -s '%s/v1/nodes/%s/reservations/%s/reclaims/<reclaimId>' -H 'Authorization: Bearer %s'\n"+
 			"  curl -s '%s/_admin/vms?node=%s'\n\n", api, demo.NodeID, demo.ReservationID, demo.OwnerSecret, agentURL, demo.NodeID)
 	}
 	fmt.Println("Ctrl-C stops everything.")
