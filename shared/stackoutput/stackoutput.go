@@ -25,6 +25,11 @@ const (
 	Env                               = "Env"
 )
 
+// AgentSimulatorUrl is the local stack's node agent simulator (make run): the runner writes it
+// into .local/outputs.json beside the stack's outputs. It is not an output of the
+// CloudFormation stack, so it is not in All.
+const AgentSimulatorUrl = "AgentSimulatorUrl"
+
 // All are every output's name (infra's TestOutputs checks the stack has exactly these).
 var All = []string{
 	ApiUrl, StateTableName, AuditTableName, KeysTableName, ApiFunctionName, StateMachineArn,

@@ -8,10 +8,10 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -103,10 +103,7 @@ func run(ctx context.Context, logger *slog.Logger, template, outputsPath, addr s
 		return fmt.Errorf("start node agent simulator: %w", err)
 	}
 	defer agents.Close()
-	if err := os.MkdirAll(filepath.Dir(outputsPath), 0o755); err != nil {
-		return err
-	}
-	if err := stack.WriteOutputsFile(outputsPath, st.StackName(), out); err != nil {
+	if err := writeOutputs(outputsPath, st.StackName(), out, agents.URL()); err != nil {
 		return err
 	}
 	if seed {
@@ -129,6 +126,17 @@ func run(ctx context.Context, logger *slog.Logger, template, outputsPath, addr s
 	printWelcome(out, outputsPath, agents.URL(), seed)
 	<-ctx.Done()
 	return nil
+}
+
+// writeOutputs writes the stack's outputs and the agent simulator's URL (AgentSimulatorUrl),
+// which is printed once at start and which a user or script needs again later.
+func writeOutputs(path, stackName string, stackOutputs map[string]string, agentURL string) error {
+	out := maps.Clone(stackOutputs)
+	if out == nil {
+		out = map[string]string{}
+	}
+	out[stackoutput.AgentSimulatorUrl] = agentURL
+	return stack.WriteOutputsFile(path, stackName, out)
 }
 
 func printWelcome(out map[string]string, outputsPath, agentURL string, seeded bool) {
