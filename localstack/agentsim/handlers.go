@@ -61,6 +61,7 @@ func (s *Sim) signed(h http.HandlerFunc) http.Handler {
 
 func (s *Sim) terminate(w http.ResponseWriter, r *http.Request) {
 	nodeID, vmID := r.PathValue("node"), r.PathValue("vm")
+	s.learnIfUnknown(r.Context(), nodeID, vmID)
 	// Count and pick the fault on arrival, so that concurrent calls use up a fault in the
 	// order they arrive.
 	s.mu.Lock()
@@ -110,6 +111,7 @@ func (s *Sim) terminate(w http.ResponseWriter, r *http.Request) {
 
 func (s *Sim) status(w http.ResponseWriter, r *http.Request) {
 	vmID := r.PathValue("vm")
+	s.learnIfUnknown(r.Context(), r.PathValue("node"), vmID)
 	state := s.State(r.PathValue("node"), vmID)
 	if state == agent.StateUnknown {
 		agent.WriteJSON(w, http.StatusNotFound, agent.StatusResponse{VMID: vmID, State: agent.StateUnknown})
@@ -235,6 +237,7 @@ func (s *Sim) adminGetVM(w http.ResponseWriter, r *http.Request) {
 		agent.WriteError(w, http.StatusBadRequest, "query parameter node is required (vmId: one VM, else all)")
 		return
 	}
+	s.learn(r.Context(), nodeID)
 	if vmID == "" { // every VM of the node, by id
 		s.mu.Lock()
 		all := []AdminVM{}

@@ -34,6 +34,7 @@ type AdminNotices struct {
 func (s *Sim) notice(w http.ResponseWriter, r *http.Request) {
 	nodeID, vmID := r.PathValue("node"), r.PathValue("vm")
 	received := time.Now()
+	s.learnIfUnknown(r.Context(), nodeID, vmID)
 	s.mu.Lock()
 	n, v := s.node(nodeID), s.vm(nodeID, vmID)
 	unsupported := n.faults.noticesUnsupported || v.faults.noticesUnsupported

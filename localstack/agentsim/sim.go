@@ -7,7 +7,9 @@
 // for N (node id, keys and nonce cache), which also signs its answers. It answers 401 to any
 // other request and counts it in Refused.
 //
-// VMs live in memory, per node. A terminate call for a running or terminating VM makes it
+// VMs live in memory, per node: those it is given (AddVM, the admin API) and, with
+// LearnPlacements, those the API placed, read from the state table when a call names a VM
+// the node does not know. A terminate call for a running or terminating VM makes it
 // terminated (a termination); for a terminated VM it answers 200 alreadyGone; for a VM the
 // node does not have, 404. TerminateCalls counts every terminate call that passed the
 // signature check, whatever it was answered; Terminations counts only state changes.
@@ -84,6 +86,7 @@ type Sim struct {
 	refused    int
 	rnd        *rand.Rand // draws of the fault rate
 	random     int        // faults drawn by the fault rate
+	placements NodeLoader // LearnPlacements; nil: the node knows only the VMs it is given
 }
 
 // MaxFaultsInARow bounds the random faults (SetFaultRate) one VM gets in a row.

@@ -104,6 +104,8 @@ func run(m *testing.M) int {
 	client = dynamodb.NewFromConfig(stack.AWSConfig(endpoint))
 	store = dynamo.New(client, outputs["StateTableName"], outputs["AuditTableName"])
 	store.KeysTable = outputs["KeysTableName"]
+	// The simulated nodes run every VM placed through the API, as make run's do.
+	agents.LearnPlacements(store)
 	if err := seedKeys(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: seed API keys:", err)
 		return 1

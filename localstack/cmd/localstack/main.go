@@ -106,10 +106,13 @@ func run(ctx context.Context, logger *slog.Logger, template, outputsPath, addr s
 	if err := writeOutputs(outputsPath, st.StackName(), out, agents.URL()); err != nil {
 		return err
 	}
+	client := dynamodb.NewFromConfig(stack.AWSConfig(st.Endpoint()))
+	store := dynamo.New(client, out[stackoutput.StateTableName], out[stackoutput.AuditTableName])
+	store.KeysTable = out[stackoutput.KeysTableName]
+	// The simulated nodes run the VMs placed through the API, as real nodes do: a reclaim of
+	// one ends "terminated", not "already-gone".
+	agents.LearnPlacements(store)
 	if seed {
-		client := dynamodb.NewFromConfig(stack.AWSConfig(st.Endpoint()))
-		store := dynamo.New(client, out[stackoutput.StateTableName], out[stackoutput.AuditTableName])
-		store.KeysTable = out[stackoutput.KeysTableName]
 		data := demo.Seed(time.Now())
 		for i, n := range data.Nodes {
 			data.Nodes[i].AgentEndpoint = agents.Endpoint(n.ID)
