@@ -65,9 +65,35 @@ func listen(ctx context.Context, addr string, log *slog.Logger) (net.Listener, e
 	}
 }
 
-// holderPath is where the stack listening on addr describes itself.
+// holderPath is where the stack listening on addr in this process's network namespace
+// describes itself.
 func holderPath(addr string) string {
-	return filepath.Join(os.TempDir(), "capacity-localstack-"+strings.NewReplacer(":", "_", "/", "_", "[", "", "]", "").Replace(addr)+".json")
+	return holderPathIn(netNamespace(), addr)
+}
+
+// holderPathIn names the holder file of addr in network namespace ns: 127.0.0.1:4566 of one
+// namespace is not that of another (CI runners each in their own share /tmp), so each
+// namespace has its own file. ns "" (no /proc) keys by the address alone.
+func holderPathIn(ns, addr string) string {
+	name := strings.NewReplacer(":", "_", "/", "_", "[", "", "]", "").Replace(addr)
+	if ns != "" {
+		name = "netns" + ns + "-" + name
+	}
+	return filepath.Join(os.TempDir(), "capacity-localstack-"+name+".json")
+}
+
+// netNamespace identifies this process's network namespace: the inode of /proc/self/ns/net
+// (Linux), or "" where there is none.
+func netNamespace() string {
+	fi, err := os.Stat("/proc/self/ns/net")
+	if err != nil {
+		return ""
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return ""
+	}
+	return fmt.Sprint(st.Ino)
 }
 
 func writeHolder(addr, stackName string) error {
