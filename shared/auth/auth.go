@@ -102,6 +102,14 @@ func (a *Authenticator) Authenticate(ctx context.Context, header string) (capaci
 		return capacity.Principal{}, fmt.Errorf("authenticate: %w", err)
 	}
 	now := a.now()
+	if key != nil && !key.Revoked && key.ExpiresAt != nil && !now.Before(*key.ExpiresAt) {
+		// The caller holds the secret of a key that was valid: it may learn that the key
+		// expired, and when, so it asks for a new one rather than suspect a typo. A revoked
+		// key (expired or not) says nothing more than an unknown one.
+		at := key.ExpiresAt.UTC()
+		return capacity.Principal{}, &capacity.Error{Code: capacity.CodeUnauthenticated, ExpiredAt: &at,
+			Message: fmt.Sprintf("the API key expired at %s: ask an operator for a new one", at.Format(time.RFC3339))}
+	}
 	if key == nil || !key.Usable(now) {
 		return capacity.Principal{}, capacity.Errorf(capacity.CodeUnauthenticated, "the API key is unknown, revoked or expired")
 	}

@@ -536,3 +536,38 @@ func TestLastUsedFailedIsRetriedAtNextUse(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestExpiredKeySaysWhen: the holder of an expired key's secret learns that it expired, and
+// when; an unknown key, a revoked one, and a revoked one that has also expired learn nothing
+// more than "unknown, revoked or expired".
+func TestExpiredKeySaysWhen(t *testing.T) {
+	revokedAndExpired := capacity.FixedKeySecret("revokedExpired")
+	keys := standardKeys()
+	keys.Put(auth.Hash(revokedAndExpired), capacity.APIKey{KeyID: "key-re", OrgID: "org-1", Revoked: true, ExpiresAt: ptr(t0.Add(-time.Hour))})
+	tests := []struct {
+		name      string
+		secret    string
+		expiredAt *time.Time
+		detail    string
+	}{
+		{"expired", secretExpiring, ptr(t0), "the API key expired at " + t0.UTC().Format(time.RFC3339) + ": ask an operator for a new one"},
+		{"unknown", capacity.FixedKeySecret("unknown"), nil, "the API key is unknown, revoked or expired"},
+		{"revoked", secretRevoked, nil, "the API key is unknown, revoked or expired"},
+		{"revoked and expired", revokedAndExpired, nil, "the API key is unknown, revoked or expired"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := &auth.Authenticator{Keys: keys, TTL: time.Minute, Now: func() time.Time { return t0 }}
+			p, err := a.Authenticate(context.Background(), "Bearer "+tt.secret)
+			assertUnauthenticated(t, p, err)
+			var e *capacity.Error
+			errors.As(err, &e)
+			if e.Message != tt.detail {
+				t.Errorf("detail = %q, want %q", e.Message, tt.detail)
+			}
+			if !reflect.DeepEqual(e.ExpiredAt, tt.expiredAt) {
+				t.Errorf("expiredAt = %v, want %v", e.ExpiredAt, tt.expiredAt)
+			}
+		})
+	}
+}

@@ -90,6 +90,9 @@ type Error struct {
 	RetryAfter time.Duration
 	// Available is how many units a reclaim could take (CodeInsufficientUnits).
 	Available *int
+	// ExpiredAt is when the caller's own API key expired (CodeUnauthenticated): said only to
+	// the holder of the key's secret, never for a key unknown or revoked.
+	ExpiredAt *time.Time
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }

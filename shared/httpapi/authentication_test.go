@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openrelay/capacity/shared/auth"
 	"github.com/openrelay/capacity/shared/capacity"
@@ -104,4 +105,27 @@ func TestKeyStoreFailureIs500WithoutDetails(t *testing.T) {
 		t.Errorf("WWW-Authenticate = %q on a 500", got)
 	}
 	assertNoCalls(t, svc)
+}
+
+// TestExpiredKeyProblemSaysWhen: an expired key's 401 says that it expired and when (detail
+// and expiredAt); a revoked or unknown key's says nothing of the kind.
+func TestExpiredKeyProblemSaysWhen(t *testing.T) {
+	for _, tt := range []struct {
+		name, secret, expiredAt string
+	}{
+		{"expired", secretExpired, now.UTC().Format(time.RFC3339)},
+		{"revoked", secretRevoked, ""},
+		{"unknown", capacity.FixedKeySecret("nobody"), ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rt := req{method: http.MethodGet, path: reservationPath, auth: ptr("Bearer " + tt.secret)}
+			p := problem(t, rt.do(t, newHandler(&fakeService{})), http.StatusUnauthorized, capacity.CodeUnauthenticated)
+			if p.ExpiredAt != tt.expiredAt {
+				t.Errorf("expiredAt = %q, want %q", p.ExpiredAt, tt.expiredAt)
+			}
+			if said := strings.Contains(p.Detail, "expired at"); said != (tt.expiredAt != "") {
+				t.Errorf("detail %q: says when the key expired: %v", p.Detail, said)
+			}
+		})
+	}
 }

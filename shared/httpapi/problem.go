@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/wire"
@@ -73,6 +74,9 @@ type Problem struct {
 	Plan *wire.ReservationJSON `json:"plan,omitempty"`
 	// Available (insufficient_units) is how many units a reclaim of the reservation could take.
 	Available *int `json:"available,omitempty"`
+	// ExpiredAt (unauthenticated, RFC 3339) is when the caller's own key expired; only for an
+	// expired key whose secret the caller sent.
+	ExpiredAt string `json:"expiredAt,omitempty"`
 	// retryAfter (seconds, 0: none) goes in the Retry-After header, not the body.
 	retryAfter int
 }
@@ -87,6 +91,9 @@ func problemOf(err error) Problem {
 	var e *capacity.Error
 	if errors.As(err, &e) {
 		p.UnitIDs, p.Available = e.UnitIDs, e.Available
+		if e.ExpiredAt != nil {
+			p.ExpiredAt = e.ExpiredAt.UTC().Format(time.RFC3339)
+		}
 		if e.RetryAfter > 0 {
 			p.retryAfter = capacity.RetryAfterSeconds(e.RetryAfter)
 		}
