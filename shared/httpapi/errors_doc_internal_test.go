@@ -97,3 +97,35 @@ func TestErrorTableProblems(t *testing.T) {
 		})
 	}
 }
+
+// TestProblemTypesResolve: every problem code's type URI is a section of docs/errors.md (the
+// page a person reads for the error's fix): the URI names that page, and the page has a
+// heading whose anchor is the code.
+func TestProblemTypesResolve(t *testing.T) {
+	const page = "docs/errors.md"
+	doc, err := os.ReadFile("../../" + page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := map[string]bool{}
+	for _, line := range strings.Split(string(doc), "\n") {
+		if title, ok := strings.CutPrefix(line, "### "); ok {
+			anchors[strings.ToLower(strings.Trim(strings.TrimSpace(title), "`"))] = true
+		}
+	}
+	codes := domainCodes(t, "../capacity/errors.go", "problem.go")
+	if len(codes) < 20 {
+		t.Fatalf("found only %d codes: %v", len(codes), codes)
+	}
+	for _, code := range slices.Sorted(maps.Keys(codes)) {
+		uri := ProblemType(capacity.Code(code))
+		target, anchor, ok := strings.Cut(uri, "#")
+		if !ok || !strings.HasSuffix(target, "/"+page) {
+			t.Errorf("%s: type %s is not a section of %s", code, uri, page)
+			continue
+		}
+		if !anchors[anchor] {
+			t.Errorf("%s: type %s: %s has no section ### `%s`", code, uri, page, anchor)
+		}
+	}
+}

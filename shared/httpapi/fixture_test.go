@@ -286,9 +286,9 @@ func problem(t *testing.T, w *httptest.ResponseRecorder, status int, code capaci
 		t.Fatalf("decode problem: %v", err)
 	}
 	if p.Status != status || p.Code != code || p.Title != http.StatusText(status) ||
-		p.Type != httpapi.ProblemTypeBase+string(code) || p.Detail == "" {
+		p.Type != httpapi.ProblemType(code) || p.Detail == "" {
 		t.Errorf("problem = %+v, want status %d, code %q, title %q, type %q and a detail",
-			p, status, code, http.StatusText(status), httpapi.ProblemTypeBase+string(code))
+			p, status, code, http.StatusText(status), httpapi.ProblemType(code))
 	}
 	return p
 }

@@ -58,8 +58,13 @@ func StatusOf(code capacity.Code) int {
 	return http.StatusInternalServerError
 }
 
-// ProblemTypeBase prefixes each problem's type URI; the code completes it.
-const ProblemTypeBase = "https://api.openrelay.inc/problems/"
+// ProblemTypeBase prefixes each problem's type URI; the code completes it. It is the
+// project's page of errors and their fixes (docs/errors.md), one section per code, so the
+// type URI leads a person to what to do (TestProblemTypesResolve checks every code has one).
+const ProblemTypeBase = "https://github.com/openrelay/capacity/blob/main/docs/errors.md#"
+
+// ProblemType is the type URI of code's problems: its section of docs/errors.md.
+func ProblemType(code capacity.Code) string { return ProblemTypeBase + string(code) }
 
 // Problem is an RFC 9457 problem details body, with the machine code as an extension.
 type Problem struct {
@@ -85,7 +90,7 @@ func problemOf(err error) Problem {
 	code := capacity.ErrorCode(err)
 	status := StatusOf(code)
 	p := Problem{
-		Type: ProblemTypeBase + string(code), Title: http.StatusText(status), Status: status,
+		Type: ProblemType(code), Title: http.StatusText(status), Status: status,
 		Detail: capacity.ErrorMessage(err), Code: code,
 	}
 	var e *capacity.Error
