@@ -142,7 +142,7 @@ func TestStack(t *testing.T) {
 	})
 
 	t.Run("API unknown path", func(t *testing.T) {
-		resp, err := http.Get(apiURL + "nope")
+		resp, err := http.Get(apiURL + "/nope")
 		if err != nil {
 			t.Fatal(err)
 		}
