@@ -1,5 +1,5 @@
 // Package agentsim simulates the agents of many GPU nodes for the local stack and for tests:
-// one real HTTP server on 127.0.0.1 (a random port) that serves the node-agent contract of
+// one real HTTP server on 127.0.0.1 (a random port, or StartOn's) that serves the node-agent contract of
 // shared/agent for every node under its own prefix, so node N's endpoint is
 // Endpoint(N) = URL() + "/" + N. Each node's agent holds only its own node's keys (contract
 // v2): the simulator gets them from the KeySource given to Start the first time it sees the
@@ -65,6 +65,7 @@ import (
 	"net/url"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/openrelay/capacity/shared/agent"
@@ -144,13 +145,26 @@ const (
 // Start serves a simulator on 127.0.0.1 at a random port whose node agents get their keys from
 // keys. logger may be nil.
 func Start(keys KeySource, logger *slog.Logger) (*Sim, error) {
+	return StartOn("127.0.0.1:0", keys, logger)
+}
+
+// StartOn is Start on addr, so that the URL a user was given stays the same from run to run;
+// when addr is taken (another stack's simulator, say) it falls back to a random port of the
+// same host, and says so.
+func StartOn(addr string, keys KeySource, logger *slog.Logger) (*Sim, error) {
 	if keys == nil {
 		return nil, errors.New("start agent simulator: no key source")
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		host, _, _ := net.SplitHostPort(addr)
+		if ln, err = net.Listen("tcp", net.JoinHostPort(host, "0")); err == nil {
+			logger.Warn("agent simulator address taken: serving on another port", "wanted", addr, "addr", ln.Addr().String())
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("start agent simulator: %w", err)
 	}

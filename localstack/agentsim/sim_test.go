@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -595,5 +596,55 @@ func TestInstalledKeysAndTheirOverlap(t *testing.T) {
 		return resp.StatusCode
 	}(); code != http.StatusBadRequest {
 		t.Errorf("no key: %d, want 400", code)
+	}
+}
+
+// TestStartOn: the simulator serves on the address asked for, so make run's agent URL is the
+// same at every run, and on another port of the host when that one is taken.
+func TestStartOn(t *testing.T) {
+	free := func(t *testing.T) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		_ = ln.Close()
+		return addr
+	}
+	taken := func(t *testing.T) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ln.Close() })
+		return ln.Addr().String()
+	}
+	for _, tt := range []struct {
+		name     string
+		addr     func(*testing.T) string
+		sameAddr bool
+	}{
+		{"free address: served there", free, true},
+		{"taken address: another port", taken, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			addr := tt.addr(t)
+			s, err := StartOn(addr, DerivedKeys(master), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(s.Close)
+			if got := s.URL() == "http://"+addr; got != tt.sameAddr {
+				t.Errorf("URL %s on %s: same address %v, want %v", s.URL(), addr, got, tt.sameAddr)
+			}
+			resp, err := http.Get(s.URL() + "/_admin/vms?node=n")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("admin call: %d", resp.StatusCode)
+			}
+		})
 	}
 }

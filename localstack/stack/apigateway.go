@@ -2,12 +2,24 @@ package stack
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/apigateway"
 	"github.com/aws/aws-sdk-go-v2/service/apigateway/types"
 )
+
+// stableAPIID is the id under which the runner serves the stack's RestApi logicalID: kumo
+// gives each CreateRestApi a random id (a UUID's first 10 characters, with no custom-id tag as
+// LocalStack's), so the URL `make run` prints would change at every run; the proxy answers
+// this one, derived from the stack name and the logical id, in its place (and the random one
+// too). Ten lowercase hex characters, as an API Gateway id is ten lowercase alphanumerics.
+func stableAPIID(stackName, logicalID string) string {
+	sum := sha256.Sum256([]byte(stackName + "/" + logicalID))
+	return hex.EncodeToString(sum[:])[:10]
+}
 
 func provisionRestAPI(ctx context.Context, p *provisioner, id string, _ *resource, props map[string]any) (*physical, error) {
 	var api struct {
@@ -38,8 +50,8 @@ func provisionRestAPI(ctx context.Context, p *provisioner, id string, _ *resourc
 	}
 
 	apiID := aws.ToString(out.Id)
-	p.restAPIs[apiID] = true
-	p.log.Info("created rest api", "name", name, "id", apiID)
+	p.restAPIs[apiID] = stableAPIID(p.stackName, id)
+	p.log.Info("created rest api", "name", name, "id", apiID, "stableId", p.restAPIs[apiID])
 
 	return &physical{ref: apiID, attrs: map[string]any{
 		"RestApiId":      apiID,

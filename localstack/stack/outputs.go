@@ -15,7 +15,7 @@ import (
 
 // resolveOutputs evaluates the template's Outputs. Execute-api URLs of the stack's REST APIs
 // become the proxy's path form, which needs no DNS for *.execute-api.localhost.
-func resolveOutputs(res *resolver, t *template, endpoint string, restAPIs map[string]bool) (map[string]string, error) {
+func resolveOutputs(res *resolver, t *template, endpoint string, restAPIs map[string]string) (map[string]string, error) {
 	out := make(map[string]string, len(t.Outputs))
 
 	for _, key := range slices.Sorted(maps.Keys(t.Outputs)) {
@@ -46,13 +46,13 @@ func resolveOutputs(res *resolver, t *template, endpoint string, restAPIs map[st
 // executeAPIURL matches https://{apiId}.execute-api.{region}.amazonaws.com/{stage}{rest}.
 var executeAPIURL = regexp.MustCompile(`^https://([A-Za-z0-9-]+)\.execute-api\.[a-z0-9-]+\.amazonaws\.com/([^/?#]+)(.*)$`)
 
-// localExecuteAPIURL maps an execute-api URL of one of restAPIs to
-// {endpoint}/restapis/{apiId}/{stage}/_user_request_{rest}; other values pass unchanged. The
+// localExecuteAPIURL maps an execute-api URL of one of restAPIs (id -> stable id) to
+// {endpoint}/restapis/{stable id}/{stage}/_user_request_{rest}; other values pass unchanged. The
 // stage's root loses its trailing slash (a RestApi's url output has one), so that
 // "$API/v1/..." has one slash where a user writes it; every client of the API takes either form.
-func localExecuteAPIURL(v, endpoint string, restAPIs map[string]bool) string {
+func localExecuteAPIURL(v, endpoint string, restAPIs map[string]string) string {
 	m := executeAPIURL.FindStringSubmatch(v)
-	if m == nil || !restAPIs[m[1]] {
+	if m == nil || restAPIs[m[1]] == "" {
 		return v
 	}
 
@@ -61,7 +61,7 @@ func localExecuteAPIURL(v, endpoint string, restAPIs map[string]bool) string {
 		rest = ""
 	}
 
-	return endpoint + "/restapis/" + m[1] + "/" + m[2] + "/" + userRequestPrefix + rest
+	return endpoint + "/restapis/" + restAPIs[m[1]] + "/" + m[2] + "/" + userRequestPrefix + rest
 }
 
 // WriteOutputsFile writes outputs in the shape of `cdk deploy --outputs-file`:

@@ -11,13 +11,13 @@ import (
 func TestLocalExecuteAPIURL(t *testing.T) {
 	const endpoint = "http://127.0.0.1:4566"
 
-	apis := map[string]bool{"a1b2c3-d4": true}
+	apis := map[string]string{"a1b2c3-d4": "0123456789"} // kumo's id -> the stable one
 
 	tests := map[string]string{
 		// The stage's root without its trailing slash: "$API/v1/..." must not double it.
-		"https://a1b2c3-d4.execute-api.us-east-1.amazonaws.com/local/":         endpoint + "/restapis/a1b2c3-d4/local/_user_request_",
-		"https://a1b2c3-d4.execute-api.us-east-1.amazonaws.com/local/v1/nodes": endpoint + "/restapis/a1b2c3-d4/local/_user_request_/v1/nodes",
-		"https://a1b2c3-d4.execute-api.us-east-1.amazonaws.com/local":          endpoint + "/restapis/a1b2c3-d4/local/_user_request_",
+		"https://a1b2c3-d4.execute-api.us-east-1.amazonaws.com/local/":         endpoint + "/restapis/0123456789/local/_user_request_",
+		"https://a1b2c3-d4.execute-api.us-east-1.amazonaws.com/local/v1/nodes": endpoint + "/restapis/0123456789/local/_user_request_/v1/nodes",
+		"https://a1b2c3-d4.execute-api.us-east-1.amazonaws.com/local":          endpoint + "/restapis/0123456789/local/_user_request_",
 		// Not one of the stack's APIs, or not an execute-api URL: unchanged.
 		"https://other.execute-api.us-east-1.amazonaws.com/local/": "https://other.execute-api.us-east-1.amazonaws.com/local/",
 		"https://a1b2c3-d4.execute-api.us-east-1.amazonaws.com/":   "https://a1b2c3-d4.execute-api.us-east-1.amazonaws.com/",

@@ -46,7 +46,7 @@ type provisioner struct {
 	mappings  []mappingSpec     // SQS event source mappings the runner polls
 	queueURLs map[string]string // queue ARN -> URL
 	schedules bool              // the template has a schedule group: the runner fires its schedules
-	restAPIs  map[string]bool   // RestApi ids, to recognise their URLs in Outputs
+	restAPIs  map[string]string // RestApi id -> its stable id (stableAPIID), for Outputs and the proxy
 	skipped   map[string]int    // resource type -> count, skipped on purpose
 	unknown   map[string]int    // resource type -> count, not supported
 }
@@ -135,7 +135,7 @@ func newProvisioner(t *template, stackName, endpoint string, log *slog.Logger) *
 		scheduler:      scheduler.NewFromConfig(cfg),
 		kms:            kms.NewFromConfig(cfg),
 		queueURLs:      map[string]string{},
-		restAPIs:       map[string]bool{},
+		restAPIs:       map[string]string{},
 		skipped:        map[string]int{},
 		unknown:        map[string]int{},
 	}

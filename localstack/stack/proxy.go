@@ -33,6 +33,7 @@ type proxy struct {
 
 	mu      sync.Mutex
 	pollers map[string]int // function name -> runtime-API polls that reached kumo and wait there
+	apiIDs  map[string]string // stable RestApi id -> kumo's (setAPIIDs)
 }
 
 func newProxy(kumoURL, port string, logger *slog.Logger) (*proxy, error) {
@@ -71,7 +72,9 @@ func newProxy(kumoURL, port string, logger *slog.Logger) (*proxy, error) {
 }
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if out, ok := userRequestTarget(r, p.port); ok {
+	if out, ok := userRequestTarget(r, p.port, p.apiID); ok {
+		r = out
+	} else if out, ok := stableHostTarget(r, p.port, p.apiID); ok {
 		r = out
 	}
 
@@ -83,6 +86,38 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	p.rp.ServeHTTP(w, r)
+}
+
+// setAPIIDs makes the proxy answer each stable RestApi id (stableAPIID) for kumo's.
+func (p *proxy) setAPIIDs(kumoToStable map[string]string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.apiIDs = map[string]string{}
+	for kumoID, stable := range kumoToStable {
+		p.apiIDs[stable] = kumoID
+	}
+}
+
+// apiID is kumo's id of the RestApi a request names: the stable id's, or the id itself.
+func (p *proxy) apiID(id string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if kumoID, ok := p.apiIDs[id]; ok {
+		return kumoID
+	}
+	return id
+}
+
+// stableHostTarget turns an execute-api call on a stable id's host,
+// {stable id}.execute-api.localhost:{port}, into one on kumo's id's host.
+func stableHostTarget(r *http.Request, port string, apiID func(string) string) (*http.Request, bool) {
+	id, ok := strings.CutSuffix(r.Host, ".execute-api.localhost:"+port)
+	if !ok || apiID(id) == id {
+		return nil, false
+	}
+	out := r.Clone(r.Context())
+	out.Host = apiID(id) + ".execute-api.localhost:" + port
+	return out, true
 }
 
 // close drops the proxy's connections to kumo.
@@ -257,7 +292,7 @@ const userRequestPrefix = "_user_request_"
 // /restapis/{apiId}/{stage}/_user_request_/{path...}, into the form kumo serves:
 // /{stage}/{path...} on Host {apiId}.execute-api.localhost:{port}. kumo answers the path form
 // with 400, and the host form needs DNS for *.localhost, which not every resolver gives.
-func userRequestTarget(r *http.Request, port string) (*http.Request, bool) {
+func userRequestTarget(r *http.Request, port string, apiIDOf func(string) string) (*http.Request, bool) {
 	apiID, stage, rest, ok := parseUserRequestPath(r.URL.EscapedPath())
 	if !ok {
 		return nil, false
@@ -273,7 +308,7 @@ func userRequestTarget(r *http.Request, port string) (*http.Request, bool) {
 	out := r.Clone(r.Context())
 	out.URL.Path = path
 	out.URL.RawPath = escaped
-	out.Host = apiID + ".execute-api.localhost:" + port
+	out.Host = apiIDOf(apiID) + ".execute-api.localhost:" + port
 
 	return out, true
 }

@@ -368,3 +368,56 @@ func TestNewTraceHeaderStampsTheTime(t *testing.T) {
 		t.Errorf("header %q, want Root=1-5759e988-...", got)
 	}
 }
+
+// TestProxyStableAPIID: the URL make run prints names the RestApi by its stable id, the same
+// at every run; the proxy sends its calls, in the path form and on the execute-api host, to
+// the id kumo drew this run, and still takes kumo's id.
+func TestProxyStableAPIID(t *testing.T) {
+	got := make(chan seen, 1)
+	kumoSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- seen{host: r.Host, path: r.URL.Path}
+	}))
+	t.Cleanup(kumoSrv.Close)
+	p, err := newProxy(kumoSrv.URL, "4566", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stable := stableAPIID("capacity-local", "Api")
+	p.setAPIIDs(map[string]string{"5f2c9e1a-b": stable})
+	front := httptest.NewServer(p)
+	t.Cleanup(func() { front.Close(); p.close() })
+
+	tests := []struct {
+		name, host, path string
+		want             seen
+	}{
+		{"stable id, path form", "", "/restapis/" + stable + "/local/_user_request_/v1/nodes",
+			seen{host: "5f2c9e1a-b.execute-api.localhost:4566", path: "/local/v1/nodes"}},
+		{"stable id, execute-api host", stable + ".execute-api.localhost:4566", "/local/v1/nodes",
+			seen{host: "5f2c9e1a-b.execute-api.localhost:4566", path: "/local/v1/nodes"}},
+		{"kumo's id, path form", "", "/restapis/5f2c9e1a-b/local/_user_request_/v1/nodes",
+			seen{host: "5f2c9e1a-b.execute-api.localhost:4566", path: "/local/v1/nodes"}},
+		{"another id: passed as it is", "other1.execute-api.localhost:4566", "/local/v1/nodes",
+			seen{host: "other1.execute-api.localhost:4566", path: "/local/v1/nodes"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, front.URL+tt.path, nil)
+			if tt.host != "" {
+				req.Host = tt.host
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			if s := <-got; s != tt.want {
+				t.Errorf("kumo saw %+v, want %+v", s, tt.want)
+			}
+		})
+	}
+
+	if stableAPIID("capacity-local", "Api") != stable || stableAPIID("capacity-dev", "Api") == stable || stableAPIID("capacity-local", "Api2") == stable {
+		t.Error("stableAPIID is not one id per stack and logical id")
+	}
+}

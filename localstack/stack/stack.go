@@ -160,6 +160,8 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		return nil, err
 	}
 
+	s.proxy.setAPIIDs(prov.restAPIs)
+
 	s.procs = newSupervisor(o.Logger)
 
 	for _, fn := range prov.functions {

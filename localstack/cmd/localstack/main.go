@@ -31,6 +31,7 @@ func main() {
 	outputs := flag.String("outputs", defaultOutputs, "where to write the stack outputs (same shape as cdk deploy --outputs-file); .local/outputs-<port>.json on another -addr")
 	addr := flag.String("addr", stack.DefaultAddr, "address of the local endpoint (host:port; the stack's API Gateway, EventBridge and Step Functions invoke its own functions on any port)")
 	seed := flag.Bool("seed", true, "write the demo data")
+	agentAddr := flag.String("agent-addr", defaultAgentAddr, "address of the node agent simulator (another port of its host when it is taken)")
 	flag.Parse()
 	outputsSet := false
 	flag.Visit(func(f *flag.Flag) { outputsSet = outputsSet || f.Name == "outputs" })
@@ -41,13 +42,18 @@ func main() {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, logger, *template, *outputs, *addr, *seed); err != nil {
+	if err := run(ctx, logger, *template, *outputs, *addr, *agentAddr, *seed); err != nil {
 		logger.Error("local stack failed", "err", err)
 		os.Exit(1)
 	}
 }
 
 const defaultOutputs = ".local/outputs.json"
+
+// defaultAgentAddr is where the agent simulator listens unless told: a fixed port, so that
+// the agent URL a user wrote down (and node agent endpoints in their scripts) stay the same
+// from run to run.
+const defaultAgentAddr = "127.0.0.1:4580"
 
 // outputsPath is where a stack on addr writes its outputs unless told: a second stack on
 // another port must not replace the outputs that capacityctl reads for the first.
@@ -61,7 +67,7 @@ func outputsPath(addr string) string {
 	return defaultOutputs
 }
 
-func run(ctx context.Context, logger *slog.Logger, template, outputsPath, addr string, seed bool) error {
+func run(ctx context.Context, logger *slog.Logger, template, outputsPath, addr, agentAddr string, seed bool) error {
 	root, err := os.Getwd()
 	if err != nil {
 		return err
@@ -98,7 +104,7 @@ func run(ctx context.Context, logger *slog.Logger, template, outputsPath, addr s
 	if err != nil {
 		return fmt.Errorf("read the agent master secret: %w", err)
 	}
-	agents, err := agentsim.Start(agentsim.DerivedKeys(master), logger)
+	agents, err := agentsim.StartOn(agentAddr, agentsim.DerivedKeys(master), logger)
 	if err != nil {
 		return fmt.Errorf("start node agent simulator: %w", err)
 	}
@@ -144,8 +150,11 @@ func writeOutputs(path, stackName string, stackOutputs map[string]string, agentU
 
 func printWelcome(out map[string]string, outputsPath, agentURL string, seeded bool) {
 	api := out[stackoutput.ApiUrl]
-	fmt.Printf("\nThe stack is up. Outputs: %s\n  API URL:      %s\n  State table:  %s\n  Audit table:  %s\n  Keys table:   %s\n\n",
-		outputsPath, api, out[stackoutput.StateTableName], out[stackoutput.AuditTableName], out[stackoutput.KeysTableName])
+	fmt.Printf("\nThe stack is up. Outputs: %s\n  API URL:          %s\n  Agent simulator:  %s\n  State table:      %s\n  Audit table:      %s\n  Keys table:       %s\n\n",
+		outputsPath, api, agentURL, out[stackoutput.StateTableName], out[stackoutput.AuditTableName], out[stackoutput.KeysTableName])
+	fmt.Print("Every run starts empty: the tables hold only the demo data, and keys, nodes, reservations\n" +
+		"and VMs of an earlier run are gone (create them again; a registered node's agent key too).\n" +
+		"The two URLs above are the same at every run (the agent's unless its port was taken).\n\n")
 	if seeded {
 		fmt.Println("Demo API keys:")
 		w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
