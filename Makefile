@@ -78,7 +78,7 @@ E2E_FAULTS ?= TransactionConflict=0.1,Throttling=0.1,TransactWriteItems:Ambiguou
 .PHONY: run
 run: ## run the whole stack on 127.0.0.1:4566 with demo data (Ctrl-C stops it); FAULTS=... injects AWS faults
 	@$(MAKE) --no-print-directory synth ENV=local
-	@echo "==> local stack runner and emulator: go build ./localstack/cmd/localstack (a cold Go cache: about a minute)"
+	@echo "==> local stack runner and emulator: go build ./localstack/cmd/localstack (a cold Go cache: minutes)"
 	@start=$$SECONDS; go build -o build/localstack ./localstack/cmd/localstack && echo "    built in $$((SECONDS - start))s"
 	@echo "==> starting the local stack"
 	CAPACITY_FAULTS='$(FAULTS)' build/localstack -template $(LOCAL_TEMPLATE) -outputs $(OUTPUTS)
