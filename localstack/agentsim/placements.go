@@ -14,7 +14,7 @@ type NodeLoader interface {
 
 // LearnPlacements makes the simulated nodes run every VM the API placed on them, as a real
 // node starts the VMs the marketplace places: when a call names a VM the node does not know
-// (terminate, status, notice, or the admin API), the simulator reads the node from the state
+// (terminate, status, notice, the admin API, or State), the simulator reads the node from the state
 // table and takes each VM it does not know yet in the state the node would have it in:
 // terminated once the table says so, running otherwise (a VM being terminated still runs
 // until its agent is told). A VM the simulator knows keeps its own state: the table does not
@@ -29,7 +29,7 @@ func (s *Sim) LearnPlacements(l NodeLoader) {
 
 // learnIfUnknown learns node's placements (learn) when the node does not know vmID.
 func (s *Sim) learnIfUnknown(ctx context.Context, nodeID, vmID string) {
-	if s.State(nodeID, vmID) == agent.StateUnknown {
+	if s.state(nodeID, vmID) == agent.StateUnknown {
 		s.learn(ctx, nodeID)
 	}
 }

@@ -61,3 +61,13 @@ func TestLearnPlacements(t *testing.T) {
 		})
 	}
 }
+
+// TestStateLearnsPlacements: State reads the node as its calls do, so a placed VM is running
+// before any call names it.
+func TestStateLearnsPlacements(t *testing.T) {
+	s, _ := start(t)
+	s.LearnPlacements(table{"node-a": {{ID: "vm-placed", State: capacity.VMRunning}}})
+	if got := s.State("node-a", "vm-placed"); got != agent.StateRunning {
+		t.Errorf("State = %s, want running", got)
+	}
+}

@@ -284,8 +284,15 @@ func (s *Sim) AddVM(nodeID, vmID, state string) error {
 	return nil
 }
 
-// State is the VM's state, or agent.StateUnknown when the node does not have it.
+// State is the VM's state, or agent.StateUnknown when the node does not have it (having
+// learned the node's placements first, with LearnPlacements).
 func (s *Sim) State(nodeID, vmID string) string {
+	s.learnIfUnknown(context.Background(), nodeID, vmID)
+	return s.state(nodeID, vmID)
+}
+
+// state is State without learning.
+func (s *Sim) state(nodeID, vmID string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if v := s.lookup(nodeID, vmID); v != nil && v.state != "" {
