@@ -22,7 +22,7 @@ help: ## list the targets
 
 .PHONY: lambdas
 lambdas: ## build functions/<name> into build/lambda/<name>/bootstrap (linux/arm64, for AWS), a line per step and per function
-	@scripts/build-functions.sh linux/arm64 $(LAMBDA_DIR) $(LAMBDA_GOFLAGS)
+	@functions/build.sh linux/arm64 $(LAMBDA_DIR) $(LAMBDA_GOFLAGS)
 
 # The local stack runs each function as a host process, built by its runner into
 # build/local/<name>/bootstrap with these flags (localstack/stack/build.go), and gives the
@@ -34,7 +34,7 @@ LOCAL_GOFLAGS := -tags lambda.norpc
 
 .PHONY: local-functions
 local-functions: ## build functions/<name> for this machine into build/local/<name>/bootstrap (what the local stack runs)
-	@scripts/build-functions.sh host $(LOCAL_BUILD) $(LOCAL_GOFLAGS)
+	@functions/build.sh host $(LOCAL_BUILD) $(LOCAL_GOFLAGS)
 
 .PHONY: node_modules
 node_modules: ## install the pinned CDK CLI (npm ci) if missing

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# build-functions.sh PLATFORM OUTDIR [go build flags...]
+# build.sh PLATFORM OUTDIR [go build flags...]
 #
 # Builds every functions/<name> (a main.go) into OUTDIR/<name>/bootstrap for PLATFORM: "host"
 # (what the local stack runs) or GOOS/GOARCH (linux/arm64 for AWS). A cold Go cache compiles
@@ -9,8 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-platform=${1:?usage: build-functions.sh host|GOOS/GOARCH OUTDIR [go build flags...]}
-out=${2:?usage: build-functions.sh host|GOOS/GOARCH OUTDIR [go build flags...]}
+platform=${1:?usage: build.sh host|GOOS/GOARCH OUTDIR [go build flags...]}
+out=${2:?usage: build.sh host|GOOS/GOARCH OUTDIR [go build flags...]}
 shift 2
 if [[ $platform == host ]]; then
   platform="$(go env GOHOSTOS)/$(go env GOHOSTARCH)"
