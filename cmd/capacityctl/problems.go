@@ -135,8 +135,11 @@ func (a *app) nextAfter(pe *client.Error) string {
 		}
 	case capacity.CodeScheduledReclaimLimit:
 		return "capacityctl scheduled list " + node + " " + res + " (cancel one with capacityctl scheduled cancel)"
-	case capacity.CodeReservationNotActive, capacity.CodeOutsideTerm, capacity.CodeUnitsNotReserved,
-		capacity.CodeUnitsInUse, capacity.CodeUnitsUnavailable, capacity.CodeInsufficientUnits, capacity.CodeUnknownUnits:
+	case capacity.CodeUnitsNotReserved, capacity.CodeUnitsInUse, capacity.CodeUnitsUnavailable,
+		capacity.CodeInsufficientUnits, capacity.CodeUnknownUnits:
+		// The unit map says which units are in which state, under which reservation and VM.
+		return "capacityctl nodes describe " + node + " (each unit's state, reservation and VM)"
+	case capacity.CodeReservationNotActive, capacity.CodeOutsideTerm:
 		if t.reservation != "" {
 			return reservation
 		}
