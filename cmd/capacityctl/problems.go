@@ -144,6 +144,11 @@ func (a *app) nextAfter(pe *client.Error) string {
 			return reservation
 		}
 		return "capacityctl nodes get " + node
+	case capacity.CodeNotFound:
+		// A reclaim id mistyped, or from another reservation: the reservation's list has them.
+		if t.reclaim != "" && t.reservation != "" {
+			return "capacityctl reclaims list " + node + " " + res + " (its reclaim operations, newest first)"
+		}
 	case capacity.CodeIdempotencyKeyReused:
 		return "the first call's command again, unchanged (or drop --idempotency-key to make a new call)"
 	}
