@@ -116,7 +116,7 @@ func (c command) name() string { return strings.TrimSpace(c.group + " " + c.verb
 // groups says what each group is for, in the order help lists them.
 var groups = []struct{ name, help string }{
 	{"keys", "API keys"},
-	{"nodes", "nodes: register, read, rotate the agent's key"},
+	{"nodes", "list nodes, describe one (its unit map), register, read, rotate the agent's key"},
 	{"topology", "a node's unit list"},
 	{"reservations", "reservations of a node's units"},
 	{"release", "put idle exclusive units of a reservation on the spot market"},
@@ -139,6 +139,10 @@ func commands() []command {
 				"capacityctl keys create --org org-acme --permissions reservation.capacity,reservation.read --expires 2160h"}},
 		{"keys", "list", "[--limit N] [--cursor C]", "list API keys", keysList, []string{"capacityctl keys list --limit 100"}},
 		{"keys", "revoke", "KEY_ID [--reason TEXT]", "revoke an API key", keysRevoke, []string{"capacityctl keys revoke key-01hx --reason 'bootstrap done'"}},
+		{"nodes", "list", "[--states] [--all] [--limit N] [--cursor C]", "list the nodes you may see: owner (where shown), units; --states adds a strip of their unit states", nodesList,
+			[]string{"capacityctl nodes list", "capacityctl nodes list --states --all", "capacityctl -o json nodes list --all"}},
+		{"nodes", "describe", "--node N", "the unit map: each unit's state, reservation and VM (id, tier, state, age), as far as you may see them", nodesDescribe,
+			[]string{"capacityctl nodes describe --node node-1", "capacityctl -o json nodes describe --node node-1"}},
 		{"nodes", "put", "--node N --owner ORG --units U,... --agent-endpoint URL [--reason TEXT]", "register or update a node (a new node's agent key, or a new owner's, is printed once)", nodesPut,
 			[]string{"capacityctl nodes put --node node-1 --owner org-acme --units gpu-0,gpu-1,gpu-2,gpu-3 --agent-endpoint https://node-1.agents.example.com"}},
 		{"nodes", "rotate-key", "--node N [--reason TEXT]", "give the node's agent a new key (printed once; the previous one works 10 more minutes)", nodesRotateKey,
@@ -163,6 +167,8 @@ func commands() []command {
 				"capacityctl reclaim --node node-1 --reservation res-acme --units gpu-1 --reason 'training run' --grace 30",
 				"capacityctl reclaim --node node-1 --reservation res-acme --count 2 --yes --wait 5m",
 				"capacityctl reclaim --node node-1 --reservation res-acme --units gpu-1 --at 2026-12-24T02:00:00Z --reason 'night batch'"}},
+		{"reclaims", "list", "--node N --reservation R [--state in-flight|failed|completed] [--limit N] [--cursor C]", "list a reservation's reclaim operations, newest first: state, units, VMs terminated/failed/total, reason", reclaimsList,
+			[]string{"capacityctl reclaims list --node node-1 --reservation res-acme", "capacityctl reclaims list --node node-1 --reservation res-acme --state failed --limit 10"}},
 		{"reclaims", "get", "--node N --reservation R --reclaim ID", "show a reclaim operation: each evicted VM, its notice and its outcome", reclaimsGet,
 			[]string{"capacityctl reclaims get --node node-1 --reservation res-acme --reclaim rcl_01hx"}},
 		{"reclaims", "wait", "--node N --reservation R --reclaim ID [--wait D]", "follow a reclaim operation until every VM has an outcome (exit 5 if --wait runs out first)", reclaimsWait,
@@ -319,6 +325,7 @@ func (a *app) usage(w io.Writer) {
 	_ = tw.Flush()
 	fmt.Fprintln(w, "\nexamples:")
 	for _, ex := range []string{
+		"capacityctl nodes describe --node node-1",
 		"capacityctl reservations list --node node-1",
 		"capacityctl reclaim --dry-run --node node-1 --reservation res-acme --units gpu-1",
 		"capacityctl reclaims wait --node node-1 --reservation res-acme --reclaim rcl_01hx",

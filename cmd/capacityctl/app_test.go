@@ -107,7 +107,7 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{"no command", false, nil, "usage: capacityctl"},
 		{"unknown command", false, []string{"nodes", "explode"}, `unknown command "nodes explode"`},
-		{"a group without its verb", false, []string{"reclaims"}, "reclaims needs a verb: one of get, wait, retry, force-end"},
+		{"a group without its verb", false, []string{"reclaims"}, "reclaims needs a verb: one of list, get, wait, retry, force-end"},
 		{"no such group", false, []string{"nodez"}, `unknown command "nodez"`},
 		{"help of no such group", false, []string{"help", "nodez"}, `unknown command "nodez"`},
 		{"bad -o", false, []string{"-o", "yaml", "nodes", "get", "--node", "n"}, "--output must be table or json"},

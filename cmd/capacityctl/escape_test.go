@@ -21,12 +21,16 @@ func TestOutputEscapesControlCharacters(t *testing.T) {
 		CreatedAt: "2026-01-01T00:00:00Z", Description: evil}}}
 	records := wire.AuditChainPageJSON{Records: []wire.AuditRecordJSON{{Seq: 1, Time: "2026-01-01T00:00:00Z", Action: "key.revoke",
 		Via: "http", Outcome: "ok", Reason: evil}}}
+	reclaims := wire.ReclaimPageJSON{Reclaims: []wire.OperationJSON{{ID: "op-1", NodeID: "node-1", ReservationID: "res-1", State: "failed",
+		UnitIDs: []string{"gpu-1"}, Reason: evil, CreatedAt: "2026-01-01T00:00:00Z"}}}
 	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/dev/v1/keys":
 			_ = json.NewEncoder(w).Encode(keys)
 		case "/dev/v1/keys/audit":
 			_ = json.NewEncoder(w).Encode(records)
+		case "/dev/v1/nodes/node-1/reservations/res-1/reclaims":
+			_ = json.NewEncoder(w).Encode(reclaims)
 		default:
 			w.Header().Set("Content-Type", "application/problem+json")
 			w.WriteHeader(http.StatusNotFound)
@@ -42,6 +46,7 @@ func TestOutputEscapesControlCharacters(t *testing.T) {
 	}{
 		{"keys table", []string{"keys", "list"}, 0, 2},
 		{"audit table", []string{"audit", "list", "--keys"}, 0, 4},
+		{"reclaims table", []string{"reclaims", "list", "--node", "node-1", "--reservation", "res-1"}, 0, 4},
 		{"keys json", []string{"--output", "json", "keys", "list"}, 0, -1},
 		{"problem", []string{"nodes", "get", "--node", "node-1"}, 1, 0},
 	}

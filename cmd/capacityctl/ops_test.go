@@ -160,10 +160,7 @@ func TestJobCommands(t *testing.T) {
 			f := &routes{t: t, answers: tt.answers}
 			api := httptest.NewServer(f)
 			defer api.Close()
-			got := runApp(context.Background(), t, api, strings.NewReader(""), nil, func(a *app) { a.now = func() time.Time { return clock } }, tt.args...)
-			if got.code != 0 {
-				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", got.code, got.stdout, got.err)
-			}
+			got := runOK(t, api, clock, tt.args...)
 			for i := range f.got {
 				if i < len(tt.want) && tt.want[i].idem == "" && strings.HasPrefix(f.got[i].idem, "capacityctl-") {
 					f.got[i].idem = "" // a generated key: stderr names it
@@ -339,7 +336,16 @@ func TestErrorsUnderJSON(t *testing.T) {
 			`{"code":"topology_changed"}`, "capacityctl nodes get --node node-1 (then run it again with --expected-gen set to its topology gen)", nil},
 		{"a release of units in use", []string{"release", "--node", "node-1", "--reservation", "res-1", "--units", "gpu-1"},
 			map[string]answer{"POST " + resPath + "/release": problem(409, "units_in_use", "gpu-1 runs a VM")}, 1,
-			`{"code":"units_in_use"}`, "capacityctl reservations get --node node-1 --reservation res-1", nil},
+			`{"code":"units_in_use"}`, "capacityctl nodes describe --node node-1 (each unit's state, reservation and VM)", nil},
+		{"a reclaim of a count larger than the spot market: the unit map", []string{"reclaim", "--dry-run", "--node", "node-1", "--reservation", "res-1", "--count", "9"},
+			map[string]answer{"POST " + resPath + "/reclaim-plan": problem(409, "insufficient_units", "2 units on the spot market")}, 1,
+			`{"code":"insufficient_units"}`, "capacityctl nodes describe --node node-1 (each unit's state, reservation and VM)", nil},
+		{"no such reclaim: the reservation's list", []string{"reclaims", "get", "--node", "node-1", "--reservation", "res-1", "--reclaim", "op-x"},
+			map[string]answer{"GET " + resPath + "/reclaims/op-x": problem(404, "not_found", "not found")}, 1,
+			`{"code":"not_found","status":404}`, "capacityctl reclaims list --node node-1 --reservation res-1 (its reclaim operations, newest first)", nil},
+		{"a reservation not active: the reservation", []string{"release", "--node", "node-1", "--reservation", "res-1", "--units", "gpu-1"},
+			map[string]answer{"POST " + resPath + "/release": problem(409, "reservation_not_active", "cancelled")}, 1,
+			`{"code":"reservation_not_active"}`, "capacityctl reservations get --node node-1 --reservation res-1", nil},
 		{"no key", []string{"nodes", "get", "--node", "node-1"},
 			map[string]answer{"GET /v1/nodes/node-1": problem(401, "unauthenticated", "unknown key")}, 1,
 			`{"code":"unauthenticated"}`, "capacityctl --key <API key> nodes get ... (or export CAPACITY_API_KEY=<API key>)", nil},
@@ -492,7 +498,10 @@ func TestShellsComplete(t *testing.T) {
 		want string
 	}{
 		{"capacityctl rec", "reclaim reclaims"},
-		{"capacityctl reclaims ", "force-end get retry wait"},
+		{"capacityctl reclaims ", "force-end get list retry wait"},
+		{"capacityctl reclaims list --node n --st", "--stack --state"},
+		{"capacityctl nodes d", "describe"},
+		{"capacityctl nodes list --", "--all --cursor --endpoint --key --limit --output --outputs --stack --states --timeout"},
 		{"capacityctl reclaims wait --rec", "--reclaim"},
 		{"capacityctl --endpoint http://x/ scheduled c", "cancel"},
 		{"capacityctl reclaim --node node-1 --d", "--dry-run"},

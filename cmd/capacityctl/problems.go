@@ -135,12 +135,20 @@ func (a *app) nextAfter(pe *client.Error) string {
 		}
 	case capacity.CodeScheduledReclaimLimit:
 		return "capacityctl scheduled list " + node + " " + res + " (cancel one with capacityctl scheduled cancel)"
-	case capacity.CodeReservationNotActive, capacity.CodeOutsideTerm, capacity.CodeUnitsNotReserved,
-		capacity.CodeUnitsInUse, capacity.CodeUnitsUnavailable, capacity.CodeInsufficientUnits, capacity.CodeUnknownUnits:
+	case capacity.CodeUnitsNotReserved, capacity.CodeUnitsInUse, capacity.CodeUnitsUnavailable,
+		capacity.CodeInsufficientUnits, capacity.CodeUnknownUnits:
+		// The unit map says which units are in which state, under which reservation and VM.
+		return "capacityctl nodes describe " + node + " (each unit's state, reservation and VM)"
+	case capacity.CodeReservationNotActive, capacity.CodeOutsideTerm:
 		if t.reservation != "" {
 			return reservation
 		}
 		return "capacityctl nodes get " + node
+	case capacity.CodeNotFound:
+		// A reclaim id mistyped, or from another reservation: the reservation's list has them.
+		if t.reclaim != "" && t.reservation != "" {
+			return "capacityctl reclaims list " + node + " " + res + " (its reclaim operations, newest first)"
+		}
 	case capacity.CodeIdempotencyKeyReused:
 		return "the first call's command again, unchanged (or drop --idempotency-key to make a new call)"
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/openrelay/capacity/localstack/demo"
 	"github.com/openrelay/capacity/localstack/stack"
 	"github.com/openrelay/capacity/shared/agent"
 	"github.com/openrelay/capacity/shared/capacity"
@@ -304,6 +305,15 @@ func TestOperatingFromNothing(t *testing.T) {
 	if r := c.ok(tenantKey, append([]string{"reclaims", "retry"}, reclaim...)...); !strings.Contains(r.stdout, "nothing to retry") {
 		t.Errorf("reclaims retry of a completed reclaim:\n%s", r.stdout)
 	}
+	// The reservation's reclaims list it, completed, its one VM terminated (the list is read
+	// from an index: a moment after the commit).
+	awaitListed(t, "the reclaim in reclaims list", func() bool {
+		r := c.ok(tenantKey, "reclaims", "list", "--node", node, "--reservation", "res-op", "--state", "completed")
+		return regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(m[1]) + `\s+completed\s+\S+\s+gpu-1\s+1/0/1\s+-$`).MatchString(r.stdout)
+	})
+	if r := c.ok(tenantKey, "reclaims", "list", "--node", node, "--reservation", "res-op", "--state", "failed"); !strings.Contains(r.stdout, "no failed reclaim operation") {
+		t.Errorf("reclaims list --state failed:\n%s", r.stdout)
+	}
 	// Under -o json a refusal is the API's problem document on stdout, the exit code 1.
 	r = c.run(tenantKey, "", "-o", "json", "reclaims", "get", "--node", node, "--reservation", "res-op", "--reclaim", "rcl_none")
 	var problem struct {
@@ -501,4 +511,93 @@ func alterAuditRecord(t *testing.T, node, action, reason string) (string, int64)
 	}
 	t.Fatalf("node %s has no %s audit record", node, action)
 	return "", 0
+}
+
+// TestOperatingNodeDescribe: what the demo node's people see of it with capacityctl (a copy
+// of the demo node: docs/operating.md shows the owner's view). The owner: every unit in a
+// word for its state, its reservation, the VM on it with its age, and the dry run to run
+// next; the audience: its reservation's units, another org's VM without its id, no owner.
+func TestOperatingNodeDescribe(t *testing.T) {
+	if faultSpec != "" {
+		t.Skip("exact answers: not under injected faults")
+	}
+	c := newCtl(t)
+	node := newNode(t, nil)
+	// words folds a table's runs of spaces, so that a check reads as a row does.
+	words := func(s string) string {
+		lines := strings.Split(s, "\n")
+		for i, l := range lines {
+			lines[i] = strings.Join(strings.Fields(l), " ")
+		}
+		return strings.Join(lines, "\n")
+	}
+	age := `(\d+s|\d+m|\d+h(\d+m)?|\d+d(\d+h)?)` // ageSince's forms
+	owner := c.ok(keyOwner, "nodes", "describe", "--node", node)
+	t.Logf("capacityctl nodes describe --node %s (the owner):\n%s", node, owner.stdout)
+	got := words(owner.stdout)
+	for _, want := range []string{
+		"Node: " + node, "Owner org: " + demo.OrgOwner, "Topology gen: 1",
+		"Unit states: 8 shown: 1 exclusive, 2 released, 3 spot, 2 occupied",
+		"ID STATUS ACCESS RESERVED RELEASED",
+		"UNIT STATE RESERVATION MODE VM TIER VM STATE AGE",
+		"to see what reclaiming res-1's released units would evict: capacityctl reclaim --dry-run --node " + node + " --reservation res-1 --units ",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the owner's describe lacks %q:\n%s", want, owner.stdout)
+		}
+	}
+	for unit, u := range demoUnits {
+		mode := "-"
+		switch {
+		case u.reservation != "" && (u.state == "spot" || u.state == "released"):
+			mode = "released"
+		case u.reservation != "":
+			mode = "exclusive"
+		}
+		row := unit + " " + u.state + " " + orDash(u.reservation) + " " + mode + " "
+		if u.vm == "" {
+			row = regexp.QuoteMeta(row + "- - - -")
+		} else {
+			row = regexp.QuoteMeta(row+u.vm+" "+u.tier+" running ") + age
+		}
+		if !regexp.MustCompile(`(?m)^` + row + `$`).MatchString(got) {
+			t.Errorf("the owner's describe has no row %s:\n%s", row, owner.stdout)
+		}
+	}
+
+	audience := c.ok(keyAudience, "nodes", "describe", "--node", node)
+	t.Logf("capacityctl nodes describe --node %s (the audience):\n%s", node, audience.stdout)
+	got = words(audience.stdout)
+	for _, want := range []string{"Owner org: (not shown)", "res-1 active view ", "gpu-2 spot res-1 released (not shown) spot running "} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the audience's describe lacks %q:\n%s", want, audience.stdout)
+		}
+	}
+	for _, no := range []string{"gpu-7", "vm-spot-1", "vm-od-1", demo.OrgOwner, "to see what reclaiming"} {
+		if strings.Contains(got, no) {
+			t.Errorf("the audience's describe shows %q:\n%s", no, audience.stdout)
+		}
+	}
+
+	// The owner's node list shows the node with its strip of states, a letter a unit.
+	awaitListed(t, "node "+node+" in nodes list", func() bool {
+		r := c.ok(keyOwner, "nodes", "list", "--all", "--states")
+		return strings.Contains(words(r.stdout), node+" "+demo.OrgOwner+" 8 (gpu-0..gpu-7) 1 OESSRRSO")
+	})
+	// A refusal about units names the command that shows them.
+	r := c.run(keyOwner, "", "release", "--node", node, "--reservation", "res-1", "--units", "gpu-0")
+	if r.code != 1 || !strings.Contains(r.stderr, "next: capacityctl nodes describe --node "+node) {
+		t.Errorf("release of a unit in use: exit %d\nstderr:\n%s", r.code, r.stderr)
+	}
+	// A node nobody may see is the API's 404.
+	if r := c.run(keyOwner, "", "nodes", "describe", "--node", "node-none"); r.code != 1 || !strings.Contains(r.stderr, "404 not_found") {
+		t.Errorf("describe of no node: exit %d\nstderr:\n%s", r.code, r.stderr)
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
