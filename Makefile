@@ -20,8 +20,18 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "  variables: ENV=$(ENV) (local|dev|prod...)"
 
+# The web console's libraries: ES module builds of the pinned npm packages, copied from
+# node_modules into the folder the api function embeds (never committed; docs/console.md).
+CONSOLE_VENDOR := console/web/vendor
+CONSOLE_LIBS   := node_modules/preact/dist/preact.mjs node_modules/htm/dist/htm.mjs
+
+.PHONY: console
+console: node_modules ## copy the console's pinned libraries (preact, htm) from node_modules into console/web/vendor
+	@cp $(CONSOLE_LIBS) $(CONSOLE_VENDOR)/
+	@echo "==> console: $(notdir $(CONSOLE_LIBS)) -> $(CONSOLE_VENDOR)"
+
 .PHONY: lambdas
-lambdas: ## build functions/<name> into build/lambda/<name>/bootstrap (linux/arm64, for AWS), a line per step and per function
+lambdas: console ## build functions/<name> into build/lambda/<name>/bootstrap (linux/arm64, for AWS), a line per step and per function
 	@functions/build.sh linux/arm64 $(LAMBDA_DIR) $(LAMBDA_GOFLAGS)
 
 # The local stack runs each function as a host process, built by its runner into
@@ -33,12 +43,12 @@ LOCAL_BUILD := build/local
 LOCAL_GOFLAGS := -tags lambda.norpc
 
 .PHONY: local-functions
-local-functions: ## build functions/<name> for this machine into build/local/<name>/bootstrap (what the local stack runs)
+local-functions: console ## build functions/<name> for this machine into build/local/<name>/bootstrap (what the local stack runs)
 	@functions/build.sh host $(LOCAL_BUILD) $(LOCAL_GOFLAGS)
 
 .PHONY: node_modules
-node_modules: ## install the pinned CDK CLI (npm ci) if missing
-	@test -x $(CDK) || { echo "==> npm ci"; npm ci --no-audit --no-fund; }
+node_modules: ## install the pinned npm packages (CDK CLI, the console's libraries, axe-core) if missing or older than package-lock.json
+	@test node_modules/.package-lock.json -nt package-lock.json || { echo "==> npm ci"; npm ci --no-audit --no-fund; }
 
 # What synth needs: a bootstrap per function under the asset root; for ENV=local the host
 # builds the local stack runs, for AWS the arm64 ones.
@@ -85,10 +95,11 @@ run: ## run the whole stack on 127.0.0.1:4566 with demo data (Ctrl-C stops it); 
 
 .PHONY: test
 test: ## every test: unit, store (fuzz seed corpus included), CDK assertions, end to end on the local stack, every benchmark once (short)
+	@$(MAKE) --no-print-directory console
 	@echo "==> vet"
 	go vet ./...
 	@echo "==> unit and store tests, with the race detector (the store's run on the in-process emulator; the model-based test short: TestModel)"
-	go test -race -count=1 ./shared/... ./functions/... ./cmd/... ./docs/...
+	go test -race -count=1 ./console/... ./shared/... ./functions/... ./cmd/... ./docs/...
 	@$(MAKE) --no-print-directory test-infra
 	@$(MAKE) --no-print-directory synth ENV=local
 	@echo "==> local stack runner and end-to-end tests through API Gateway on 127.0.0.1:4566"

@@ -121,5 +121,10 @@ func (s *CapacityStack) newRestApi(fn awslambda.IFunction, rate, burst float64) 
 	for _, path := range apiRoutes {
 		api.Root().ResourceForPath(jsii.String(path)).AddMethod(jsii.String("ANY"), integration, nil)
 	}
+	// The web console: GET only, no key (the page asks for one); the function serves the
+	// files it embeds (docs/console.md).
+	for _, r := range routes.Console {
+		api.Root().ResourceForPath(jsii.String(r.Path)).AddMethod(jsii.String(r.Method), integration, nil)
+	}
 	return api
 }

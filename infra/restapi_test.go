@@ -142,6 +142,13 @@ func TestRoutes(t *testing.T) {
 			if len(want) < 7 {
 				t.Fatalf("route table has %d paths", len(want))
 			}
+			// The web console's page and files, read-only.
+			for _, r := range routes.Console {
+				want[r.Path] = []string{"GET"}
+			}
+			if len(routes.Console) != 2 {
+				t.Fatalf("console routes %v", routes.Console)
+			}
 			if env == "local" {
 				want[FloorRoute] = []string{"POST"}
 			}

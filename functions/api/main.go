@@ -22,6 +22,7 @@ import (
 	"github.com/awslabs/aws-lambda-go-api-proxy/core"
 	"github.com/awslabs/aws-lambda-go-api-proxy/httpadapter"
 
+	"github.com/openrelay/capacity/console"
 	"github.com/openrelay/capacity/shared/auth"
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/config"
@@ -132,7 +133,8 @@ func newAdapter(store *dynamo.Store, workflow capacity.Workflow, sched schedulin
 		limiter.Metrics, _ = metrics.(capacity.RateMetrics)
 		handler.Limit = limiter
 	}
-	return httpadapter.New(handler.Mux())
+	// The web console's page and files beside the API, from the same origin.
+	return httpadapter.New(console.With(handler.Mux()))
 }
 
 // apiGatewayRequestID returns API Gateway's id for the request, so logs, the audit trail and

@@ -1,7 +1,9 @@
 package stack
 
 import (
+	"bytes"
 	"encoding/json"
+	"net/http"
 	"net/url"
 	"strings"
 )
@@ -135,5 +137,84 @@ func fixInvokedFunctionARN(arn string) string {
 func jsonString(s string) json.RawMessage {
 	data, _ := json.Marshal(s) // a string always marshals
 
+	return data
+}
+
+// trailingSlashHeader tells restoreTrailingSlash that the request's path ended in "/". The
+// proxy sets it on every execute-api request (and removes a caller's own), because kumo
+// matches and reports "/console/" as "/console": AWS keeps the slash in the event's path,
+// and the console's page, whose files are addressed relative to it, needs it (the bare path
+// is redirected to it).
+const trailingSlashHeader = "X-Local-Trailing-Slash"
+
+// markTrailingSlash sets or clears trailingSlashHeader on an execute-api request
+// (/{stage}/{path...}): set when the path after the stage ends in "/".
+func markTrailingSlash(r *http.Request) {
+	r.Header.Del(trailingSlashHeader)
+	if !strings.Contains(r.Host, ".execute-api.") {
+		return
+	}
+	p := strings.TrimPrefix(r.URL.Path, "/")
+	if _, rest, ok := strings.Cut(p, "/"); ok && rest != "" && strings.HasSuffix(rest, "/") {
+		r.Header.Set(trailingSlashHeader, "1")
+	}
+}
+
+// restoreTrailingSlash takes trailingSlashHeader out of a REST proxy event's headers and, when
+// it was set, ends path and requestContext.path in "/". Other payloads come back unchanged.
+func restoreTrailingSlash(payload []byte) []byte {
+	if !bytes.Contains(payload, []byte(trailingSlashHeader)) {
+		return payload
+	}
+	var event map[string]json.RawMessage
+	if err := json.Unmarshal(payload, &event); err != nil {
+		return payload
+	}
+	var headers map[string]string
+	var multi map[string][]string
+	var reqContext map[string]json.RawMessage
+	var eventPath, contextPath string
+	if json.Unmarshal(event["headers"], &headers) != nil || json.Unmarshal(event["requestContext"], &reqContext) != nil ||
+		json.Unmarshal(event["path"], &eventPath) != nil {
+		return payload
+	}
+	_ = json.Unmarshal(event["multiValueHeaders"], &multi)
+	_ = json.Unmarshal(reqContext["path"], &contextPath)
+	set := false
+	for k := range headers {
+		if strings.EqualFold(k, trailingSlashHeader) {
+			set = headers[k] == "1"
+			delete(headers, k)
+		}
+	}
+	for k := range multi {
+		if strings.EqualFold(k, trailingSlashHeader) {
+			delete(multi, k)
+		}
+	}
+	if set && !strings.HasSuffix(eventPath, "/") {
+		eventPath += "/"
+		if contextPath != "" && !strings.HasSuffix(contextPath, "/") {
+			contextPath += "/"
+		}
+	}
+	event["headers"] = mustJSON(headers)
+	if multi != nil {
+		event["multiValueHeaders"] = mustJSON(multi)
+	}
+	event["path"] = jsonString(eventPath)
+	if contextPath != "" {
+		reqContext["path"] = jsonString(contextPath)
+		event["requestContext"] = mustJSON(reqContext)
+	}
+	out, err := json.Marshal(event)
+	if err != nil {
+		return payload
+	}
+	return out
+}
+
+func mustJSON(v any) json.RawMessage {
+	data, _ := json.Marshal(v) // maps of strings and raw JSON always marshal
 	return data
 }

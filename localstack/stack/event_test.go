@@ -3,6 +3,7 @@ package stack
 import (
 	"bytes"
 	"encoding/json"
+	"net/http/httptest"
 	"testing"
 )
 
@@ -142,6 +143,63 @@ func TestFixInvokedFunctionARN(t *testing.T) {
 	for in, want := range tests {
 		if got := fixInvokedFunctionARN(in); got != want {
 			t.Errorf("fixInvokedFunctionARN(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestRestoreTrailingSlash(t *testing.T) {
+	for _, tc := range []struct {
+		name, event, wantPath, wantContext string
+	}{
+		{"slash restored, header removed",
+			`{"resource":"/console","path":"/console","headers":{"X-Local-Trailing-Slash":"1","Accept":"text/html"},"multiValueHeaders":{"X-Local-Trailing-Slash":["1"],"Accept":["text/html"]},"requestContext":{"stage":"local","path":"/local/console"}}`,
+			"/console/", "/local/console/"},
+		{"no slash: header removed only",
+			`{"resource":"/console","path":"/console","headers":{"X-Local-Trailing-Slash":"0"},"requestContext":{"stage":"local","path":"/local/console"}}`,
+			"/console", "/local/console"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got struct {
+				Path              string
+				Headers           map[string]string
+				MultiValueHeaders map[string][]string
+				RequestContext    struct{ Path string }
+			}
+			if err := json.Unmarshal(restoreTrailingSlash([]byte(tc.event)), &got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Path != tc.wantPath || got.RequestContext.Path != tc.wantContext {
+				t.Errorf("path %q, context path %q; want %q, %q", got.Path, got.RequestContext.Path, tc.wantPath, tc.wantContext)
+			}
+			if _, ok := got.Headers[trailingSlashHeader]; ok {
+				t.Errorf("header left in %v", got.Headers)
+			}
+			if _, ok := got.MultiValueHeaders[trailingSlashHeader]; ok {
+				t.Errorf("header left in %v", got.MultiValueHeaders)
+			}
+		})
+	}
+	plain := []byte(`{"path":"/v1/nodes/a"}`)
+	if got := restoreTrailingSlash(plain); !bytes.Equal(got, plain) {
+		t.Errorf("an event without the header changed: %s", got)
+	}
+}
+
+func TestMarkTrailingSlash(t *testing.T) {
+	for _, tc := range []struct {
+		host, path string
+		want       bool
+	}{
+		{"a1.execute-api.localhost:4566", "/local/console/", true},
+		{"a1.execute-api.localhost:4566", "/local/console", false},
+		{"a1.execute-api.localhost:4566", "/local/", false},
+		{"localhost:4566", "/local/console/", false},
+	} {
+		r := httptest.NewRequest("GET", "http://"+tc.host+tc.path, nil)
+		r.Header.Set(trailingSlashHeader, "1") // a caller's own is never trusted
+		markTrailingSlash(r)
+		if got := r.Header.Get(trailingSlashHeader) == "1"; got != tc.want {
+			t.Errorf("%s%s: marked %v, want %v", tc.host, tc.path, got, tc.want)
 		}
 	}
 }

@@ -78,6 +78,11 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = out
 	}
 
+	if strings.Contains(r.Host, ".execute-api.") {
+		r = r.Clone(r.Context())
+		markTrailingSlash(r)
+	}
+
 	if fn, ok := runtimeNextFunction(r.Method, r.URL.Path); ok {
 		var done func()
 
@@ -165,7 +170,7 @@ func (p *proxy) modifyResponse(resp *http.Response) error {
 		return fmt.Errorf("read invocation: %w", err)
 	}
 
-	body = fixRESTProxyEvent(body)
+	body = restoreTrailingSlash(fixRESTProxyEvent(body))
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	resp.ContentLength = int64(len(body))
 	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))

@@ -54,6 +54,7 @@ var packages = []struct {
 	{"shared/table", domainSide},
 	{"shared/trace", domainSide},
 	{"shared/wire", domainSide},
+	{"console", adapter}, // the web console's files, served over HTTP
 	{"shared/agent", adapter},
 	{"shared/dynamo", adapter},
 	{"shared/eventapi", adapter},

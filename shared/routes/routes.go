@@ -67,6 +67,19 @@ var All = []Route{
 	{"GET", "/v1/keys/audit", "listKeyAudit", true, AuditRead},
 }
 
+// ConsolePath is where the web console is served (docs/console.md): its page at
+// ConsolePath + "/", its files below. No key: the page asks for one and sends it to the API.
+const ConsolePath = "/console"
+
+// Console is the console's API Gateway resources, both proxied to the api function, which
+// serves the files it embeds (package console): the bare path (redirected to the page) and
+// every path below it, through one greedy resource rather than a resource per file, so that
+// a new file needs no change of the stack.
+var Console = []Route{
+	{"GET", ConsolePath, "getConsole", false, ""},
+	{"GET", ConsolePath + "/{proxy+}", "getConsoleFile", false, ""},
+}
+
 // Find returns the route with the operationId (false: none).
 func Find(operationID string) (Route, bool) {
 	for _, r := range All {
