@@ -148,6 +148,8 @@ bench: ## latency and size figures (see docs/numbers.md)
 	go test -count=1 -timeout 10m -run '^$$' -bench 'Scale$$' -benchtime 1x ./localstack/e2e
 	@echo "==> contention: 8 clients on their own units of one node; one writer alone and beside 16 clients"
 	go test -count=1 -timeout 15m -run '^$$' -bench 'Contention$$' -benchtime 1x ./localstack/e2e
+	@echo "==> web console: a cold load of the node view of a 64-unit node, to its 64 cells drawn, and the bytes it transferred (under 150 KB)"
+	go test -count=1 -timeout 10m -run '^$$' -bench 'ConsoleNodeView$$' -benchtime 10x ./localstack/e2e
 	@echo "==> 64-VM reclaim over 8 nodes, functions under AWS faults ($(E2E_FAULTS)), agents failing 30% of calls"
 	E2E_FAULTS='$(E2E_FAULTS)' go test -count=1 -timeout 20m -run '^$$' -bench TerminationUnderFaults -benchtime 3x ./localstack/e2e
 

@@ -12,7 +12,7 @@ export const forgetKey = () => sessionStorage.removeItem(keyName);
 // (a 412's new plan).
 export class Problem extends Error {
   constructor(status, body, etag) {
-    super((body && (body.detail || body.title)) || `HTTP ${status}`);
+    super((body && (body.detail || body.title || body.message)) || `HTTP ${status}`);
     this.status = status;
     this.body = body || {};
     this.etag = etag;

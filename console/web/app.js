@@ -8,6 +8,7 @@ import { verifyRecords } from './audit.js';
 
 const html = htm.bind(h);
 const root = document.getElementById('app');
+root.textContent = ''; // the no-script note
 
 // The unit states of GET /v1/nodes/{nodeId}/units, each with its words and letter.
 export const unitStates = {
@@ -311,7 +312,7 @@ const time = (t) => (t ? new Date(t).toLocaleTimeString() : '');
 function ProblemBox({ err }) {
   if (!err) return null;
   const b = err.body || {};
-  return html`<div class="error" role="alert"><strong>${b.title || 'Error'}${err.status ? ` (${err.status})` : ''}</strong>${' '}<span>${b.detail || err.message}</span>${b.code ? html` <code>${b.code}</code>` : null}</div>`;
+  return html`<div class="error" role="alert"><strong>${b.title || 'Error'}${err.status ? ` (${err.status})` : ''}</strong>${' '}<span>${b.detail || b.message || err.message}</span>${b.code ? html` <code>${b.code}</code>` : null}</div>`;
 }
 
 function SignIn() {

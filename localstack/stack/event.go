@@ -140,28 +140,32 @@ func jsonString(s string) json.RawMessage {
 	return data
 }
 
-// trailingSlashHeader tells restoreTrailingSlash that the request's path ended in "/". The
-// proxy sets it on every execute-api request (and removes a caller's own), because kumo
-// matches and reports "/console/" as "/console": AWS keeps the slash in the event's path,
-// and the console's page, whose files are addressed relative to it, needs it (the bare path
-// is redirected to it).
+// trailingSlashHeader tells restoreTrailingSlash whether the request's path ended in "/"
+// ("1") or not ("0"). The proxy sets it on every execute-api request (replacing a caller's
+// own), because kumo trims the slash before matching: it reports "/console/" to the function
+// as "/console", and "/console" as "/console/" when it matched "/console/{proxy+}" with an
+// empty value, which AWS never does. AWS sends the path as requested, and the console's page,
+// whose files are addressed relative to it, needs it so (the bare path is redirected to it).
 const trailingSlashHeader = "X-Local-Trailing-Slash"
 
-// markTrailingSlash sets or clears trailingSlashHeader on an execute-api request
-// (/{stage}/{path...}): set when the path after the stage ends in "/".
+// markTrailingSlash sets trailingSlashHeader on an execute-api request (/{stage}/{path...}).
 func markTrailingSlash(r *http.Request) {
 	r.Header.Del(trailingSlashHeader)
 	if !strings.Contains(r.Host, ".execute-api.") {
 		return
 	}
 	p := strings.TrimPrefix(r.URL.Path, "/")
-	if _, rest, ok := strings.Cut(p, "/"); ok && rest != "" && strings.HasSuffix(rest, "/") {
+	_, rest, _ := strings.Cut(p, "/")
+	if rest != "" && strings.HasSuffix(rest, "/") {
 		r.Header.Set(trailingSlashHeader, "1")
+	} else {
+		r.Header.Set(trailingSlashHeader, "0")
 	}
 }
 
-// restoreTrailingSlash takes trailingSlashHeader out of a REST proxy event's headers and, when
-// it was set, ends path and requestContext.path in "/". Other payloads come back unchanged.
+// restoreTrailingSlash takes trailingSlashHeader out of a REST proxy event's headers and makes
+// path and requestContext.path end in "/" exactly when the request's did. Other payloads come
+// back unchanged.
 func restoreTrailingSlash(payload []byte) []byte {
 	if !bytes.Contains(payload, []byte(trailingSlashHeader)) {
 		return payload
@@ -180,10 +184,10 @@ func restoreTrailingSlash(payload []byte) []byte {
 	}
 	_ = json.Unmarshal(event["multiValueHeaders"], &multi)
 	_ = json.Unmarshal(reqContext["path"], &contextPath)
-	set := false
+	mark := ""
 	for k := range headers {
 		if strings.EqualFold(k, trailingSlashHeader) {
-			set = headers[k] == "1"
+			mark = headers[k]
 			delete(headers, k)
 		}
 	}
@@ -192,11 +196,15 @@ func restoreTrailingSlash(payload []byte) []byte {
 			delete(multi, k)
 		}
 	}
-	if set && !strings.HasSuffix(eventPath, "/") {
+	switch {
+	case mark == "1" && !strings.HasSuffix(eventPath, "/"):
 		eventPath += "/"
 		if contextPath != "" && !strings.HasSuffix(contextPath, "/") {
 			contextPath += "/"
 		}
+	case mark == "0" && eventPath != "/" && strings.HasSuffix(eventPath, "/"):
+		eventPath = strings.TrimSuffix(eventPath, "/")
+		contextPath = strings.TrimSuffix(contextPath, "/")
 	}
 	event["headers"] = mustJSON(headers)
 	if multi != nil {

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/openrelay/capacity/localstack/stack"
 	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/dynamo"
+	"github.com/openrelay/capacity/shared/routes"
 	"github.com/openrelay/capacity/shared/stackoutput"
 )
 
@@ -155,6 +157,8 @@ func printWelcome(out map[string]string, outputsPath, agentURL string, seeded bo
 	fmt.Print("Every run starts empty: the tables hold only the demo data, and keys, nodes, reservations\n" +
 		"and VMs of an earlier run are gone (create them again; a registered node's agent key too).\n" +
 		"The two URLs above are the same at every run (the agent's unless its port was taken).\n\n")
+	// The web console (docs/console.md): sign in with one of the keys below.
+	fmt.Printf("Web console: %s\n\n", strings.TrimSuffix(api, "/")+routes.ConsolePath+"/")
 	if seeded {
 		fmt.Println("Demo API keys:")
 		w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
