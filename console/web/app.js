@@ -26,10 +26,13 @@ const S = {
   operator: { keys: false, audit: false },
   nodes: null, nodeUnits: {}, // nodeId -> units answer
   node: null, selection: new Set(), reclaim: {}, // per reservation id: {reason, count, plan, etag, idem, result, problem}
-  op: null, opTimer: null, now: Date.now(),
+  op: null, opTimer: null, now: Date.now(), graceEnds: {}, // reclaimId -> terminateAfter of the reclaim sent here
   reservation: null, keys: null, newSecret: null, registration: null,
 };
 const set = (patch) => { Object.assign(S, patch); draw(); };
+
+// An operation is in flight until it is completed or failed.
+const inFlight = (state) => state === 'pending-start' || state === 'terminating';
 
 // ---- routing ----
 
@@ -178,12 +181,18 @@ async function preview(resv) {
   r.problem = null; r.result = null; r.busy = true; draw();
   try {
     let ans;
-    if (units.length) ans = await call('POST', base + '/reclaim', { body: { unitIds: units, dryRun: true, ...(r.reason ? { reason: r.reason } : {}) } });
-    else if (count > 0) ans = await call('POST', base + '/reclaim-plan', { body: { count, ...(r.reason ? { reason: r.reason } : {}) } });
+    if (units.length) ans = await call('POST', base + '/reclaim', { body: { unitIds: units, dryRun: true, ...extras(r) } });
+    else if (count > 0) ans = await call('POST', base + '/reclaim-plan', { body: { count, ...extras(r) } });
     else { r.problem = { message: 'Select units on the map, or ask for a count.' }; r.busy = false; draw(); return; }
     setPlan(r, ans.data, ans.etag, ans.data.unitIds || units);
   } catch (err) { r.problem = err; if (err.status === 401) return fail(err); }
   r.busy = false; draw();
+}
+
+// extras are the reason and grace a reclaim and its preview share (the plan's tag covers the grace).
+function extras(r) {
+  const grace = parseInt(r.grace, 10);
+  return { ...(r.reason ? { reason: r.reason } : {}), ...(grace > 0 ? { graceSeconds: grace } : {}) };
 }
 
 function setPlan(r, plan, etag, unitIds) {
@@ -199,11 +208,11 @@ async function doReclaim(resv) {
   r.busy = true; r.problem = null; draw();
   try {
     const ans = await call('POST', base + '/reclaim', {
-      body: { unitIds: r.plan.unitIds, ...(r.reason ? { reason: r.reason } : {}) },
+      body: { unitIds: r.plan.unitIds, ...extras(r) },
       headers: { 'If-Match': '"' + r.etag.replace(/^W\//, '').replace(/^"|"$/g, '') + '"', 'Idempotency-Key': r.idem },
     });
     r.busy = false;
-    if (ans.data.reclaimId) { location.hash = href('nodes', S.node.nodeId, 'reservations', resv.id, 'reclaims', ans.data.reclaimId); return; }
+    if (ans.data.reclaimId) { S.graceEnds[ans.data.reclaimId] = ans.data.terminateAfter; location.hash = href('nodes', S.node.nodeId, 'reservations', resv.id, 'reclaims', ans.data.reclaimId); return; }
     r.result = ans.data; r.plan = null;
     S.selection = new Set();
     await loadNode(S.node.nodeId);
@@ -227,14 +236,14 @@ async function followOperation(nodeId, resId, reclaimId) {
     try {
       const { data } = await call('GET', url);
       S.op = { nodeId, resId, data, access };
-      if (data.state !== 'in-flight' && S.opTimer) { clearInterval(S.opTimer); S.opTimer = null; }
+      if (!inFlight(data.state) && S.opTimer) { clearInterval(S.opTimer); S.opTimer = null; }
     } catch (err) { clearInterval(S.opTimer); S.opTimer = null; return fail(err); }
     S.now = Date.now();
     draw();
   };
   S.op = null;
   await poll();
-  if (S.op && S.op.data.state === 'in-flight') S.opTimer = setInterval(poll, 1000);
+  if (S.op && inFlight(S.op.data.state)) S.opTimer = setInterval(poll, 1000);
 }
 
 async function redrive() {
@@ -400,6 +409,8 @@ function ReclaimPanel({ resv }) {
         <input id=${fid('count')} type="number" min="1" max="64" value=${r.count} disabled=${units.length > 0} onInput=${(e) => { r.count = e.target.value; r.plan = null; draw(); }} /></div>
       <div><label for=${fid('reason')}>Reason</label>
         <input id=${fid('reason')} type="text" maxlength="500" value=${r.reason} onInput=${(e) => { r.reason = e.target.value; }} /></div>
+      <div><label for=${fid('grace')}>Grace seconds</label>
+        <input id=${fid('grace')} type="number" min="0" max="120" value=${r.grace || ''} onInput=${(e) => { r.grace = e.target.value; r.plan = null; draw(); }} /></div>
       <div><button type="button" class="secondary" disabled=${r.busy} onClick=${() => preview(resv)}>Preview reclaim</button></div>
     </div>
     <${ProblemBox} err=${r.problem} />
@@ -456,13 +467,13 @@ function OperationView() {
   const [, nodeId, , resId, , reclaimId] = S.route;
   const o = S.op && S.op.data;
   if (!o || o.id !== reclaimId) return html`<main><h1 tabindex="-1">Reclaim ${reclaimId}</h1><p>Loading…</p></main>`;
-  const after = (o.vms || []).map((v) => v.notice && v.notice.terminateAfter).filter(Boolean).sort()[0];
+  const after = (o.vms || []).map((v) => v.notice && v.notice.terminateAfter).filter(Boolean).sort()[0] || S.graceEnds[o.id];
   const left = after ? Math.ceil((Date.parse(after) - S.now) / 1000) : 0;
   return html`<main>
     <h1 tabindex="-1">Reclaim ${o.id}</h1>
     <p>Node <a href=${href('nodes', nodeId)}>${nodeId}</a>, reservation <a href=${href('nodes', nodeId, 'reservations', resId)}>${resId}</a>; units ${o.unitIds.join(', ')}; started ${time(o.createdAt)}.</p>
     <p role="status" aria-live="polite">State: <strong data-op-state=${o.state}>${o.state}</strong>${o.reason ? ` (${o.reason})` : ''}</p>
-    ${o.state === 'in-flight' && left > 0 ? html`<p class="countdown" aria-live="off">Grace: ${left} s before termination</p>` : null}
+    ${inFlight(o.state) && left > 0 ? html`<p class="countdown" aria-live="off">Grace: ${left} s before termination</p>` : null}
     ${o.vms ? html`<table><caption>VMs evicted</caption>
       <thead><tr><th scope="col">VM</th><th scope="col">Notice</th><th scope="col">Outcome</th><th scope="col">At</th></tr></thead>
       <tbody>${o.vms.map((v) => html`<tr data-vm-id=${v.vmId} data-vm-state=${v.outcome}>
@@ -506,7 +517,7 @@ const permissions = ['reservation.read', 'reservation.capacity', 'vm.place', 'no
 function KeysView() {
   return html`<main>
     <h1 tabindex="-1">API keys</h1>
-    ${S.newSecret ? html`<${SecretOnce} label=${`Secret of the new key ${S.newSecret.key ? S.newSecret.key.id : ''}`} value=${S.newSecret.secret} />` : null}
+    ${S.newSecret ? html`<${SecretOnce} label=${`Secret of the new key ${S.newSecret.key ? S.newSecret.key.keyId : ''}`} value=${S.newSecret.secret} />` : null}
     <form class="panel" onSubmit=${createKey}>
       <h2>New key</h2>
       <label for="orgId">Org id</label><input id="orgId" name="orgId" type="text" required />
@@ -518,8 +529,8 @@ function KeysView() {
     </form>
     <h2>Keys</h2>
     ${!S.keys ? html`<p>Loading…</p>` : html`<table><thead><tr><th scope="col">Key</th><th scope="col">Org</th><th scope="col">Permissions</th><th scope="col">State</th><th scope="col">Action</th></tr></thead>
-      <tbody>${S.keys.map((k) => html`<tr><td class="mono">${k.id}</td><td>${k.orgId}</td><td>${(k.permissions || []).join(', ')}</td><td>${k.revokedAt ? 'revoked' : 'active'}</td>
-        <td>${k.revokedAt ? '' : html`<button type="button" class="secondary" aria-label=${`Revoke ${k.id}`} onClick=${() => revokeKey(k.id)}>Revoke</button>`}</td></tr>`)}</tbody></table>`}
+      <tbody>${S.keys.map((k) => html`<tr><td class="mono">${k.keyId}</td><td>${k.orgId}</td><td>${(k.permissions || []).join(', ')}</td><td>${k.revoked ? 'revoked' : 'active'}</td>
+        <td>${k.revoked ? '' : html`<button type="button" class="secondary" aria-label=${`Revoke ${k.keyId}`} onClick=${() => revokeKey(k.keyId)}>Revoke</button>`}</td></tr>`)}</tbody></table>`}
   </main>`;
 }
 
@@ -558,6 +569,6 @@ function draw() { render(html`<${App} />`, root); }
 
 window.addEventListener('hashchange', go);
 // The countdown and ages move with the clock.
-setInterval(() => { if (S.op && S.op.data && S.op.data.state === 'in-flight') { S.now = Date.now(); draw(); } }, 1000);
+setInterval(() => { if (S.op && S.op.data && inFlight(S.op.data.state)) { S.now = Date.now(); draw(); } }, 1000);
 if (getKey()) probeOperator().catch(() => {}).finally(draw);
 go();

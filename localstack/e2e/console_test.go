@@ -309,7 +309,7 @@ func TestConsoleOwnerReclaimsGPU2(t *testing.T) {
 	b.view(t, "nodes")
 
 	b.run(t, "open node-a", chromedp.Click(link(node)),
-		chromedp.WaitVisible(heading("Node "+node)))
+		chromedp.WaitVisible(heading("Node "+node)), chromedp.WaitVisible(`//main//*[@data-unit-id="gpu-7"]`))
 	want := map[string]string{
 		"gpu-0": "occupied", "gpu-1": "exclusive", "gpu-2": "spot", "gpu-3": "spot",
 		"gpu-4": "released", "gpu-5": "released", "gpu-6": "spot", "gpu-7": "occupied",
@@ -327,6 +327,7 @@ func TestConsoleOwnerReclaimsGPU2(t *testing.T) {
 
 	b.run(t, "preview gpu-2",
 		chromedp.Click(byLabel("Select gpu-2")),
+		chromedp.SendKeys(byLabel("Grace seconds"), "6"),
 		chromedp.Click(button("Preview reclaim")),
 		chromedp.WaitVisible(`//*[@aria-label="Reclaim preview"]//li[contains(., "VMs to terminate: vm-spot-1")]`),
 	)
@@ -335,7 +336,9 @@ func TestConsoleOwnerReclaimsGPU2(t *testing.T) {
 		chromedp.SendKeys(byLabel("Reason"), "training run"),
 		chromedp.Click(button("Reclaim")),
 		chromedp.WaitVisible(`//h1[starts-with(normalize-space(.), "Reclaim ")]`),
+		chromedp.WaitVisible(textOn("s before termination")),
 	)
+	b.view(t, "operation-grace")
 	b.run(t, "vm-spot-1 terminated", chromedp.WaitVisible(`//tr[@data-vm-id="vm-spot-1" and @data-vm-state="terminated"]`),
 		chromedp.WaitVisible(`//*[@data-op-state="completed"]`))
 	b.view(t, "operation")
