@@ -77,24 +77,24 @@ function fail(err) {
 
 // ---- loads ----
 
-async function loadNodes() {
-  const nodes = [];
-  let cursor;
-  do {
-    const { data } = await call('GET', 'v1/nodes', { query: { limit: 100, cursor } });
-    nodes.push(...data.nodes);
-    cursor = data.nextCursor;
-  } while (cursor && nodes.length < 500);
-  S.nodes = nodes;
+// loadNodes reads a page of nodes (more: the next page after those shown), then each listed
+// node's units for its strip, all at once.
+async function loadNodes(more) {
+  const { data } = await call('GET', 'v1/nodes', { query: { limit: 50, cursor: more ? S.nodesCursor : undefined } });
+  S.nodes = more ? [...(S.nodes || []), ...data.nodes] : data.nodes;
+  S.nodesCursor = data.nextCursor;
   draw();
-  // Each node's strip, all at once.
-  await Promise.all(nodes.map(async (n) => {
+  await Promise.all(data.nodes.map(async (n) => {
     try { S.nodeUnits[n.nodeId] = (await call('GET', path('v1/nodes', n.nodeId, 'units'))).data; } catch (err) {
       if (err instanceof Problem && err.status === 401) throw err;
       S.nodeUnits[n.nodeId] = { error: err.message };
     }
     draw();
   }));
+}
+
+async function moreNodes() {
+  try { await loadNodes(true); } catch (err) { fail(err); }
 }
 
 async function loadNode(nodeId) {
@@ -376,6 +376,7 @@ function NodesView() {
         return html`<tr><td><a href=${href('nodes', n.nodeId)}>${n.nodeId}</a></td><td>${n.ownerOrgId || ''}</td>
           <td>${!u ? 'loading…' : u.error ? u.error : html`<${Strip} units=${u.units} />`}</td></tr>`;
       })}</tbody></table>`}
+    ${S.nodesCursor ? html`<p><button type="button" class="secondary" onClick=${moreNodes}>More nodes</button></p>` : null}
     <${Legend} />
   </main>`;
 }
