@@ -47,6 +47,7 @@ async function go() {
   S.opTimer = null;
   const route = parseRoute();
   set({ route, error: null, loading: true, newSecret: null });
+  focusHeading();
   if (!getKey()) { set({ loading: false }); return; }
   try {
     const [a, b, c, d, e, f] = route;
@@ -61,8 +62,14 @@ async function go() {
   focusHeading();
 }
 
+// focusHeading moves the focus to the new view's heading (screen readers announce it), unless
+// the person has already moved it elsewhere (typing in a form while the view loads).
 function focusHeading() {
-  requestAnimationFrame(() => { const h1 = document.querySelector('main h1'); if (h1) h1.focus({ preventScroll: true }); });
+  requestAnimationFrame(() => {
+    const h1 = document.querySelector('main h1');
+    const at = document.activeElement;
+    if (h1 && (!at || at === document.body || at.tagName === 'H1' || at.tagName === 'A')) h1.focus({ preventScroll: true });
+  });
 }
 
 // fail shows a call's problem; a 401 forgets the key and returns to sign-in with its detail.

@@ -7,9 +7,14 @@ package e2e
 // the page makes must go to the stack's own origin.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"image"
+	"image/color/palette"
+	"image/draw"
+	"image/png"
 	"net/http"
 	"net/url"
 	"os"
@@ -244,14 +249,38 @@ func (b *browser) checkAxe(t testing.TB, view string) {
 	t.Logf("axe, view %s: %d serious or critical violations", view, len(violations))
 }
 
-// screenshot saves the view as docs/console/<name>.png.
+// screenshotDir is where the tests save each view's screenshot: build/console unless
+// CONSOLE_SCREENSHOTS names another folder. The committed ones in docs/console are refreshed
+// with CONSOLE_SCREENSHOTS=docs/console (docs/console.md), so that make test leaves the tree alone.
+func screenshotDir(t testing.TB) string {
+	dir := filepath.Join("..", "..", "build", "console")
+	if d := os.Getenv("CONSOLE_SCREENSHOTS"); d != "" {
+		dir = filepath.Join("..", "..", d)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// screenshot saves the view as <screenshotDir>/<name>.png, in the 216 web-safe colours (a quarter of the bytes).
 func (b *browser) screenshot(t testing.TB, name string) {
 	t.Helper()
-	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	shot, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join("..", "..", "docs", "console", name+".png"), png, 0o644); err != nil {
+	img, err := png.Decode(bytes.NewReader(shot))
+	if err != nil {
+		t.Fatal(err)
+	}
+	small := image.NewPaletted(img.Bounds(), palette.WebSafe)
+	draw.Draw(small, img.Bounds(), img, image.Point{}, draw.Src) // nearest colour: flat UI colours, no dithering noise
+	var out bytes.Buffer
+	if err := (&png.Encoder{CompressionLevel: png.BestCompression}).Encode(&out, small); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(screenshotDir(t), name+".png"), out.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
