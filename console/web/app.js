@@ -226,8 +226,10 @@ async function doReclaim(resv) {
   } catch (err) {
     r.busy = false;
     if (err instanceof Problem && err.status === 412 && err.body.plan) {
-      // The plan changed since the preview: show the new one, ready to send.
-      setPlan(r, err.body.plan, err.etag, err.body.plan.unitIds || r.plan.unitIds);
+      // The plan changed since the preview: show the new one, ready to send, over the map as it is now.
+      const unitIds = err.body.plan.unitIds || r.plan.unitIds;
+      try { await loadNode(S.node.nodeId); } catch { /* the plan still shows */ }
+      setPlan(r, err.body.plan, err.etag, unitIds);
       r.problem = err;
     } else if (err instanceof Problem && err.status === 401) return fail(err);
     else r.problem = err;
