@@ -545,6 +545,45 @@ func TestConsolePlanChanged(t *testing.T) {
 		chromedp.WaitVisible(`//tr[@data-vm-id="vm-spot-1"]`))
 }
 
+// A scheduled reclaim, made through the API, is cancelled from the reservation's page.
+func TestConsoleCancelsScheduledReclaim(t *testing.T) {
+	node := newNode(t, nil)
+	at := time.Now().UTC().Add(time.Hour).Truncate(time.Second).Format(time.RFC3339)
+	r := call(t, http.MethodPost, reclaimPath(node), keyOwner, map[string]any{"unitIds": []string{"gpu-2"}, "at": at, "reason": "tonight's run"})
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("schedule: %d %s", r.Status, r.Body)
+	}
+	b := newBrowser(t)
+	b.signIn(t, keyOwner)
+	row := `//tr[td[normalize-space(.)="tonight's run"]]`
+	b.run(t, "reservation", chromedp.Navigate(consoleURL()+"#/nodes/"+node+"/reservations/res-1"),
+		chromedp.WaitVisible(heading("Reservation res-1")))
+	for range 20 { // the list reads an index, which may lag a moment
+		if eval[bool](t, b, "listed?", fmt.Sprintf(`!!document.evaluate(%q, document, null, XPathResult.FIRST_ORDERED_NODE_TYPE, null).singleNodeValue`, row)) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+		b.run(t, "reload", chromedp.Reload(), chromedp.WaitVisible(heading("Reservation res-1")))
+	}
+	b.run(t, "cancel", chromedp.Click(row+`//button[normalize-space(.)="Cancel"]`),
+		chromedp.WaitVisible(row+`[td[normalize-space(.)="cancelled"]]`))
+	b.view(t, "scheduled-cancelled")
+}
+
+// A count, not units: the preview comes from reclaim-plan and names the units it chose.
+func TestConsoleReclaimByCount(t *testing.T) {
+	node := newNode(t, nil)
+	b := newBrowser(t)
+	b.signIn(t, keyManager)
+	b.run(t, "count", chromedp.Navigate(consoleURL()+"#/nodes/"+node),
+		chromedp.WaitVisible(heading("Node "+node)),
+		chromedp.SendKeys(byLabel("Count"), "2"),
+		chromedp.Click(button("Preview reclaim")),
+		chromedp.WaitVisible(`//*[@aria-label="Reclaim preview"][contains(., "of a reclaim of gpu-")]`),
+		chromedp.WaitVisible(button("Reclaim")))
+	b.checkAxe(t, "preview (count)")
+}
+
 // The console's own answers through API Gateway: the page, the redirect to it, the headers.
 func TestConsoleServedWithSecurityHeaders(t *testing.T) {
 	noFollow := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
