@@ -433,7 +433,7 @@ function ReclaimPanel({ resv }) {
       </ul>
       <button type="button" disabled=${r.busy} onClick=${() => doReclaim(resv)}>Reclaim</button>
     </div>` : null}
-    ${r.result ? html`<div class="ok" role="status">Reclaimed ${r.result.reservedUnitIds ? '' : ''}with nothing to evict.</div>` : null}
+    ${r.result ? html`<div class="ok" role="status">Reclaimed: the units are exclusive again, and no VM had to be evicted.</div>` : null}
   </section>`;
 }
 
