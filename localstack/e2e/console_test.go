@@ -164,7 +164,13 @@ func (b *browser) checkOrigin(t testing.TB) {
 
 func (b *browser) run(t testing.TB, what string, actions ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 45*time.Second)
+	b.runFor(t, what, 45*time.Second, actions...)
+}
+
+// runFor runs the actions, waiting at most d.
+func (b *browser) runFor(t testing.TB, what string, d time.Duration, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, d)
 	defer cancel()
 	if err := chromedp.Do(ctx, actions...); err != nil {
 		b.fail(t, what, err)
@@ -582,6 +588,27 @@ func TestConsoleReclaimByCount(t *testing.T) {
 		chromedp.WaitVisible(`//*[@aria-label="Reclaim preview"][contains(., "of a reclaim of gpu-")]`),
 		chromedp.WaitVisible(button("Reclaim")))
 	b.checkAxe(t, "preview (count)")
+}
+
+// A VM whose agent refuses to terminate it fails the operation; once the agent is mended,
+// the page's re-drive terminates it.
+func TestConsoleRedrivesAFailedTermination(t *testing.T) {
+	node := newNode(t, nil)
+	agents.FailAlways(node, "vm-spot-1", true)
+	b := newBrowser(t)
+	b.signIn(t, keyOwner)
+	b.run(t, "reclaim", chromedp.Navigate(consoleURL()+"#/nodes/"+node),
+		chromedp.WaitVisible(heading("Node "+node)),
+		chromedp.Click(byLabel("Select gpu-2")),
+		chromedp.Click(button("Preview reclaim")),
+		chromedp.Click(button("Reclaim")),
+		chromedp.WaitVisible(`//h1[starts-with(normalize-space(.), "Reclaim ")]`))
+	b.runFor(t, "failed", 2*time.Minute, chromedp.WaitVisible(`//*[@data-op-state="failed"]`),
+		chromedp.WaitVisible(`//tr[@data-vm-id="vm-spot-1" and @data-vm-state="failed"]`))
+	b.view(t, "operation-failed")
+	agents.FailAlways(node, "vm-spot-1", false)
+	b.runFor(t, "re-drive", 2*time.Minute, chromedp.Click(button("Re-drive the termination")),
+		chromedp.WaitVisible(`//tr[@data-vm-id="vm-spot-1" and @data-vm-state="terminated"]`))
 }
 
 // The console's own answers through API Gateway: the page, the redirect to it, the headers.
