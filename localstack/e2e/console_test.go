@@ -343,12 +343,12 @@ func TestConsoleOwnerReclaimsGPU2(t *testing.T) {
 	// Other tests' nodes may come first: page on until node-a is listed.
 	rowA := `//tr[td/a[normalize-space(.)="node-a"]]//*[@role="img"]`
 	for range 40 {
-		if eval[bool](t, b, "node-a listed?", fmt.Sprintf(`!!document.evaluate(%q, document, null, XPathResult.FIRST_ORDERED_NODE_TYPE, null).singleNodeValue`, rowA)) {
+		if b.exists(t, rowA) {
 			break
 		}
 		time.Sleep(250 * time.Millisecond)
 		switch {
-		case eval[bool](t, b, "more?", fmt.Sprintf(`!!document.evaluate(%q, document, null, XPathResult.FIRST_ORDERED_NODE_TYPE, null).singleNodeValue`, button("More nodes"))):
+		case b.exists(t, button("More nodes")):
 			b.run(t, "more nodes", chromedp.Click(button("More nodes")))
 		case eval[bool](t, b, "loading?", `document.body.innerText.includes('loading')`):
 		default: // the list reads an index, which may lag a moment behind the seed
@@ -462,12 +462,7 @@ func TestConsoleJunkKey(t *testing.T) {
 // The audience sees the units of its reservation but is offered no reclaim (the API would
 // answer 403), nor operator pages.
 func TestConsoleAudienceMayNotReclaim(t *testing.T) {
-	node := newNode(t, nil)
-	b := newBrowser(t)
-	b.signIn(t, keyAudience)
-	b.run(t, "node view", chromedp.Navigate(consoleURL()+"#/nodes/"+node),
-		chromedp.WaitVisible(heading("Node "+node)),
-		chromedp.WaitVisible(`//main//*[@data-unit-id="gpu-2"]`))
+	_, b := openNode(t, keyAudience)
 	controls := eval[int](t, b, "controls", `[...document.querySelectorAll('button, input')].filter(e => /Preview reclaim|^Reclaim$/.test(e.textContent) || (e.labels && [...e.labels].some(l => /^Select |^Reason$/.test(l.textContent)))).length
 		+ [...document.querySelectorAll('a')].filter(a => /API keys|Register a node/.test(a.textContent)).length`)
 	if controls != 0 {
@@ -477,6 +472,23 @@ func TestConsoleAudienceMayNotReclaim(t *testing.T) {
 		t.Errorf("audience sees units %v: want its reservation's units only (not gpu-7)", got)
 	}
 	b.view(t, "audience")
+}
+
+// openNode seeds a fresh copy of the demo node, signs in with key and opens the node's view.
+func openNode(t *testing.T, key string) (string, *browser) {
+	t.Helper()
+	node := newNode(t, nil)
+	b := newBrowser(t)
+	b.signIn(t, key)
+	b.run(t, "node view", chromedp.Navigate(consoleURL()+"#/nodes/"+node),
+		chromedp.WaitVisible(heading("Node "+node)), chromedp.WaitVisible(`//main//*[@data-unit-id="gpu-2"]`))
+	return node, b
+}
+
+// exists reports whether the XPath names an element of the page now.
+func (b *browser) exists(t testing.TB, sel string) bool {
+	t.Helper()
+	return eval[bool](t, b, "exists "+sel, fmt.Sprintf(`!!document.evaluate(%q, document, null, XPathResult.FIRST_ORDERED_NODE_TYPE, null).singleNodeValue`, sel))
 }
 
 // tabTo presses Tab until the focused element is the one the XPath names (at most 80 times).
@@ -535,11 +547,8 @@ func TestConsoleOperatorKeys(t *testing.T) {
 // A plan that changed between the preview and the reclaim: the 412 shows the new plan, which
 // is then sent.
 func TestConsolePlanChanged(t *testing.T) {
-	node := newNode(t, nil)
-	b := newBrowser(t)
-	b.signIn(t, keyOwner)
-	b.run(t, "preview", chromedp.Navigate(consoleURL()+"#/nodes/"+node),
-		chromedp.WaitVisible(heading("Node "+node)),
+	node, b := openNode(t, keyOwner)
+	b.run(t, "preview",
 		chromedp.Click(byLabel("Select gpu-2")),
 		chromedp.Click(button("Preview reclaim")),
 		chromedp.WaitVisible(button("Reclaim")))
@@ -569,7 +578,7 @@ func TestConsoleCancelsScheduledReclaim(t *testing.T) {
 	b.run(t, "reservation", chromedp.Navigate(consoleURL()+"#/nodes/"+node+"/reservations/res-1"),
 		chromedp.WaitVisible(heading("Reservation res-1")))
 	for range 20 { // the list reads an index, which may lag a moment
-		if eval[bool](t, b, "listed?", fmt.Sprintf(`!!document.evaluate(%q, document, null, XPathResult.FIRST_ORDERED_NODE_TYPE, null).singleNodeValue`, row)) {
+		if b.exists(t, row) {
 			break
 		}
 		time.Sleep(500 * time.Millisecond)
@@ -582,11 +591,8 @@ func TestConsoleCancelsScheduledReclaim(t *testing.T) {
 
 // A count, not units: the preview comes from reclaim-plan and names the units it chose.
 func TestConsoleReclaimByCount(t *testing.T) {
-	node := newNode(t, nil)
-	b := newBrowser(t)
-	b.signIn(t, keyManager)
-	b.run(t, "count", chromedp.Navigate(consoleURL()+"#/nodes/"+node),
-		chromedp.WaitVisible(heading("Node "+node)),
+	_, b := openNode(t, keyManager)
+	b.run(t, "count",
 		chromedp.SendKeys(byLabel("Count"), "2"),
 		chromedp.Click(button("Preview reclaim")),
 		chromedp.WaitVisible(`//*[@aria-label="Reclaim preview"][contains(., "of a reclaim of gpu-")]`),
