@@ -269,3 +269,30 @@ func (s *Service) GetKey(ctx context.Context, p Principal, keyID string) (*APIKe
 	k.Hash = "" // the stored form of the secret is nobody's business outside the store
 	return k, nil
 }
+
+// CallerKey is what a key may learn of itself (GET /v1/keys/self): its id, org, grants,
+// expiry and own rate limit. Its own type, not an APIKey with fields blanked, so that neither
+// the secret's hash nor anything recorded about the key (its description, creator, last use)
+// can reach a caller through it.
+type CallerKey struct {
+	KeyID       string
+	OrgID       string
+	Permissions []string
+	Operator    bool
+	ExpiresAt   *time.Time
+	RateLimit   *RateLimit
+}
+
+// SelfKey answers the authenticated caller's own key from its principal. Nothing is read:
+// authentication has just read the key and refused it if revoked or expired, so any key may
+// ask, with no permission, and learns nothing of other keys. A principal that no key
+// authenticated (the zero one, a bootstrap or event principal) gets unauthenticated.
+func (s *Service) SelfKey(_ context.Context, p Principal) (*CallerKey, error) {
+	if p.KeyID == "" || p.KeyID == BootstrapKeyID || strings.HasPrefix(p.KeyID, "event:") || p.OrgID == "" {
+		return nil, Errorf(CodeUnauthenticated, "no API key authenticated this call")
+	}
+	return &CallerKey{
+		KeyID: p.KeyID, OrgID: p.OrgID, Permissions: slices.Clone(p.Permissions), Operator: p.Operator,
+		ExpiresAt: p.ExpiresAt, RateLimit: p.RateLimit,
+	}, nil
+}

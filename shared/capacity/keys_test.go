@@ -472,3 +472,49 @@ type errKeys struct{ *memKeys }
 func (errKeys) GetKey(context.Context, string) (*capacity.APIKey, error) {
 	return nil, errors.New("throttled")
 }
+
+func TestSelfKey(t *testing.T) {
+	ctx := context.Background()
+	exp := keyT0.Add(time.Hour)
+	limit := &capacity.RateLimit{PerSecond: 2, Burst: 4}
+	store := newMemKeys()
+	svc := keyService(store)
+	for _, tc := range []struct {
+		name string
+		p    capacity.Principal
+		want *capacity.CallerKey
+		code capacity.Code
+	}{
+		{"operator", capacity.Principal{KeyID: "key-op", OrgID: "org-p", Operator: true, Permissions: []string{capacity.PermNodeManage}},
+			&capacity.CallerKey{KeyID: "key-op", OrgID: "org-p", Operator: true, Permissions: []string{capacity.PermNodeManage}}, ""},
+		{"tenant with expiry and limit", capacity.Principal{KeyID: "key-t", OrgID: "org-t", Permissions: []string{capacity.PermRead}, ExpiresAt: &exp, RateLimit: limit},
+			&capacity.CallerKey{KeyID: "key-t", OrgID: "org-t", Permissions: []string{capacity.PermRead}, ExpiresAt: &exp, RateLimit: limit}, ""},
+		{"no permissions", capacity.Principal{KeyID: "key-n", OrgID: "org-n"}, &capacity.CallerKey{KeyID: "key-n", OrgID: "org-n"}, ""},
+		{"zero principal", capacity.Principal{}, nil, capacity.CodeUnauthenticated},
+		{"bootstrap", capacity.Bootstrap("org-p"), nil, capacity.CodeUnauthenticated},
+		{"event source", capacity.EventPrincipal{Source: "fleet", OrgID: "org-p", Permissions: []string{capacity.PermCapacity}}.Principal(), nil, capacity.CodeUnauthenticated},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := svc.SelfKey(ctx, tc.p)
+			if tc.code != "" {
+				wantCode(t, err, tc.code)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("SelfKey = %+v, want %+v", got, tc.want)
+			}
+			if len(tc.p.Permissions) > 0 {
+				got.Permissions[0] = "changed" // the answer is a copy, not the principal's list
+				if tc.p.Permissions[0] == "changed" {
+					t.Error("SelfKey shares the principal's permission list")
+				}
+			}
+		})
+	}
+	if store.reads != 0 {
+		t.Errorf("SelfKey read the key store %d times; the principal is already authenticated", store.reads)
+	}
+}

@@ -428,6 +428,14 @@ func (f *fakeService) ListNodeAudit(_ context.Context, p capacity.Principal, nod
 	return orEmpty(f.chainPage, f.err), f.err
 }
 
+func (f *fakeService) SelfKey(ctx context.Context, p capacity.Principal) (*capacity.CallerKey, error) {
+	f.record(call{Method: "SelfKey", Principal: p})
+	if f.err != nil {
+		return nil, f.err
+	}
+	return (&capacity.Service{}).SelfKey(ctx, p)
+}
+
 func (f *fakeService) ListKeyAudit(_ context.Context, p capacity.Principal, page capacity.PageRequest) (*capacity.AuditChainPage, error) {
 	f.record(call{Method: "ListKeyAudit", Principal: p, opCall: opCall{Page: page}})
 	return orEmpty(f.chainPage, f.err), f.err

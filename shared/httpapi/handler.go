@@ -51,6 +51,7 @@ type Service interface {
 	ListKeys(ctx context.Context, p capacity.Principal, page capacity.PageRequest) (*capacity.KeyPage, error)
 	GetKey(ctx context.Context, p capacity.Principal, keyID string) (*capacity.APIKey, error)
 	RevokeKey(ctx context.Context, p capacity.Principal, req capacity.KeyRevocation, meta capacity.RequestMeta) (*capacity.APIKey, error)
+	SelfKey(ctx context.Context, p capacity.Principal) (*capacity.CallerKey, error)
 
 	// Audit trail.
 	ListReservationAudit(ctx context.Context, p capacity.Principal, nodeID, reservationID string, page capacity.PageRequest) (*capacity.AuditPage, error)
@@ -135,6 +136,7 @@ func (h *Handler) handlers() map[string]handlerFunc {
 		"getKey":                 h.getKey,
 		"revokeKey":              h.revokeKey,
 		"listKeyAudit":           h.listKeyAudit,
+		"getSelfKey":             h.getSelfKey,
 	}
 }
 

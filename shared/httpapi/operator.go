@@ -434,6 +434,18 @@ func (h *Handler) getKey(w http.ResponseWriter, r *http.Request, p capacity.Prin
 	return nil
 }
 
+// getSelfKey answers the caller's own key, whatever it holds: what it may do, so that a
+// client offers only that (docs/console.md). No permission is needed: a key learns only
+// what it already holds.
+func (h *Handler) getSelfKey(w http.ResponseWriter, r *http.Request, p capacity.Principal, _ string) error {
+	k, err := h.Service.SelfKey(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wire.SelfKey(*k))
+	return nil
+}
+
 // revokeKey is repeat-safe: revoking a revoked key answers 200 with it. An Idempotency-Key
 // is checked for form only, since a repeat changes nothing anyway.
 func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID string) error {

@@ -401,6 +401,31 @@ func TestOperatorRoutes(t *testing.T) {
 			check: func(*testing.T, call, []byte) {},
 		},
 		{
+			name:       "the caller's own key, an operator's (not a key id)",
+			q:          req{method: http.MethodGet, path: "/v1/keys/self", auth: opAuth},
+			wantMethod: "SelfKey", wantStatus: 200,
+			check: func(t *testing.T, c call, body []byte) {
+				var a wire.SelfKeyJSON
+				decodeStrict(t, body, &a)
+				if a.Key.KeyID != "key-platform" || a.Key.OrgID != "platform" || !a.Key.Operator || len(a.Key.Permissions) != len(capacity.AllPermissions) {
+					t.Errorf("call %+v, answer %s", c, body)
+				}
+			},
+		},
+		{
+			name:       "the caller's own key, a tenant's: no permission needed",
+			q:          req{method: http.MethodGet, path: "/v1/keys/self"},
+			wantMethod: "SelfKey", wantStatus: 200,
+			check: func(t *testing.T, c call, body []byte) {
+				var a wire.SelfKeyJSON
+				decodeStrict(t, body, &a)
+				if a.Key.KeyID != "key-owner" || a.Key.OrgID != "owner" || a.Key.Operator || strings.Contains(string(body), "hash") ||
+					strings.Join(a.Key.Permissions, ",") != capacity.PermCapacity+","+capacity.PermRead {
+					t.Errorf("call %+v, answer %s", c, body)
+				}
+			},
+		},
+		{
 			name:       "revoke key, empty body",
 			q:          req{method: http.MethodPost, path: "/v1/keys/key-1/revoke", auth: opAuth, contentType: ptr("")},
 			canned:     opResults{key: &capacity.APIKey{KeyID: "key-1", Revoked: true, RevokedAt: &now}},

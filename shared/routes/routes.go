@@ -65,6 +65,8 @@ var All = []Route{
 	{"GET", "/v1/keys/{keyId}", "getKey", true, KeyManage},
 	{"POST", "/v1/keys/{keyId}/revoke", "revokeKey", true, KeyManage},
 	{"GET", "/v1/keys/audit", "listKeyAudit", true, AuditRead},
+	// The caller's own key, for any key: what it may do (the console offers only that).
+	{"GET", "/v1/keys/self", "getSelfKey", true, ""},
 }
 
 // ConsolePath is where the web console is served (docs/console.md): its page at

@@ -175,6 +175,30 @@ type KeyGetJSON struct {
 	Key KeyJSON `json:"key"`
 }
 
+// SelfKeyJSON answers GET /v1/keys/self: the caller's own key, only what it may do and
+// until when; never its secret, hash, description or history.
+type SelfKeyJSON struct {
+	Key CallerKeyJSON `json:"key"`
+}
+
+// CallerKeyJSON is the caller's own key as GET /v1/keys/self shows it.
+type CallerKeyJSON struct {
+	KeyID       string         `json:"keyId"`
+	OrgID       string         `json:"orgId"`
+	Permissions []string       `json:"permissions"`
+	Operator    bool           `json:"operator"`
+	ExpiresAt   string         `json:"expiresAt,omitempty"`
+	RateLimit   *RateLimitJSON `json:"rateLimit,omitempty"`
+}
+
+// SelfKey is k as GET /v1/keys/self shows it.
+func SelfKey(k capacity.CallerKey) SelfKeyJSON {
+	return SelfKeyJSON{Key: CallerKeyJSON{
+		KeyID: k.KeyID, OrgID: k.OrgID, Permissions: list(k.Permissions), Operator: k.Operator,
+		ExpiresAt: optTime(k.ExpiresAt), RateLimit: RateLimit(k.RateLimit),
+	}}
+}
+
 // KeyPageJSON is a page of keys; NextCursor is absent on the last page.
 type KeyPageJSON struct {
 	Keys       []KeyJSON `json:"keys"`
