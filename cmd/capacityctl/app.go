@@ -125,6 +125,7 @@ var groups = []struct{ name, help string }{
 	{"reclaims", "reclaim operations: the termination of the VMs a reclaim evicted"},
 	{"scheduled", "reclaims scheduled for later"},
 	{"audit", "the audit trail and its hash chains"},
+	{"whoami", "the API key you call with and what it may do"},
 	{"completion", "shell completion scripts"},
 	{"version", "capacityctl's version and the API it talks to"},
 }
@@ -187,6 +188,8 @@ func commands() []command {
 			[]string{"capacityctl audit list --node node-1", "capacityctl audit list --node node-1 --reservation res-acme", "capacityctl audit list --keys"}},
 		{"audit", "verify", "--node N | --keys", "verify an audit hash chain; names the first altered, inserted or removed record", auditVerify,
 			[]string{"capacityctl audit verify --node node-1", "capacityctl -o json audit verify --keys"}},
+		{"whoami", "", "", "show the API key you call with: its org, permissions, operator or not, expiry and own rate limit (any key may ask)", whoamiCmd,
+			[]string{"capacityctl whoami", "capacityctl -o json whoami"}},
 		{"completion", "", "bash|zsh|fish", "print a shell completion script (groups, verbs and flags)", completionCmd,
 			[]string{"source <(capacityctl completion bash)", "capacityctl completion zsh > \"${fpath[1]}/_capacityctl\"", "capacityctl completion fish > ~/.config/fish/completions/capacityctl.fish"}},
 		{"version", "", "", "print capacityctl's version (module, VCS revision) and the API it would talk to (no request is made)", versionCmd,

@@ -359,12 +359,15 @@ func TestOutputFormats(t *testing.T) {
 	node := `{"node":{"nodeId":"node-1","ownerOrgId":"org-owner","unitIds":["gpu-0","gpu-1"],"agentEndpoint":"https://agent","topologyGen":2,"version":5,"auditHead":{"seq":7,"hash":"abc"},"agentKeyGen":2,"agentKeyRotatedAt":"2026-11-01T00:00:00Z"}}`
 	keys := `{"keys":[{"keyId":"key-1","orgId":"org-a","permissions":["reservation.read"],"operator":false,"createdAt":"2026-01-01T00:00:00Z","revoked":false},` +
 		`{"keyId":"key-22","orgId":"org-platform","permissions":["reservation.capacity","vm.place"],"operator":true,"createdAt":"2026-01-02T00:00:00Z","revoked":true}],"nextCursor":"c2"}`
+	self := `{"key":{"keyId":"key-7","orgId":"org-platform","permissions":["node.manage"],"operator":true,"expiresAt":"2027-01-01T00:00:00Z","rateLimit":{"perSecond":2.5,"burst":5}}}`
 	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/dev/v1/nodes/node-1":
 			_, _ = io.WriteString(w, node)
 		case "/dev/v1/keys":
 			_, _ = io.WriteString(w, keys)
+		case "/dev/v1/keys/self":
+			_, _ = io.WriteString(w, self)
 		default:
 			w.WriteHeader(404)
 			_, _ = io.WriteString(w, `{"status":404,"code":"not_found","detail":"no such node"}`)
@@ -397,6 +400,15 @@ func TestOutputFormats(t *testing.T) {
 			"more: --cursor c2",
 		}, ""},
 		{"keys json", []string{"--output", "json", "keys", "list"}, 0, nil, keys},
+		{"whoami table", []string{"whoami"}, 0, []string{
+			"key          key-7",
+			"org          org-platform",
+			"operator     true",
+			"permissions  node.manage",
+			"expires      2027-01-01T00:00:00Z",
+			"rate limit   2.5/s, burst 5",
+		}, ""},
+		{"whoami json", []string{"-o", "json", "whoami"}, 0, nil, self},
 		{"a problem", []string{"nodes", "get", "--node", "node-2"}, 1, []string{""}, ""},
 	}
 	for _, tt := range tests {

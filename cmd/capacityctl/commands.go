@@ -189,6 +189,31 @@ func keysList(ctx context.Context, a *app, fs *flag.FlagSet, args []string) erro
 	})
 }
 
+// whoamiCmd shows the calling key (GET /v1/keys/self): what it may do, so that a refusal
+// elsewhere can be told apart from a missing permission.
+func whoamiCmd(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
+	if _, err := a.parse(fs, args, 0); err != nil {
+		return err
+	}
+	c, err := a.client(ctx)
+	if err != nil {
+		return err
+	}
+	res, meta, err := c.SelfKey(ctx)
+	if err != nil {
+		return err
+	}
+	return a.emit(meta, func(w io.Writer) {
+		k := res.Key
+		limit := "the environment's"
+		if k.RateLimit != nil {
+			limit = fmt.Sprintf("%g/s, burst %d", k.RateLimit.PerSecond, k.RateLimit.Burst)
+		}
+		fmt.Fprintf(w, "key\t%s\norg\t%s\noperator\t%v\npermissions\t%s\nexpires\t%s\nrate limit\t%s\n",
+			k.KeyID, k.OrgID, k.Operator, join(k.Permissions), orDefault(k.ExpiresAt, "never"), limit)
+	})
+}
+
 func keysRevoke(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
 	reason := fs.String("reason", "", "why")
 	pos, err := a.parse(fs, args, 1)

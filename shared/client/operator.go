@@ -136,6 +136,12 @@ func (c *Client) ListKeys(ctx context.Context, page Page) (*wire.KeyPageJSON, *M
 	return call[wire.KeyPageJSON](ctx, c, http.MethodGet, "/v1/keys", page.query(), nil, Options{})
 }
 
+// SelfKey reads the calling key itself: its org, permissions, expiry and own rate limit
+// (GET /v1/keys/self; any key may).
+func (c *Client) SelfKey(ctx context.Context) (*wire.SelfKeyJSON, *Meta, error) {
+	return call[wire.SelfKeyJSON](ctx, c, http.MethodGet, "/v1/keys/self", nil, nil, Options{})
+}
+
 // RevokeKey revokes an API key (repeat-safe).
 func (c *Client) RevokeKey(ctx context.Context, keyID, reason string, opt Options) (*wire.KeyGetJSON, *Meta, error) {
 	return call[wire.KeyGetJSON](ctx, c, http.MethodPost, "/v1/keys/"+esc(keyID)+"/revoke", nil, reasonBody{reason}, opt)
