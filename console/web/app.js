@@ -23,13 +23,17 @@ export const unitStates = {
 // S is the page's whole state; set() changes it and draws again.
 const S = {
   route: [], signInError: '', loading: false, error: null,
-  operator: { keys: false, audit: false },
+  self: null, // the key signed in with (GET /v1/keys/self): what it may do
   nodes: null, nodeUnits: {}, // nodeId -> units answer
   node: null, selection: new Set(), reclaim: {}, // per reservation id: {reason, count, plan, etag, idem, result, problem}
   op: null, opTimer: null, now: Date.now(), graceEnds: {}, // reclaimId -> terminateAfter of the reclaim sent here
-  reservation: null, keys: null, newSecret: null, registration: null,
+  reservation: null, keys: null, newSecret: null, registration: null, chain: null,
 };
 const set = (patch) => { Object.assign(S, patch); draw(); };
+
+// can reports whether the signed-in key may use the operator routes of perm: an operator key
+// holding it (docs/api.md "Permissions"). It decides what is offered; the API decides calls.
+const can = (perm) => !!(S.self && S.self.operator && (S.self.permissions || []).includes(perm));
 
 // An operation is in flight until it is completed or failed.
 const inFlight = (state) => state === 'pending-start' || state === 'terminating';
@@ -55,7 +59,8 @@ async function go() {
     else if (a === 'nodes' && b && !c) await loadNode(b);
     else if (a === 'nodes' && c === 'reservations' && e === 'reclaims' && f) await followOperation(b, d, f);
     else if (a === 'nodes' && c === 'reservations' && d) await loadReservation(b, d);
-    else if (a === 'keys') await loadKeys();
+    else if (a === 'keys' && can('key.manage')) await loadKeys();
+    else if (a === 'audit' && can('audit.read')) await loadChain(b);
     else if (a === 'register') { /* a form only */ }
     set({ loading: false });
   } catch (err) { fail(err); }
@@ -138,12 +143,19 @@ async function loadKeys() {
   S.keys = data.keys;
 }
 
-// probeOperator learns what an operator key may do from answers: the API has no "who am I",
-// and an operator route answers 404 to a key without its permission.
-async function probeOperator() {
-  const ok = async (p) => { try { await call('GET', p, { query: { limit: 1 } }); return true; } catch (err) { if (err instanceof Problem && err.status === 401) throw err; return false; } };
-  const [keys, audit] = await Promise.all([ok('v1/keys'), ok('v1/keys/audit')]);
-  S.operator = { keys, audit };
+// loadSelf reads the signed-in key itself (any key may): what it may do decides what the page
+// offers. Its 401 is the sign-in's refusal of a junk, revoked or expired key.
+async function loadSelf() {
+  S.self = (await call('GET', 'v1/keys/self')).data.key;
+}
+
+// loadChain reads the first page of an audit hash chain, in chain order, and verifies it: a
+// node's changes chain, or (no node) the key-management chain.
+async function loadChain(nodeId) {
+  const { data } = nodeId
+    ? await call('GET', path('v1/nodes', nodeId, 'audit'), { query: { limit: 100 } })
+    : await call('GET', 'v1/keys/audit', { query: { limit: 100 } });
+  S.chain = { nodeId: nodeId || '', head: data.head, records: data.records, verify: await verifyRecords(data.records) };
 }
 
 // ---- actions ----
@@ -155,10 +167,10 @@ async function signIn(ev) {
   setKey(key);
   set({ signInError: '' });
   try {
-    await call('GET', 'v1/nodes', { query: { limit: 1 } });
-    await probeOperator();
+    await loadSelf();
   } catch (err) {
     if (err instanceof Problem && err.status === 401) { fail(err); return; }
+    S.self = null; // offer no operator control; each view still shows its own problem
   }
   if (!location.hash || location.hash === '#') location.hash = '#/nodes'; else go();
 }
@@ -166,7 +178,7 @@ async function signIn(ev) {
 function signOut() {
   forgetKey();
   clearInterval(S.opTimer);
-  Object.assign(S, { nodes: null, nodeUnits: {}, node: null, op: null, reservation: null, keys: null, operator: { keys: false, audit: false }, signInError: '' });
+  Object.assign(S, { nodes: null, nodeUnits: {}, node: null, op: null, reservation: null, keys: null, self: null, chain: null, signInError: '' });
   location.hash = '#/nodes';
   draw();
 }
@@ -347,14 +359,16 @@ function SignIn() {
 }
 
 function Header() {
-  const op = S.operator;
+  const k = S.self;
   return html`<header>
     <strong>Capacity console</strong>
     <nav aria-label="Main">
       <a href="#/nodes">Nodes</a>
-      ${op.keys ? html`<a href="#/keys">API keys</a>` : null}
-      ${op.keys || op.audit ? html`<a href="#/register">Register a node</a>` : null}
+      ${can('key.manage') ? html`<a href="#/keys">API keys</a>` : null}
+      ${can('node.manage') ? html`<a href="#/register">Register a node</a>` : null}
+      ${can('audit.read') ? html`<a href="#/audit">Audit chains</a>` : null}
     </nav>
+    ${k ? html`<span class="note" data-key-id=${k.keyId}>${k.keyId} (${k.orgId}${k.operator ? ', operator' : ''})</span>` : null}
     <button class="secondary" onClick=${signOut}>Sign out</button>
   </header>`;
 }
@@ -461,7 +475,8 @@ function NodeView() {
         ${manage ? html`<${ReclaimPanel} resv=${resv} />` : null}
       </section>`;
     })}
-    ${S.operator.keys || S.operator.audit ? html`<section class="panel" aria-label="Node agent key">
+    ${can('audit.read') ? html`<p><a href=${href('audit', n.nodeId)}>Audit chain of ${n.nodeId}</a></p>` : null}
+    ${can('node.manage') ? html`<section class="panel" aria-label="Node agent key">
       <h2>Node agent key</h2>
       <button type="button" class="secondary" onClick=${() => rotateAgentKey(n.nodeId)}>Rotate agent key</button>
       ${S.registration && S.registration.rotated && S.registration.nodeId === n.nodeId ? html`<${SecretOnce} label="New agent key" value=${S.registration.data.agentKey} />` : null}
@@ -562,12 +577,35 @@ function RegisterView() {
   </main>`;
 }
 
+// ChainView is an audit hash chain (operators with audit.read): a node's changes, or the
+// key-management chain, each record verified as on a reservation's trail.
+function ChainView() {
+  const v = S.chain;
+  const nodeId = S.route[1] || '';
+  const title = nodeId ? `Audit chain of ${nodeId}` : 'Audit chain of API keys';
+  if (!v || v.nodeId !== nodeId) return html`<main><h1 tabindex="-1">${title}</h1><p>Loading…</p></main>`;
+  return html`<main>
+    <h1 tabindex="-1">${title}</h1>
+    <p class="note">Head: seq ${v.head.seq}. ${nodeId ? html`<a href="#/audit">Audit chain of API keys</a>` : null}</p>
+    <p role="status" class=${v.verify.ok ? 'ok' : 'error'}>${v.verify.text}</p>
+    <table><thead><tr><th scope="col">Seq</th><th scope="col">Time</th><th scope="col">Action</th><th scope="col">Outcome</th><th scope="col">${nodeId ? 'Units' : 'Key'}</th><th scope="col">Reason</th><th scope="col">Caller</th></tr></thead>
+      <tbody>${v.records.map((a) => html`<tr data-audit-id=${a.id}><td>${a.seq}</td><td>${time(a.time)}</td><td>${a.action}</td><td>${a.outcome}</td>
+        <td>${nodeId ? (a.unitIds || []).join(', ') : a.targetKeyId}</td><td>${a.reason}</td><td>${a.callerOrgId} <span class="note">${a.actorKeyId}</span></td></tr>`)}</tbody></table>
+  </main>`;
+}
+
+// NotOffered is an operator page asked for by address with a key that may not use it.
+function NotOffered({ title, perm }) {
+  return html`<main><h1 tabindex="-1">${title}</h1><p>This key does not hold ${perm} as an operator key, so this page is not offered.</p></main>`;
+}
+
 function App() {
   if (!getKey()) return html`<${SignIn} />`;
   const [a, , c, , e] = S.route;
   let view;
-  if (a === 'keys') view = html`<${KeysView} />`;
-  else if (a === 'register') view = html`<${RegisterView} />`;
+  if (a === 'keys') view = can('key.manage') ? html`<${KeysView} />` : html`<${NotOffered} title="API keys" perm="key.manage" />`;
+  else if (a === 'register') view = can('node.manage') ? html`<${RegisterView} />` : html`<${NotOffered} title="Register a node" perm="node.manage" />`;
+  else if (a === 'audit') view = can('audit.read') ? html`<${ChainView} />` : html`<${NotOffered} title="Audit chains" perm="audit.read" />`;
   else if (a === 'nodes' && c === 'reservations' && e === 'reclaims') view = html`<${OperationView} />`;
   else if (a === 'nodes' && c === 'reservations') view = html`<${ReservationView} />`;
   else if (a === 'nodes' && S.route[1]) view = html`<${NodeView} />`;
@@ -580,5 +618,5 @@ function draw() { render(html`<${App} />`, root); }
 window.addEventListener('hashchange', go);
 // The countdown and ages move with the clock.
 setInterval(() => { if (S.op && S.op.data && inFlight(S.op.data.state)) { S.now = Date.now(); draw(); } }, 1000);
-if (getKey()) probeOperator().catch(() => {}).finally(draw);
-go();
+// A reload keeps the tab's key: learn what it may do before the first view is drawn.
+if (getKey()) loadSelf().catch(fail).finally(go); else go();
