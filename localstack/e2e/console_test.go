@@ -542,6 +542,10 @@ func TestConsoleOperatorKeys(t *testing.T) {
 		chromedp.WaitVisible(`//tr[td[normalize-space(.)=`+fmt.Sprintf("%q", org)+`] and td[normalize-space(.)="revoked"]]`))
 	b.run(t, "registration", chromedp.Click(link("Register a node")), chromedp.WaitVisible(heading("Register a node")))
 	b.view(t, "register")
+	// The key-management chain now holds the key just made and revoked; the page verifies it.
+	b.run(t, "audit chains", chromedp.Click(link("Audit chains")), chromedp.WaitVisible(heading("Audit chain of API keys")),
+		chromedp.WaitVisible(textOn("Chain verify: all")))
+	b.view(t, "audit-chain")
 }
 
 // A plan that changed between the preview and the reclaim: the 412 shows the new plan, which
@@ -710,5 +714,103 @@ func BenchmarkConsoleNodeView(b *testing.B) {
 	}
 	if weight == 0 {
 		b.Error("no bytes counted")
+	}
+}
+
+// operatorKeyWith creates, with the demo operator key and through the API, an operator key of
+// the operator's org holding only perms, and returns its secret.
+func operatorKeyWith(t *testing.T, perms ...string) string {
+	t.Helper()
+	res := call(t, http.MethodPost, "/v1/keys", keyOperator, map[string]any{"orgId": demo.OrgPlatform, "operator": true,
+		"permissions": perms, "description": "console test: " + strings.Join(perms, ",")}, "Idempotency-Key", fmt.Sprintf("console-key-%d", time.Now().UnixNano()))
+	if res.Status != http.StatusCreated {
+		t.Fatalf("create a key with %v: %d %s", perms, res.Status, res.Body)
+	}
+	secret, _ := res.json(t)["secret"].(string)
+	if secret == "" {
+		t.Fatalf("no secret in %s", res.Body)
+	}
+	return secret
+}
+
+// operatorLinks is the operator pages the header offers, by their link text.
+func (b *browser) operatorLinks(t testing.TB) []string {
+	t.Helper()
+	return eval[[]string](t, b, "operator links", `[...document.querySelectorAll('header nav a')].map(a => a.textContent.trim()).filter(s => s !== 'Nodes')`)
+}
+
+// A key with only node.manage is offered node registration and agent-key rotation (and not
+// API keys or audit chains): it registers a node through the page, its agent key shown once,
+// then rotates that key through the page.
+func TestConsoleNodeManagerRegistersAndRotates(t *testing.T) {
+	secret := operatorKeyWith(t, capacity.PermNodeManage)
+	b := newBrowser(t)
+	b.signIn(t, secret)
+	b.run(t, "signed in", chromedp.WaitVisible(heading("Nodes")), chromedp.WaitVisible(link("Register a node")))
+	if got := b.operatorLinks(t); !slices.Equal(got, []string{"Register a node"}) {
+		t.Errorf("operator pages offered %v, want only [Register a node]", got)
+	}
+	node := fmt.Sprintf("node-console-%d", time.Now().UnixNano()%1e9)
+	b.run(t, "register", chromedp.Click(link("Register a node")), chromedp.WaitVisible(heading("Register a node")),
+		chromedp.SendKeys(byLabel("Node id"), node),
+		chromedp.SendKeys(byLabel("Owner org id"), demo.OrgOwner),
+		chromedp.SendKeys(byLabel("Unit ids (comma or space separated)"), "gpu-0, gpu-1"),
+		chromedp.SendKeys(byLabel("Agent endpoint"), agents.Endpoint(node)),
+		chromedp.SendKeys(byLabel("Reason"), "console test"),
+		chromedp.Click(button("Register")),
+		chromedp.WaitVisible(textOn("Node "+node+" registered")),
+	)
+	agentKey := eval[string](t, b, "agent key", `[...document.querySelectorAll('[role="status"]')].filter(e => e.textContent.includes('Agent key')).map(e => e.querySelector('.secret').textContent).join('')`)
+	if len(agentKey) < 32 {
+		t.Errorf("agent key shown %q, want the key once", agentKey)
+	}
+	b.view(t, "register-node")
+	got := call(t, http.MethodGet, "/v1/nodes/"+node, keyOperator, nil)
+	if got.Status != http.StatusOK {
+		t.Fatalf("the registered node: %d %s", got.Status, got.Body)
+	}
+	gen := got.json(t)["node"].(map[string]any)["agentKeyGen"]
+
+	b.run(t, "node view", chromedp.Click(link(node)), chromedp.WaitVisible(heading("Node "+node)),
+		chromedp.WaitVisible(`//main//*[@data-unit-id="gpu-1" and @data-state="unreserved"]`),
+		chromedp.Click(button("Rotate agent key")),
+		chromedp.WaitVisible(textOn("New agent key")),
+	)
+	rotated := eval[string](t, b, "new agent key", `document.querySelector('[aria-label="Node agent key"] .secret').textContent`)
+	if len(rotated) < 32 || rotated == agentKey {
+		t.Errorf("new agent key %q (first %q): want a new key shown once", rotated, agentKey)
+	}
+	after := call(t, http.MethodGet, "/v1/nodes/"+node, keyOperator, nil).json(t)["node"].(map[string]any)["agentKeyGen"]
+	if g0, g1 := gen.(float64), after.(float64); g1 != g0+1 {
+		t.Errorf("agentKeyGen %v after the rotation, want %v", g1, g0+1)
+	}
+	b.view(t, "rotate-agent-key")
+}
+
+// A key with only reservation.read (an operator's, so it sees every node) is offered none of
+// the operator controls, and an operator page opened by its address says so.
+func TestConsoleReadOnlyKeyOffersNoOperatorControls(t *testing.T) {
+	node := newNode(t, nil)
+	secret := operatorKeyWith(t, capacity.PermRead)
+	b := newBrowser(t)
+	b.signIn(t, secret)
+	b.run(t, "node view", chromedp.WaitVisible(heading("Nodes")), chromedp.Navigate(consoleURL()+"#/nodes/"+node),
+		chromedp.WaitVisible(heading("Node "+node)), chromedp.WaitVisible(`//main//*[@data-unit-id="gpu-2"]`))
+	if got := b.operatorLinks(t); len(got) != 0 {
+		t.Errorf("operator pages offered %v to a reservation.read key", got)
+	}
+	// Reclaim controls follow the unit view's access, not this test's concern.
+	for _, sel := range []string{button("Rotate agent key"), textOn("Audit chain of")} {
+		if b.exists(t, sel) {
+			t.Errorf("%s offered to a reservation.read key", sel)
+		}
+	}
+	b.view(t, "read-only")
+	for _, page := range []struct{ hash, title string }{{"#/keys", "API keys"}, {"#/register", "Register a node"}, {"#/audit", "Audit chains"}} {
+		b.run(t, page.hash, chromedp.Navigate(consoleURL()+page.hash), chromedp.WaitVisible(heading(page.title)),
+			chromedp.WaitVisible(textOn("is not offered")))
+		if b.exists(t, button("Create key")) || b.exists(t, button("Register")) {
+			t.Errorf("%s: a form offered to a reservation.read key", page.hash)
+		}
 	}
 }
