@@ -3,6 +3,8 @@ package httpapi
 import (
 	"fmt"
 	"maps"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strconv"
@@ -98,34 +100,67 @@ func TestErrorTableProblems(t *testing.T) {
 	}
 }
 
-// TestProblemTypesResolve: every problem code's type URI is a section of docs/errors.md (the
-// page a person reads for the error's fix): the URI names that page, and the page has a
-// heading whose anchor is the code.
+// TestProblemTypesResolve: every problem code's type URI is a section of the errors page the
+// console serves (console/web/errors.html, which go test ./console keeps equal to
+// docs/errors.md): the URI is the page under the API's address, and the page has an element
+// whose id is the code.
 func TestProblemTypesResolve(t *testing.T) {
-	const page = "docs/errors.md"
-	doc, err := os.ReadFile("../../" + page)
+	page, err := os.ReadFile("../../console/web/errors.html")
 	if err != nil {
 		t.Fatal(err)
 	}
-	anchors := map[string]bool{}
-	for _, line := range strings.Split(string(doc), "\n") {
-		if title, ok := strings.CutPrefix(line, "### "); ok {
-			anchors[strings.ToLower(strings.Trim(strings.TrimSpace(title), "`"))] = true
-		}
-	}
+	const base = "https://abc.execute-api.eu-west-1.amazonaws.com/prod"
 	codes := domainCodes(t, "../capacity/errors.go", "problem.go")
 	if len(codes) < 20 {
 		t.Fatalf("found only %d codes: %v", len(codes), codes)
 	}
 	for _, code := range slices.Sorted(maps.Keys(codes)) {
-		uri := ProblemType(capacity.Code(code))
+		uri := ProblemType(base, capacity.Code(code))
 		target, anchor, ok := strings.Cut(uri, "#")
-		if !ok || !strings.HasSuffix(target, "/"+page) {
-			t.Errorf("%s: type %s is not a section of %s", code, uri, page)
+		if !ok || target != base+"/console/errors.html" || anchor != code {
+			t.Errorf("%s: type %s is not the section %s of %s/console/errors.html", code, uri, code, base)
 			continue
 		}
-		if !anchors[anchor] {
-			t.Errorf("%s: type %s: %s has no section ### `%s`", code, uri, page, anchor)
+		if !strings.Contains(string(page), `<section id="`+anchor+`">`) {
+			t.Errorf("%s: type %s: the errors page has no section id=%q", code, uri, anchor)
 		}
+	}
+}
+
+// TestProblemTypeAddress: the type URI is built from the address the API was called under.
+func TestProblemTypeAddress(t *testing.T) {
+	prod := func(*http.Request) string { return "/prod" }
+	tests := []struct {
+		name     string
+		host     string
+		hostHdr  string
+		proto    string
+		basePath func(*http.Request) string
+		want     string
+	}{
+		{"API Gateway, a stage", "abc.execute-api.eu-west-1.amazonaws.com", "abc.execute-api.eu-west-1.amazonaws.com", "https", prod,
+			"https://abc.execute-api.eu-west-1.amazonaws.com/prod/console/errors.html#not_found"},
+		{"a custom domain at its root", "capacity.example.com", "capacity.example.com", "https", nil,
+			"https://capacity.example.com/console/errors.html#not_found"},
+		{"the Host header over the event's domain", "abc.execute-api.localhost", "abc.execute-api.localhost:4566", "", prod,
+			"http://abc.execute-api.localhost:4566/prod/console/errors.html#not_found"},
+		{"an odd scheme is ignored", "h.example", "", "javascript", nil, "http://h.example/console/errors.html#not_found"},
+		{"a host that is no host: the path alone", "h.example", "a/b@evil", "https", prod, "/prod/console/errors.html#not_found"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, "/v1/nodes/x", nil)
+			r.Host = tt.host
+			if tt.hostHdr != "" {
+				r.Header.Set("Host", tt.hostHdr)
+			}
+			if tt.proto != "" {
+				r.Header.Set("X-Forwarded-Proto", tt.proto)
+			}
+			h := &Handler{BasePath: tt.basePath}
+			if got := problemOf(capacity.Errorf(capacity.CodeNotFound, "no such node"), h.apiBaseURL(r)).Type; got != tt.want {
+				t.Errorf("type = %s, want %s", got, tt.want)
+			}
+		})
 	}
 }

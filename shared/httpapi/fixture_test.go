@@ -286,9 +286,9 @@ func problem(t *testing.T, w *httptest.ResponseRecorder, status int, code capaci
 		t.Fatalf("decode problem: %v", err)
 	}
 	if p.Status != status || p.Code != code || p.Title != http.StatusText(status) ||
-		p.Type != httpapi.ProblemType(code) || p.Detail == "" {
+		p.Type != httpapi.ProblemType(fixtureAPIBase, code) || p.Detail == "" {
 		t.Errorf("problem = %+v, want status %d, code %q, title %q, type %q and a detail",
-			p, status, code, http.StatusText(status), httpapi.ProblemType(code))
+			p, status, code, http.StatusText(status), httpapi.ProblemType(fixtureAPIBase, code))
 	}
 	return p
 }
@@ -467,3 +467,6 @@ func (f *fakeService) ListReclaimOperations(_ context.Context, p capacity.Princi
 	f.record(call{Method: "ListReclaimOperations", Principal: p, NodeID: nodeID, ResID: reservationID, ID: state, opCall: opCall{Page: page}})
 	return orEmpty[capacity.OperationPage](nil, f.err), f.err
 }
+
+// fixtureAPIBase is the API's address as the fixture's requests (httptest.NewRequest) call it.
+const fixtureAPIBase = "http://example.com"

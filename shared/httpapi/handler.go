@@ -244,7 +244,7 @@ func (h *Handler) serve(rt route) http.Handler {
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK, stats: stats, start: start}
 		p, err := h.dispatch(rec, r, rt, reqID)
 		if err != nil {
-			prob := problemOf(err)
+			prob := problemOf(err, h.apiBaseURL(r))
 			writeProblem(rec, prob)
 			if prob.Status >= 500 {
 				h.logger().ErrorContext(r.Context(), "request failed", "request_id", reqID, "err", err)

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/routes"
 	"github.com/openrelay/capacity/shared/wire"
 )
 
@@ -58,13 +60,57 @@ func StatusOf(code capacity.Code) int {
 	return http.StatusInternalServerError
 }
 
-// ProblemTypeBase prefixes each problem's type URI; the code completes it. It is the
-// project's page of errors and their fixes (docs/errors.md), one section per code, so the
-// type URI leads a person to what to do (TestProblemTypesResolve checks every code has one).
-const ProblemTypeBase = "https://github.com/openrelay/capacity/blob/main/docs/errors.md#"
+// ErrorsPagePath is the page of errors and their fixes, under the API's base path: one section
+// per code (id = the code), rendered from docs/errors.md and served by the console beside the
+// API, so the page is there on every deployment that answers the problem.
+const ErrorsPagePath = routes.ConsolePath + "/errors.html"
 
-// ProblemType is the type URI of code's problems: its section of docs/errors.md.
-func ProblemType(code capacity.Code) string { return ProblemTypeBase + string(code) }
+// ProblemType is the type URI of code's problems: its section of the errors page of the API
+// at apiBase (scheme, host and base path: "https://abc.execute-api.eu-west-1.amazonaws.com/prod").
+// With apiBase "" it is the path-absolute reference of an API at its host's root.
+func ProblemType(apiBase string, code capacity.Code) string {
+	return strings.TrimSuffix(apiBase, "/") + ErrorsPagePath + "#" + string(code)
+}
+
+// apiBaseURL is the address the API was called under, before its routes: the request's scheme
+// (X-Forwarded-Proto, which API Gateway sets) and host, and the base path as the OpenAPI
+// document's server names it (Handler.BasePath); the base path alone when the host is not a
+// plain host[:port].
+func (h *Handler) apiBaseURL(r *http.Request) string {
+	host := r.Header.Get("Host") // API Gateway's event has it; net/http moves it to r.Host
+	if host == "" {
+		host = r.Host
+	}
+	base := ""
+	if h.BasePath != nil {
+		base = strings.TrimSuffix(h.BasePath(r), "/")
+	}
+	if !validHost(host) {
+		return base
+	}
+	scheme := "http"
+	switch proto := strings.ToLower(r.Header.Get("X-Forwarded-Proto")); {
+	case proto == "https" || proto == "http":
+		scheme = proto
+	case r.TLS != nil:
+		scheme = "https"
+	}
+	return scheme + "://" + host + base
+}
+
+// validHost reports whether host is a DNS name or IPv4 address with an optional port: nothing
+// a caller could use to turn the type URI into another kind of address.
+func validHost(host string) bool {
+	if host == "" || len(host) > 260 {
+		return false
+	}
+	for _, c := range host {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == ':') {
+			return false
+		}
+	}
+	return true
+}
 
 // Problem is an RFC 9457 problem details body, with the machine code as an extension.
 type Problem struct {
@@ -86,11 +132,12 @@ type Problem struct {
 	retryAfter int
 }
 
-func problemOf(err error) Problem {
+// problemOf is err's problem, its type under apiBase (ProblemType).
+func problemOf(err error, apiBase string) Problem {
 	code := capacity.ErrorCode(err)
 	status := StatusOf(code)
 	p := Problem{
-		Type: ProblemType(code), Title: http.StatusText(status), Status: status,
+		Type: ProblemType(apiBase, code), Title: http.StatusText(status), Status: status,
 		Detail: capacity.ErrorMessage(err), Code: code,
 	}
 	var e *capacity.Error
