@@ -163,9 +163,22 @@ func markTrailingSlash(r *http.Request) {
 	}
 }
 
+// hostHeader carries the host the caller addressed the API by. kumo builds the event's
+// headers without Host (Go's server keeps it out of the header map), where AWS sends the
+// execute-api host and X-Forwarded-Proto; the function builds absolute addresses (a problem's
+// type) from them. The proxy sets it on every execute-api request, replacing a caller's own.
+const hostHeader = "X-Local-Host"
+
+// markHost sets hostHeader to host, and X-Forwarded-Proto to what the caller spoke (plain
+// HTTP on the local stack), as API Gateway does on AWS whatever the caller sent.
+func markHost(r *http.Request, host string) {
+	r.Header.Set(hostHeader, host)
+	r.Header.Set("X-Forwarded-Proto", "http")
+}
+
 // restoreTrailingSlash takes trailingSlashHeader out of a REST proxy event's headers and makes
-// path and requestContext.path end in "/" exactly when the request's did. Other payloads come
-// back unchanged.
+// path and requestContext.path end in "/" exactly when the request's did; it turns hostHeader
+// into the Host header AWS sends. Other payloads come back unchanged.
 func restoreTrailingSlash(payload []byte) []byte {
 	if !bytes.Contains(payload, []byte(trailingSlashHeader)) {
 		return payload
@@ -184,16 +197,26 @@ func restoreTrailingSlash(payload []byte) []byte {
 	}
 	_ = json.Unmarshal(event["multiValueHeaders"], &multi)
 	_ = json.Unmarshal(reqContext["path"], &contextPath)
-	mark := ""
+	mark, host := "", ""
 	for k := range headers {
-		if strings.EqualFold(k, trailingSlashHeader) {
+		switch {
+		case strings.EqualFold(k, trailingSlashHeader):
 			mark = headers[k]
+			delete(headers, k)
+		case strings.EqualFold(k, hostHeader):
+			host = headers[k]
 			delete(headers, k)
 		}
 	}
 	for k := range multi {
-		if strings.EqualFold(k, trailingSlashHeader) {
+		if strings.EqualFold(k, trailingSlashHeader) || strings.EqualFold(k, hostHeader) {
 			delete(multi, k)
+		}
+	}
+	if host != "" {
+		headers["Host"] = host
+		if multi != nil {
+			multi["Host"] = []string{host}
 		}
 	}
 	switch {

@@ -158,6 +158,9 @@ func TestRestoreTrailingSlash(t *testing.T) {
 		{"no slash: header removed only",
 			`{"resource":"/console","path":"/console","headers":{"X-Local-Trailing-Slash":"0"},"requestContext":{"stage":"local","path":"/local/console"}}`,
 			"/console", "/local/console"},
+		{"host restored as AWS sends it",
+			`{"resource":"/v1/nodes","path":"/v1/nodes","headers":{"X-Local-Trailing-Slash":"0","X-Local-Host":"a1.execute-api.localhost:4566"},"multiValueHeaders":{"X-Local-Host":["a1.execute-api.localhost:4566"]},"requestContext":{"stage":"local","path":"/local/v1/nodes"}}`,
+			"/v1/nodes", "/local/v1/nodes"},
 		{"no slash: an empty greedy match's slash dropped",
 			`{"resource":"/console/{proxy+}","path":"/console/","pathParameters":{"proxy":""},"headers":{"X-Local-Trailing-Slash":"0"},"requestContext":{"stage":"local","path":"/local/console/"}}`,
 			"/console", "/local/console"},
@@ -180,6 +183,12 @@ func TestRestoreTrailingSlash(t *testing.T) {
 			}
 			if _, ok := got.MultiValueHeaders[trailingSlashHeader]; ok {
 				t.Errorf("header left in %v", got.MultiValueHeaders)
+			}
+			if strings.Contains(tc.event, hostHeader) {
+				if _, ok := got.Headers[hostHeader]; ok || got.Headers["Host"] != "a1.execute-api.localhost:4566" ||
+					got.MultiValueHeaders["Host"][0] != "a1.execute-api.localhost:4566" {
+					t.Errorf("host not restored: %v %v", got.Headers, got.MultiValueHeaders)
+				}
 			}
 		})
 	}

@@ -32,7 +32,7 @@ type proxy struct {
 	log       *slog.Logger
 
 	mu      sync.Mutex
-	pollers map[string]int // function name -> runtime-API polls that reached kumo and wait there
+	pollers map[string]int    // function name -> runtime-API polls that reached kumo and wait there
 	apiIDs  map[string]string // stable RestApi id -> kumo's (setAPIIDs)
 }
 
@@ -72,6 +72,12 @@ func newProxy(kumoURL, port string, logger *slog.Logger) (*proxy, error) {
 }
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// The host the caller named the API by, as the function should see it: the execute-api
+	// host of the id the caller used (the path form's id, on this port).
+	publicHost := r.Host
+	if apiID, _, _, ok := parseUserRequestPath(r.URL.EscapedPath()); ok {
+		publicHost = apiID + ".execute-api.localhost:" + p.port
+	}
 	if out, ok := userRequestTarget(r, p.port, p.apiID); ok {
 		r = out
 	} else if out, ok := stableHostTarget(r, p.port, p.apiID); ok {
@@ -81,6 +87,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if strings.Contains(r.Host, ".execute-api.") {
 		r = r.Clone(r.Context())
 		markTrailingSlash(r)
+		markHost(r, publicHost)
 	}
 
 	if fn, ok := runtimeNextFunction(r.Method, r.URL.Path); ok {
