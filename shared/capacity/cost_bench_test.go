@@ -2,9 +2,13 @@ package capacity_test
 
 import (
 	"context"
+	"encoding/json"
+	"flag"
 	"fmt"
 	"maps"
 	"math"
+	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -24,45 +28,218 @@ import (
 	"github.com/openrelay/capacity/shared/table"
 )
 
+// costUnits, when set, is where BenchmarkReclaimUnits writes what a typical reclaim's
+// DynamoDB calls read and wrote, call by call, at grace 0 and 120 s: the input of the cost
+// table of docs/cost.md, which infra/cost_test.go prices against the synthesised template.
+var costUnits = flag.String("cost-units", "", "write the typical reclaims' DynamoDB calls as JSON to this file (docs/cost/units.json)")
+
 // BenchmarkReclaimUnits reports the DynamoDB on-demand read and write units one reclaim
 // costs, from the sizes of the items each call reads and writes (the emulator reports no
-// consumed capacity): the API call (decision Query, the transaction), then the termination
-// workflow's rounds for its victims, with an agent that terminates every VM at once. Run with
-// -v for the cost of each call and the size of each item written (docs/cost.md).
+// consumed capacity): the API call (the key's rate limiter, the decision Query, the
+// transaction), then every task of the termination workflow as a run that ends in one
+// round goes through them (NotifyAgents, Notify, TerminateNode, Report), with an agent that
+// terminates every VM at once. Run with -v for the cost of each call and the size of each
+// item written; -cost-units writes the typical cases' calls for the cost table (docs/cost.md):
 //
-//	go test -run '^$' -bench ReclaimUnits -benchtime 1x -v ./shared/capacity
+//	go test -run '^$' -bench ReclaimUnits -benchtime 1x ./shared/capacity -args -cost-units "$PWD/docs/cost/units.json"
 func BenchmarkReclaimUnits(b *testing.B) {
+	out := costFile{
+		Command: `go test -count=1 -run '^$' -bench ReclaimUnits -benchtime 1x ./shared/capacity -args -cost-units "$PWD/docs/cost/units.json"`,
+		Cases:   map[string]costCase{},
+	}
 	for _, tc := range []struct {
 		name    string
 		victims int
+		grace   int
 		key     string // Idempotency-Key
+		typical bool   // written to -cost-units
 	}{
-		{"typical/2-victims", 2, ""},
-		{"typical/2-victims/idempotency-key", 2, "k-0123456789abcdef"},
-		{"largest/64-victims/idempotency-key", 64, "k-0123456789abcdef"},
+		{"typical/2-victims", 2, 0, "", true},
+		{"typical/2-victims/grace-120s", 2, 120, "", true},
+		{"typical/2-victims/idempotency-key", 2, 0, "k-0123456789abcdef", false},
+		{"largest/64-victims/idempotency-key", 64, 0, "k-0123456789abcdef", false},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			var api, wf units
+			var r meteredReclaim
 			for b.Loop() {
-				api, wf = meterReclaim(b, tc.victims, tc.key)
+				r = meterReclaim(b, tc.victims, tc.grace, tc.key)
 			}
+			api, wf := r.units("api"), r.units(workflowSteps...)
 			b.ReportMetric(api.rru, "api-RRU")
 			b.ReportMetric(api.wru, "api-WRU")
 			b.ReportMetric(wf.rru, "workflow-RRU")
 			b.ReportMetric(wf.wru, "workflow-WRU")
 			b.ReportMetric(0, "ns/op") // the figures are the units, not the emulator's time
-			b.Logf("API call:\n%s\nworkflow:\n%s", api, wf)
+			var log strings.Builder
+			for _, step := range append([]string{"api"}, workflowSteps...) {
+				fmt.Fprintf(&log, "%s:\n%s\n", step, r.units(step))
+			}
+			b.Logf("\n%s", log.String())
+			if tc.typical {
+				out.Cases[fmt.Sprintf("grace-%d", tc.grace)] = r.costCase(tc.victims, tc.grace)
+			}
 		})
+	}
+	if *costUnits != "" && len(out.Cases) == 2 {
+		if err := os.WriteFile(*costUnits, out.marshal(), 0o644); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
+// marshal writes the file as JSON with one call or item a line, so that a change of the
+// code shows in its diff as the calls it changed.
+func (f costFile) marshal() []byte {
+	one := func(v any) string {
+		j, err := json.Marshal(v)
+		if err != nil {
+			panic(err)
+		}
+		return string(j)
+	}
+	list := func(b *strings.Builder, indent string, n int, item func(int) string) {
+		b.WriteString("[")
+		for i := range n {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			b.WriteString("\n" + indent + "  " + item(i))
+		}
+		if n > 0 {
+			b.WriteString("\n" + indent)
+		}
+		b.WriteString("]")
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "{\n  \"command\": %s,\n  \"cases\": {", one(f.Command))
+	for i, name := range slices.Sorted(maps.Keys(f.Cases)) {
+		c := f.Cases[name]
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, "\n    %s: {\n      \"victims\": %d,\n      \"graceSeconds\": %d,\n      \"steps\": {", one(name), c.Victims, c.GraceSeconds)
+		for j, step := range slices.Sorted(maps.Keys(c.Steps)) {
+			st := c.Steps[step]
+			if j > 0 {
+				b.WriteString(",")
+			}
+			fmt.Fprintf(&b, "\n        %s: {\"events\": %d, \"starts\": %d, \"agentNotices\": %d, \"agentCalls\": %d,\n          \"reads\": ",
+				one(step), st.Events, st.Starts, st.AgentNotices, st.AgentCalls)
+			list(&b, "          ", len(st.Reads), func(k int) string { return one(st.Reads[k]) })
+			b.WriteString(",\n          \"writes\": ")
+			list(&b, "          ", len(st.Writes), func(k int) string { return one(st.Writes[k]) })
+			b.WriteString("}")
+		}
+		b.WriteString("\n      },\n      \"stored\": ")
+		list(&b, "      ", len(c.Stored), func(k int) string { return one(c.Stored[k]) })
+		b.WriteString("\n    }")
+	}
+	b.WriteString("\n  }\n}\n")
+	return []byte(b.String())
+}
+
+// workflowSteps are the termination workflow's tasks a run that ends in one round goes
+// through, in order, as the bench runs them.
+var workflowSteps = []string{"NotifyAgents", "Notify", "TerminateNode", "Report"}
+
+// costFile is docs/cost/units.json: per case (grace-0, grace-120) what each step's DynamoDB
+// calls read and wrote, and what else it did, for infra/cost to price.
+type costFile struct {
+	Command string              `json:"command"`
+	Cases   map[string]costCase `json:"cases"`
+}
+
+type costCase struct {
+	Victims      int `json:"victims"`
+	GraceSeconds int `json:"graceSeconds"`
+	// Steps: "api" (one call), then each workflow task by its state name.
+	Steps map[string]costStep `json:"steps"`
+	// Stored lists the items the reclaim created that stay: their attributes' sizes and how
+	// long they stay (their TTL; 0 for good).
+	Stored []costItem `json:"stored"`
+}
+
+type costStep struct {
+	Reads  []costRead  `json:"reads,omitempty"`
+	Writes []costWrite `json:"writes,omitempty"`
+	// Events published to the bus, and workflow executions started.
+	Events int `json:"events,omitempty"`
+	Starts int `json:"starts,omitempty"`
+	// AgentNotices: eviction notices sent to agents (each opens the node's agent key).
+	AgentNotices int `json:"agentNotices,omitempty"`
+	AgentCalls   int `json:"agentCalls,omitempty"`
+}
+
+// costRead is one read call: the bytes of every item it read (a Query's before any filter).
+type costRead struct {
+	Table      string `json:"table"`
+	Op         string `json:"op"`
+	Items      int    `json:"items"`
+	Bytes      int    `json:"bytes"`
+	Consistent bool   `json:"consistent"`
+}
+
+// costWrite is one item written: the size of each attribute before and after (none: no
+// item), which attributes changed, and whether inside a transaction.
+type costWrite struct {
+	Table       string         `json:"table"`
+	Op          string         `json:"op"`
+	Transaction bool           `json:"transaction,omitempty"`
+	Before      map[string]int `json:"before,omitempty"`
+	After       map[string]int `json:"after,omitempty"`
+	Changed     []string       `json:"changed,omitempty"`
+}
+
+type costItem struct {
+	Table      string         `json:"table"`
+	Attributes map[string]int `json:"attributes"`
+	TTLSeconds int64          `json:"ttlSeconds,omitempty"`
+}
+
+// meteredReclaim is what one reclaim's steps did.
+type meteredReclaim struct {
+	steps  map[string]*meterStep
+	stored []costItem
+}
+
+type meterStep struct {
+	units units
+	cost  costStep
+}
+
+func (r meteredReclaim) units(steps ...string) units {
+	var u units
+	for _, s := range steps {
+		if st := r.steps[s]; st != nil {
+			u.rru += st.units.rru
+			u.wru += st.units.wru
+			u.lines = st.units.lines
+			u.order = st.units.order
+		}
+	}
+	if len(steps) > 1 {
+		u.lines, u.order = nil, nil
+	}
+	return u
+}
+
+func (r meteredReclaim) costCase(victims, grace int) costCase {
+	c := costCase{Victims: victims, GraceSeconds: grace, Steps: map[string]costStep{}, Stored: r.stored}
+	for name, st := range r.steps {
+		c.Steps[name] = st.cost
+	}
+	return c
+}
+
 // meterReclaim seeds a node whose reservation has released units under n spot VMs (one unit
-// each, plus a reserved and an on-demand VM as the demo node has), reclaims them all, runs the
-// workflow's round, and returns the units each side consumed.
-func meterReclaim(b *testing.B, n int, key string) (api, wf units) {
+// each, plus a reserved and an on-demand VM as the demo node has), reclaims them all with the
+// grace, runs the workflow's tasks, and returns what each step did.
+func meterReclaim(b *testing.B, n, grace int, key string) meteredReclaim {
 	meter := &unitMeter{}
 	env := dynamotest.New(b, dynamotest.WithAPIOptions(meter.apiOption))
 	meter.plain = env.Plain
+	meter.tables = map[string]string{env.Store.Table: table.State.Suffix, env.Store.AuditTable: table.Audit.Suffix,
+		env.Store.KeysTable: table.Keys.Suffix, env.Store.LimitsTable: table.Limits.Suffix}
 	ctx := context.Background()
 	start := t0.Add(-24 * time.Hour)
 	end := t0.Add(30 * 24 * time.Hour)
@@ -90,31 +267,78 @@ func meterReclaim(b *testing.B, n int, key string) (api, wf units) {
 	if err := plain.Put(ctx, seed); err != nil {
 		b.Fatal(err)
 	}
+	existing := meter.keys(ctx)
 	wfl := &capacitytest.Workflow{}
 	svc := &capacity.Service{Store: env.Store, Workflow: wfl, Now: func() time.Time { return t0 }, Logger: quiet}
+	limiter := &capacity.RateLimiter{Store: env.Store, Limit: capacity.RateLimit{PerSecond: 10, Burst: 20}, Now: func() time.Time { return t0 }, Logger: quiet}
 	p := capacity.Principal{KeyID: "key-0123456789", OrgID: "org-manager", Permissions: []string{capacity.PermCapacity}}
-	req := capacity.CapacityRequest{NodeID: "node-a", ReservationID: "res-1", UnitIDs: released, Reason: "training run", IdempotencyKey: key}
+	req := capacity.CapacityRequest{NodeID: "node-a", ReservationID: "res-1", UnitIDs: released, Reason: "training run", IdempotencyKey: key, GraceSeconds: grace}
 
-	meter.reset()
-	res, err := svc.Reclaim(ctx, p, req, capacity.RequestMeta{RequestID: "c0ffee00-1234-4abc-8def-0123456789ab"})
-	if err != nil {
-		b.Fatal(err)
+	r := meteredReclaim{steps: map[string]*meterStep{}}
+	step := func(name string, run func() costStep) {
+		meter.reset()
+		extra := run()
+		u, calls := meter.reset()
+		calls.Events, calls.Starts, calls.AgentNotices, calls.AgentCalls = extra.Events, extra.Starts, extra.AgentNotices, extra.AgentCalls
+		r.steps[name] = &meterStep{units: u, cost: calls}
 	}
-	if len(res.Terminated) != n {
-		b.Fatalf("terminated %d VMs, want %d", len(res.Terminated), n)
-	}
-	api = meter.reset()
-
-	term := &capacity.Terminator{Store: env.Store, Agent: &capacitytest.Agent{}, Now: func() time.Time { return t0.Add(time.Second) }, Logger: quiet}
-	report, err := term.Run(ctx, capacity.TerminationTask{
-		ReclaimID: res.ReclaimID, NodeID: "node-a", VMIDs: res.Terminated,
-		ExecutionARN: "arn:aws:states:us-east-1:123456789012:execution:capacity-prod-termination:" + res.ReclaimID,
-		Attempt:      1, MaxRounds: 5,
+	var res *capacity.CapacityResult
+	step("api", func() costStep {
+		// The api function's rate limiter spends the key's call first (a function instance's
+		// first call of the key: one write).
+		if err := limiter.Admit(ctx, p); err != nil {
+			b.Fatal(err)
+		}
+		var err error
+		res, err = svc.Reclaim(ctx, p, req, capacity.RequestMeta{RequestID: "c0ffee00-1234-4abc-8def-0123456789ab"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(res.Terminated) != n {
+			b.Fatalf("terminated %d VMs, want %d", len(res.Terminated), n)
+		}
+		return costStep{Starts: len(wfl.Started())}
 	})
-	if err != nil || !report.Done {
-		b.Fatalf("termination round: %+v, %v", report, err)
-	}
-	return api, meter.reset()
+	after := func(d time.Duration) func() time.Time { return func() time.Time { return t0.Add(d) } }
+	step("NotifyAgents", func() costStep {
+		agent := &noticeAgent{}
+		notifier := &capacity.EvictionNotifier{Store: env.Store, Agent: agent, Now: after(time.Second), Logger: quiet}
+		if _, err := notifier.Run(ctx, capacity.NoticeTask{ReclaimID: res.ReclaimID, NodeID: "node-a", Attempt: 1}); err != nil {
+			b.Fatal(err)
+		}
+		return costStep{AgentNotices: len(agent.got)}
+	})
+	pub := &capacitytest.Publisher{}
+	announcer := &capacity.Announcer{Store: env.Store, Publisher: pub, Logger: quiet}
+	step("Notify", func() costStep {
+		events, err := announcer.Notify(ctx, "node-a", res.ReclaimID, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return costStep{Events: events}
+	})
+	step("TerminateNode", func() costStep {
+		agent := &capacitytest.Agent{}
+		term := &capacity.Terminator{Store: env.Store, Agent: agent, Now: after(time.Duration(grace+1) * time.Second), Logger: quiet}
+		report, err := term.Run(ctx, capacity.TerminationTask{
+			ReclaimID: res.ReclaimID, NodeID: "node-a", VMIDs: res.Terminated,
+			ExecutionARN: "arn:aws:states:eu-west-1:123456789012:execution:capacity-prod-termination:" + res.ReclaimID,
+			Attempt:      1, MaxRounds: 5,
+		})
+		if err != nil || !report.Done {
+			b.Fatalf("termination round: %+v, %v", report, err)
+		}
+		return costStep{AgentCalls: agent.Total()}
+	})
+	step("Report", func() costStep {
+		events, err := announcer.Report(ctx, "node-a", res.ReclaimID, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return costStep{Events: events}
+	})
+	r.stored = meter.created(ctx, existing, t0)
+	return r
 }
 
 // units is what a run of calls consumed: read and write request units (on-demand), and the
@@ -149,20 +373,23 @@ func (u units) String() string {
 // unitMeter is SDK middleware that charges each DynamoDB call what AWS would: reads 1 unit per
 // 4 KB strongly consistent (half that eventually consistent), summed over the items a Query
 // reads and rounded up per call; writes 1 unit per KB of the larger of the item before and
-// after, per item, twice that inside a transaction (ConditionCheck included). It reads
-// before and after images through a client without this middleware.
+// after, per item, twice that inside a transaction (ConditionCheck included), and each index
+// entry the write puts, rewrites or deletes 1 unit per KB. It reads before and after images
+// through a client without this middleware, and keeps each call's record for -cost-units.
 type unitMeter struct {
-	plain *dynamodb.Client
-	mu    sync.Mutex
-	cur   units
+	plain  *dynamodb.Client
+	tables map[string]string // table name -> its suffix in shared/table ("state", ...)
+	mu     sync.Mutex
+	cur    units
+	calls  costStep
 }
 
-func (m *unitMeter) reset() units {
+func (m *unitMeter) reset() (units, costStep) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	u := m.cur
-	m.cur = units{}
-	return u
+	u, c := m.cur, m.calls
+	m.cur, m.calls = units{}, costStep{}
+	return u, c
 }
 
 // charge adds one call's (or one transaction item's) units under its kind.
@@ -184,6 +411,114 @@ func (m *unitMeter) charge(rru, wru float64, kind string, size int) {
 	l.minSize, l.maxSize = min(l.minSize, size), max(l.maxSize, size)
 	l.rru += rru
 	l.wru += wru
+}
+
+func (m *unitMeter) record(r *costRead, w *costWrite) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r != nil {
+		m.calls.Reads = append(m.calls.Reads, *r)
+	}
+	if w != nil {
+		m.calls.Writes = append(m.calls.Writes, *w)
+	}
+}
+
+// tableDef is the shared/table description of a table by its name.
+func (m *unitMeter) tableDef(name string) table.Table {
+	for _, t := range table.All {
+		if t.Suffix == m.tables[name] {
+			return t
+		}
+	}
+	return table.Table{}
+}
+
+// keys returns the key of every item in every table, to tell later which items are new.
+func (m *unitMeter) keys(ctx context.Context) map[string]bool {
+	out := map[string]bool{}
+	for name := range m.tables {
+		for _, it := range m.scan(ctx, name) {
+			out[name+"\x00"+itemKey(it)] = true
+		}
+	}
+	return out
+}
+
+// created lists the items not among existing, with how long each stays after now.
+func (m *unitMeter) created(ctx context.Context, existing map[string]bool, now time.Time) []costItem {
+	var out []costItem
+	for _, name := range slices.Sorted(maps.Keys(m.tables)) {
+		for _, it := range m.scan(ctx, name) {
+			if existing[name+"\x00"+itemKey(it)] {
+				continue
+			}
+			c := costItem{Table: m.tables[name], Attributes: attrSizes(it)}
+			if ttl, ok := it[table.TTLAttribute].(*types.AttributeValueMemberN); ok {
+				var sec int64
+				fmt.Sscan(ttl.Value, &sec)
+				c.TTLSeconds = max(0, sec-now.Unix())
+			}
+			out = append(out, c)
+		}
+	}
+	slices.SortFunc(out, func(a, b costItem) int { return strings.Compare(a.Table, b.Table) })
+	return out
+}
+
+func (m *unitMeter) scan(ctx context.Context, name string) []map[string]types.AttributeValue {
+	var items []map[string]types.AttributeValue
+	var start map[string]types.AttributeValue
+	for {
+		out, err := m.plain.Scan(ctx, &dynamodb.ScanInput{TableName: aws.String(name), ExclusiveStartKey: start})
+		if err != nil {
+			return items
+		}
+		items = append(items, out.Items...)
+		if len(out.LastEvaluatedKey) == 0 {
+			return items
+		}
+		start = out.LastEvaluatedKey
+	}
+}
+
+func itemKey(it map[string]types.AttributeValue) string {
+	s := func(k string) string {
+		if v, ok := it[k].(*types.AttributeValueMemberS); ok {
+			return v.Value
+		}
+		return ""
+	}
+	return s(table.PartitionKey) + "\x00" + s(table.SortKey)
+}
+
+// attrSizes is the size of each attribute of an item (its name and value), as DynamoDB sizes it.
+func attrSizes(it map[string]types.AttributeValue) map[string]int {
+	if it == nil {
+		return nil
+	}
+	out := make(map[string]int, len(it))
+	for k, v := range it {
+		out[k] = dynamo.ItemSize(map[string]types.AttributeValue{k: v})
+	}
+	return out
+}
+
+// changedAttrs names the attributes whose value differs between the two images.
+func changedAttrs(before, after map[string]types.AttributeValue) []string {
+	var out []string
+	for k := range maps.Keys(before) {
+		if _, ok := after[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	for k, v := range after {
+		if w, ok := before[k]; !ok || !reflect.DeepEqual(v, w) {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 type itemRef struct {
@@ -234,10 +569,16 @@ func (m *unitMeter) chargeCall(ctx context.Context, op string, params, result an
 		for _, it := range all.Items {
 			size += dynamo.ItemSize(it)
 		}
+		m.record(&costRead{Table: m.tables[aws.ToString(in.TableName)], Op: "Query", Items: len(all.Items), Bytes: size, Consistent: aws.ToBool(in.ConsistentRead)}, nil)
 		m.charge(readUnits(size, aws.ToBool(in.ConsistentRead)), 0,
 			fmt.Sprintf("Query %s (%d items)", keyKind(map[string]types.AttributeValue{table.PartitionKey: in.ExpressionAttributeValues[firstValue(in.ExpressionAttributeValues)]}), len(all.Items)), size)
 	case *dynamodb.GetItemInput:
 		size := dynamo.ItemSize(result.(*dynamodb.GetItemOutput).Item)
+		items := 0
+		if result.(*dynamodb.GetItemOutput).Item != nil {
+			items = 1
+		}
+		m.record(&costRead{Table: m.tables[aws.ToString(in.TableName)], Op: "GetItem", Items: items, Bytes: size, Consistent: aws.ToBool(in.ConsistentRead)}, nil)
 		m.charge(readUnits(size, aws.ToBool(in.ConsistentRead)), 0, "GetItem "+keyKind(in.Key), size)
 	default:
 		after := m.images(ctx, refs)
@@ -248,9 +589,11 @@ func (m *unitMeter) chargeCall(ctx context.Context, op string, params, result an
 		for i, r := range refs {
 			size := max(dynamo.ItemSize(before[i]), dynamo.ItemSize(after[i]))
 			m.charge(0, factor*math.Ceil(float64(max(size, 1))/1024), op+" "+r.what+" "+keyKind(r.key), size)
+			m.record(nil, &costWrite{Table: m.tables[r.table], Op: op + " " + r.what, Transaction: op == "TransactWriteItems",
+				Before: attrSizes(before[i]), After: attrSizes(after[i]), Changed: changedAttrs(before[i], after[i])})
 			// The indexes (projecting every attribute) are written too, outside the
 			// transaction's price: a put or delete of an entry, or both when its key changes.
-			for _, ix := range table.State.Indexes {
+			for _, ix := range m.tableDef(r.table).Indexes {
 				if n := indexWrites(ix, before[i], after[i]); n > 0 {
 					m.charge(0, float64(n)*math.Ceil(float64(max(size, 1))/1024), "  "+ix.Name+" index entry of "+keyKind(r.key), size)
 				}
@@ -260,8 +603,12 @@ func (m *unitMeter) chargeCall(ctx context.Context, op string, params, result an
 }
 
 // indexWrites is how many writes of the index a change of the item makes: its entry is
-// rewritten whenever the item is (every attribute is projected).
+// rewritten whenever the item is (every attribute is projected), and not at all when the
+// item is left as it was (a ConditionCheck).
 func indexWrites(ix table.Index, before, after map[string]types.AttributeValue) int {
+	if reflect.DeepEqual(before, after) {
+		return 0
+	}
 	key := func(it map[string]types.AttributeValue) string {
 		pk, ok1 := it[ix.PartitionKey].(*types.AttributeValueMemberS)
 		sk, ok2 := it[ix.SortKey].(*types.AttributeValueMemberS)
