@@ -153,6 +153,11 @@ bench: ## latency and size figures (see docs/numbers.md)
 	@echo "==> 64-VM reclaim over 8 nodes, functions under AWS faults ($(E2E_FAULTS)), agents failing 30% of calls"
 	E2E_FAULTS='$(E2E_FAULTS)' go test -count=1 -timeout 20m -run '^$$' -bench TerminationUnderFaults -benchtime 3x ./localstack/e2e
 
+.PHONY: cost
+cost: ## measure a typical reclaim's DynamoDB calls (docs/cost/units.json) and price it on the prod template into docs/cost.md
+	go test -count=1 -run '^$$' -bench ReclaimUnits -benchtime 1x ./shared/capacity -args -cost-units "$(CURDIR)/docs/cost/units.json"
+	cd infra && go test -count=1 -run TestCostDoc . -update
+
 .PHONY: ctl
 ctl: ## build the operator CLI into bin/capacityctl (docs/operating.md)
 	go build -trimpath -buildvcs=auto -o bin/capacityctl ./cmd/capacityctl

@@ -1,0 +1,336 @@
+package cost
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// Assumptions are what neither the template nor the benchmark says; each is printed under
+// the table it prices.
+type Assumptions struct {
+	// DurationMS is how long a step's function runs, by step: "api" for the API call, a
+	// task's state name for a workflow task. Measured on the local stack where a benchmark
+	// measures it (docs/numbers.md); AWS, with network round trips, is slower.
+	DurationMS map[string]float64
+	// AppLogBytes is what a step's function logs itself (its slog lines) per invocation,
+	// PlatformLogBytes what Lambda adds (START, END, REPORT with the X-Ray trace id).
+	AppLogBytes      map[string]int
+	PlatformLogBytes int
+	// A Step Functions log event: its envelope, and the state's data it carries when the
+	// log includes execution data (the run's input for one node and its VMs).
+	StateLogEnvelope, StateDataBytes int
+	// XRaySampled is the share of traces recorded: X-Ray's default rule records the first
+	// request each second and 5% of the others.
+	XRaySampled float64
+	// KeptForGoodMonths prices the storage of items without a TTL (the audit records) for
+	// this many months.
+	KeptForGoodMonths float64
+	// ExpressMemoryMB is the memory an Express execution is billed for (64 MB steps).
+	ExpressMemoryMB int
+	// Run is what a typical run's data says at the workflow's choices and waits.
+	Run func(Case) Run
+}
+
+// Typical is the typical reclaim: every VM terminated in the first round; the grace waited
+// as the case says.
+var Typical = Assumptions{
+	// api: BenchmarkReclaim's p50 through the gateway, 11.7 ms, billed 12 ms; TerminateNode:
+	// BenchmarkTermination, about 10 ms for up to 8 VMs; NotifyAgents without a grace is one
+	// Query, with one it calls the agent once per VM (BenchmarkNotice); Notify and Report (a
+	// Query and a PutEvents) have no benchmark: 100 ms each.
+	DurationMS:        map[string]float64{"api": 12, "NotifyAgents": 10, "Notify": 100, "TerminateNode": 10, "Report": 100},
+	AppLogBytes:       map[string]int{"api": 900, "NotifyAgents": 300, "Notify": 300, "TerminateNode": 600, "Report": 400},
+	PlatformLogBytes:  450,
+	StateLogEnvelope:  350,
+	StateDataBytes:    450,
+	XRaySampled:       0.05,
+	KeptForGoodMonths: 12,
+	ExpressMemoryMB:   64,
+	Run: func(c Case) Run {
+		return Run{"$.done": true, "$.terminateAfter": float64(c.GraceSeconds)}
+	},
+}
+
+// Line is one priced item of a reclaim's bill.
+type Line struct {
+	Service  string // "Step Functions", "DynamoDB", ...
+	What     string // "Standard state transitions"
+	Quantity string // per reclaim, as text: "6 transitions"
+	USD      float64
+}
+
+// Bill is a reclaim's lines, in the order of Services.
+type Bill struct {
+	Case  Case
+	Lines []Line
+}
+
+// Total is the bill's sum, per reclaim.
+func (b Bill) Total() float64 {
+	t := 0.0
+	for _, l := range b.Lines {
+		t += l.USD
+	}
+	return t
+}
+
+// ByService sums the lines of each service.
+func (b Bill) ByService() map[string]float64 {
+	out := map[string]float64{}
+	for _, l := range b.Lines {
+		out[l.Service] += l.USD
+	}
+	return out
+}
+
+// Services orders the services in the table.
+var Services = []string{"API Gateway", "Lambda", "Step Functions", "SQS", "EventBridge", "DynamoDB", "KMS", "CloudWatch Logs", "X-Ray"}
+
+const gb = 1 << 30
+const daysPerMonth = 30.4375
+
+// Price prices one reclaim of the case on the design.
+func Price(d Design, u Case, p Prices, a Assumptions) (Bill, error) {
+	b := Bill{Case: u}
+	add := func(service, what, qty string, usd float64) {
+		if usd != 0 || qty != "" {
+			b.Lines = append(b.Lines, Line{service, what, qty, usd})
+		}
+	}
+	if len(d.APIs) != 1 || d.APIs[0].Function == "" {
+		return b, fmt.Errorf("want one REST API proxying to one function, have %+v", d.APIs)
+	}
+	api := d.APIs[0]
+
+	// Who runs what: the API call, then every execution it starts, walked.
+	type invocation struct{ step, fn string }
+	invocations := []invocation{{"api", api.Function}}
+	var transitions, expressRuns int
+	var expressGBs float64
+	var sfnLogBytes, lambdaLogBytes float64
+	var sqsRequests int
+	traces := 0.0
+	if api.Tracing || d.Functions[api.Function].Tracing {
+		traces++
+	}
+	logDays := map[string]float64{} // log bytes ingested by retention days, for storage
+	entered := map[string]bool{"api": true}
+
+	var runMachine func(name string, depth int) error
+	runMachine = func(name string, depth int) error {
+		sm, ok := d.StateMachines[name]
+		if !ok {
+			return fmt.Errorf("state machine %q is not in the template", name)
+		}
+		if depth > 5 {
+			return fmt.Errorf("state machines start each other more than 5 deep (at %s)", name)
+		}
+		visits, err := Walk(sm.Definition, a.Run(u))
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		events := 2 // ExecutionStarted, ExecutionSucceeded
+		seconds := 0.0
+		for _, v := range visits {
+			entered[v.State] = true
+			switch {
+			case v.Function != "":
+				invocations = append(invocations, invocation{v.State, v.Function})
+				events += 5 // StateEntered, Scheduled, Started, Succeeded, StateExited
+				ms, ok := a.DurationMS[v.State]
+				if !ok {
+					return fmt.Errorf("%s: how long task %s runs is not known (Assumptions.DurationMS)", name, v.State)
+				}
+				seconds += ms / 1000
+			case v.Queue != "":
+				sqsRequests += 3 // send, then the consumer's receive and delete
+				for fn, f := range d.Functions {
+					if slices.Contains(f.Queues, v.Queue) {
+						invocations = append(invocations, invocation{v.Queue, fn})
+					}
+				}
+				events += 4
+			case v.StartsMachine != "":
+				events += 4
+				if err := runMachine(v.StartsMachine, depth+1); err != nil {
+					return err
+				}
+			default:
+				events += 2
+				seconds += v.WaitSeconds
+			}
+		}
+		if sm.Type == "EXPRESS" {
+			expressRuns++
+			mem := math.Ceil(float64(a.ExpressMemoryMB)/64) * 64
+			expressGBs += math.Ceil(seconds*10) / 10 * mem / 1024
+		} else {
+			transitions += len(visits)
+		}
+		if sm.Tracing {
+			traces++
+		}
+		if sm.LogLevel == "ALL" {
+			per := float64(a.StateLogEnvelope)
+			if sm.LogExecution {
+				per += float64(a.StateDataBytes)
+			}
+			sfnLogBytes += float64(events) * per
+			logDays[fmt.Sprint(sm.LogDays)] += float64(events) * per
+		}
+		return nil
+	}
+	for _, step := range sortedKeys(u.Steps) {
+		st := u.Steps[step]
+		if st.Starts == 0 {
+			continue
+		}
+		fn := api.Function
+		if step != "api" {
+			return b, fmt.Errorf("step %s starts executions: which function runs it is not priced yet", step)
+		}
+		machines := d.Functions[fn].StateMachines
+		if len(machines) != 1 {
+			return b, fmt.Errorf("function %s starts %d executions and its environment names state machines %v: which one is not known", fn, st.Starts, machines)
+		}
+		for range st.Starts {
+			if err := runMachine(machines[0], 0); err != nil {
+				return b, err
+			}
+		}
+	}
+	for step := range u.Steps {
+		if !entered[step] {
+			return b, fmt.Errorf("the benchmark measured step %s, which no run of the template enters", step)
+		}
+	}
+
+	// API Gateway.
+	add("API Gateway", "REST API requests", "1 request", p.APIGatewayREST.USD)
+
+	// Lambda.
+	var gbs float64
+	var durParts []string
+	for _, inv := range invocations {
+		f := d.Functions[inv.fn]
+		ms, ok := a.DurationMS[inv.step]
+		if !ok {
+			return b, fmt.Errorf("how long %s runs for step %s is not known (Assumptions.DurationMS)", inv.fn, inv.step)
+		}
+		g := math.Ceil(ms) / 1000 * float64(f.MemoryMB) / 1024
+		price := p.LambdaGBsArm.USD
+		if f.Arch != "arm64" {
+			price = p.LambdaGBsX86.USD
+		}
+		gbs += g * price / p.LambdaGBsArm.USD
+		durParts = append(durParts, fmt.Sprintf("%s %g ms", inv.step, math.Ceil(ms)))
+		logs := float64(a.PlatformLogBytes + a.AppLogBytes[inv.step])
+		lambdaLogBytes += logs
+		logDays[fmt.Sprint(f.LogDays)] += logs
+	}
+	add("Lambda", "requests", plural(len(invocations), "invocation"), float64(len(invocations))*p.LambdaRequest.USD)
+	add("Lambda", "duration (memory and architecture from the template)", fmt.Sprintf("%s: %.4f GB-s", strings.Join(durParts, ", "), gbs), gbs*p.LambdaGBsArm.USD)
+
+	// Step Functions.
+	if transitions > 0 {
+		add("Step Functions", "Standard state transitions", plural(transitions, "transition"), float64(transitions)*p.SFNTransition.USD)
+	}
+	if expressRuns > 0 {
+		add("Step Functions", "Express executions", plural(expressRuns, "execution"), float64(expressRuns)*p.SFNExpressReq.USD)
+		add("Step Functions", "Express duration", fmt.Sprintf("%.4f GB-s", expressGBs), expressGBs*p.SFNExpressGBs.USD)
+	}
+	if sqsRequests > 0 {
+		add("SQS", "requests (send, receive, delete)", plural(sqsRequests, "request"), float64(sqsRequests)*p.SQSRequest.USD)
+	}
+
+	// EventBridge, KMS.
+	events, kmsCalls := 0, 0
+	for _, st := range u.Steps {
+		events += st.Events
+		if st.AgentCalls > 0 || st.AgentNotices > 0 {
+			kmsCalls++ // the node's agent key opened, once per invocation that calls the agent
+		}
+	}
+	add("EventBridge", "custom events published", plural(events, "event"), float64(events)*p.EventBridgeEvent.USD)
+
+	// DynamoDB.
+	dy, err := d.dynamo(u)
+	if err != nil {
+		return b, err
+	}
+	var ixParts []string
+	for _, k := range sortedKeys(dy.byTable) {
+		if strings.Contains(k, "/") && dy.byTable[k] > 0 {
+			ixParts = append(ixParts, fmt.Sprintf("%s %g", k, dy.byTable[k]))
+		}
+	}
+	var tParts []string
+	for _, k := range sortedKeys(dy.byTable) {
+		if !strings.Contains(k, "/") {
+			tParts = append(tParts, fmt.Sprintf("%s %g", k, dy.byTable[k]))
+		}
+	}
+	add("DynamoDB", "writes, tables", fmt.Sprintf("%g WRU (%s)", dy.wru, strings.Join(tParts, ", ")), dy.wru*p.DynamoWRU.USD)
+	add("DynamoDB", "writes, index entries", fmt.Sprintf("%g WRU (%s)", dy.indexWRU, strings.Join(ixParts, ", ")), dy.indexWRU*p.DynamoWRU.USD)
+	add("DynamoDB", "reads", fmt.Sprintf("%g RRU", dy.rru), dy.rru*p.DynamoRRU.USD)
+	var gbMonths, pitrGBMonths float64
+	for _, it := range u.Stored {
+		months := a.KeptForGoodMonths
+		if it.TTLSeconds > 0 {
+			months = float64(it.TTLSeconds) / 86400 / daysPerMonth
+		}
+		t := d.Tables[it.Table]
+		size := float64(sum(it.Attributes) + 100) // DynamoDB adds 100 B an item
+		base := size
+		for _, ix := range t.Indexes {
+			if pr := ix.projected(it.Attributes, tableKeys); pr != nil {
+				size += float64(sum(pr) + 100)
+			}
+		}
+		gbMonths += size / gb * months
+		if t.PITR {
+			pitrGBMonths += base / gb * months
+		}
+	}
+	add("DynamoDB", "storage of the items it leaves, with their index entries, over their TTL", fmt.Sprintf("%d items, %.2e GB-months", len(u.Stored), gbMonths), gbMonths*p.DynamoStorage.USD)
+	if pitrGBMonths > 0 {
+		add("DynamoDB", "point-in-time recovery of those items", fmt.Sprintf("%.2e GB-months", pitrGBMonths), pitrGBMonths*p.DynamoPITR.USD)
+	}
+
+	add("KMS", "Decrypt of the node's agent key (an instance's first call for the node)", plural(kmsCalls, "request"), float64(kmsCalls)*p.KMSRequest.USD)
+
+	// CloudWatch Logs.
+	accessBytes := float64(api.AccessLogBytes)
+	logDays[fmt.Sprint(api.AccessLogDays)] += accessBytes
+	add("CloudWatch Logs", "Lambda logs (vended)", fmt.Sprintf("%.0f B", lambdaLogBytes), lambdaLogBytes/gb*p.LogsVendedIngest.USD)
+	if sfnLogBytes > 0 {
+		add("CloudWatch Logs", "state machine logs (vended; level and execution data from the template)", fmt.Sprintf("%.0f B", sfnLogBytes), sfnLogBytes/gb*p.LogsVendedIngest.USD)
+	}
+	add("CloudWatch Logs", "API access log", fmt.Sprintf("%.0f B", accessBytes), accessBytes/gb*p.LogsIngest.USD)
+	var logGBMonths float64
+	for days, bytes := range logDays {
+		var n float64
+		fmt.Sscan(days, &n)
+		months := n / daysPerMonth
+		if n == 0 {
+			months = a.KeptForGoodMonths
+		}
+		logGBMonths += bytes / gb * months
+	}
+	add("CloudWatch Logs", "storage over the log groups' retention", fmt.Sprintf("%.2e GB-months", logGBMonths), logGBMonths*p.LogsStorage.USD)
+
+	add("X-Ray", "traces recorded", fmt.Sprintf("%g traces × %g sampled", traces, a.XRaySampled), traces*a.XRaySampled*p.XRayTrace.USD)
+	slices.SortStableFunc(b.Lines, func(x, y Line) int {
+		return slices.Index(Services, x.Service) - slices.Index(Services, y.Service)
+	})
+	return b, nil
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
