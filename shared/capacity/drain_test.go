@@ -19,6 +19,11 @@ import (
 // given. It returns their ids in creation order.
 func backlog(t *testing.T, env *dynamotest.Env, n int, grace time.Duration) []string {
 	t.Helper()
+	return seedBacklog(t, env, n, grace)
+}
+
+func seedBacklog(t testing.TB, env *dynamotest.Env, n int, grace time.Duration) []string {
+	t.Helper()
 	var seed dynamo.Seed
 	ids := make([]string, 0, n)
 	for i := range n {
@@ -93,5 +98,39 @@ func TestReconcilerDrainChecksAFewInGrace(t *testing.T) {
 	report, err = rec.Run(context.Background())
 	if err != nil || !report.DrainCut || len(report.Started) != 0 {
 		t.Fatalf("no time: cut %v, started %d, %v", report.DrainCut, len(report.Started), err)
+	}
+}
+
+// BenchmarkReconcilerDrain measures one run's drain of a 1,000-operation backlog on the
+// emulator, at the default start rate (paced) and unpaced (what the loop itself allows), as
+// starts a second.
+//
+//	go test ./shared/capacity -run XXX -bench ReconcilerDrain -benchtime 1x
+func BenchmarkReconcilerDrain(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		rate float64
+	}{{"paced", 0}, {"unpaced", 1e6}} {
+		b.Run(bc.name, func(b *testing.B) {
+			started := 0
+			var took time.Duration
+			for range b.N {
+				b.StopTimer()
+				env := dynamotest.New(b)
+				seedBacklog(b, env, 1000, 0)
+				wf := &capacitytest.Workflow{}
+				rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: 30 * time.Second, StuckAfter: time.Hour, Logger: quiet,
+					Now: func() time.Time { return t0.Add(2 * time.Hour) }, StartRate: bc.rate}
+				b.StartTimer()
+				at := time.Now()
+				report, err := rec.Run(context.Background())
+				took += time.Since(at)
+				if err != nil || report.DrainCut {
+					b.Fatalf("cut %v, %v", report.DrainCut, err)
+				}
+				started += len(report.Started)
+			}
+			b.ReportMetric(float64(started)/took.Seconds(), "starts/s")
+		})
 	}
 }
