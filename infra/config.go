@@ -67,6 +67,19 @@ type EnvConfig struct {
 	// Optional: the most pending scheduled reclaims one org may have (default
 	// capacity.DefaultMaxPendingScheduled), a whole number from 1 to MaxPendingScheduledLimit.
 	MaxPendingScheduledPerOrg *float64 `json:"maxPendingScheduledPerOrg,omitempty"`
+	// Optional scale settings (docs/scale.md, "Index and reconciler"): the state table's
+	// and its indexes' warm throughput (units a second it takes at once; unset: a new
+	// on-demand table's 4,000 writes and 12,000 reads); the api function's reserved
+	// concurrency (so that a terminate-node brown-out cannot take the account's pool) and
+	// terminate-node's cap (unset: the shared pool, as before); the reconciler's starts a
+	// second (default capacity.DefaultStartRate).
+	Scale *struct {
+		WarmWriteUnits      *float64 `json:"warmWriteUnits,omitempty"`
+		WarmReadUnits       *float64 `json:"warmReadUnits,omitempty"`
+		ApiConcurrency      *float64 `json:"apiConcurrency,omitempty"`
+		TerminateNodeCap    *float64 `json:"terminateNodeConcurrency,omitempty"`
+		ReconcilerStartRate *float64 `json:"reconcilerStartRate,omitempty"`
+	} `json:"scale,omitempty"`
 	// Optional: each API key's rate limit (default DefaultRateLimit): perSecond calls a second
 	// on average (above 0, at most capacity.MaxRatePerSecond) and burst calls at once (a whole
 	// number from 1 to capacity.MaxRateBurst). Both are required when the block is given.
@@ -249,6 +262,25 @@ func (c EnvConfig) props(env string) (CapacityStackProps, []error) {
 			bad("maxPendingScheduledPerOrg %v: want a whole number from 1 to %d", *n, MaxPendingScheduledLimit)
 		}
 		p.MaxPendingScheduledPerOrg = int(*n)
+	}
+
+	if sc := c.Scale; sc != nil {
+		whole := func(name string, v *float64, lo, hi float64) float64 {
+			if v == nil {
+				return 0
+			}
+			if *v < lo || *v > hi || *v != float64(int(*v)) {
+				bad("scale.%s %v: want a whole number from %v to %v", name, *v, lo, hi)
+			}
+			return *v
+		}
+		// DynamoDB's warm throughput is at least the on-demand defaults it raises.
+		p.WarmWriteUnits = whole("warmWriteUnits", sc.WarmWriteUnits, 4000, 400000)
+		p.WarmReadUnits = whole("warmReadUnits", sc.WarmReadUnits, 12000, 1200000)
+		// Lambda keeps 100 of the account's concurrency unreserved; the default pool is 1,000.
+		p.ApiConcurrency = whole("apiConcurrency", sc.ApiConcurrency, 1, 100000)
+		p.TerminateNodeConcurrency = whole("terminateNodeConcurrency", sc.TerminateNodeCap, 1, 100000)
+		p.ReconcilerStartRate = whole("reconcilerStartRate", sc.ReconcilerStartRate, 1, 10000)
 	}
 
 	p.RateLimit = DefaultRateLimit

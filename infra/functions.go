@@ -94,6 +94,11 @@ func (s *CapacityStack) goFunction(spec goFunctionSpec) awslambda.Function {
 		// Adds xray:PutTraceSegments and xray:PutTelemetryRecords on "*" to the role.
 		Tracing: awslambda.Tracing_ACTIVE,
 	})
+	if n, ok := s.concurrency[name]; ok {
+		// Reserved: the api function keeps its share whatever else runs, and terminate-node
+		// (5-40 s a call while agents brown out) cannot take the account's whole pool.
+		fn.Node().DefaultChild().(awslambda.CfnFunction).SetReservedConcurrentExecutions(jsii.Number(n))
+	}
 	fn.Node().DefaultChild().(awslambda.CfnFunction).AddMetadata(jsii.String("capacity:function"), name)
 	return fn
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
@@ -27,6 +29,7 @@ func (s *CapacityStack) newReconcilerFunction() awslambda.Function {
 			envvar.StuckAfter:   jsii.String(envvar.StuckAfter.DefaultText()),
 			envvar.HeldAfter:    jsii.String(envvar.FormatDuration(capacity.DefaultHeldAfter)),
 			envvar.EventBusName: s.Bus.EventBusName(),
+			envvar.StartRate:    jsii.String(fmt.Sprint(s.reconcilerStartRate())),
 		}})
 	// Finds operations by state (byState index), reads each one's outcomes (Query on the
 	// table), asks what became of its execution, starts or restarts it, and ends, restarts or
@@ -65,4 +68,12 @@ func (s *CapacityStack) newReconcileSchedule() {
 			MaxEventAge:   awscdk.Duration_Minutes(jsii.Number(1)),
 		})},
 	})
+}
+
+// reconcilerStartRate is the environment's START_RATE, written out when it is the default.
+func (s *CapacityStack) reconcilerStartRate() int {
+	if s.startRate > 0 {
+		return int(s.startRate)
+	}
+	return capacity.DefaultStartRate
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/stackname"
 	"github.com/openrelay/capacity/shared/table"
 )
@@ -87,6 +88,14 @@ type CapacityStackProps struct {
 	// RateLimit is each API key's rate limit (RATE_LIMIT_PER_SECOND and RATE_LIMIT_BURST of
 	// the api function). Zero means DefaultRateLimit.
 	RateLimit capacity.RateLimit
+	// WarmWriteUnits and WarmReadUnits are the state table's and its indexes' warm
+	// throughput (zero: DynamoDB's on-demand default); ApiConcurrency the api function's
+	// reserved concurrency and TerminateNodeConcurrency terminate-node's (zero: none, the
+	// account's shared pool); ReconcilerStartRate the reconciler's START_RATE (zero:
+	// capacity.DefaultStartRate).
+	WarmWriteUnits, WarmReadUnits            float64
+	ApiConcurrency, TerminateNodeConcurrency float64
+	ReconcilerStartRate                      float64
 }
 
 // CapacityStack is the service's stack for one environment.
@@ -148,6 +157,11 @@ type CapacityStack struct {
 	logLevel      string
 	logRetention  awslogs.RetentionDays
 	historyWindow string // HISTORY_RETENTION, a Go duration; "" leaves the store's default
+	// warm is the state table's warm throughput (writes, reads; zero: the default);
+	// concurrency the reserved concurrency by function name; startRate the reconciler's.
+	warm        struct{ write, read float64 }
+	concurrency map[string]float64
+	startRate   float64
 }
 
 // NewCapacityStack builds the stack "capacity-<env>". It is environment-agnostic (no account,
@@ -280,6 +294,14 @@ func newStack(scope constructs.Construct, props CapacityStackProps) *CapacitySta
 		s.historyWindow = fmt.Sprintf("%dh", int(h)*24)
 	}
 	s.alarmApi.errorRate, s.alarmApi.p99Millis = props.AlarmApiErrorRate, props.AlarmApiP99Millis
+	s.warm.write, s.warm.read, s.startRate = props.WarmWriteUnits, props.WarmReadUnits, props.ReconcilerStartRate
+	s.concurrency = map[string]float64{}
+	if n := props.ApiConcurrency; n > 0 {
+		s.concurrency[envvar.API.Name()] = n
+	}
+	if n := props.TerminateNodeConcurrency; n > 0 {
+		s.concurrency[envvar.TerminateNode.Name()] = n
+	}
 	awscdk.Tags_Of(s.Stack).Add(jsii.String("project"), jsii.String(stackname.Project), nil)
 	awscdk.Tags_Of(s.Stack).Add(jsii.String("env"), jsii.String(props.Env), nil)
 	return s

@@ -43,6 +43,11 @@ func (s *CapacityStack) newTable(spec table.Table) awsdynamodb.Table {
 	if spec.TTL {
 		props.TimeToLiveAttribute = jsii.String(table.TTLAttribute)
 	}
+	// The state table takes every reclaim's writes: warm it (and its indexes) for a burst,
+	// where the environment says so. The other tables take a record or a check a call, well
+	// within a new table's 4,000 writes a second.
+	warm := s.warmThroughput(spec)
+	props.WarmThroughput = warm
 	t := awsdynamodb.NewTable(s.Stack, jsii.String(spec.LogicalID), props)
 	for _, ix := range spec.Indexes {
 		t.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
@@ -50,7 +55,24 @@ func (s *CapacityStack) newTable(spec table.Table) awsdynamodb.Table {
 			PartitionKey:   str(ix.PartitionKey),
 			SortKey:        str(ix.SortKey),
 			ProjectionType: awsdynamodb.ProjectionType_ALL,
+			WarmThroughput: warm,
 		})
 	}
 	return t
+}
+
+// warmThroughput is the table's warm throughput: the environment's for the state table, nil
+// (DynamoDB's default) otherwise or when it sets none.
+func (s *CapacityStack) warmThroughput(spec table.Table) *awsdynamodb.WarmThroughput {
+	if spec.LogicalID != table.State.LogicalID || (s.warm.write == 0 && s.warm.read == 0) {
+		return nil
+	}
+	w := &awsdynamodb.WarmThroughput{}
+	if s.warm.write > 0 {
+		w.WriteUnitsPerSecond = jsii.Number(s.warm.write)
+	}
+	if s.warm.read > 0 {
+		w.ReadUnitsPerSecond = jsii.Number(s.warm.read)
+	}
+	return w
 }

@@ -3,8 +3,10 @@
 // history, reclaim operations and their outcomes to partitions of their own, each with its
 // expiry; gives scheduled reclaims written before their reservation's list existed their
 // place in it; and gives nodes, reservations and reclaim operations written before the node
-// view's lists (the byList index) their entries. Run it once after deploying the release that
-// reads the new layout:
+// view's lists (the byList index) their entries; and moves reclaim operations from their
+// state's single byState key to its shard (OPSTATE#<state>#<shard>; readers read the single
+// key too until this has run). Run it once after deploying the release that reads the new
+// layout:
 //
 //	capacity-migrate -table capacity-prod-state [-dry-run]
 //

@@ -31,6 +31,7 @@ func main() {
 		StuckAfter:  s.stuckAfter,
 		HeldAfter:   s.heldAfter,
 		MaxRestarts: 3,
+		StartRate:   float64(s.startRate), // 0: the domain's default
 		Logger:      logger,
 		Metrics:     metrics,
 	}
@@ -45,6 +46,7 @@ type settings struct {
 	eventBusName           string // "": no bus, no reports published
 	startAfter, stuckAfter time.Duration
 	heldAfter              time.Duration // 0: the domain's default
+	startRate              int           // 0: the domain's default
 }
 
 // readSettings reads the function's configuration; errors go to e.
@@ -57,6 +59,7 @@ func readSettings(e *envvar.Env) settings {
 		startAfter:      envvar.StartAfter.Get(e),
 		stuckAfter:      envvar.StuckAfter.Get(e),
 		heldAfter:       envvar.HeldAfter.Get(e),
+		startRate:       envvar.StartRate.Get(e),
 	}
 	return s
 }
@@ -73,6 +76,8 @@ type Result struct {
 	Held []string `json:"held"`
 	// PublishFailed: operations due to end whose report was not published (next run).
 	PublishFailed []string `json:"publishFailed"`
+	// DrainCut: the run's time ran out before every due pending-start operation was tried.
+	DrainCut bool `json:"drainCut"`
 }
 
 // handler runs one reconciliation for any event (the schedule's, or an empty one on demand),
@@ -87,7 +92,7 @@ func handler(r *capacity.Reconciler, metrics *emf.Recorder) func(context.Context
 		res := Result{
 			Started: nonNil(report.Started), Restarted: nonNil(report.Restarted), StartFailed: nonNil(report.StartFailed),
 			Ended: nonNil(report.Ended), Exhausted: []string{}, Stuck: []string{}, Held: []string{},
-			PublishFailed: nonNil(report.PublishFailed),
+			PublishFailed: nonNil(report.PublishFailed), DrainCut: report.DrainCut,
 		}
 		for _, op := range report.Exhausted {
 			res.Exhausted = append(res.Exhausted, op.ID)

@@ -116,8 +116,8 @@ func TestExhaustedRestartsAreAMetric(t *testing.T) {
 // TestReadSettings: the function reads exactly the variables envvar.Reconciler declares: an
 // undeclared read, or a declared one left unread, would fail it at start.
 func TestReadSettings(t *testing.T) {
-	e := envvar.New(envvar.Reconciler, []string{"APP_ENV=dev", "LOG_LEVEL=info", "STATE_TABLE=s", "STATE_MACHINE_ARN=arn:sm", "EVENT_BUS_NAME=b", "HISTORY_RETENTION=2160h", "START_AFTER=1s", "STUCK_AFTER=15m", "HELD_AFTER=2h"})
-	if s := readSettings(e); e.Err() != nil || s.startAfter != time.Second || s.heldAfter != 2*time.Hour {
+	e := envvar.New(envvar.Reconciler, []string{"APP_ENV=dev", "LOG_LEVEL=info", "STATE_TABLE=s", "STATE_MACHINE_ARN=arn:sm", "EVENT_BUS_NAME=b", "HISTORY_RETENTION=2160h", "START_AFTER=1s", "STUCK_AFTER=15m", "HELD_AFTER=2h", "START_RATE=150"})
+	if s := readSettings(e); e.Err() != nil || s.startAfter != time.Second || s.heldAfter != 2*time.Hour || s.startRate != 150 {
 		t.Fatalf("settings %+v, error %v", s, e.Err())
 	}
 }

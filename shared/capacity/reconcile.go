@@ -23,9 +23,16 @@ import (
 //     terminating and keep their units) HeldAfter after it failed is reported, until a
 //     re-drive or a force-end lets them go.
 //
-// Operations are read oldest first from the byState index, at most Batch per state and run.
-// None stays in those states for long (restarts are bounded, executions time out), so old
-// records cannot starve newer ones.
+// Pending-start operations are drained: the run pages through all of them, oldest first, and
+// starts those past their grace at StartRate (by StartChecked: a start of a running
+// execution is a success, a closed one answers ErrExecutionExists and is then asked for its
+// status), until none is left or DrainFor is spent, so a burst's throttled starts are made
+// good at the rate Step Functions allows rather than a hundred a minute. One still in its
+// grace period is asked its status (DescribeExecution, a far smaller quota) for at most Batch
+// of them per run: the others are started when their grace ends. Terminating and failed
+// operations are read oldest first, at most Batch per state and run. None stays in those
+// states for long (restarts are bounded, executions time out), so old records cannot starve
+// newer ones.
 type Reconciler struct {
 	Store    TerminationStore
 	Workflow WorkflowInspector
@@ -40,10 +47,21 @@ type Reconciler struct {
 	// MaxRestarts bounds the restarts of an operation whose executions keep closing early
 	// (default 3).
 	MaxRestarts int
-	// Batch bounds the operations handled per state and run (default 100).
-	Batch  int
-	Now    func() time.Time
-	Logger *slog.Logger
+	// Batch bounds the terminating and failed operations handled per run, and the
+	// pending-start ones still in their grace period whose status a run asks (default 100).
+	Batch int
+	// StartRate is how many starts a second the drain of pending-start operations makes
+	// (default DefaultStartRate), StartWorkers how many at once (default 16: a start takes
+	// tens of milliseconds), ThrottleBackoff the first pause of them all after a start the
+	// service still throttled after the SDK's retries (default 250ms, doubling to 5s).
+	StartRate       float64
+	StartWorkers    int
+	ThrottleBackoff time.Duration
+	// DrainFor bounds how long a run drains pending-start operations (default 45s, within a
+	// run a minute); it also stops 5s before ctx's deadline (the function's timeout).
+	DrainFor time.Duration
+	Now      func() time.Time
+	Logger   *slog.Logger
 	// Metrics is told of the operations this Reconciler ends (nil: none).
 	Metrics Metrics
 	// Publisher, if set, publishes an operation's report (see OperationReport) before this
@@ -66,6 +84,28 @@ type ReconcileReport struct {
 	// PublishFailed are operations due to be ended whose report could not be published:
 	// left as they were, for the next run.
 	PublishFailed []string
+	// DrainCut: the run's time ran out before it had tried every pending-start operation
+	// due; the next run goes on from the oldest.
+	DrainCut bool
+}
+
+// DefaultStartRate is the drain's starts a second: two thirds of StartExecution's refill in
+// eu-west-1 (300 a second, bucket 1,300), so the API's own starts keep the rest.
+const DefaultStartRate = 200
+
+// drainPage is how many pending-start operations the drain lists at once.
+const drainPage = 250
+
+func (rep *ReconcileReport) add(o *ReconcileReport) {
+	rep.Started = append(rep.Started, o.Started...)
+	rep.Restarted = append(rep.Restarted, o.Restarted...)
+	rep.StartFailed = append(rep.StartFailed, o.StartFailed...)
+	rep.Ended = append(rep.Ended, o.Ended...)
+	rep.Exhausted = append(rep.Exhausted, o.Exhausted...)
+	rep.Stuck = append(rep.Stuck, o.Stuck...)
+	rep.Held = append(rep.Held, o.Held...)
+	rep.PublishFailed = append(rep.PublishFailed, o.PublishFailed...)
+	rep.DrainCut = rep.DrainCut || o.DrainCut
 }
 
 // Run makes one pass.
@@ -79,8 +119,11 @@ func (r *Reconciler) Run(ctx context.Context) (*ReconcileReport, error) {
 		batch = 100
 	}
 	report := &ReconcileReport{}
-	for _, state := range []OperationState{OpPendingStart, OpTerminating} {
-		ops, err := r.Store.OperationsInState(ctx, state, now.Add(-r.StartAfter), batch)
+	if err := r.drainPending(ctx, now, batch, report); err != nil {
+		return nil, err
+	}
+	for _, state := range []OperationState{OpTerminating} {
+		ops, _, err := r.Store.OperationsInState(ctx, state, now.Add(-r.StartAfter), "", batch)
 		if err != nil {
 			return nil, fmt.Errorf("list %s operations: %w", state, err)
 		}
@@ -120,7 +163,7 @@ func (r *Reconciler) reportHeld(ctx context.Context, now time.Time, batch int, r
 	if heldAfter <= 0 {
 		heldAfter = DefaultHeldAfter
 	}
-	ops, err := r.Store.OperationsInState(ctx, OpFailed, now.Add(-heldAfter), batch)
+	ops, _, err := r.Store.OperationsInState(ctx, OpFailed, now.Add(-heldAfter), "", batch)
 	if err != nil {
 		return fmt.Errorf("list failed operations: %w", err)
 	}

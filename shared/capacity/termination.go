@@ -32,7 +32,16 @@ type WorkflowInspector interface {
 	Workflow
 	// Status reports the state of the execution ExecutionName(op).
 	Status(ctx context.Context, op Operation) (ExecutionStatus, error)
+	// StartChecked starts the execution ExecutionName(op) like Start, but answers an
+	// execution of that name that refused the start (it closed: Step Functions answers a
+	// repeated start of a running one as a success) with ErrExecutionExists, and a start
+	// refused for the account's start rate (after the SDK's retries) with ErrThrottled.
+	StartChecked(ctx context.Context, op Operation) error
 }
+
+// ErrExecutionExists is returned (wrapped) by StartChecked when an execution of the name
+// exists and did not take the start: it closed, and the name is never reused.
+var ErrExecutionExists = errors.New("an execution of this name exists")
 
 // ExecutionStatus is what became of a workflow execution.
 type ExecutionStatus string
@@ -121,8 +130,10 @@ type TerminationStore interface {
 	// readable and re-drivable until they are let go. ErrConflict if it changed since read.
 	HoldOperation(ctx context.Context, op Operation) error
 	// OperationsInState lists operations in a state that entered it (were created, or
-	// re-driven) before the time, oldest first, at most limit, without their outcomes.
-	OperationsInState(ctx context.Context, state OperationState, before time.Time, limit int) ([]Operation, error)
+	// re-driven) before the time, oldest first, at most limit, without their outcomes; after
+	// a cursor it returned ("": from the oldest). It returns the cursor of the next page, ""
+	// when none is left.
+	OperationsInState(ctx context.Context, state OperationState, before time.Time, after string, limit int) ([]Operation, string, error)
 }
 
 // TerminationTask is one round of one node's terminations within a workflow execution.

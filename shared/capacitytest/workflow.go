@@ -52,6 +52,26 @@ func (w *Workflow) Start(_ context.Context, op capacity.Operation) error {
 	return nil
 }
 
+// StartChecked starts as Start does, but as Step Functions answers it: a start of an
+// execution it has that is running is a success, of a closed one capacity.ErrExecutionExists;
+// a start it fails (FailStarts) is capacity.ErrThrottled. Only a start of an execution it
+// does not have counts in Calls.
+func (w *Workflow) StartChecked(ctx context.Context, op capacity.Operation) error {
+	w.mu.Lock()
+	st, ok := w.status[capacity.ExecutionName(op)]
+	w.mu.Unlock()
+	switch {
+	case ok && st.Closed():
+		return capacity.ErrExecutionExists
+	case ok:
+		return nil
+	}
+	if err := w.Start(ctx, op); err != nil {
+		return errors.Join(capacity.ErrThrottled, err)
+	}
+	return nil
+}
+
 func (w *Workflow) Status(_ context.Context, op capacity.Operation) (capacity.ExecutionStatus, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

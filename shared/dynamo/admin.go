@@ -24,6 +24,9 @@ type Seed struct {
 	Reservations []capacity.Reservation
 	VMs          []capacity.VM
 	Keys         []capacity.APIKey
+	// Operations are reclaim operations as a commit writes them (without outcomes): a
+	// backlog for the reconciler's tests.
+	Operations []capacity.Operation
 }
 
 // Put writes the seed, item by item.
@@ -52,6 +55,9 @@ func (s *Store) Put(ctx context.Context, seed Seed) error {
 			continue
 		}
 		items = append(items, newVMItem(v))
+	}
+	for _, o := range seed.Operations {
+		items = append(items, newOperationItem(o))
 	}
 	if err := putNew(ctx, s.Client, s.Table, items); err != nil {
 		return err

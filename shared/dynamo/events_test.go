@@ -54,7 +54,7 @@ func TestOperationKeepsGraceOwnerAndVictims(t *testing.T) {
 				t.Errorf("read terminateAfter %v owner %q victims %+v; want %v %q %+v",
 					got.TerminateAfter, got.OwnerOrgID, got.Victims, want.TerminateAfter, want.OwnerOrgID, want.Victims)
 			}
-			listed, err := env.Store.OperationsInState(ctx, capacity.OpPendingStart, t0.Add(time.Hour), 10)
+			listed, _, err := env.Store.OperationsInState(ctx, capacity.OpPendingStart, t0.Add(time.Hour), "", 10)
 			if err != nil || len(listed) != 1 {
 				t.Fatalf("listed %v, %v", listed, err)
 			}

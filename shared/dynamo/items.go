@@ -1,6 +1,8 @@
 package dynamo
 
 import (
+	"fmt"
+	"hash/fnv"
 	"strings"
 	"time"
 
@@ -24,7 +26,8 @@ import (
 //	NODE#<nodeId>           RES#<id>      a reservation
 //	NODE#<nodeId>           VM#<id>       a live VM (running or terminating)
 //	NODE#<nodeId>#HIST      VM#<id>       a terminated VM (TTL: terminated + retention)
-//	NODE#<nodeId>#OP#<id>   OP            a reclaim operation (gsi1: its state, for the reconciler;
+//	NODE#<nodeId>#OP#<id>   OP            a reclaim operation (gsi1: OPSTATE#<state>#<shard>, for the
+//	                                      reconciler, see opStatePK;
 //	                                      gsi2: its reservation's list, by creation;
 //	                                      TTL once completed: end + retention; none while live or
 //	                                      failed, when VMs of it may still be terminating)
@@ -291,7 +294,7 @@ type operationItem struct {
 func newOperationItem(o capacity.Operation) operationItem {
 	it := operationItem{
 		PK: opPK(o.NodeID, o.ID), SK: skOperation, Type: typeOperation,
-		GSI1PK: opStatePK(o.State), GSI1SK: opStateSK(o),
+		GSI1PK: opStatePK(o.State, o.ID), GSI1SK: opStateSK(o),
 		GSI2PK: opListPK(o.NodeID, o.ReservationID), GSI2SK: opListSK(o.CreatedAt, o.ID),
 		ID: o.ID, NodeID: o.NodeID, ReservationID: o.ReservationID, State: string(o.State),
 		VMIDs: o.VMIDs, UnitIDs: o.UnitIDs, ExecutionARN: o.ExecutionARN, Attempt: o.Attempt,
@@ -445,8 +448,38 @@ func (i apiKeyItem) apiKey() capacity.APIKey {
 	return k
 }
 
-// The byState index keys operations by state, ordered by creation.
-func opStatePK(state capacity.OperationState) string { return "OPSTATE#" + string(state) }
+// The byState index keys operations by state and shard, ordered by the time each entered
+// its state: OPSTATE#<state>#<shard>. Without the shard every reclaim of a burst wrote the
+// same few keys at their newest end, and one key takes at most a partition's 1,000 WCU/s
+// (the time sort key rises, so DynamoDB cannot split it for heat). Readers query every
+// shard and merge (OperationsInState). docs/architecture.md, "The byState index".
+func opStatePK(state capacity.OperationState, opID string) string {
+	return opStateShardPK(state, opStateShard(opID))
+}
+
+// opStateShards is how many keys each state's operations spread over: a 10,000-reclaim burst
+// within 10 s (1,000 a second, each putting and later deleting its index entry under a state,
+// up to 5 WCU each for a 64-victim operation) gives each key about 310 WCU/s, under a third
+// of a partition's 1,000. Changing it moves every operation's key: capacity-migrate re-keys
+// them, and until it has, readers would miss the moved shards.
+const opStateShards = 32
+
+// opStateShard spreads operations evenly and stably: FNV-1a of the operation id.
+func opStateShard(opID string) int {
+	h := fnv.New32a()
+	h.Write([]byte(opID))
+	return int(h.Sum32() % opStateShards)
+}
+
+func opStateShardPK(state capacity.OperationState, shard int) string {
+	return fmt.Sprintf("%s%s#%02d", opStatePrefix, state, shard)
+}
+
+// legacyOpStatePK is the unsharded key of operations written before the shards (read as one
+// more shard until capacity-migrate has re-keyed them).
+func legacyOpStatePK(state capacity.OperationState) string { return opStatePrefix + string(state) }
+
+const opStatePrefix = "OPSTATE#"
 
 func opStateSK(o capacity.Operation) string { return opStateSKAt(o.CreatedAt, o.ID) }
 

@@ -31,7 +31,9 @@ type MigrationReport struct {
 	// reservation's reclaim list.
 	ListEntries      int
 	ListedOperations int
-	Skipped          int // changed during the move, or not of the first layout: left for a re-run
+	// ShardedOperations: operations moved from their state's single byState key to its shard.
+	ShardedOperations int
+	Skipped           int // changed during the move, or not of the first layout: left for a re-run
 }
 
 // Migrate moves the items the first layout kept in the decision partition to the live-only
@@ -49,7 +51,8 @@ func (s *Store) Migrate(ctx context.Context, dryRun bool, logger *slog.Logger) (
 		typ.Equal(expression.Value(typeVM)).And(expression.Name(attrState).Equal(expression.Value(capacity.VMTerminated))),
 		typ.Equal(expression.Value(typeScheduled)).And(expression.Name(attrGSI1PK).AttributeNotExists()),
 		typ.Equal(expression.Value(typeNode)), typ.Equal(expression.Value(typeReservation)),
-		typ.Equal(expression.Value(typeOperation)).And(expression.Name(attrGSI2PK).AttributeNotExists()))
+		typ.Equal(expression.Value(typeOperation)).And(expression.Name(attrGSI2PK).AttributeNotExists()),
+		typ.Equal(expression.Value(typeOperation)).And(expression.Name(attrGSI1PK).In(legacyOpStateKeys[0], legacyOpStateKeys[1:]...)))
 	expr, err := expression.NewBuilder().WithFilter(filter).Build()
 	if err != nil {
 		return rep, fmt.Errorf("build migration scan: %w", err)
@@ -73,7 +76,7 @@ func (s *Store) Migrate(ctx context.Context, dryRun bool, logger *slog.Logger) (
 	logger.InfoContext(ctx, "migration done", "table", s.Table, "dry_run", dryRun, "scanned", rep.Scanned,
 		"terminated_vms", rep.TerminatedVMs, "operations", rep.Operations, "outcomes", rep.Outcomes,
 		"superseded", rep.Superseded, "scheduled", rep.Scheduled, "list_entries", rep.ListEntries,
-		"listed_operations", rep.ListedOperations, "skipped", rep.Skipped)
+		"listed_operations", rep.ListedOperations, "sharded_operations", rep.ShardedOperations, "skipped", rep.Skipped)
 	return rep, nil
 }
 
@@ -89,7 +92,10 @@ func (s *Store) migrateItem(ctx context.Context, item map[string]types.Attribute
 		return s.indexReservation(ctx, item, dryRun, rep)
 	case typeOperation:
 		if sk == skOperation {
-			return s.indexOperation(ctx, item, dryRun, rep)
+			if err := s.indexOperation(ctx, item, dryRun, rep); err != nil {
+				return err
+			}
+			return s.shardOperation(ctx, item, dryRun, rep)
 		}
 	}
 	node := nodeOfPK(pk)
@@ -118,6 +124,9 @@ func (s *Store) migrateItem(ctx context.Context, item map[string]types.Attribute
 		}
 		moved = withKey(item, opPK(node, it.ID), skOperation)
 		delete(moved, "Outcomes") // the first layout stored an empty placeholder
+		if st := capacity.OperationState(it.State); it.GSI1PK == legacyOpStatePK(st) {
+			moved[attrGSI1PK] = &types.AttributeValueMemberS{Value: opStatePK(st, it.ID)}
+		}
 		moved[attrGSI2PK] = &types.AttributeValueMemberS{Value: opListPK(node, it.ReservationID)}
 		moved[attrGSI2SK] = &types.AttributeValueMemberS{Value: opListSK(it.CreatedAt, it.ID)}
 		if st := capacity.OperationState(it.State); st == capacity.OpCompleted || st == capacity.OpFailed {
@@ -241,4 +250,43 @@ func orNow(t time.Time) time.Time {
 		return time.Now()
 	}
 	return t
+}
+
+// legacyOpStateKeys are the byState keys of every state before the shards.
+var legacyOpStateKeys = func() []expression.OperandBuilder {
+	var out []expression.OperandBuilder
+	for _, st := range []capacity.OperationState{capacity.OpPendingStart, capacity.OpTerminating, capacity.OpCompleted, capacity.OpFailed} {
+		out = append(out, expression.Value(legacyOpStatePK(st)))
+	}
+	return out
+}()
+
+// shardOperation moves an operation from its state's single byState key (the layout before
+// the shards) to its shard's, conditioned on the key as read: a state change meanwhile
+// writes the sharded key itself. Readers read the single key too until this has run.
+func (s *Store) shardOperation(ctx context.Context, item map[string]types.AttributeValue, dryRun bool, rep *MigrationReport) error {
+	var it operationItem
+	if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+		return fmt.Errorf("decode operation %s: %w", attr(item, attrPK), err)
+	}
+	state := capacity.OperationState(it.State)
+	if it.GSI1PK != legacyOpStatePK(state) {
+		return nil // sharded already
+	}
+	if dryRun {
+		rep.ShardedOperations++
+		return nil
+	}
+	cond := expression.Name(attrGSI1PK).Equal(expression.Value(it.GSI1PK))
+	upd := expression.Set(expression.Name(attrGSI1PK), expression.Value(opStatePK(state, it.ID)))
+	_, err := s.updateItem(ctx, itemKey(it.PK, it.SK), cond, upd, types.ReturnValueNone)
+	switch {
+	case err == nil:
+		rep.ShardedOperations++
+	case errors.Is(err, capacity.ErrConflict):
+		rep.Skipped++ // moved on meanwhile, under its shard
+	default:
+		return fmt.Errorf("shard operation %s: %w", it.ID, classify(err))
+	}
+	return nil
 }

@@ -108,7 +108,7 @@ func TestMigrateMovesTheFirstLayout(t *testing.T) {
 		t.Fatalf("GET rcl_2 = %+v, %v: want terminating with the newer outcome", op, err)
 	}
 	// The moved operation is usable: it ends in place, and the reconciler's index still finds it.
-	if ops, err := env.Store.OperationsInState(ctx, capacity.OpTerminating, t0.Add(time.Hour), 10); err != nil || len(ops) != 1 || ops[0].ID != "rcl_2" {
+	if ops, _, err := env.Store.OperationsInState(ctx, capacity.OpTerminating, t0.Add(time.Hour), "", 10); err != nil || len(ops) != 1 || ops[0].ID != "rcl_2" {
 		t.Errorf("terminating operations = %+v, %v", ops, err)
 	}
 	if err := env.Store.EndOperation(ctx, *op, capacity.OpCompleted, ended); err != nil {

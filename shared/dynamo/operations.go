@@ -14,7 +14,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/openrelay/capacity/shared/capacity"
-	"github.com/openrelay/capacity/shared/table"
 )
 
 var _ capacity.TerminationStore = (*Store)(nil)
@@ -80,7 +79,7 @@ func (s *Store) BeginTermination(ctx context.Context, op capacity.Operation, exe
 	upd := expression.Set(expression.Name(attrState), expression.Value(capacity.OpTerminating)).
 		Set(expression.Name(attrExecutionARN), expression.Value(executionARN)).
 		Set(expression.Name(attrUpdatedAt), expression.Value(now)).
-		Set(expression.Name(attrGSI1PK), expression.Value(opStatePK(capacity.OpTerminating)))
+		Set(expression.Name(attrGSI1PK), expression.Value(opStatePK(capacity.OpTerminating, op.ID)))
 	cond := stateAt(capacity.OpPendingStart, op)
 	_, err := s.updateItem(ctx, operationKey(op), cond, upd, types.ReturnValueNone)
 	if err != nil {
@@ -239,7 +238,7 @@ func (s *Store) EndOperation(ctx context.Context, op capacity.Operation, state c
 func (s *Store) endUpdate(op capacity.Operation, state capacity.OperationState, now time.Time) expression.UpdateBuilder {
 	upd := expression.Set(expression.Name(attrState), expression.Value(state)).
 		Set(expression.Name(attrUpdatedAt), expression.Value(now)).
-		Set(expression.Name(attrGSI1PK), expression.Value(opStatePK(state))).
+		Set(expression.Name(attrGSI1PK), expression.Value(opStatePK(state, op.ID))).
 		Set(expression.Name(attrGSI1SK), expression.Value(opStateSKAt(now, op.ID)))
 	if state == capacity.OpCompleted {
 		return upd.Set(expression.Name(attrExpiresAt), expression.Value(expiry(now.Add(s.retention()))))
@@ -266,7 +265,7 @@ func (s *Store) RestartOperation(ctx context.Context, op capacity.Operation, now
 		Set(expression.Name(attrAttempt), expression.Value(op.CurrentAttempt()+1)).
 		Set(expression.Name(attrRestarts), expression.Value(op.Restarts+1)).
 		Set(expression.Name(attrUpdatedAt), expression.Value(now)).
-		Set(expression.Name(attrGSI1PK), expression.Value(opStatePK(capacity.OpPendingStart))).
+		Set(expression.Name(attrGSI1PK), expression.Value(opStatePK(capacity.OpPendingStart, op.ID))).
 		Set(expression.Name(attrGSI1SK), expression.Value(opStateSKAt(now, op.ID)))
 	if _, err := s.updateItem(ctx, operationKey(op), stateAt(op.State, op), upd, types.ReturnValueNone); err != nil {
 		return fmt.Errorf("restart operation %s: %w", op.ID, err)
@@ -314,7 +313,7 @@ func (s *Store) RedriveOperation(ctx context.Context, op capacity.Operation, aud
 		Set(expression.Name(attrRestarts), expression.Value(0)).
 		Set(expression.Name(attrReason), expression.Value("")).
 		Set(expression.Name(attrUpdatedAt), expression.Value(now)).
-		Set(expression.Name(attrGSI1PK), expression.Value(opStatePK(capacity.OpPendingStart))).
+		Set(expression.Name(attrGSI1PK), expression.Value(opStatePK(capacity.OpPendingStart, op.ID))).
 		Set(expression.Name(attrGSI1SK), expression.Value(opStateSKAt(now, op.ID))).
 		// Live again, its VMs terminating: no expiry until its end sets one.
 		Remove(expression.Name(attrExpiresAt))
@@ -325,44 +324,6 @@ func (s *Store) RedriveOperation(ctx context.Context, op capacity.Operation, aud
 	// The record goes on the node's audit chain in the same transaction.
 	return s.appendChained(ctx, "re-drive operation "+op.ID, audit, s.nodeHead(audit.NodeID), []types.TransactWriteItem{opUpd}, nil)
 }
-
-// OperationsInState lists operations in a state that entered it before the time, oldest
-// first, from the byState index, page by page up to limit.
-func (s *Store) OperationsInState(ctx context.Context, state capacity.OperationState, before time.Time, limit int) ([]capacity.Operation, error) {
-	keyCond := expression.Key(attrGSI1PK).Equal(expression.Value(opStatePK(state))).
-		And(expression.Key(attrGSI1SK).LessThan(expression.Value(before.UTC().Format(time.RFC3339Nano))))
-	expr, err := expression.NewBuilder().WithKeyCondition(keyCond).Build()
-	if err != nil {
-		return nil, fmt.Errorf("build index query: %w", err)
-	}
-	in := &dynamodb.QueryInput{
-		TableName: aws.String(s.Table), IndexName: aws.String(table.ByStateIndex),
-		KeyConditionExpression: expr.KeyCondition(), ExpressionAttributeNames: expr.Names(),
-		ExpressionAttributeValues: expr.Values(), ScanIndexForward: aws.Bool(true),
-		Limit: aws.Int32(int32(min(limit, operationsPage))),
-	}
-	ops := make([]capacity.Operation, 0, min(limit, operationsPage))
-	for page := dynamodb.NewQueryPaginator(s.Client, in); page.HasMorePages() && len(ops) < limit; {
-		out, err := page.NextPage(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("query %s operations: %w", state, err)
-		}
-		for _, item := range out.Items {
-			if len(ops) == limit {
-				break
-			}
-			var it operationItem
-			if err := attributevalue.UnmarshalMap(item, &it); err != nil {
-				return nil, fmt.Errorf("decode operation: %w", err)
-			}
-			ops = append(ops, it.operation()) // without outcomes: GetOperation reads those
-		}
-	}
-	return ops, nil
-}
-
-// operationsPage is the byState index page size (a variable for the paging test).
-var operationsPage = 100
 
 func operationKey(op capacity.Operation) map[string]types.AttributeValue {
 	return itemKey(opPK(op.NodeID, op.ID), skOperation)

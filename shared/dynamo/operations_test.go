@@ -256,15 +256,15 @@ func TestOperationsInStatePagesOldestFirst(t *testing.T) {
 		}
 		return out
 	}
-	all, err := env.Store.OperationsInState(ctx, capacity.OpPendingStart, t0.Add(time.Hour), 100)
+	all, _, err := env.Store.OperationsInState(ctx, capacity.OpPendingStart, t0.Add(time.Hour), "", 100)
 	if err != nil || !slices.Equal(ids(all), want) {
 		t.Fatalf("all = %v (%v), want %v", ids(all), err, want)
 	}
-	some, err := env.Store.OperationsInState(ctx, capacity.OpPendingStart, t0.Add(time.Hour), 5)
+	some, _, err := env.Store.OperationsInState(ctx, capacity.OpPendingStart, t0.Add(time.Hour), "", 5)
 	if err != nil || !slices.Equal(ids(some), want[:5]) {
 		t.Fatalf("limit 5 = %v (%v), want %v", ids(some), err, want[:5])
 	}
-	young, err := env.Store.OperationsInState(ctx, capacity.OpPendingStart, t0.Add(3*time.Minute), 100)
+	young, _, err := env.Store.OperationsInState(ctx, capacity.OpPendingStart, t0.Add(3*time.Minute), "", 100)
 	if err != nil || !slices.Equal(ids(young), want[:3]) {
 		t.Fatalf("before minute 3 = %v (%v), want %v", ids(young), err, want[:3])
 	}
@@ -296,7 +296,7 @@ func TestRestartAndFailConditionOnTheAttemptRead(t *testing.T) {
 	if got.State != capacity.OpFailed || got.Reason != "restarts exhausted" {
 		t.Fatalf("operation = %+v", got)
 	}
-	if ops, _ := clean.OperationsInState(ctx, capacity.OpPendingStart, at.Add(time.Hour), 10); len(ops) != 0 {
+	if ops, _, _ := clean.OperationsInState(ctx, capacity.OpPendingStart, at.Add(time.Hour), "", 10); len(ops) != 0 {
 		t.Fatalf("a failed operation is still listed pending-start: %+v", ops)
 	}
 }

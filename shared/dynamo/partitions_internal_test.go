@@ -25,7 +25,7 @@ func TestOperationPartitionsPattern(t *testing.T) {
 				t.Errorf("operation partition %s not admitted", pk)
 			}
 		}
-		for _, pk := range []string{nodePK(node), histPK(node), opStatePK("pending-start")} {
+		for _, pk := range []string{nodePK(node), histPK(node), opStatePK("pending-start", "rcl_1"), legacyOpStatePK("pending-start")} {
 			if iamLike(table.OperationPartitions, pk) {
 				t.Errorf("partition %s admitted", pk)
 			}

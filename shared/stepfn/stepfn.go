@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/aws-sdk-go-v2/service/sfn/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/trace"
@@ -47,6 +49,19 @@ var _ capacity.WorkflowInspector = (*Starter)(nil)
 // right for the API's start of a new name, but it does not say whether that execution is
 // still running, which is why the reconciler asks Status.
 func (s *Starter) Start(ctx context.Context, op capacity.Operation) error {
+	err := s.StartChecked(ctx, op)
+	if errors.Is(err, capacity.ErrExecutionExists) {
+		return nil // started before: that execution carries the attempt
+	}
+	return err
+}
+
+// StartChecked starts the execution as Start does, but answers ExecutionAlreadyExists (an
+// execution of the name closed, or ran with another input) with capacity.ErrExecutionExists,
+// and a ThrottlingException the SDK's retryer gave up on (or its retry quota refused) with
+// capacity.ErrThrottled, both wrapped. A repeated start of a running execution with the same
+// input is a success, as Step Functions answers it.
+func (s *Starter) StartChecked(ctx context.Context, op capacity.Operation) error {
 	name := capacity.ExecutionName(op)
 	input, err := json.Marshal(InputOf(op))
 	if err != nil {
@@ -58,14 +73,20 @@ func (s *Starter) Start(ctx context.Context, op capacity.Operation) error {
 		Input:           aws.String(string(input)),
 		TraceHeader:     traceHeader(ctx),
 	})
-	var exists *types.ExecutionAlreadyExists
-	if errors.As(err, &exists) {
-		return nil // started before: that execution carries the attempt
+	var (
+		exists *types.ExecutionAlreadyExists
+		quota  ratelimit.QuotaExceededError
+		api    smithy.APIError
+	)
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &exists):
+		return fmt.Errorf("start execution %s: %w: %w", name, capacity.ErrExecutionExists, err)
+	case errors.As(err, &quota), errors.As(err, &api) && api.ErrorCode() == "ThrottlingException":
+		return fmt.Errorf("start execution %s: %w: %w", name, capacity.ErrThrottled, err)
 	}
-	if err != nil {
-		return fmt.Errorf("start execution %s: %w", name, err)
-	}
-	return nil
+	return fmt.Errorf("start execution %s: %w", name, err)
 }
 
 // maxTraceHeader is the longest TraceHeader StartExecution accepts.

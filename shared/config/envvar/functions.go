@@ -74,6 +74,9 @@ var (
 	// HeldAfter: a failed operation holding VMs this long is reported (unset: the domain's
 	// default, capacity.DefaultHeldAfter).
 	HeldAfter = Duration{spec{"HELD_AFTER", Stack}, 0}
+	// StartRate: the starts a second the reconciler's drain of pending-start operations
+	// makes (unset: capacity.DefaultStartRate).
+	StartRate = Count{spec{"START_RATE", Stack}}
 )
 
 // terminate-node's.
@@ -122,7 +125,7 @@ var (
 	ReclaimEvents   = function("reclaim-events", StateTable, AuditTable, KeysTable, StateMachineARN, EventBusName,
 		EventPrincipals, IntakeQueueARN, EventAccount, HistoryRetention)
 	Reconciler = function("reconciler", StateTable, StateMachineARN, HistoryRetention, EventBusName,
-		StartAfter, StuckAfter, HeldAfter)
+		StartAfter, StuckAfter, HeldAfter, StartRate)
 	TerminateNode = function("terminate-node", StateTable, AgentMasterSecretID, AgentKeysKMSKeyID, AgentTimeout,
 		AgentAllowHTTP, HistoryRetention)
 )

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/smithy-go/middleware"
@@ -25,6 +27,11 @@ func (e *Env) Workflow(t testing.TB, apiOptions ...func(*middleware.Stack) error
 		Region: "us-east-1", BaseEndpoint: aws.String(e.URL),
 		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
 		APIOptions:  append([]func(*middleware.Stack) error{e.Calls.Middleware}, apiOptions...),
+		// The functions' retryer (shared/config), with millisecond backoff as the store's.
+		Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
+			o.MaxAttempts = 3
+			o.MaxBackoff = 5 * time.Millisecond
+		}),
 	})
 	// The emulator keeps state machines process-wide: a name per call, so that a test can run
 	// again (-count=2) in the same process.
