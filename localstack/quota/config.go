@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
 
 // Config turns the quota model on: AWS's default quotas of Region, every bucket size, refill
@@ -15,6 +16,9 @@ import (
 type Config struct {
 	Region string
 	Scale  float64
+	// Only, if set, models these quotas alone (the others never throttle): one wall at a
+	// time, as a test that shows where it binds wants. Empty: every quota.
+	Only []ID
 }
 
 // Environment variables of the runner (make run, benchmarks): CAPACITY_QUOTA_SCALE turns the
@@ -24,6 +28,7 @@ const (
 	EnvScale  = "CAPACITY_QUOTA_SCALE"
 	EnvRegion = "CAPACITY_QUOTA_REGION"
 	EnvEnv    = "CAPACITY_QUOTA_ENV"
+	EnvOnly   = "CAPACITY_QUOTA_ONLY" // comma-separated quota IDs (Config.Only)
 )
 
 // FromEnv reads the Config from the environment; nil when CAPACITY_QUOTA_SCALE is unset or
@@ -48,6 +53,11 @@ func FromEnv(repoRoot string) (*Config, error) {
 		}
 	}
 	c := &Config{Region: region, Scale: scale}
+	for id := range strings.SplitSeq(os.Getenv(EnvOnly), ",") {
+		if id = strings.TrimSpace(id); id != "" {
+			c.Only = append(c.Only, ID(id))
+		}
+	}
 	return c, c.Validate()
 }
 
@@ -56,8 +66,16 @@ func (c *Config) Validate() error {
 	if c.Scale < 1 {
 		return fmt.Errorf("quota: scale %v: want 1 or more", c.Scale)
 	}
-	_, err := Rows(c.Region)
-	return err
+	rows, err := Rows(c.Region)
+	if err != nil {
+		return err
+	}
+	for _, id := range c.Only {
+		if _, ok := rows[id]; !ok && id != StageThrottle {
+			return fmt.Errorf("quota: no quota %q", id)
+		}
+	}
+	return nil
 }
 
 // RegionOf is the region of environment env in cdk.json's context.environments.

@@ -101,9 +101,9 @@ func (m *Model) apiRequest(w http.ResponseWriter, r *http.Request) bool {
 	costs := []float64{1}
 	ids := []ID{APIGatewayAccount}
 	if st, ok := m.stages[apiID+"/"+stageName]; ok && st.Rate > 0 {
-		buckets = append(buckets, m.bucketOf(stageQuota, apiID+"/"+stageName, st.Burst, st.Rate))
+		buckets = append(buckets, m.bucketOf(StageThrottle, apiID+"/"+stageName, st.Burst, st.Rate))
 		costs = append(costs, 1)
-		ids = append(ids, stageQuota)
+		ids = append(ids, StageThrottle)
 	}
 	if failed := takeAll(buckets, costs); failed != nil {
 		m.throttled(ids[failed[0]], "stage", stageName)
@@ -116,8 +116,8 @@ func (m *Model) apiRequest(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-// stageQuota is the API Gateway stage throttle: the template's, not a row of Defaults.
-const stageQuota ID = "apigateway.stage"
+// StageThrottle is the API Gateway stage throttle: the template's, not a row of Defaults.
+const StageThrottle ID = "apigateway.stage"
 
 // runtimeCall follows executions on the runtime API: an invocation's response or error ends it.
 func (m *Model) runtimeCall(r *http.Request) {
@@ -162,6 +162,9 @@ func (m *Model) invoke(w http.ResponseWriter, r *http.Request) (bool, func()) {
 		if cost, ok := m.transitionsOf(fn, payload); ok {
 			m.wait(r.Context(), SFNStateTransitions, m.bucket(SFNStateTransitions, ""), cost)
 		}
+	}
+	if !m.applies(LambdaConcurrency) {
+		return false, func() {}
 	}
 	inv, reason := m.conc.admit(fn, m.now())
 	if reason != "" {

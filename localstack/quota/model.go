@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"maps"
 	"math"
+	"slices"
 	"sync"
 	"time"
 )
@@ -111,6 +112,11 @@ func (m *Model) scaled(size, rate float64) (float64, float64) {
 	return math.Max(1, size/m.cfg.Scale), rate / m.cfg.Scale
 }
 
+// applies reports whether the model applies quota id (Config.Only).
+func (m *Model) applies(id ID) bool {
+	return len(m.cfg.Only) == 0 || slices.Contains(m.cfg.Only, id)
+}
+
 // limit scales a concurrency limit, keeping one at least.
 func (m *Model) limit(n float64) int { return max(1, int(math.Round(n/m.cfg.Scale))) }
 
@@ -126,6 +132,9 @@ func (m *Model) bucketOf(id ID, key string, size, rate float64) *Bucket {
 	b, ok := m.buckets[k]
 	if !ok {
 		s, r := m.scaled(size, rate)
+		if !m.applies(id) {
+			s, r = math.Inf(1), math.Inf(1) // a quota not modelled: a bucket that never runs dry
+		}
 		b = NewBucket(s, r, m.now)
 		m.buckets[k] = b
 	}

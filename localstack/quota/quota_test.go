@@ -390,7 +390,7 @@ func TestAPIStageThrottleAnswers429(t *testing.T) {
 	if code != 429 || body != `{"message":"Too Many Requests"}` {
 		t.Fatalf("past the burst: %d %s", code, body)
 	}
-	if m.Stats()[stageQuota].Throttled != 1 {
+	if m.Stats()[StageThrottle].Throttled != 1 {
 		t.Errorf("stats: %+v", m.Stats())
 	}
 }
@@ -420,6 +420,21 @@ func TestAccountConcurrencyIsSharedByUnreservedFunctions(t *testing.T) {
 	m.conc.ended("terminate", "req-1")
 	if _, reason := m.conc.admit("events", m.now()); reason != "" {
 		t.Fatal("an ended execution still counted:", reason)
+	}
+}
+
+func TestOnlyModelsTheNamedQuotas(t *testing.T) {
+	m, err := New(Config{Region: "eu-west-1", Scale: 1000, Only: []ID{SFNStandardStart}}, Resources{Tables: testTables}, nil, newClock().now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.bucket(SFNStandardStart, "").Take(1) || m.bucket(SFNStandardStart, "").Take(1) {
+		t.Error("StartExecution, named, is not modelled")
+	}
+	for range 100 {
+		if !m.bucket(DynamoPartitionWrite, "state//S:x").Take(1) {
+			t.Fatal("a partition write was throttled though only StartExecution is modelled")
+		}
 	}
 }
 
