@@ -13,7 +13,7 @@ import (
 // quota modelled at a scale where its bucket holds one start and refills one every 43 s
 // (CAPACITY_QUOTA_SCALE=13000 CAPACITY_QUOTA_ONLY=sfn.standard.StartExecution), the second of
 // two reclaims in a row meets ThrottlingException on its start, through the SDK's retries: the
-// reclaim still answers with what it evicted, and its operation waits in pending_start for the
+// reclaim still answers with what it evicted, and its operation waits in pending-start for the
 // reconciler, as on AWS past 1,300 starts in a burst.
 func TestStartThrottledLeavesOperationPendingStartUnderQuotas(t *testing.T) {
 	if stackQuotas == nil || !slices.Equal(stackQuotas.Only, []quota.ID{quota.SFNStandardStart}) || stackQuotas.Scale < 13000 {
@@ -34,8 +34,8 @@ func TestStartThrottledLeavesOperationPendingStartUnderQuotas(t *testing.T) {
 		}
 		states = append(states, op.json(t)["state"])
 	}
-	if states[0] == "pending_start" || states[1] != "pending_start" {
-		t.Fatalf("operation states %v: want the first started and the second pending_start", states)
+	if states[0] == "pending-start" || states[1] != "pending-start" {
+		t.Fatalf("operation states %v: want the first started and the second pending-start", states)
 	}
 	if n := localStack.Quotas().Stats()[quota.SFNStandardStart].Throttled; n < 1 {
 		t.Fatalf("the model throttled %d StartExecution calls", n)
