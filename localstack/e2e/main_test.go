@@ -33,6 +33,7 @@ import (
 
 	"github.com/openrelay/capacity/localstack/agentsim"
 	"github.com/openrelay/capacity/localstack/demo"
+	"github.com/openrelay/capacity/localstack/quota"
 	"github.com/openrelay/capacity/localstack/stack"
 	"github.com/openrelay/capacity/shared/awsfault"
 	"github.com/openrelay/capacity/shared/config/envvar"
@@ -56,6 +57,9 @@ var (
 
 	// faultSpec is E2E_FAULTS: the AWS faults the stack's functions run under ("": none).
 	faultSpec = strings.TrimSpace(os.Getenv("E2E_FAULTS"))
+
+	// stackQuotas is the quota model the stack runs under (CAPACITY_QUOTA_SCALE, ...; nil: none).
+	stackQuotas *quota.Config
 )
 
 func TestMain(m *testing.M) {
@@ -65,6 +69,17 @@ func TestMain(m *testing.M) {
 	}
 	if testing.Short() {
 		shortBenchmarks()
+	}
+	if quotas, err := quota.FromEnv(filepath.Join("..", "..")); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(2)
+	} else if quotas != nil {
+		// The stack meets AWS's quotas (docs/scale.md): only the tests named UnderQuotas
+		// hold there unless -run says otherwise.
+		stackQuotas = quotas
+		if f := flag.Lookup("test.run"); f != nil && f.Value.String() == "" {
+			_ = f.Value.Set("UnderQuotas")
+		}
 	}
 	if faultSpec != "" {
 		if f := flag.Lookup("test.run"); f != nil && f.Value.String() == "" {
@@ -160,6 +175,7 @@ func stackOutputs() (map[string]string, func(), error) {
 		TemplatePath: template, RepoRoot: root, Processes: processes, Logger: logger, ExtraEnv: env,
 		// Every function's AWS calls, for the IAM check after the tests (checkIAM).
 		CallLogDir: filepath.Join(root, "build", "local", "calls"),
+		Quotas:     stackQuotas,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("start local stack: %w", err)

@@ -1,6 +1,8 @@
 package stack
 
 import (
+	"github.com/openrelay/capacity/localstack/quota"
+
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -170,6 +172,12 @@ func provisionStage(ctx context.Context, p *provisioner, _ string, _ *resource, 
 	var st struct {
 		RestApiId, DeploymentId, StageName, Description string
 		Variables                                       map[string]string
+		MethodSettings                                  []struct {
+			HTTPMethod           string `json:"HttpMethod"`
+			ResourcePath         string
+			ThrottlingRateLimit  float64
+			ThrottlingBurstLimit float64
+		}
 	}
 	if err := decodeProps(props, &st); err != nil {
 		return nil, err
@@ -187,6 +195,15 @@ func provisionStage(ctx context.Context, p *provisioner, _ string, _ *resource, 
 	}
 
 	p.log.Info("created api stage", "api", st.RestApiId, "stage", st.StageName)
+
+	// The stage's default method throttle (every method, every path) is what the quota model
+	// applies; a per-method setting is not modelled.
+	for _, ms := range st.MethodSettings {
+		if ms.HTTPMethod == "*" && ms.ResourcePath == "/*" && ms.ThrottlingRateLimit > 0 {
+			p.quotaRes.Stages = append(p.quotaRes.Stages, quota.Stage{APIID: st.RestApiId, Name: st.StageName,
+				Rate: ms.ThrottlingRateLimit, Burst: ms.ThrottlingBurstLimit})
+		}
+	}
 
 	return &physical{ref: st.StageName, attrs: map[string]any{}}, nil
 }

@@ -1,6 +1,8 @@
 package stack
 
 import (
+	"github.com/openrelay/capacity/localstack/quota"
+
 	"context"
 	"log/slog"
 	"sync"
@@ -36,7 +38,7 @@ type bridges struct {
 // callLog directory their calls are logged as made by whom AWS makes them as: a mapping's
 // polls by its function's role (Lambda polls with the execution role), a firing by the
 // schedule's role.
-func startBridges(endpoint string, mappings []mappingSpec, workers int, fire bool, callLog string, log *slog.Logger) *bridges {
+func startBridges(endpoint string, mappings []mappingSpec, workers int, fire bool, callLog string, quotas *quota.Model, log *slog.Logger) *bridges {
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &bridges{cancel: cancel}
 	cfg := AWSConfig(endpoint)
@@ -62,6 +64,9 @@ func startBridges(endpoint string, mappings []mappingSpec, workers int, fire boo
 		f := newScheduleFirer(scheduler.NewFromConfig(cfg), eventbridge.NewFromConfig(cfg), log)
 		if callLog != "" {
 			f.calls = calllog.New(callLog, "scheduler")
+		}
+		if quotas != nil {
+			f.invocation = quotas.WaitSchedulerInvocation
 		}
 
 		b.wg.Go(func() { f.run(ctx, fireInterval) })

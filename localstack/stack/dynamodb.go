@@ -1,6 +1,8 @@
 package stack
 
 import (
+	"github.com/openrelay/capacity/localstack/quota"
+
 	"context"
 	"fmt"
 
@@ -102,6 +104,8 @@ func provisionTable(ctx context.Context, p *provisioner, id string, _ *resource,
 		}
 	}
 
+	p.quotaRes.Tables = append(p.quotaRes.Tables, quotaTable(name, provisioned, t))
+
 	out, err := p.dynamodb.CreateTable(ctx, in)
 	if err != nil {
 		return nil, fmt.Errorf("create table %s: %w", name, err)
@@ -170,4 +174,23 @@ func throughput(t *cfnThroughput) *types.ProvisionedThroughput {
 	}
 
 	return &types.ProvisionedThroughput{ReadCapacityUnits: aws.Int64(read), WriteCapacityUnits: aws.Int64(write)}
+}
+
+// quotaTable is what the quota model needs of a table: the keys of its partitions and its
+// indexes'.
+func quotaTable(name string, provisioned bool, t cfnTable) quota.Table {
+	hash := func(keys []cfnKey) string {
+		for _, k := range keys {
+			if k.KeyType == "HASH" {
+				return k.AttributeName
+			}
+		}
+		return ""
+	}
+	qt := quota.Table{Name: name, PartitionKey: hash(t.KeySchema), Provisioned: provisioned}
+	for _, ix := range t.GlobalSecondaryIndexes {
+		qt.Indexes = append(qt.Indexes, quota.Index{Name: ix.IndexName, PartitionKey: hash(ix.KeySchema),
+			KeysOnly: ix.Projection.ProjectionType == "KEYS_ONLY"})
+	}
+	return qt
 }

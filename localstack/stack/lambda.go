@@ -1,6 +1,8 @@
 package stack
 
 import (
+	"github.com/openrelay/capacity/localstack/quota"
+
 	"archive/zip"
 	"bytes"
 	"context"
@@ -27,7 +29,9 @@ type cfnFunction struct {
 	Timeout       cfnInt
 	MemorySize    cfnInt
 	Architectures []string
-	Environment   struct {
+	// ReservedConcurrentExecutions is kept for the quota model (kumo ignores it).
+	ReservedConcurrentExecutions cfnInt
+	Environment                  struct {
 		Variables map[string]any
 	}
 }
@@ -44,6 +48,8 @@ func provisionFunction(ctx context.Context, p *provisioner, id string, r *resour
 	if err != nil {
 		return nil, fmt.Errorf("function %s environment: %w", name, err)
 	}
+
+	p.quotaRes.Functions = append(p.quotaRes.Functions, quota.Function{Name: name, Reserved: int(f.ReservedConcurrentExecutions)})
 
 	spec := functionSpec{
 		name:    name,

@@ -1,6 +1,8 @@
 package stack
 
 import (
+	"github.com/openrelay/capacity/localstack/quota"
+
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -47,6 +49,7 @@ type provisioner struct {
 	queueURLs map[string]string // queue ARN -> URL
 	schedules bool              // the template has a schedule group: the runner fires its schedules
 	restAPIs  map[string]string // RestApi id -> its stable id (stableAPIID), for Outputs and the proxy
+	quotaRes  quota.Resources   // what the quota model needs of the template
 	skipped   map[string]int    // resource type -> count, skipped on purpose
 	unknown   map[string]int    // resource type -> count, not supported
 }

@@ -1,6 +1,8 @@
 package stack
 
 import (
+	"github.com/openrelay/capacity/localstack/quota"
+
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -18,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -30,6 +33,8 @@ type proxy struct {
 	transport *http.Transport
 	rp        *httputil.ReverseProxy
 	log       *slog.Logger
+
+	quota atomic.Pointer[quota.Model] // AWS's quotas, when the stack models them
 
 	mu      sync.Mutex
 	pollers map[string]int    // function name -> runtime-API polls that reached kumo and wait there
@@ -97,6 +102,14 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer done()
 	}
 
+	if q := p.quota.Load(); q != nil {
+		handled, release := q.Handle(w, r)
+		defer release()
+		if handled {
+			return
+		}
+	}
+
 	p.rp.ServeHTTP(w, r)
 }
 
@@ -158,6 +171,11 @@ func (p *proxy) modifyResponse(resp *http.Response) error {
 
 	if _, ok := runtimeNextFunction(resp.Request.Method, resp.Request.URL.Path); !ok {
 		return nil
+	}
+
+	if q := p.quota.Load(); q != nil {
+		fn, _ := runtimeNextFunction(resp.Request.Method, resp.Request.URL.Path)
+		q.ExecutionStarted(fn, resp.Header.Get("Lambda-Runtime-Aws-Request-Id"))
 	}
 
 	if arn := resp.Header.Get("Lambda-Runtime-Invoked-Function-Arn"); arn != "" {

@@ -31,6 +31,10 @@ type scheduleFirer struct {
 	// calls, if set, logs each put as made by the schedule's role, as Scheduler makes it.
 	calls *calllog.Log
 
+	// invocation, if set, holds each firing until Scheduler's invocation quota lets it
+	// through (localstack/quota): Scheduler delays invocations past it.
+	invocation func(context.Context)
+
 	fired  map[string]bool // schedule key+version -> put on the bus
 	warned map[string]bool // schedule key+version -> told it cannot be fired here
 }
@@ -153,6 +157,10 @@ func (f *scheduleFirer) fire(ctx context.Context, s *scheduler.GetScheduleOutput
 		}
 
 		return errUnsupportedTarget{arn: arn}
+	}
+
+	if f.invocation != nil {
+		f.invocation(ctx)
 	}
 
 	detail := valueOr(aws.ToString(t.Input), "{}")

@@ -1,6 +1,8 @@
 package stack
 
 import (
+	"github.com/openrelay/capacity/localstack/quota"
+
 	"context"
 	"errors"
 	"fmt"
@@ -39,6 +41,10 @@ type Options struct {
 	// CallLogDir, if set, has every function log the AWS calls it makes there
 	// (envvar.CallLog, shared/calllog), emptied first: what the IAM check reads.
 	CallLogDir string
+	// Quotas, if set, applies AWS's default quotas of a region, divided by a scale factor,
+	// to every AWS call and API request through the stack (localstack/quota, docs/scale.md).
+	// Off by default: without it nothing is ever throttled.
+	Quotas *quota.Config
 }
 
 // DefaultAddr is where the local stack listens unless told otherwise: where LocalStack's
@@ -62,6 +68,7 @@ type Stack struct {
 	prov      *provisioner // the template and its resolved resources, for IAM
 	callLog   string
 	bridges   *bridges // SQS pollers and the schedule firer
+	quotas    *quota.Model
 	functions []Function
 
 	closeOnce sync.Once
@@ -139,6 +146,15 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 
 	s.prov = prov
 
+	if o.Quotas != nil {
+		// After provisioning, so that only the stack's own traffic meets the quotas.
+		if s.quotas, err = quota.New(*o.Quotas, prov.quotaRes, o.Logger, nil); err != nil {
+			return nil, err
+		}
+		s.proxy.quota.Store(s.quotas)
+		o.Logger.Warn("AWS quotas modelled", "region", o.Quotas.Region, "scale", o.Quotas.Scale)
+	}
+
 	if o.CallLogDir != "" {
 		if o.CallLogDir, err = filepath.Abs(o.CallLogDir); err != nil {
 			return nil, fmt.Errorf("call log: %w", err)
@@ -185,12 +201,16 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	}
 
 	// What kumo does not do itself: poll the queues of event source mappings, fire schedules.
-	s.bridges = startBridges(s.endpoint, prov.mappings, o.Processes, prov.schedules, s.callLog, o.Logger)
+	s.bridges = startBridges(s.endpoint, prov.mappings, o.Processes, prov.schedules, s.callLog, s.quotas, o.Logger)
 
 	o.Logger.Info("local stack ready", "stack", s.name, "endpoint", s.endpoint, "functions", len(prov.functions), "outputs", s.outputs)
 
 	return s, nil
 }
+
+// Quotas is the stack's quota model (nil unless Options.Quotas): its Stats say what it
+// throttled and delayed.
+func (s *Stack) Quotas() *quota.Model { return s.quotas }
 
 // CallLogDir is where the functions log their AWS calls ("" if they do not).
 func (s *Stack) CallLogDir() string { return s.callLog }

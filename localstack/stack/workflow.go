@@ -1,6 +1,8 @@
 package stack
 
 import (
+	"github.com/openrelay/capacity/localstack/quota"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -51,6 +53,7 @@ func provisionStateMachine(ctx context.Context, p *provisioner, id string, _ *re
 	}
 
 	arn := aws.ToString(out.StateMachineArn)
+	p.quotaRes.StateMachines = append(p.quotaRes.StateMachines, quota.StateMachine{ARN: arn, Type: valueOr(sm.StateMachineType, "STANDARD"), Definition: definition})
 	p.log.Info("created state machine", "name", name)
 
 	return &physical{ref: arn, attrs: map[string]any{"Arn": arn, "Name": name}}, nil

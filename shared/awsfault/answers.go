@@ -26,20 +26,15 @@ func (i *Injector) answer(service, op string, params any, f Fault, variant bool)
 		return i.errorResponse(400, map[string]any{"__type": ddb + "TransactionConflictException",
 			"message": "Transaction is ongoing for the item"})
 	case ProvisionedThroughputExceeded:
-		msg := "The level of configured provisioned throughput for the table was exceeded. Consider increasing your provisioning level with the UpdateTable API."
 		if isTransact(op) && variant {
-			return i.cancelled(params, "ProvisionedThroughputExceeded", msg)
+			return i.cancelled(params, ReasonProvisionedThroughputExceeded, ProvisionedThroughputMessage)
 		}
-		return i.errorResponse(400, map[string]any{"__type": ddb + "ProvisionedThroughputExceededException", "message": msg})
+		return i.write(ProvisionedThroughputAnswer())
 	case Throttling, StartThrottling:
-		if service == dynamodb.ServiceID {
-			msg := "Throughput exceeds the current capacity of your table or index. DynamoDB is automatically scaling your table or index so please try again shortly."
-			if isTransact(op) && variant {
-				return i.cancelled(params, "ThrottlingError", msg)
-			}
-			return i.errorResponse(400, map[string]any{"__type": ddb + "ThrottlingException", "message": msg})
+		if service == dynamodb.ServiceID && isTransact(op) && variant {
+			return i.cancelled(params, ReasonThrottlingError, DynamoThrottlingMessage)
 		}
-		return i.errorResponse(400, map[string]any{"__type": "ThrottlingException", "message": "Rate exceeded"})
+		return i.write(ThrottlingAnswer(service))
 	case AccessDenied:
 		return i.accessDenied(service, op)
 	case ExecutionLimitExceeded:
@@ -90,17 +85,11 @@ func (i *Injector) cancelled(params any, code, msg string) middleware.Deserializ
 	i.mu.Lock()
 	at := i.rnd.Intn(n)
 	i.mu.Unlock()
-	reasons := make([]map[string]string, n)
-	names := make([]string, n)
-	for k := range reasons {
-		reasons[k], names[k] = map[string]string{"Code": "None"}, "None"
-	}
-	reasons[at], names[at] = map[string]string{"Code": code, "Message": msg}, code
-	return i.errorResponse(400, map[string]any{
-		"__type":              "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
-		"Message":             "Transaction cancelled, please refer cancellation reasons for specific reasons [" + strings.Join(names, ", ") + "]",
-		"CancellationReasons": reasons,
-	})
+	return i.write(CancelledAnswer(n, map[int]string{at: code}, msg))
+}
+
+func (i *Injector) write(a Answer) middleware.DeserializeOutput {
+	return i.errorResponse(a.Status, a.Body)
 }
 
 func (i *Injector) errorResponse(status int, body map[string]any) middleware.DeserializeOutput {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/openrelay/capacity/localstack/agentsim"
 	"github.com/openrelay/capacity/localstack/demo"
+	"github.com/openrelay/capacity/localstack/quota"
 	"github.com/openrelay/capacity/localstack/stack"
 	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/dynamo"
@@ -86,9 +87,14 @@ func run(ctx context.Context, logger *slog.Logger, template, outputsPath, addr, 
 			logger.Warn("functions run with injected AWS faults", k, v)
 		}
 	}
+	// AWS's default quotas, scaled (docs/scale.md), off unless asked for: CAPACITY_QUOTA_SCALE=100.
+	quotas, err := quota.FromEnv(root)
+	if err != nil {
+		return err
+	}
 	st, err := stack.Start(ctx, stack.Options{
 		TemplatePath: template, Addr: addr, RepoRoot: root, Logger: logger,
-		ExtraEnv: extra,
+		ExtraEnv: extra, Quotas: quotas,
 	})
 	if err != nil {
 		return fmt.Errorf("start local stack: %w", err)
