@@ -146,6 +146,8 @@ bench: ## latency and size figures (see docs/numbers.md)
 	go test -count=1 -timeout 15m -run '^$$' -bench 'History$$' -benchtime 1x ./localstack/e2e
 	@echo "==> scale: 1,000-victim fan-out, throughput over 1, 4 and 16 nodes, contention on one node"
 	go test -count=1 -timeout 10m -run '^$$' -bench 'Scale$$' -benchtime 1x ./localstack/e2e
+	@echo "==> burst: 200 reclaims over 200 nodes within 1 s (typical, grace 120 s, a mix with 64-VM nodes), to the last VM terminated (docs/scale.md)"
+	go test -count=1 -timeout 15m -run '^$$' -bench 'Burst$$' -benchtime 1x ./localstack/e2e
 	@echo "==> contention: 8 clients on their own units of one node; one writer alone and beside 16 clients"
 	go test -count=1 -timeout 15m -run '^$$' -bench 'Contention$$' -benchtime 1x ./localstack/e2e
 	@echo "==> web console: a cold load of the node view of a 64-unit node, to its 64 cells drawn, and the bytes it transferred (under 150 KB)"

@@ -110,6 +110,7 @@ func shortBenchmarks() {
 	contentionCalls, contentionCommits = 48, 6
 	floodCalls = 20
 	noticeNodes, noticePerNode = 2, 2
+	burstN, burstGrace = 20, 2*time.Second // the grace shape's 120 s scaled down to 2 s
 }
 
 func percentile(d []time.Duration, p int) time.Duration {

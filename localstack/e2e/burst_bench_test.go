@@ -1,0 +1,619 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/sfn"
+	sfntypes "github.com/aws/aws-sdk-go-v2/service/sfn/types"
+
+	"github.com/openrelay/capacity/localstack/stack"
+	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/stepfn"
+)
+
+// BenchmarkBurst's sizes (shortBenchmarks shrinks them; BURST_N overrides burstN).
+var (
+	burstN     = 200               // reclaims per shape, each on a node of its own (see docs/scale.md)
+	burstGrace = 120 * time.Second // the grace shape's grace (the API's longest)
+	burstWide  = 10                // in the mix, every burstWide-th node holds 64 VMs
+)
+
+const (
+	burstWindow      = time.Second // the reclaims' arrivals are spread evenly over it
+	burstMaxAttempts = 20          // per reclaim: a 429 or 503 is retried after its Retry-After
+)
+
+// burstConfig is what the environment sets for BenchmarkBurst.
+//
+//   - BURST_N: reclaims per shape (default burstN). When unset and BURST_QUOTA_SCALE is set,
+//     the issue's burst of 10,000 reclaims divided by the scale.
+//   - BURST_QUOTA_SCALE: the scale factor of the local stack's AWS quota model, which
+//     divides every quota's rate and bucket. The benchmark does not set up quotas itself: it
+//     names the figures by the scale the stack runs at (0 or unset: no quota model, today's
+//     stack), so a run under quotas is told apart from one without.
+//   - BURST_RECONCILE_EVERY: how often the reconciler runs during the burst (default 1m, its
+//     schedule on AWS; schedules never fire on the emulator, so the benchmark invokes it).
+//   - BURST_DRAIN_WITHIN: how long the backlog may take to drain before the run fails
+//     (default 15m).
+type burstConfig struct {
+	n              int
+	quotaScale     float64
+	reconcileEvery time.Duration
+	drainWithin    time.Duration
+}
+
+func readBurstConfig(b *testing.B) burstConfig {
+	c := burstConfig{n: burstN, reconcileEvery: time.Minute, drainWithin: 15 * time.Minute}
+	if v := os.Getenv("BURST_QUOTA_SCALE"); v != "" {
+		s, err := strconv.ParseFloat(v, 64)
+		if err != nil || s < 0 {
+			b.Fatalf("BURST_QUOTA_SCALE=%q: want a scale factor (0: no quota model)", v)
+		}
+		c.quotaScale = s
+		if s > 0 && !testing.Short() {
+			c.n = max(1, int(10000/s))
+		}
+	}
+	if v := os.Getenv("BURST_N"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("BURST_N=%q: want a positive number", v)
+		}
+		c.n = n
+	}
+	for name, d := range map[string]*time.Duration{"BURST_RECONCILE_EVERY": &c.reconcileEvery, "BURST_DRAIN_WITHIN": &c.drainWithin} {
+		if v := os.Getenv(name); v != "" {
+			p, err := time.ParseDuration(v)
+			if err != nil || p <= 0 {
+				b.Fatalf("%s=%q: want a positive duration", name, v)
+			}
+			*d = p
+		}
+	}
+	return c
+}
+
+func (c burstConfig) quotaName() string {
+	if c.quotaScale == 0 {
+		return "off"
+	}
+	return strconv.FormatFloat(c.quotaScale, 'g', -1, 64)
+}
+
+// burstShape is one kind of burst: the grace of its reclaims and how many spot VMs (each on
+// a unit of its own, all reclaimed) node i holds.
+type burstShape struct {
+	name  string
+	grace time.Duration
+	vms   func(i int) int
+}
+
+func burstShapes() []burstShape {
+	two := func(int) int { return 2 }
+	return []burstShape{
+		{"typical", 0, two},
+		{"grace", burstGrace, two},
+		{"mix", 0, func(i int) int {
+			if i%burstWide == 0 {
+				return 64
+			}
+			return 2
+		}},
+	}
+}
+
+// BenchmarkBurst sends N reclaims over N nodes, their arrivals spread evenly over one second,
+// through API Gateway on the local stack, with the owner's key, and follows them to the last
+// VM terminated. Three shapes, in one stack, in this order: typical (2 spot VMs a node, grace
+// 0), the same with a grace of 120 s, and a mix where every tenth node holds 64 VMs. A client
+// retries a 429 or 503 after its Retry-After (with an Idempotency-Key, as a client should);
+// the reconciler runs on its schedule (BURST_RECONCILE_EVERY). It reports:
+//
+//   - the answers by status; each must be 200, or 429/503 with Retry-After, or the run fails;
+//   - the time from the burst's start to the last VM terminated on its agent, and how late
+//     the terminations came past their grace (the operation's terminateAfter: commit time
+//     plus the grace);
+//   - victims never terminated (lost) and victims that got more than one terminate call on
+//     their agent (double); either fails the run;
+//   - the backlog left for the reconciler, the burst's operations still pending-start with
+//     no execution started when the last answer came, and the time until it drained.
+//
+// The nodes are seeded straight into the table (not timed), as the other scale benchmarks
+// do. The emulator's Query walks the whole table, so later shapes run on a larger table
+// (AWS seeks the partition).
+func BenchmarkBurst(b *testing.B) {
+	cfg := readBurstConfig(b)
+	for _, sh := range burstShapes() {
+		b.Run(fmt.Sprintf("%s/n=%d/grace=%s/quota=%s", sh.name, cfg.n, sh.grace, cfg.quotaName()), func(b *testing.B) {
+			for b.Loop() {
+				r := runBurst(b, cfg, sh)
+				r.report(b)
+				fmt.Printf("burst %s: %s\n", b.Name(), r)
+				r.check(b)
+			}
+			b.ReportMetric(0, "ns/op") // includes seeding and the grace; the metrics are the figures
+		})
+	}
+}
+
+// burstAnswer is what one reclaim of the burst got, over its attempts.
+type burstAnswer struct {
+	sent, answered time.Time
+	statuses       []int // one per attempt; 0: no answer (a transport error)
+	noRetryAfter   int   // 429 or 503 answers without Retry-After
+	reclaimID      string
+	terminated     []string
+	err            string // the last transport error or unexpected answer
+}
+
+// burstResult is one burst's figures.
+type burstResult struct {
+	cfg                  burstConfig
+	shape                burstShape
+	nodes, victims       int
+	seeding              time.Duration
+	byStatus             map[int]int // every answer of every attempt
+	transport            int         // attempts with no answer
+	noRetryAfter         int
+	retries              int
+	badAnswers           []string
+	sendSpread           time.Duration
+	answerP50, answerP99 time.Duration
+	lastAnswer           time.Duration // from the burst's start
+	lastTerminated       time.Duration // from the burst's start
+	pastGraceP50         time.Duration
+	pastGraceMax         time.Duration
+	lost, double         int
+	hiddenCommits        int // reclaims not answered 200 that committed all the same
+	failedOps            int
+	backlog              int
+	drain                time.Duration // from the last answer to no backlog
+	drained              bool
+	reconcilerRuns       int
+}
+
+func runBurst(b *testing.B, cfg burstConfig, sh burstShape) *burstResult {
+	ctx := context.Background()
+	r := &burstResult{cfg: cfg, shape: sh, nodes: cfg.n, byStatus: map[int]int{}}
+
+	seedStart := time.Now()
+	nodes := make([]string, cfg.n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < cfg.n && !b.Failed(); i = int(next.Add(1)) - 1 {
+				nodes[i] = newNode(b, spotNode(sh.vms(i)))
+			}
+		})
+	}
+	wg.Wait()
+	if b.Failed() {
+		b.FailNow()
+	}
+	for i := range nodes {
+		r.victims += sh.vms(i)
+	}
+	r.seeding = time.Since(seedStart)
+
+	stopReconciler := reconcileEvery(cfg.reconcileEvery)
+	defer func() { r.reconcilerRuns = stopReconciler() }()
+
+	// The burst: reclaim i arrives at start + i*window/N.
+	client := &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+	defer client.CloseIdleConnections()
+	answers := make([]burstAnswer, cfg.n)
+	start := time.Now().Add(50 * time.Millisecond)
+	for i, node := range nodes {
+		wg.Go(func() {
+			time.Sleep(time.Until(start.Add(time.Duration(i) * burstWindow / time.Duration(cfg.n))))
+			answers[i] = burstReclaim(client, node, sh.vms(i), sh.grace)
+		})
+	}
+	wg.Wait()
+
+	var latencies []time.Duration
+	var firstSent, lastSent, lastAnswer time.Time
+	for i, a := range answers {
+		for _, s := range a.statuses {
+			if s == 0 {
+				r.transport++
+			} else {
+				r.byStatus[s]++
+			}
+		}
+		r.retries += len(a.statuses) - 1
+		r.noRetryAfter += a.noRetryAfter
+		if want := victimIDs(sh.vms(i)); a.reclaimID == "" || !slices.Equal(sorted(a.terminated), sorted(want)) {
+			r.badAnswers = append(r.badAnswers, fmt.Sprintf("%s: %s", nodes[i], a.err))
+		}
+		latencies = append(latencies, a.answered.Sub(a.sent))
+		if firstSent.IsZero() || a.sent.Before(firstSent) {
+			firstSent = a.sent
+		}
+		lastSent = later(lastSent, a.sent)
+		lastAnswer = later(lastAnswer, a.answered)
+	}
+	r.sendSpread = lastSent.Sub(firstSent)
+	r.answerP50, r.answerP99 = percentile(latencies, 50), percentile(latencies, 99)
+	r.lastAnswer = lastAnswer.Sub(start)
+
+	ops := map[string]string{} // reclaim id -> node
+	var victims []victim       // of the reclaims answered 200: committed
+	var unanswered []string    // nodes whose reclaim got no 200
+	for i, a := range answers {
+		if a.reclaimID != "" {
+			ops[a.reclaimID] = nodes[i]
+			victims = append(victims, victimsOf(nodes[i:i+1], sh.vms(i))...)
+		} else {
+			unanswered = append(unanswered, nodes[i])
+		}
+	}
+
+	// The backlog: operations the API committed but whose workflow did not start, left to
+	// the reconciler.
+	r.backlog = burstBacklog(ctx, b, ops)
+	drainDeadline := time.Now().Add(cfg.drainWithin)
+	for left := r.backlog; ; left = burstBacklog(ctx, b, ops) {
+		if left == 0 {
+			r.drained = true
+			if r.backlog > 0 {
+				r.drain = time.Since(lastAnswer)
+			}
+			break
+		}
+		if time.Now().After(drainDeadline) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+
+	// Every victim terminated, then every operation ended, so that a late duplicate call
+	// would be counted.
+	deadline := time.Now().Add(sh.grace + 5*time.Minute)
+	for !allTerminated(victims) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	ended := awaitBurstOps(ctx, b, ops, time.Now().Add(2*time.Minute))
+	for _, node := range unanswered { // by now, a reclaim that committed late would show
+		if committed(b, node) {
+			r.hiddenCommits++
+		}
+	}
+
+	terminateAfter := map[string]time.Time{} // by node: one operation per node
+	for _, op := range ended {
+		terminateAfter[op.NodeID] = op.TerminateAfter
+		if op.State != capacity.OpCompleted {
+			r.failedOps++
+		}
+	}
+	r.failedOps += len(ops) - len(ended)
+	var pastGrace []time.Duration
+	var lastTerminated time.Time
+	for _, v := range victims {
+		calls := agents.TerminateCalls(v.node, v.vm)
+		switch {
+		case agents.Terminations(v.node, v.vm) == 0:
+			r.lost++
+			continue
+		case calls > 1:
+			r.double++
+		}
+		at := agents.TerminatedAt(v.node, v.vm)
+		lastTerminated = later(lastTerminated, at)
+		if after := terminateAfter[v.node]; !after.IsZero() {
+			pastGrace = append(pastGrace, at.Sub(after))
+		}
+	}
+	if !lastTerminated.IsZero() {
+		r.lastTerminated = lastTerminated.Sub(start)
+	}
+	r.pastGraceP50, r.pastGraceMax = percentile(pastGrace, 50), percentile(pastGrace, 100)
+	return r
+}
+
+// burstReclaim reclaims the node's n units with the grace, retrying a 429 or 503 after its
+// Retry-After and a lost answer after a second, under one Idempotency-Key.
+func burstReclaim(client *http.Client, node string, n int, grace time.Duration) burstAnswer {
+	body := fmt.Sprintf(`{"unitIds":[%s],"graceSeconds":%d,"reason":"burst"}`, quoted(unitIDs(n)), int(grace/time.Second))
+	a := burstAnswer{sent: time.Now()}
+	for range burstMaxAttempts {
+		req, err := http.NewRequest(http.MethodPost, strings.TrimSuffix(apiURL, "/")+reclaimPath(node), strings.NewReader(body))
+		if err != nil {
+			a.err = err.Error()
+			break
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+keyOwner)
+		req.Header.Set("Idempotency-Key", "burst-"+node)
+		resp, err := client.Do(req)
+		if err != nil {
+			a.statuses = append(a.statuses, 0)
+			a.err = err.Error()
+			time.Sleep(time.Second)
+			continue
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		a.statuses = append(a.statuses, resp.StatusCode)
+		switch resp.StatusCode {
+		case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+			wait, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+			if err != nil || wait < 0 {
+				a.noRetryAfter++
+				wait = 1
+			}
+			a.err = fmt.Sprintf("%d %s", resp.StatusCode, raw)
+			time.Sleep(time.Duration(wait) * time.Second)
+			continue
+		case http.StatusOK:
+			a.answered = time.Now()
+			var out struct {
+				ReclaimID  string   `json:"reclaimId"`
+				Terminated []string `json:"terminated"`
+			}
+			if err := json.Unmarshal(raw, &out); err != nil {
+				a.err = fmt.Sprintf("200 with a body that is no answer: %v", err)
+				return a
+			}
+			a.reclaimID, a.terminated = out.ReclaimID, out.Terminated
+			a.err = "terminated " + strings.Join(out.Terminated, ",")
+			return a
+		default:
+			a.answered = time.Now()
+			a.err = fmt.Sprintf("%d %s", resp.StatusCode, raw)
+			return a
+		}
+	}
+	a.answered = time.Now()
+	a.err = "no 200 after retries: " + a.err
+	return a
+}
+
+// burstBacklog counts the burst's operations still pending-start with no execution of their
+// attempt: what only the reconciler will start.
+func burstBacklog(ctx context.Context, b *testing.B, ops map[string]string) int {
+	pending, err := store.OperationsInState(ctx, capacity.OpPendingStart, time.Now().Add(time.Hour), 1<<30)
+	if err != nil {
+		b.Fatalf("pending-start operations: %v", err)
+	}
+	var mine []capacity.Operation
+	for _, op := range pending {
+		if _, ok := ops[op.ID]; ok {
+			mine = append(mine, op)
+		}
+	}
+	if len(mine) == 0 {
+		return 0
+	}
+	// DescribeExecution, one by one: the emulator's ListExecutions returns the newest 100 and
+	// no next page.
+	sf := sfnClient()
+	n := 0
+	for _, op := range mine {
+		arn, err := stepfn.ExecutionARN(outputs["StateMachineArn"], capacity.ExecutionName(op))
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, err = sf.DescribeExecution(ctx, &sfn.DescribeExecutionInput{ExecutionArn: aws.String(arn)})
+		var missing *sfntypes.ExecutionDoesNotExist
+		switch {
+		case errors.As(err, &missing):
+			n++
+		case err != nil:
+			b.Fatalf("describe execution %s: %v", arn, err)
+		}
+	}
+	return n
+}
+
+// awaitBurstOps waits until every operation of the burst has ended, and returns the ended
+// ones (those not ended by the deadline are missing).
+func awaitBurstOps(ctx context.Context, b *testing.B, ops map[string]string, deadline time.Time) []capacity.Operation {
+	for {
+		var ended []capacity.Operation
+		for _, state := range []capacity.OperationState{capacity.OpCompleted, capacity.OpFailed} {
+			list, err := store.OperationsInState(ctx, state, time.Now().Add(time.Hour), 1<<30)
+			if err != nil {
+				b.Fatalf("%s operations: %v", state, err)
+			}
+			for _, op := range list {
+				if _, ok := ops[op.ID]; ok {
+					ended = append(ended, op)
+				}
+			}
+		}
+		if len(ended) == len(ops) || time.Now().After(deadline) {
+			return ended
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// reconcileEvery invokes the reconciler function every period, the first one period from
+// now, as its schedule does on AWS (schedules never fire on the emulator), until stop; stop
+// returns how many runs there were.
+func reconcileEvery(period time.Duration) (stop func() int) {
+	lc := lambda.NewFromConfig(stack.AWSConfig(endpoint))
+	ctx, cancel := context.WithCancel(context.Background())
+	var runs int
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			// A failed run is followed by the next, as the schedule's would be.
+			_, _ = lc.Invoke(ctx, &lambda.InvokeInput{FunctionName: aws.String(outputs["ReconcilerFunctionName"]), Payload: []byte(`{}`)})
+			runs++
+		}
+	}()
+	return func() int {
+		cancel()
+		<-done
+		return runs
+	}
+}
+
+// committed says whether a reclaim of the node committed: a seeded node's VMs are all
+// running until one does.
+func committed(b *testing.B, node string) bool {
+	vms := loadNode(b, node).VMs
+	for _, vm := range vms {
+		if vm.State != capacity.VMRunning {
+			return true
+		}
+	}
+	return len(vms) == 0 // terminated VMs leave the node's live state
+}
+
+func allTerminated(victims []victim) bool {
+	for _, v := range victims {
+		if agents.Terminations(v.node, v.vm) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// victimIDs are the VMs spotNode(n) seeds: vm-0..vm-<n-1>.
+func victimIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("vm-%d", i)
+	}
+	return ids
+}
+
+func quoted(s []string) string {
+	q := make([]string, len(s))
+	for i, v := range s {
+		q[i] = strconv.Quote(v)
+	}
+	return strings.Join(q, ",")
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func (r *burstResult) report(b *testing.B) {
+	var ok, other int
+	for s, n := range r.byStatus {
+		switch {
+		case s >= 200 && s < 300:
+			ok += n
+		case s != http.StatusTooManyRequests && s != http.StatusServiceUnavailable:
+			other += n
+		}
+	}
+	b.ReportMetric(float64(r.nodes), "reclaims")
+	b.ReportMetric(float64(r.victims), "victims")
+	b.ReportMetric(r.cfg.quotaScale, "quota-scale")
+	b.ReportMetric(float64(ok), "answers-2xx")
+	b.ReportMetric(float64(r.byStatus[http.StatusTooManyRequests]), "answers-429")
+	b.ReportMetric(float64(r.byStatus[http.StatusServiceUnavailable]), "answers-503")
+	b.ReportMetric(float64(other+r.transport), "answers-other")
+	b.ReportMetric(ms(r.sendSpread), "ms-send-spread")
+	b.ReportMetric(ms(r.answerP50), "ms-answer-p50")
+	b.ReportMetric(ms(r.answerP99), "ms-answer-p99")
+	b.ReportMetric(ms(r.lastAnswer), "ms-start-to-last-answer")
+	b.ReportMetric(ms(r.lastTerminated), "ms-start-to-last-terminated")
+	b.ReportMetric(ms(r.pastGraceP50), "ms-past-grace-p50")
+	b.ReportMetric(ms(r.pastGraceMax), "ms-past-grace-max")
+	b.ReportMetric(float64(r.lost), "lost")
+	b.ReportMetric(float64(r.double), "double")
+	b.ReportMetric(float64(r.hiddenCommits), "hidden-commits")
+	b.ReportMetric(float64(r.backlog), "backlog")
+	b.ReportMetric(ms(r.drain), "ms-backlog-drain")
+}
+
+// String is the printed summary.
+func (r *burstResult) String() string {
+	statuses := slices.Sorted(maps.Keys(r.byStatus))
+	var parts []string
+	for _, s := range statuses {
+		parts = append(parts, fmt.Sprintf("%d=%d", s, r.byStatus[s]))
+	}
+	if r.transport > 0 {
+		parts = append(parts, fmt.Sprintf("no-answer=%d", r.transport))
+	}
+	drain := "none left"
+	if r.backlog > 0 {
+		drain = fmt.Sprintf("drained in %s", r.drain.Round(time.Millisecond))
+		if !r.drained {
+			drain = fmt.Sprintf("NOT drained within %s", r.cfg.drainWithin)
+		}
+	}
+	return fmt.Sprintf("%d reclaims over %d nodes, %d victims, grace %s, quota scale %s; "+
+		"answers %s (%d retries), sent over %s, answer p50 %s p99 %s, last %s after the start; "+
+		"last VM terminated %s after the start, past its grace p50 %s max %s; lost %d, double %d, operations not completed %d, commits behind a non-200 answer %d; "+
+		"backlog %d pending-start without an execution, %s (reconciler every %s, %d runs); seeded in %s",
+		r.nodes, r.nodes, r.victims, r.shape.grace, r.cfg.quotaName(),
+		strings.Join(parts, " "), r.retries, d(r.sendSpread), d(r.answerP50), d(r.answerP99), d(r.lastAnswer),
+		d(r.lastTerminated), d(r.pastGraceP50), d(r.pastGraceMax), r.lost, r.double, r.failedOps, r.hiddenCommits,
+		r.backlog, drain, r.cfg.reconcileEvery, r.reconcilerRuns, r.seeding.Round(time.Second))
+}
+
+func d(x time.Duration) string { return x.Round(time.Millisecond).String() }
+
+// check fails the run on any answer but 2xx or 429/503 with Retry-After, a reclaim that did
+// not evict its node's VMs, a victim lost or terminated twice, an operation not completed,
+// or a backlog that did not drain.
+func (r *burstResult) check(b *testing.B) {
+	var problems []string
+	for s, n := range r.byStatus {
+		if (s < 200 || s >= 300) && s != http.StatusTooManyRequests && s != http.StatusServiceUnavailable {
+			problems = append(problems, fmt.Sprintf("%d answers %d", n, s))
+		}
+	}
+	if r.transport > 0 {
+		problems = append(problems, fmt.Sprintf("%d calls without an answer", r.transport))
+	}
+	if r.noRetryAfter > 0 {
+		problems = append(problems, fmt.Sprintf("%d answers 429/503 without Retry-After", r.noRetryAfter))
+	}
+	if len(r.badAnswers) > 0 {
+		problems = append(problems, fmt.Sprintf("%d reclaims not answered with their victims, e.g. %s", len(r.badAnswers), r.badAnswers[0]))
+	}
+	if r.hiddenCommits > 0 {
+		problems = append(problems, fmt.Sprintf("%d reclaims committed behind an answer other than 200", r.hiddenCommits))
+	}
+	if r.lost > 0 || r.double > 0 {
+		problems = append(problems, fmt.Sprintf("%d victims lost, %d terminated more than once", r.lost, r.double))
+	}
+	if r.failedOps > 0 {
+		problems = append(problems, fmt.Sprintf("%d operations not completed", r.failedOps))
+	}
+	if !r.drained {
+		problems = append(problems, fmt.Sprintf("backlog not drained within %s", r.cfg.drainWithin))
+	}
+	if len(problems) > 0 {
+		b.Fatal(strings.Join(problems, "; "))
+	}
+}
