@@ -60,9 +60,11 @@ type Service interface {
 }
 
 // Limiter admits or refuses an authenticated call by its key's rate (capacity.RateLimiter):
-// an *Error CodeRateLimited, with RetryAfter, refuses it.
+// an *Error CodeRateLimited, with RetryAfter, refuses it. Begin answers at once what needs no
+// write (a refusal; take nil: admitted); otherwise take is the write that answers, which the
+// handler runs first or, on the routes of overlapsLimit, beside the call's read.
 type Limiter interface {
-	Admit(ctx context.Context, p capacity.Principal) error
+	Begin(ctx context.Context, p capacity.Principal) (take func() error, err error)
 }
 
 // Authenticator resolves an Authorization header to a principal.
@@ -305,11 +307,19 @@ func (h *Handler) dispatch(w *statusRecorder, r *http.Request, rt route, reqID s
 	if h.Limit == nil {
 		return p, bh.fn(w, r, p, reqID)
 	}
-	admit := func() error {
-		limitStart := time.Now()
-		err := h.Limit.Admit(r.Context(), p)
+	limitStart := time.Now()
+	take, err := h.Limit.Begin(r.Context(), p)
+	if err != nil || take == nil {
+		// Known without a write: a refusal reads nothing, even on the overlapping routes.
 		w.stats.Since(capacity.PhaseLimit, limitStart)
-		return err
+		if err != nil {
+			return p, err
+		}
+		return p, bh.fn(w, r, p, reqID)
+	}
+	admit := func() error {
+		defer w.stats.Since(capacity.PhaseLimit, limitStart)
+		return take()
 	}
 	if !bh.overlap {
 		if err := admit(); err != nil {

@@ -14,10 +14,19 @@ import (
 	"github.com/openrelay/capacity/shared/httpapi"
 )
 
-// limiterFunc is a Limiter of one function.
+// limiterFunc is a Limiter whose write is one function.
 type limiterFunc func(ctx context.Context, p capacity.Principal) error
 
-func (f limiterFunc) Admit(ctx context.Context, p capacity.Principal) error { return f(ctx, p) }
+func (f limiterFunc) Begin(ctx context.Context, p capacity.Principal) (func() error, error) {
+	return func() error { return f(ctx, p) }, nil
+}
+
+// knownOver is a Limiter that knows, without a write, that every key is over its limit.
+type knownOver struct{ refusal error }
+
+func (k knownOver) Begin(context.Context, capacity.Principal) (func() error, error) {
+	return nil, k.refusal
+}
 
 // hookedStore is memStore counting its node reads, with a hook run at the start of each.
 type hookedStore struct {
@@ -95,6 +104,27 @@ func TestRefusedCapacityCallWritesNothing(t *testing.T) {
 				t.Errorf("admitted: %d with %d audit records, want %d and a write: %s", w.Code, len(store.audits), tt.status, w.Body.String())
 			}
 		})
+	}
+}
+
+// A capacity call the limiter refuses without a write (its instance has seen the key over its
+// limit: a flood) is refused before the read starts: a flood of one key reads no node.
+func TestKnownOverLimitReadsNothing(t *testing.T) {
+	refusal := capacity.Errorf(capacity.CodeRateLimited, "over")
+	refusal.RetryAfter = time.Second
+	h, store, _ := limitedRealHandler(knownOver{refusal})
+	for _, q := range []req{
+		{method: http.MethodPost, path: reclaimPath, body: `{"unitIds":["u2","u3"]}`},
+		{method: http.MethodPost, path: releasePath, body: `{"unitIds":["u1"]}`},
+	} {
+		w := q.do(t, h)
+		problem(t, w, http.StatusTooManyRequests, capacity.CodeRateLimited)
+		if got := w.Header().Get("Retry-After"); got != "1" {
+			t.Errorf("%s: Retry-After = %q, want \"1\"", q.path, got)
+		}
+	}
+	if n := store.reads.Load(); n != 0 {
+		t.Errorf("the node was read %d times for calls known to be over the limit, want 0", n)
 	}
 }
 

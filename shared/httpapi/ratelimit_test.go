@@ -40,6 +40,11 @@ func (l *burstLimiter) Admit(_ context.Context, p capacity.Principal) error {
 	return nil
 }
 
+// Begin leaves every answer to the write (Admit), as a limiter that knows nothing yet does.
+func (l *burstLimiter) Begin(ctx context.Context, p capacity.Principal) (func() error, error) {
+	return func() error { return l.Admit(ctx, p) }, nil
+}
+
 func (l *burstLimiter) reset() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
