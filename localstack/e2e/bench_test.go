@@ -93,7 +93,7 @@ func BenchmarkReclaim(b *testing.B) {
 	b.ReportMetric(ms(bp50), "bare-tx-p50-ms")
 	b.ReportMetric(float64(p50)/float64(bp50), "reclaim/bare-p50")
 	// The handler's own breakdown (medians of each phase, and of its total).
-	for _, ph := range []string{capacity.PhaseAuth, capacity.PhaseRead, capacity.PhaseDecide, capacity.PhaseCommit, capacity.PhaseStart, "total"} {
+	for _, ph := range []string{capacity.PhaseAuth, capacity.PhaseLimit, capacity.PhaseRead, capacity.PhaseDecide, capacity.PhaseCommit, capacity.PhaseStart, "total"} {
 		b.ReportMetric(medianMs(phases[ph]), ph+"-p50-ms")
 	}
 	b.ReportMetric(0, "ns/op") // per-op time mixes seeding with the calls; the metrics above are the figures

@@ -67,8 +67,9 @@ const (
 	// retrying after a moment is safe (503 with Retry-After).
 	CodeThrottled Code = "throttled"
 
-	// CodeRateLimited: the calling API key is over its rate limit; nothing was read or
-	// written for the call, and Error.RetryAfter says when one would be admitted (429).
+	// CodeRateLimited: the calling API key is over its rate limit; nothing was written for
+	// the call (a capacity call's read, run beside the limiter, is discarded), and
+	// Error.RetryAfter says when one would be admitted (429).
 	CodeRateLimited Code = "rate_limited"
 
 	// CodeSchedulingUnavailable: this deployment has no scheduler for scheduled reclaims (501).

@@ -51,7 +51,9 @@ func refusalCode(err error) Code {
 }
 
 func (s *Service) recordCall(ctx context.Context, c CallOutcome, err error) {
-	if s.Metrics == nil {
+	// A call the rate limiter refused is the limiter's to count (RateMetrics.RateLimited): it
+	// reached the service only for the read run beside the limiter (see Admission).
+	if s.Metrics == nil || ErrorCode(err) == CodeRateLimited {
 		return
 	}
 	c.Refusal = refusalCode(err)

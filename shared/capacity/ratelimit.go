@@ -146,8 +146,21 @@ const maxRateSeen = 10000
 // Admit spends one call of p's key, or refuses it with an *Error CodeRateLimited whose
 // RetryAfter says when a call would be admitted.
 func (l *RateLimiter) Admit(ctx context.Context, p Principal) error {
+	take, err := l.Begin(ctx, p)
+	if err != nil || take == nil {
+		return err
+	}
+	return take()
+}
+
+// Begin is Admit in two parts. At once, without a write, it refuses a call this instance
+// already knows to be over its key's limit (and admits a call with no key to limit: take
+// nil). Otherwise take is the limiter's write, which answers the rest, and which the caller
+// may run beside its own read (see Admission): a flood of one key then reads no node, as
+// its calls are refused before anything is started.
+func (l *RateLimiter) Begin(ctx context.Context, p Principal) (take func() error, err error) {
 	if l == nil || l.Store == nil || p.KeyID == "" {
-		return nil
+		return nil, nil
 	}
 	lim := l.Limit.Narrow(p.RateLimit)
 	now := l.now().UnixMicro()
@@ -159,10 +172,16 @@ func (l *RateLimiter) Admit(ctx context.Context, p Principal) error {
 	// tolerance, the store would refuse too, so the call is refused without a write, and a
 	// flood of one key costs its table nothing.
 	if _, wait, ok := lim.Admit(seen, now); !ok {
-		return l.refuse(ctx, p.KeyID, wait)
+		return nil, l.refuse(ctx, p.KeyID, wait)
 	}
 	step.Busy = seen > now
+	return func() error { return l.take(ctx, p.KeyID, lim, step) }, nil
+}
 
+// take spends one call of the key's bucket with the limiter's writes, from the branch step
+// guesses.
+func (l *RateLimiter) take(ctx context.Context, keyID string, lim RateLimit, step RateStep) error {
+	now := step.Now
 	timeout := l.Timeout
 	if timeout <= 0 {
 		timeout = DefaultRateTimeout
@@ -170,16 +189,16 @@ func (l *RateLimiter) Admit(ctx context.Context, p Principal) error {
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for range 2 {
-		take, err := l.Store.TakeRate(wctx, p.KeyID, step)
+		take, err := l.Store.TakeRate(wctx, keyID, step)
 		if err != nil {
-			l.logger().WarnContext(ctx, "rate limit not checked: the limiter's write failed; the call goes on", "key_id", p.KeyID, "err", err)
+			l.logger().WarnContext(ctx, "rate limit not checked: the limiter's write failed; the call goes on", "key_id", keyID, "err", err)
 			if l.Metrics != nil {
-				l.Metrics.RateUnchecked(ctx, p.KeyID)
+				l.Metrics.RateUnchecked(ctx, keyID)
 			}
 			return nil
 		}
 		if take.Applied {
-			l.remember(p.KeyID, take.TAT)
+			l.remember(keyID, take.TAT)
 			return nil
 		}
 		if !take.Known {
@@ -188,9 +207,9 @@ func (l *RateLimiter) Admit(ctx context.Context, p Principal) error {
 			step.Busy = !step.Busy
 			continue
 		}
-		l.remember(p.KeyID, take.TAT)
+		l.remember(keyID, take.TAT)
 		if _, wait, ok := lim.Admit(take.TAT, now); !ok {
-			return l.refuse(ctx, p.KeyID, wait)
+			return l.refuse(ctx, keyID, wait)
 		}
 		step.Busy = take.TAT > now
 	}
@@ -199,7 +218,7 @@ func (l *RateLimiter) Admit(ctx context.Context, p Principal) error {
 	// other order, or a known TAT that moved in between: the key's own calls raced for its
 	// bucket, which only a key calling at its limit does. Either way no TAT runs past
 	// now + tolerance + interval, so a call is admitted again within one interval.
-	return l.refuse(ctx, p.KeyID, time.Duration(step.Interval)*time.Microsecond)
+	return l.refuse(ctx, keyID, time.Duration(step.Interval)*time.Microsecond)
 }
 
 func (l *RateLimiter) refuse(ctx context.Context, keyID string, wait time.Duration) error {

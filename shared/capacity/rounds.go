@@ -196,6 +196,12 @@ func commitRounds[S, C any](s *Service, ctx context.Context, w writer[S, C],
 		start := time.Now()
 		st, err := w.read(ctx)
 		stats.Since(PhaseRead, start)
+		// The rate limiter ran beside the read (see Admission): nothing is written, nor
+		// answered from the read, before it has admitted the call. A refusal discards the
+		// read, whatever it found. Later rounds find the answer already in.
+		if aerr := Admitted(ctx); aerr != nil {
+			return nil, aerr
+		}
 		if ErrorCode(err) == CodeNotFound {
 			return nil, err
 		}

@@ -103,6 +103,16 @@ type fakeService struct {
 	err       error
 }
 
+// answerAdmitted answers as a capacity call of the service does when the rate limiter runs
+// beside its read (capacity.Admission): with the limiter's refusal, if it refused, before
+// anything else.
+func answerAdmitted[T any](ctx context.Context, v *T, err error) (*T, error) {
+	if aerr := capacity.Admitted(ctx); aerr != nil {
+		return nil, aerr
+	}
+	return orEmpty(v, err), err
+}
+
 func (f *fakeService) record(c call) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -115,9 +125,9 @@ func (f *fakeService) Calls() []call {
 	return slices.Clone(f.calls)
 }
 
-func (f *fakeService) Reclaim(_ context.Context, p capacity.Principal, req capacity.CapacityRequest, meta capacity.RequestMeta) (*capacity.CapacityResult, error) {
+func (f *fakeService) Reclaim(ctx context.Context, p capacity.Principal, req capacity.CapacityRequest, meta capacity.RequestMeta) (*capacity.CapacityResult, error) {
 	f.record(call{Method: "Reclaim", Principal: p, Capacity: req, Meta: meta})
-	return orEmpty(f.capacity, f.err), f.err
+	return answerAdmitted(ctx, f.capacity, f.err)
 }
 
 func (f *fakeService) PlanReclaim(_ context.Context, p capacity.Principal, req capacity.ReclaimPlanRequest, meta capacity.RequestMeta) (*capacity.ReclaimPlan, error) {
@@ -125,14 +135,14 @@ func (f *fakeService) PlanReclaim(_ context.Context, p capacity.Principal, req c
 	return orEmpty(f.plan, f.err), f.err
 }
 
-func (f *fakeService) Release(_ context.Context, p capacity.Principal, req capacity.CapacityRequest, meta capacity.RequestMeta) (*capacity.CapacityResult, error) {
+func (f *fakeService) Release(ctx context.Context, p capacity.Principal, req capacity.CapacityRequest, meta capacity.RequestMeta) (*capacity.CapacityResult, error) {
 	f.record(call{Method: "Release", Principal: p, Capacity: req, Meta: meta})
-	return orEmpty(f.capacity, f.err), f.err
+	return answerAdmitted(ctx, f.capacity, f.err)
 }
 
-func (f *fakeService) Place(_ context.Context, p capacity.Principal, req capacity.PlacementRequest, meta capacity.RequestMeta) (*capacity.PlacementResult, error) {
+func (f *fakeService) Place(ctx context.Context, p capacity.Principal, req capacity.PlacementRequest, meta capacity.RequestMeta) (*capacity.PlacementResult, error) {
 	f.record(call{Method: "Place", Principal: p, Placement: req, Meta: meta})
-	return orEmpty(f.placement, f.err), f.err
+	return answerAdmitted(ctx, f.placement, f.err)
 }
 
 func (f *fakeService) GetReservation(_ context.Context, p capacity.Principal, nodeID, reservationID string) (*capacity.Reservation, error) {
@@ -150,9 +160,9 @@ func (f *fakeService) Redrive(_ context.Context, p capacity.Principal, nodeID, r
 	return orEmpty((*capacity.RedriveResult)(nil), f.err), f.err
 }
 
-func (f *fakeService) ScheduleReclaim(_ context.Context, p capacity.Principal, req capacity.CapacityRequest, at time.Time, meta capacity.RequestMeta) (*capacity.ScheduleResult, error) {
+func (f *fakeService) ScheduleReclaim(ctx context.Context, p capacity.Principal, req capacity.CapacityRequest, at time.Time, meta capacity.RequestMeta) (*capacity.ScheduleResult, error) {
 	f.record(call{Method: "ScheduleReclaim", Principal: p, Capacity: req, Meta: meta, At: at})
-	return orEmpty(f.scheduled, f.err), f.err
+	return answerAdmitted(ctx, f.scheduled, f.err)
 }
 
 func (f *fakeService) GetScheduledReclaim(_ context.Context, p capacity.Principal, nodeID, reservationID, id string) (*capacity.ScheduledReclaim, error) {

@@ -60,9 +60,11 @@ type Service interface {
 }
 
 // Limiter admits or refuses an authenticated call by its key's rate (capacity.RateLimiter):
-// an *Error CodeRateLimited, with RetryAfter, refuses it.
+// an *Error CodeRateLimited, with RetryAfter, refuses it. Begin answers at once what needs no
+// write (a refusal; take nil: admitted); otherwise take is the write that answers, which the
+// handler runs first or, on the routes of overlapsLimit, beside the call's read.
 type Limiter interface {
-	Admit(ctx context.Context, p capacity.Principal) error
+	Begin(ctx context.Context, p capacity.Principal) (take func() error, err error)
 }
 
 // Authenticator resolves an Authorization header to a principal.
@@ -74,8 +76,9 @@ type Authenticator interface {
 type Handler struct {
 	Service Service
 	Auth    Authenticator
-	// Limit, if set, admits each authenticated call before its handler reads or writes
-	// anything: a key over its rate limit is answered 429 rate_limited with Retry-After.
+	// Limit, if set, admits each authenticated call before its handler writes anything: a
+	// key over its rate limit is answered 429 rate_limited with Retry-After. On the routes
+	// of overlapsLimit it runs beside the call's decision read; on the others, first.
 	Limit  Limiter
 	Logger *slog.Logger
 	// RequestID returns the id of the request (e.g. API Gateway's); default: X-Request-Id or
@@ -98,7 +101,16 @@ type route struct {
 type boundHandler struct {
 	fn   handlerFunc
 	auth bool // authenticate before calling fn; otherwise fn gets the zero principal
+	// overlap: run the rate limiter beside fn's decision read (see overlapsLimit).
+	overlap bool
 }
+
+// overlapsLimit are the operations whose rate limiter runs beside the call's decision read
+// rather than before it, so that the limiter's write adds nothing to the call's time: the
+// capacity calls, whose service waits for the limiter's answer (capacity.Admitted) after each
+// read and before anything else, in its read-decide-commit rounds (every write of theirs is
+// in one). A refused call reads its node and discards the read; it writes nothing.
+var overlapsLimit = map[string]bool{"reclaim": true, "release": true, "placeVM": true}
 
 // handlerFunc serves a request, authenticated if its route requires it.
 type handlerFunc func(w http.ResponseWriter, r *http.Request, p capacity.Principal, requestID string) error
@@ -158,7 +170,7 @@ func bindRoutes(table []routes.Route, fns map[string]handlerFunc) ([]route, erro
 			byPath[rt.Path] = i
 			out = append(out, route{pattern: rt.Path, methods: map[string]boundHandler{}})
 		}
-		out[i].methods[rt.Method] = boundHandler{fn: fn, auth: rt.Auth}
+		out[i].methods[rt.Method] = boundHandler{fn: fn, auth: rt.Auth, overlap: overlapsLimit[rt.OperationID]}
 	}
 	for op := range fns {
 		if !used[op] {
@@ -292,15 +304,42 @@ func (h *Handler) dispatch(w *statusRecorder, r *http.Request, rt route, reqID s
 		return p, err
 	}
 	w.counts = p.Operator
-	if h.Limit != nil {
-		limitStart := time.Now()
-		err := h.Limit.Admit(r.Context(), p)
+	if h.Limit == nil {
+		return p, bh.fn(w, r, p, reqID)
+	}
+	limitStart := time.Now()
+	take, err := h.Limit.Begin(r.Context(), p)
+	if err != nil || take == nil {
+		// Known without a write: a refusal reads nothing, even on the overlapping routes.
 		w.stats.Since(capacity.PhaseLimit, limitStart)
 		if err != nil {
 			return p, err
 		}
+		return p, bh.fn(w, r, p, reqID)
 	}
-	return p, bh.fn(w, r, p, reqID)
+	admit := func() error {
+		defer w.stats.Since(capacity.PhaseLimit, limitStart)
+		return take()
+	}
+	if !bh.overlap {
+		if err := admit(); err != nil {
+			return p, err
+		}
+		return p, bh.fn(w, r, p, reqID)
+	}
+	a := capacity.StartAdmission(admit)
+	err = bh.fn(w, r.WithContext(capacity.WithAdmission(r.Context(), a)), p, reqID)
+	// A refusal is the answer, whatever fn found: an invalid body or a missing node is
+	// answered 429 as it was when the limiter came first. fn answered only after the
+	// service waited for the limiter, so a success here was admitted.
+	if aerr := a.Wait(); aerr != nil {
+		if w.wrote {
+			h.logger().ErrorContext(r.Context(), "answered before the rate limiter refused the call", "request_id", reqID, "status", w.status)
+			return p, nil
+		}
+		return p, aerr
+	}
+	return p, err
 }
 
 func (h *Handler) requestID(r *http.Request) string {

@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +40,11 @@ func (l *burstLimiter) Admit(_ context.Context, p capacity.Principal) error {
 	return nil
 }
 
+// Begin leaves every answer to the write (Admit), as a limiter that knows nothing yet does.
+func (l *burstLimiter) Begin(ctx context.Context, p capacity.Principal) (func() error, error) {
+	return func() error { return l.Admit(ctx, p) }, nil
+}
+
 func (l *burstLimiter) reset() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -46,9 +52,10 @@ func (l *burstLimiter) reset() {
 }
 
 // A key over its rate limit is answered 429 rate_limited with Retry-After in whole seconds,
-// before its handler runs (the service is not called: nothing is read or written), on every
-// authenticated route; another key's calls are answered as before. Unauthenticated calls and
-// junk bearers never reach the limiter.
+// on every authenticated route: a read is refused before its handler runs (the service is not
+// called), a capacity call after the read run beside the limiter, which it discards (the real
+// service writes nothing for it: TestRefusedCapacityCallWritesNothing). Another key's calls
+// are answered as before. Unauthenticated calls and junk bearers never reach the limiter.
 func TestRateLimitedKeyGets429(t *testing.T) {
 	limiter := &burstLimiter{burst: 2, wait: 2500 * time.Millisecond}
 	svc := &fakeService{capacity: &capacity.CapacityResult{}, res: &capacity.Reservation{ID: "r1", NodeID: "n1"}}
@@ -84,8 +91,12 @@ func TestRateLimitedKeyGets429(t *testing.T) {
 			t.Errorf("%s %s: a refusal carries Server-Timing", rt.method, rt.path)
 		}
 	}
-	if got := len(svc.Calls()); got != called {
-		t.Errorf("the service was called %d more times for refused calls, want none", got-called)
+	var reached []string
+	for _, c := range svc.Calls()[called:] {
+		reached = append(reached, c.Method)
+	}
+	if want := []string{"Reclaim", "Release"}; !slices.Equal(reached, want) {
+		t.Errorf("refused calls reached the service as %v, want %v (the capacity calls' reads only)", reached, want)
 	}
 	// Another key is not limited by the owner's flood.
 	if w := routes[3].do(t, h); w.Code != http.StatusOK {

@@ -132,6 +132,12 @@ func (s *memStore) RecordUnchanged(_ context.Context, rec capacity.AuditRecord, 
 // released), and VMs: vm-res (reserved, u0), vm-spot-a (spot, u2), vm-spot-b (spot, u3).
 func newRealHandler(t *testing.T) (http.Handler, *memStore) {
 	t.Helper()
+	svc, store := newRealService()
+	return newHandler(svc), store
+}
+
+// newRealService is the real capacity.Service of newRealHandler, over its store.
+func newRealService() (*capacity.Service, *memStore) {
 	store := &memStore{
 		nodes: map[string]*capacity.NodeState{"n1": {
 			Node: capacity.Node{ID: "n1", OwnerOrgID: "owner", TopologyGen: 3,
@@ -162,7 +168,7 @@ func newRealHandler(t *testing.T) (http.Handler, *memStore) {
 			return fmt.Sprintf("id%d", n)
 		},
 	}
-	return newHandler(svc), store
+	return svc, store
 }
 
 func TestNotFoundIsIndistinguishable(t *testing.T) {
