@@ -365,6 +365,9 @@ func (t *Terminator) claimAndTerminate(ctx context.Context, node Node, op *Opera
 		return vmResult{vmID: vmID, busy: true}
 	}
 	if err != nil {
+		// The claim may have landed (an answer lost, then a retry refused): let it go, or the
+		// task's retry would find the VM busy for the whole lease.
+		t.release(ctx, op, vmID, holder)
 		return vmResult{vmID: vmID, storeErr: fmt.Errorf("claim termination of VM %s: %w", vmID, err)}
 	}
 	if tookOver {
@@ -380,12 +383,17 @@ func (t *Terminator) claimAndTerminate(ctx context.Context, node Node, op *Opera
 	}
 	r := t.terminate(ctx, node, op, vmID)
 	if r.err != nil || r.storeErr != nil {
-		if err := t.Store.ReleaseTermination(ctx, *op, vmID, holder); err != nil {
-			// Not a fault of the round: the claim lapses on its own, and until then the VM is busy.
-			t.logger().WarnContext(ctx, "release of a VM's termination claim failed", "reclaim_id", op.ID, "vm", vmID, "err", err)
-		}
+		t.release(ctx, op, vmID, holder)
 	}
 	return r
+}
+
+// release drops the run's claim on the VM. A failure is not the round's: the claim lapses on
+// its own, and until then the VM is busy.
+func (t *Terminator) release(ctx context.Context, op *Operation, vmID, holder string) {
+	if err := t.Store.ReleaseTermination(ctx, *op, vmID, holder); err != nil {
+		t.logger().WarnContext(ctx, "release of a VM's termination claim failed", "reclaim_id", op.ID, "vm", vmID, "err", err)
+	}
 }
 
 // terminate terminates one VM and, when the agent confirms it gone, marks it terminated and

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -58,7 +59,7 @@ func (s *Store) ReleaseTermination(ctx context.Context, op capacity.Operation, v
 	_, err = s.Client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName: aws.String(s.Table), Key: itemKey(opPK(op.NodeID, op.ID), prefixClaim+vmID),
 		ConditionExpression: expr.Condition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-	}, retryConflicts)
+	}, retryRelease)
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
 		return nil // gone, or another holder's since it lapsed
@@ -87,6 +88,13 @@ func (s *Store) ReportDone(ctx context.Context, op capacity.Operation, holder st
 		return fmt.Errorf("mark report of operation %s done: %w", op.ID, classify(err))
 	}
 	return nil
+}
+
+// retryRelease gives a release more attempts than other writes: a claim left behind keeps
+// its VM busy, for every later round, until it lapses. A release is one small conditional
+// delete; retrying it changes nothing once it has landed.
+func retryRelease(o *dynamodb.Options) {
+	o.Retryer = retry.AddWithMaxAttempts(retry.AddWithErrorCodes(o.Retryer, "TransactionConflictException"), 10)
 }
 
 func reportSK(op capacity.Operation) string {
@@ -135,7 +143,7 @@ func (s *Store) ReleaseReport(ctx context.Context, op capacity.Operation, holder
 	_, err = s.Client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName: aws.String(s.Table), Key: itemKey(opPK(op.NodeID, op.ID), reportSK(op)),
 		ConditionExpression: expr.Condition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-	}, retryConflicts)
+	}, retryRelease)
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
 		return nil // gone, done, or another holder's since it lapsed
