@@ -67,6 +67,25 @@ func reportWatch(t *testing.T) *busWatch {
 	})
 }
 
+// assertFinishedOnce waits for every run of the operation to end, then checks that it
+// completed with an outcome per victim, that each victim had one terminate call at its agent,
+// and that its report went out once.
+func assertFinishedOnce(t *testing.T, w *busWatch, node, reclaimID string) {
+	t.Helper()
+	final := awaitOperation(t, node, reclaimID, 60*time.Second)
+	awaitNoRunningExecution(t, reclaimID, 60*time.Second)
+	if final["state"] != "completed" || len(outcomes(final)) != 2 {
+		t.Fatalf("operation: %v", final)
+	}
+	for _, vm := range []string{"vm-spot-1", "vm-spot-2"} {
+		if n := agents.TerminateCalls(node, vm); n != 1 {
+			t.Errorf("%s got %d terminate calls, want 1", vm, n)
+		}
+	}
+	assertTerminatedOnce(t, node, "vm-spot-1", "vm-spot-2")
+	assertReportedOnce(t, w, reclaimID)
+}
+
 // assertReportedOnce checks that, with every run of the operation over, its VMs' outcomes and
 // its end were each published once.
 func assertReportedOnce(t *testing.T, w *busWatch, reclaimID string) {
@@ -103,18 +122,7 @@ func TestDuplicateDeliveryTerminatesEachVMOnce(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	final := awaitOperation(t, node, op.ID, 60*time.Second)
-	awaitNoRunningExecution(t, op.ID, 60*time.Second)
-	if final["state"] != "completed" || len(outcomes(final)) != 2 {
-		t.Fatalf("operation: %v", final)
-	}
-	for _, vm := range []string{"vm-spot-1", "vm-spot-2"} {
-		if n := agents.TerminateCalls(node, vm); n != 1 {
-			t.Errorf("%s got %d terminate calls, want 1", vm, n)
-		}
-	}
-	assertTerminatedOnce(t, node, "vm-spot-1", "vm-spot-2")
-	assertReportedOnce(t, w, op.ID)
+	assertFinishedOnce(t, w, node, op.ID)
 }
 
 // A run stopped while its round waits on the agent (as Express stops a run at its time
@@ -166,16 +174,5 @@ func TestRunCutOffIsFinishedByTheNextDeliveryWithoutASecondTerminate(t *testing.
 	}
 
 	deliver(t, op, op.ID+"-again")
-	final := awaitOperation(t, node, op.ID, 30*time.Second)
-	awaitNoRunningExecution(t, op.ID, 30*time.Second)
-	if final["state"] != "completed" {
-		t.Fatalf("operation: %v", final)
-	}
-	for _, vm := range []string{"vm-spot-1", "vm-spot-2"} {
-		if n := agents.TerminateCalls(node, vm); n != 1 {
-			t.Errorf("%s got %d terminate calls, want 1", vm, n)
-		}
-	}
-	assertTerminatedOnce(t, node, "vm-spot-1", "vm-spot-2")
-	assertReportedOnce(t, w, op.ID)
+	assertFinishedOnce(t, w, node, op.ID)
 }
