@@ -19,6 +19,7 @@ import (
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/stackname"
+	"github.com/openrelay/capacity/shared/table"
 )
 
 // The event names (sources and detail types) are the service's own, shared/capacity's
@@ -134,15 +135,27 @@ func (s *CapacityStack) newBusPolicy() {
 
 // newOperationEventsFunction creates operation-events, the workflow task that publishes a
 // reclaim operation's eviction notices (phase notice) and its outcome events (phase report).
-// It derives both from the operation's items, which it only reads.
+// It derives both from the operation's items; the one thing it writes is the report's claim.
 func (s *CapacityStack) newOperationEventsFunction(state awsdynamodb.ITable) awslambda.Function {
 	fn := s.goFunction(goFunctionSpec{Function: envvar.OperationEvents,
 		Timeout: awscdk.Duration_Seconds(jsii.Number(30)),
 		Environment: map[envvar.Variable]*string{
 			envvar.StateTable: state.TableName(), envvar.EventBusName: s.Bus.EventBusName(),
 		}})
-	// The operation item and its outcome items; no write.
+	// The operation item and its outcome items, read; the report's claim item (REPORT#<attempt>,
+	// in the operation's partition) taken, marked done or released, so that of two runs of
+	// the report at once one publishes. Operation partitions only: never a node,
+	// reservation, VM or idempotency item.
 	allow(fn, "StateTableRead", state, "dynamodb:GetItem", "dynamodb:Query")
+	fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:       jsii.String("StateTableReportClaims"),
+		Effect:    awsiam.Effect_ALLOW,
+		Actions:   jsii.Strings("dynamodb:DeleteItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
+		Resources: &[]*string{state.TableArn()},
+		Conditions: &map[string]any{"ForAllValues:StringLike": map[string]any{
+			"dynamodb:LeadingKeys": []string{table.OperationPartitions},
+		}},
+	}))
 	s.allowPutEvents(fn)
 	return fn
 }

@@ -192,7 +192,9 @@ func TestRolePermissions(t *testing.T) {
 					`"*"`:                     traceWrite,
 				}},
 				{"operation-events", map[string][]string{
-					stateArn:                    {"dynamodb:GetItem", "dynamodb:Query"},
+					stateArn: {"dynamodb:GetItem", "dynamodb:Query"},
+					// The report's claim, in operation partitions only.
+					stateArn + " if " + toJSON(map[string]any{"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": []any{"NODE#*#OP#*"}}}): {"dynamodb:DeleteItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
 					busArn:                      publish,
 					ownLogs("operation-events"): logWrite,
 					`"*"`:                       traceWrite,

@@ -3,7 +3,9 @@
 // the eviction notices of the VMs still to terminate; phase "report" (after the terminations)
 // publishes each VM's outcome and, once the operation has ended, its end. Both derive the
 // events from the stored operation under stable ids, so Step Functions' retries and the
-// reconciler's restarts only repeat events consumers deduplicate.
+// reconciler's restarts only repeat events consumers deduplicate; the report of an ended
+// operation goes out once per attempt, under a claim in the operation's partition (two runs
+// of the task at once: one publishes).
 //
 // Environment: envvar.OperationEvents.
 package main
@@ -23,10 +25,13 @@ import (
 
 func main() {
 	s, logger, cfg := config.Start(envvar.OperationEvents, readSettings)
+	store := s.Store.Open(cfg)
 	announcer := &capacity.Announcer{
-		Store:     s.Store.Open(cfg),
+		Store:     store,
 		Publisher: config.Bus(cfg, s.eventBusName),
 		Logger:    logger,
+		// The end's report once per attempt, though a task is run twice (a duplicate delivery).
+		Claims: store,
 	}
 	lambda.Start(handler(announcer, logger))
 }

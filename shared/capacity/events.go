@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -315,6 +316,22 @@ type Announcer struct {
 	Store     OperationReader
 	Publisher Publisher
 	Logger    *slog.Logger
+	// Claims, if set, makes the report of an ended operation's attempt go out once: of two
+	// runs of the report at once (a duplicate delivery), the one holding its claim publishes.
+	Claims ReportClaims
+	Now    func() time.Time
+}
+
+// ReportClaims is the store of report claims (shared/dynamo's Store).
+type ReportClaims interface {
+	// ClaimReport takes the report claim of op's attempt for holder until the time: it
+	// succeeds when there is none, a lapsed one not done, or holder's own; ErrConflict
+	// otherwise (another run reports it, or reported it).
+	ClaimReport(ctx context.Context, op Operation, holder string, now, until time.Time) error
+	// ReportDone marks holder's claim done: the attempt was reported.
+	ReportDone(ctx context.Context, op Operation, holder string) error
+	// ReleaseReport drops holder's claim if not done (its publish failed; a retry reports).
+	ReleaseReport(ctx context.Context, op Operation, holder string) error
 }
 
 // Notify publishes the eviction notices of the operation's VMs without a final outcome, for
@@ -348,8 +365,41 @@ func (a *Announcer) Report(ctx context.Context, nodeID, reclaimID string, attemp
 		return 0, fmt.Errorf("read operation %s: %w", reclaimID, err)
 	}
 	events := OperationReport(*op)
+	holder := ""
+	if a.Claims != nil && (op.State == OpCompleted || op.State == OpFailed) {
+		// The end's report: once per attempt. (A report of an operation still running, from
+		// a late task of an older attempt, repeats events the end's report carries again.)
+		holder = NewID()
+		now := time.Now().UTC()
+		if a.Now != nil {
+			now = a.Now().UTC()
+		}
+		until := now.Add(DefaultClaimFor)
+		if d, ok := ctx.Deadline(); ok {
+			until = d.UTC().Add(ClaimMargin)
+		}
+		err := a.Claims.ClaimReport(ctx, *op, holder, now, until)
+		if errors.Is(err, ErrConflict) {
+			a.logger().InfoContext(ctx, "operation report claimed by another run", "reclaim_id", reclaimID, "attempt", op.CurrentAttempt())
+			return 0, nil
+		}
+		if err != nil {
+			return 0, fmt.Errorf("claim report of %s: %w", reclaimID, err)
+		}
+	}
 	if err := publish(ctx, a.Publisher, events); err != nil {
+		if holder != "" {
+			if rerr := a.Claims.ReleaseReport(ctx, *op, holder); rerr != nil {
+				a.logger().WarnContext(ctx, "release of a report claim failed", "reclaim_id", reclaimID, "err", rerr)
+			}
+		}
 		return 0, fmt.Errorf("publish report of %s: %w", reclaimID, err)
+	}
+	if holder != "" {
+		if err := a.Claims.ReportDone(ctx, *op, holder); err != nil {
+			// Published: a retry would publish again (same ids), so no error for the task.
+			a.logger().WarnContext(ctx, "report published, but its claim not marked done", "reclaim_id", reclaimID, "err", err)
+		}
 	}
 	a.logger().InfoContext(ctx, "operation report published", "reclaim_id", reclaimID, "node", nodeID,
 		"task_attempt", max(1, attempt), "attempt", op.CurrentAttempt(), "events", len(events))

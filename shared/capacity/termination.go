@@ -134,6 +134,15 @@ type TerminationStore interface {
 	// a cursor it returned ("": from the oldest). It returns the cursor of the next page, ""
 	// when none is left.
 	OperationsInState(ctx context.Context, state OperationState, before time.Time, after string, limit int) ([]Operation, string, error)
+	// ClaimTermination takes the VM's terminate claim for holder until the time: it succeeds
+	// when the VM has no claim, an expired one (until before now) or holder's own; ErrConflict
+	// when another holder's claim is live. Two runs of one step at once (a duplicate
+	// delivery) thereby call the VM's agent once. tookOver reports that the claim replaced
+	// another holder's lapsed one: that holder may have recorded an outcome since the caller
+	// read the operation.
+	ClaimTermination(ctx context.Context, op Operation, vmID, holder string, now, until time.Time) (tookOver bool, err error)
+	// ReleaseTermination drops holder's claim on the VM (none, or another's: no error).
+	ReleaseTermination(ctx context.Context, op Operation, vmID, holder string) error
 }
 
 // TerminationTask is one round of one node's terminations within a workflow execution.
@@ -156,6 +165,10 @@ type TerminationReport struct {
 	Terminated  []string
 	AlreadyGone []string
 	Failed      []VMFailure // VMs that failed this round (final on the last round)
+	// Busy are VMs another run held the terminate claim of (a duplicate of this step, or a
+	// late run of an earlier one): not called, not failed. Retried in the next round; on the
+	// last round left to their holder, which records them.
+	Busy []string
 }
 
 // VMFailure is a VM whose termination failed.
@@ -177,6 +190,29 @@ type Terminator struct {
 	Logger      *slog.Logger
 	// Metrics is told of the operations this Terminator ends (nil: none).
 	Metrics Metrics
+	// ClaimFor is how long a VM's terminate claim lasts when the context has no deadline
+	// (default DefaultClaimFor). With one (a Lambda invocation's), the claim lasts until the
+	// deadline plus ClaimMargin: past it the holder can no longer be calling the agent.
+	ClaimFor time.Duration
+}
+
+// Terminate claims' leases (see Terminator.ClaimFor).
+const (
+	// DefaultClaimFor covers terminate-node's 60 s timeout and the margin.
+	DefaultClaimFor = 90 * time.Second
+	// ClaimMargin allows for clocks that disagree between the holder and a later taker.
+	ClaimMargin = 30 * time.Second
+)
+
+// claimUntil is when a claim taken now by a run with ctx lapses.
+func (t *Terminator) claimUntil(ctx context.Context, now time.Time) time.Time {
+	if d, ok := ctx.Deadline(); ok {
+		return d.UTC().Add(ClaimMargin)
+	}
+	if t.ClaimFor > 0 {
+		return now.Add(t.ClaimFor)
+	}
+	return now.Add(DefaultClaimFor)
 }
 
 func (t *Terminator) now() time.Time {
@@ -232,6 +268,12 @@ func (t *Terminator) Run(ctx context.Context, task TerminationTask) (*Terminatio
 
 	for _, r := range results {
 		switch {
+		case r.busy:
+			report.Busy = append(report.Busy, r.vmID)
+			if !last {
+				report.Next.VMIDs = append(report.Next.VMIDs, r.vmID)
+			}
+			continue
 		case r.err != nil && !last && retryable(r.err):
 			report.Next.VMIDs = append(report.Next.VMIDs, r.vmID)
 			report.Failed = append(report.Failed, VMFailure{VMID: r.vmID, Error: r.err.Error()})
@@ -280,6 +322,7 @@ func (t *Terminator) Run(ctx context.Context, task TerminationTask) (*Terminatio
 
 type vmResult struct {
 	vmID        string
+	busy        bool // another run holds its terminate claim
 	alreadyGone bool
 	err         error // the agent's failure
 	storeErr    error // a failure to record the outcome
@@ -292,6 +335,7 @@ func (t *Terminator) terminateAll(ctx context.Context, node Node, op *Operation,
 		limit = 8
 	}
 	results := make([]vmResult, len(vmIDs))
+	holder := NewID() // this run's: a duplicate run of the step holds another
 	sem := make(chan struct{}, limit)
 	var wg sync.WaitGroup
 	for i, vmID := range vmIDs {
@@ -311,11 +355,56 @@ func (t *Terminator) terminateAll(ctx context.Context, node Node, op *Operation,
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			results[i] = t.terminate(ctx, node, op, vmID)
+			results[i] = t.claimAndTerminate(ctx, node, op, vmID, holder)
 		}()
 	}
 	wg.Wait()
 	return results
+}
+
+// claimAndTerminate terminates the VM under its terminate claim: only the run that holds the
+// claim calls the agent. A failed call, or an outcome that could not be recorded, releases
+// the claim, so that the next round or the task's retry (or a re-drive) may call again at
+// once: the agent answers a repeat idempotently, and without the outcome nothing else tells
+// that the VM is gone. After a recorded outcome the claim is left to lapse: the outcome is
+// what later runs read.
+func (t *Terminator) claimAndTerminate(ctx context.Context, node Node, op *Operation, vmID, holder string) vmResult {
+	now := t.now()
+	tookOver, err := t.Store.ClaimTermination(ctx, *op, vmID, holder, now, t.claimUntil(ctx, now))
+	if errors.Is(err, ErrConflict) {
+		t.logger().InfoContext(ctx, "VM termination claimed by another run", "reclaim_id", op.ID, "vm", vmID)
+		return vmResult{vmID: vmID, busy: true}
+	}
+	if err != nil {
+		// The claim may have landed (an answer lost, then a retry refused): let it go, or the
+		// task's retry would find the VM busy for the whole lease.
+		t.release(ctx, op, vmID, holder)
+		return vmResult{vmID: vmID, storeErr: fmt.Errorf("claim termination of VM %s: %w", vmID, err)}
+	}
+	if tookOver {
+		// The lapsed holder may have finished after this run read the operation: read its
+		// outcome again rather than call the agent a second time.
+		fresh, err := t.Store.GetOperation(ctx, op.NodeID, op.ID)
+		if err != nil {
+			return vmResult{vmID: vmID, storeErr: fmt.Errorf("read operation %s: %w", op.ID, err)}
+		}
+		if out, ok := fresh.Final(vmID); ok && out.Outcome != OutcomeFailed {
+			return vmResult{vmID: vmID, alreadyGone: out.Outcome == OutcomeAlreadyGone}
+		}
+	}
+	r := t.terminate(ctx, node, op, vmID)
+	if r.err != nil || r.storeErr != nil {
+		t.release(ctx, op, vmID, holder)
+	}
+	return r
+}
+
+// release drops the run's claim on the VM. A failure is not the round's: the claim lapses on
+// its own, and until then the VM is busy.
+func (t *Terminator) release(ctx context.Context, op *Operation, vmID, holder string) {
+	if err := t.Store.ReleaseTermination(ctx, *op, vmID, holder); err != nil {
+		t.logger().WarnContext(ctx, "release of a VM's termination claim failed", "reclaim_id", op.ID, "vm", vmID, "err", err)
+	}
 }
 
 // terminate terminates one VM and, when the agent confirms it gone, marks it terminated and

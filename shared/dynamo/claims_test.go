@@ -1,0 +1,113 @@
+package dynamo_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/openrelay/capacity/shared/awsfault"
+	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
+)
+
+// A VM's terminate claim: one holder at a time until it lapses; the holder may take it again
+// (its own retry); a release by anyone but the holder changes nothing.
+func TestTerminateClaims(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	op := capacity.Operation{ID: "rcl_1", NodeID: "n1"}
+	type step struct {
+		do           string // claim, release
+		holder       string
+		at           time.Duration // since t0; a claim lasts a minute
+		wantConflict bool
+		wantTookOver bool
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"first claim", []step{{do: "claim", holder: "a"}}},
+		{"another holder while it is live", []step{{do: "claim", holder: "a"}, {do: "claim", holder: "b", at: 59 * time.Second, wantConflict: true}}},
+		{"the holder again (its retry)", []step{{do: "claim", holder: "a"}, {do: "claim", holder: "a", at: 30 * time.Second}}},
+		{"another holder once it lapsed", []step{{do: "claim", holder: "a"}, {do: "claim", holder: "b", at: 61 * time.Second, wantTookOver: true},
+			{do: "claim", holder: "a", at: 62 * time.Second, wantConflict: true}}},
+		{"released by its holder: free", []step{{do: "claim", holder: "a"}, {do: "release", holder: "a"}, {do: "claim", holder: "b", at: time.Second}}},
+		{"released by another: still held", []step{{do: "claim", holder: "a"}, {do: "release", holder: "b"}, {do: "claim", holder: "b", at: time.Second, wantConflict: true}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := dynamotest.New(t)
+			ctx := context.Background()
+			for i, s := range tt.steps {
+				now := t0.Add(s.at)
+				switch s.do {
+				case "claim":
+					tookOver, err := env.Store.ClaimTermination(ctx, op, "vm-1", s.holder, now, now.Add(time.Minute))
+					if errors.Is(err, capacity.ErrConflict) != s.wantConflict || (err != nil && !s.wantConflict) || tookOver != s.wantTookOver {
+						t.Fatalf("step %d (%s by %s): took over %v, err %v; want conflict %v, took over %v", i, s.do, s.holder, tookOver, err, s.wantConflict, s.wantTookOver)
+					}
+				case "release":
+					if err := env.Store.ReleaseTermination(ctx, op, "vm-1", s.holder); err != nil {
+						t.Fatalf("step %d: release by %s: %v", i, s.holder, err)
+					}
+				}
+			}
+		})
+	}
+}
+
+// A claim whose answer was lost is retried by the SDK and meets itself: taken, not a conflict.
+func TestTerminateClaimWhoseAnswerWasLost(t *testing.T) {
+	inj := awsfault.New(1, awsfault.Rule{Operation: "PutItem", Fault: awsfault.AmbiguousTimeout, Rate: 1, Max: 1})
+	env := dynamotest.New(t, dynamotest.Faults(inj)...)
+	now := time.Now().UTC()
+	op := capacity.Operation{ID: "rcl_1", NodeID: "n1"}
+	if tookOver, err := env.Store.ClaimTermination(context.Background(), op, "vm-1", "a", now, now.Add(time.Minute)); err != nil || tookOver {
+		t.Fatalf("took over %v, err %v; want the claim", tookOver, err)
+	}
+	if inj.Counts()[awsfault.AmbiguousTimeout] != 1 {
+		t.Fatalf("faults %v: the answer was not lost, the test proves nothing", inj.Counts())
+	}
+}
+
+// An attempt's report claim: one reporter; a lapsed claim not done may be taken again (its
+// holder died before publishing); a done one never; released, free at once.
+func TestReportClaims(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	ctx := context.Background()
+	env := dynamotest.New(t)
+	op := capacity.Operation{ID: "rcl_1", NodeID: "n1", Attempt: 1}
+	claim := func(holder string, at time.Duration) error {
+		now := t0.Add(at)
+		return env.Store.ClaimReport(ctx, op, holder, now, now.Add(time.Minute))
+	}
+	if err := claim("a", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := claim("b", time.Second); !errors.Is(err, capacity.ErrConflict) {
+		t.Fatalf("second reporter while live: %v, want a conflict", err)
+	}
+	if err := claim("b", 2*time.Minute); err != nil {
+		t.Fatalf("after a's claim lapsed, not done: %v", err)
+	}
+	if err := env.Store.ReleaseReport(ctx, op, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := claim("c", 2*time.Minute); err != nil {
+		t.Fatalf("after b released it: %v", err)
+	}
+	if err := env.Store.ReportDone(ctx, op, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Store.ReleaseReport(ctx, op, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if err := claim("d", time.Hour); !errors.Is(err, capacity.ErrConflict) {
+		t.Fatalf("after the report was done (and a late release): %v, want a conflict", err)
+	}
+	op.Attempt = 2 // a re-drive's attempt reports for itself
+	if err := claim("d", time.Hour); err != nil {
+		t.Fatalf("the next attempt's report: %v", err)
+	}
+}
