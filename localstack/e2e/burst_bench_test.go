@@ -390,10 +390,7 @@ func burstReclaim(client *http.Client, node string, n int, grace time.Duration) 
 // burstBacklog counts the burst's operations still pending-start with no execution of their
 // attempt: what only the reconciler will start.
 func burstBacklog(ctx context.Context, b *testing.B, ops map[string]string) int {
-	pending, err := store.OperationsInState(ctx, capacity.OpPendingStart, time.Now().Add(time.Hour), 1<<30)
-	if err != nil {
-		b.Fatalf("pending-start operations: %v", err)
-	}
+	pending := operationsIn(ctx, b, capacity.OpPendingStart)
 	var mine []capacity.Operation
 	for _, op := range pending {
 		if _, ok := ops[op.ID]; ok {
@@ -430,11 +427,7 @@ func awaitBurstOps(ctx context.Context, b *testing.B, ops map[string]string, dea
 	for {
 		var ended []capacity.Operation
 		for _, state := range []capacity.OperationState{capacity.OpCompleted, capacity.OpFailed} {
-			list, err := store.OperationsInState(ctx, state, time.Now().Add(time.Hour), 1<<30)
-			if err != nil {
-				b.Fatalf("%s operations: %v", state, err)
-			}
-			for _, op := range list {
+			for _, op := range operationsIn(ctx, b, state) {
 				if _, ok := ops[op.ID]; ok {
 					ended = append(ended, op)
 				}
@@ -615,5 +608,20 @@ func (r *burstResult) check(b *testing.B) {
 	}
 	if len(problems) > 0 {
 		b.Fatal(strings.Join(problems, "; "))
+	}
+}
+
+// operationsIn lists every operation in state, page by page (the index is sharded).
+func operationsIn(ctx context.Context, b *testing.B, state capacity.OperationState) []capacity.Operation {
+	var all []capacity.Operation
+	for cursor := ""; ; {
+		page, next, err := store.OperationsInState(ctx, state, time.Now().Add(time.Hour), cursor, 1000)
+		if err != nil {
+			b.Fatalf("%s operations: %v", state, err)
+		}
+		all = append(all, page...)
+		if cursor = next; cursor == "" {
+			return all
+		}
 	}
 }
