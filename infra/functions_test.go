@@ -56,7 +56,7 @@ func TestWorkerFunctions(t *testing.T) {
 				{"terminate-node", 60, terminateEnv},
 				{"reconciler", 60, map[string]any{
 					"STATE_TABLE": state, "STATE_MACHINE_ARN": ref(stateMachineID(t, tp, env)),
-					"START_AFTER": "30s", "STUCK_AFTER": "15m", "HELD_AFTER": "1h", "EVENT_BUS_NAME": ref(eventBusID(t, tp, env)),
+					"START_AFTER": "30s", "START_RATE": "200", "STUCK_AFTER": "15m", "HELD_AFTER": "1h", "EVENT_BUS_NAME": ref(eventBusID(t, tp, env)),
 				}},
 				{"reclaim-events", 60, map[string]any{
 					"STATE_TABLE": state, "AUDIT_TABLE": ref(tableID(t, tp, table.Audit, env)),
