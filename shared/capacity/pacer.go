@@ -48,16 +48,7 @@ func (p *pacer) wait(ctx context.Context, stop time.Time) error {
 	}
 	p.next = slot.Add(p.interval)
 	p.mu.Unlock()
-	if d := time.Until(slot); d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
-	return nil
+	return Sleep(ctx, time.Until(slot))
 }
 
 // throttled pushes every caller's next slot out by the backoff, and doubles it.
