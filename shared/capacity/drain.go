@@ -92,15 +92,9 @@ func (d *drain) one(ctx context.Context, listed Operation, report *ReconcileRepo
 		report.DrainCut = true
 		return
 	}
-	// The index is eventually consistent and carries no outcomes: read the operation.
-	op, err := r.Store.GetOperation(ctx, listed.NodeID, listed.ID)
-	if err != nil {
-		r.logger().ErrorContext(ctx, "read reclaim operation", "reclaim_id", listed.ID, "node", listed.NodeID, "err", err)
-		report.StartFailed = append(report.StartFailed, listed.ID)
+	op, ok := r.current(ctx, listed, OpPendingStart, report)
+	if !ok {
 		return
-	}
-	if op.State != OpPendingStart {
-		return // moved on since the index was written
 	}
 	if op.TerminateAfter.After(d.now.Add(-r.StartAfter)) {
 		// In its grace period, its execution (if it started) waits before beginning it: only

@@ -122,32 +122,37 @@ func (r *Reconciler) Run(ctx context.Context) (*ReconcileReport, error) {
 	if err := r.drainPending(ctx, now, batch, report); err != nil {
 		return nil, err
 	}
-	for _, state := range []OperationState{OpTerminating} {
-		ops, _, err := r.Store.OperationsInState(ctx, state, now.Add(-r.StartAfter), "", batch)
-		if err != nil {
-			return nil, fmt.Errorf("list %s operations: %w", state, err)
+	ops, _, err := r.Store.OperationsInState(ctx, OpTerminating, now.Add(-r.StartAfter), "", batch)
+	if err != nil {
+		return nil, fmt.Errorf("list %s operations: %w", OpTerminating, err)
+	}
+	for _, listed := range ops {
+		op, ok := r.current(ctx, listed, OpTerminating, report)
+		if !ok {
+			continue
 		}
-		for _, listed := range ops {
-			// The index is eventually consistent and carries no outcomes: read the operation.
-			op, err := r.Store.GetOperation(ctx, listed.NodeID, listed.ID)
-			if err != nil {
-				r.logger().ErrorContext(ctx, "read reclaim operation", "reclaim_id", listed.ID, "node", listed.NodeID, "err", err)
-				report.StartFailed = append(report.StartFailed, listed.ID)
-				continue
-			}
-			if op.State != state {
-				continue // moved on since the index was written
-			}
-			if err := r.reconcile(ctx, *op, now, report); err != nil {
-				r.logger().ErrorContext(ctx, "reconcile reclaim operation", "reclaim_id", op.ID, "node", op.NodeID, "err", err)
-				report.StartFailed = append(report.StartFailed, op.ID)
-			}
+		if err := r.reconcile(ctx, *op, now, report); err != nil {
+			r.logger().ErrorContext(ctx, "reconcile reclaim operation", "reclaim_id", op.ID, "node", op.NodeID, "err", err)
+			report.StartFailed = append(report.StartFailed, op.ID)
 		}
 	}
 	if err := r.reportHeld(ctx, now, batch, report); err != nil {
 		return nil, err
 	}
 	return report, nil
+}
+
+// current reads an operation listed by the byState index as it is now (the index is
+// eventually consistent and carries no outcomes); ok is false when the read failed (logged
+// and reported) or the operation has left state, the one it was listed in.
+func (r *Reconciler) current(ctx context.Context, listed Operation, state OperationState, report *ReconcileReport) (*Operation, bool) {
+	op, err := r.Store.GetOperation(ctx, listed.NodeID, listed.ID)
+	if err != nil {
+		r.logger().ErrorContext(ctx, "read reclaim operation", "reclaim_id", listed.ID, "node", listed.NodeID, "err", err)
+		report.StartFailed = append(report.StartFailed, listed.ID)
+		return nil, false
+	}
+	return op, op.State == state
 }
 
 // DefaultHeldAfter is how long a failed operation may hold VMs before it is reported: long
