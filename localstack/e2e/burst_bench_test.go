@@ -492,13 +492,7 @@ func allTerminated(victims []victim) bool {
 }
 
 // victimIDs are the VMs spotNode(n) seeds: vm-0..vm-<n-1>.
-func victimIDs(n int) []string {
-	ids := make([]string, n)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("vm-%d", i)
-	}
-	return ids
-}
+func victimIDs(n int) []string { return numbered("vm", n) }
 
 func quoted(s []string) string {
 	q := make([]string, len(s))

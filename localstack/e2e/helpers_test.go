@@ -131,12 +131,15 @@ func call(t testing.TB, method, path, key string, body any, header ...string) re
 }
 
 // unitIDs returns the unit ids of a node of n units: gpu-0 to gpu-<n-1>.
-func unitIDs(n int) []string {
-	units := make([]string, n)
-	for i := range units {
-		units[i] = fmt.Sprintf("gpu-%d", i)
+func unitIDs(n int) []string { return numbered("gpu", n) }
+
+// numbered returns <prefix>-0 to <prefix>-<n-1>.
+func numbered(prefix string, n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
 	}
-	return units
+	return ids
 }
 
 func reclaimPath(node string) string {
