@@ -127,19 +127,21 @@ func (m *Model) price(op string, req *ddbRequest) (charges []charge, provisioned
 // writeCharges are a write's charges in one table or index: its partition and its warm
 // throughput.
 func (m *Model) writeCharges(action int, table, index, pk string, units float64) []charge {
-	name := table + "/" + index
-	out := []charge{{DynamoWarmWrite, action, m.bucket(DynamoWarmWrite, name), units}}
-	if pk != "" {
-		out = append(out, charge{DynamoPartitionWrite, action, m.bucket(DynamoPartitionWrite, name+"/"+pk), units})
-	}
-	return out
+	return m.tableCharges(DynamoWarmWrite, DynamoPartitionWrite, action, table, index, pk, units)
 }
 
+// readCharges are a read's, likewise.
 func (m *Model) readCharges(action int, table, index, pk string, units float64) []charge {
+	return m.tableCharges(DynamoWarmRead, DynamoPartitionRead, action, table, index, pk, units)
+}
+
+// tableCharges charges units to the table's (or index's) warm bucket and, when the key is
+// known, to its partition's bucket.
+func (m *Model) tableCharges(warm, partition ID, action int, table, index, pk string, units float64) []charge {
 	name := table + "/" + index
-	out := []charge{{DynamoWarmRead, action, m.bucket(DynamoWarmRead, name), units}}
+	out := []charge{{warm, action, m.bucket(warm, name), units}}
 	if pk != "" {
-		out = append(out, charge{DynamoPartitionRead, action, m.bucket(DynamoPartitionRead, name+"/"+pk), units})
+		out = append(out, charge{partition, action, m.bucket(partition, name+"/"+pk), units})
 	}
 	return out
 }
