@@ -1,74 +1,26 @@
 package cost
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
+
+	"github.com/openrelay/capacity/shared/costunits"
 )
 
-// Units is docs/cost/units.json, written by BenchmarkReclaimUnits (shared/capacity): what each
-// step of a typical reclaim read and wrote in DynamoDB, call by call, and what else it did.
-type Units struct {
-	Command string          `json:"command"`
-	Cases   map[string]Case `json:"cases"` // "grace-0", "grace-120"
-}
-
-// Case is one reclaim: the API call ("api") and each workflow task, by its state name.
-type Case struct {
-	Victims      int             `json:"victims"`
-	GraceSeconds int             `json:"graceSeconds"`
-	Steps        map[string]Step `json:"steps"`
-	Stored       []Item          `json:"stored"`
-}
-
-// Step is what one step did.
-type Step struct {
-	Events       int     `json:"events"`
-	Starts       int     `json:"starts"`
-	AgentNotices int     `json:"agentNotices"`
-	AgentCalls   int     `json:"agentCalls"`
-	Reads        []Read  `json:"reads"`
-	Writes       []Write `json:"writes"`
-}
-
-// Read is one read call and the bytes of the items it read.
-type Read struct {
-	Table      string `json:"table"`
-	Op         string `json:"op"`
-	Items      int    `json:"items"`
-	Bytes      int    `json:"bytes"`
-	Consistent bool   `json:"consistent"`
-}
-
-// Write is one item written: each attribute's size before and after.
-type Write struct {
-	Table       string         `json:"table"`
-	Op          string         `json:"op"`
-	Transaction bool           `json:"transaction"`
-	Before      map[string]int `json:"before"`
-	After       map[string]int `json:"after"`
-	Changed     []string       `json:"changed"`
-}
-
-// Item is an item the reclaim leaves stored, and for how long (0: for good).
-type Item struct {
-	Table      string         `json:"table"`
-	Attributes map[string]int `json:"attributes"`
-	TTLSeconds int64          `json:"ttlSeconds"`
-}
+// The units of a reclaim (docs/cost/units.json) are shared/costunits' types: the benchmark
+// that writes the file and this package that prices it read one definition.
+type (
+	Units = costunits.File
+	Case  = costunits.Case
+	Step  = costunits.Step
+	Read  = costunits.Read
+	Write = costunits.Write
+	Item  = costunits.Item
+)
 
 // ParseUnits reads docs/cost/units.json.
-func ParseUnits(b []byte) (Units, error) {
-	var u Units
-	if err := json.Unmarshal(b, &u); err != nil {
-		return u, err
-	}
-	if len(u.Cases) == 0 {
-		return u, fmt.Errorf("no cases")
-	}
-	return u, nil
-}
+func ParseUnits(b []byte) (Units, error) { return costunits.Parse(b) }
 
 // dynamoUse is a reclaim's DynamoDB request units, by table and index.
 type dynamoUse struct {

@@ -2,7 +2,6 @@ package capacity_test
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"maps"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/capacitytest"
+	"github.com/openrelay/capacity/shared/costunits"
 	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 	"github.com/openrelay/capacity/shared/table"
@@ -43,9 +43,9 @@ var costUnits = flag.String("cost-units", "", "write the typical reclaims' Dynam
 //
 //	go test -run '^$' -bench ReclaimUnits -benchtime 1x ./shared/capacity -args -cost-units "$PWD/docs/cost/units.json"
 func BenchmarkReclaimUnits(b *testing.B) {
-	out := costFile{
+	out := costunits.File{
 		Command: `go test -count=1 -run '^$' -bench ReclaimUnits -benchtime 1x ./shared/capacity -args -cost-units "$PWD/docs/cost/units.json"`,
-		Cases:   map[string]costCase{},
+		Cases:   map[string]costunits.Case{},
 	}
 	for _, tc := range []struct {
 		name    string
@@ -81,130 +81,25 @@ func BenchmarkReclaimUnits(b *testing.B) {
 		})
 	}
 	if *costUnits != "" && len(out.Cases) == 2 {
-		if err := os.WriteFile(*costUnits, out.marshal(), 0o644); err != nil {
+		if err := os.WriteFile(*costUnits, out.Marshal(), 0o644); err != nil {
 			b.Fatal(err)
 		}
 	}
-}
-
-// marshal writes the file as JSON with one call or item a line, so that a change of the
-// code shows in its diff as the calls it changed.
-func (f costFile) marshal() []byte {
-	one := func(v any) string {
-		j, err := json.Marshal(v)
-		if err != nil {
-			panic(err)
-		}
-		return string(j)
-	}
-	list := func(b *strings.Builder, indent string, n int, item func(int) string) {
-		b.WriteString("[")
-		for i := range n {
-			if i > 0 {
-				b.WriteString(",")
-			}
-			b.WriteString("\n" + indent + "  " + item(i))
-		}
-		if n > 0 {
-			b.WriteString("\n" + indent)
-		}
-		b.WriteString("]")
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "{\n  \"command\": %s,\n  \"cases\": {", one(f.Command))
-	for i, name := range slices.Sorted(maps.Keys(f.Cases)) {
-		c := f.Cases[name]
-		if i > 0 {
-			b.WriteString(",")
-		}
-		fmt.Fprintf(&b, "\n    %s: {\n      \"victims\": %d,\n      \"graceSeconds\": %d,\n      \"steps\": {", one(name), c.Victims, c.GraceSeconds)
-		for j, step := range slices.Sorted(maps.Keys(c.Steps)) {
-			st := c.Steps[step]
-			if j > 0 {
-				b.WriteString(",")
-			}
-			fmt.Fprintf(&b, "\n        %s: {\"events\": %d, \"starts\": %d, \"agentNotices\": %d, \"agentCalls\": %d,\n          \"reads\": ",
-				one(step), st.Events, st.Starts, st.AgentNotices, st.AgentCalls)
-			list(&b, "          ", len(st.Reads), func(k int) string { return one(st.Reads[k]) })
-			b.WriteString(",\n          \"writes\": ")
-			list(&b, "          ", len(st.Writes), func(k int) string { return one(st.Writes[k]) })
-			b.WriteString("}")
-		}
-		b.WriteString("\n      },\n      \"stored\": ")
-		list(&b, "      ", len(c.Stored), func(k int) string { return one(c.Stored[k]) })
-		b.WriteString("\n    }")
-	}
-	b.WriteString("\n  }\n}\n")
-	return []byte(b.String())
 }
 
 // workflowSteps are the termination workflow's tasks a run that ends in one round goes
 // through, in order, as the bench runs them.
 var workflowSteps = []string{"NotifyAgents", "Notify", "TerminateNode", "Report"}
 
-// costFile is docs/cost/units.json: per case (grace-0, grace-120) what each step's DynamoDB
-// calls read and wrote, and what else it did, for infra/cost to price.
-type costFile struct {
-	Command string              `json:"command"`
-	Cases   map[string]costCase `json:"cases"`
-}
-
-type costCase struct {
-	Victims      int `json:"victims"`
-	GraceSeconds int `json:"graceSeconds"`
-	// Steps: "api" (one call), then each workflow task by its state name.
-	Steps map[string]costStep `json:"steps"`
-	// Stored lists the items the reclaim created that stay: their attributes' sizes and how
-	// long they stay (their TTL; 0 for good).
-	Stored []costItem `json:"stored"`
-}
-
-type costStep struct {
-	Reads  []costRead  `json:"reads,omitempty"`
-	Writes []costWrite `json:"writes,omitempty"`
-	// Events published to the bus, and workflow executions started.
-	Events int `json:"events,omitempty"`
-	Starts int `json:"starts,omitempty"`
-	// AgentNotices: eviction notices sent to agents (each opens the node's agent key).
-	AgentNotices int `json:"agentNotices,omitempty"`
-	AgentCalls   int `json:"agentCalls,omitempty"`
-}
-
-// costRead is one read call: the bytes of every item it read (a Query's before any filter).
-type costRead struct {
-	Table      string `json:"table"`
-	Op         string `json:"op"`
-	Items      int    `json:"items"`
-	Bytes      int    `json:"bytes"`
-	Consistent bool   `json:"consistent"`
-}
-
-// costWrite is one item written: the size of each attribute before and after (none: no
-// item), which attributes changed, and whether inside a transaction.
-type costWrite struct {
-	Table       string         `json:"table"`
-	Op          string         `json:"op"`
-	Transaction bool           `json:"transaction,omitempty"`
-	Before      map[string]int `json:"before,omitempty"`
-	After       map[string]int `json:"after,omitempty"`
-	Changed     []string       `json:"changed,omitempty"`
-}
-
-type costItem struct {
-	Table      string         `json:"table"`
-	Attributes map[string]int `json:"attributes"`
-	TTLSeconds int64          `json:"ttlSeconds,omitempty"`
-}
-
 // meteredReclaim is what one reclaim's steps did.
 type meteredReclaim struct {
 	steps  map[string]*meterStep
-	stored []costItem
+	stored []costunits.Item
 }
 
 type meterStep struct {
 	units units
-	cost  costStep
+	cost  costunits.Step
 }
 
 func (r meteredReclaim) units(steps ...string) units {
@@ -223,8 +118,8 @@ func (r meteredReclaim) units(steps ...string) units {
 	return u
 }
 
-func (r meteredReclaim) costCase(victims, grace int) costCase {
-	c := costCase{Victims: victims, GraceSeconds: grace, Steps: map[string]costStep{}, Stored: r.stored}
+func (r meteredReclaim) costCase(victims, grace int) costunits.Case {
+	c := costunits.Case{Victims: victims, GraceSeconds: grace, Steps: map[string]costunits.Step{}, Stored: r.stored}
 	for name, st := range r.steps {
 		c.Steps[name] = st.cost
 	}
@@ -275,7 +170,7 @@ func meterReclaim(b *testing.B, n, grace int, key string) meteredReclaim {
 	req := capacity.CapacityRequest{NodeID: "node-a", ReservationID: "res-1", UnitIDs: released, Reason: "training run", IdempotencyKey: key, GraceSeconds: grace}
 
 	r := meteredReclaim{steps: map[string]*meterStep{}}
-	step := func(name string, run func() costStep) {
+	step := func(name string, run func() costunits.Step) {
 		meter.reset()
 		extra := run()
 		u, calls := meter.reset()
@@ -283,7 +178,7 @@ func meterReclaim(b *testing.B, n, grace int, key string) meteredReclaim {
 		r.steps[name] = &meterStep{units: u, cost: calls}
 	}
 	var res *capacity.CapacityResult
-	step("api", func() costStep {
+	step("api", func() costunits.Step {
 		// The api function's rate limiter spends the key's call first (a function instance's
 		// first call of the key: one write).
 		if err := limiter.Admit(ctx, p); err != nil {
@@ -297,27 +192,27 @@ func meterReclaim(b *testing.B, n, grace int, key string) meteredReclaim {
 		if len(res.Terminated) != n {
 			b.Fatalf("terminated %d VMs, want %d", len(res.Terminated), n)
 		}
-		return costStep{Starts: len(wfl.Started())}
+		return costunits.Step{Starts: len(wfl.Started())}
 	})
 	after := func(d time.Duration) func() time.Time { return func() time.Time { return t0.Add(d) } }
-	step("NotifyAgents", func() costStep {
+	step("NotifyAgents", func() costunits.Step {
 		agent := &noticeAgent{}
 		notifier := &capacity.EvictionNotifier{Store: env.Store, Agent: agent, Now: after(time.Second), Logger: quiet}
 		if _, err := notifier.Run(ctx, capacity.NoticeTask{ReclaimID: res.ReclaimID, NodeID: "node-a", Attempt: 1}); err != nil {
 			b.Fatal(err)
 		}
-		return costStep{AgentNotices: len(agent.got)}
+		return costunits.Step{AgentNotices: len(agent.got)}
 	})
 	pub := &capacitytest.Publisher{}
 	announcer := &capacity.Announcer{Store: env.Store, Publisher: pub, Logger: quiet}
-	step("Notify", func() costStep {
+	step("Notify", func() costunits.Step {
 		events, err := announcer.Notify(ctx, "node-a", res.ReclaimID, 1)
 		if err != nil {
 			b.Fatal(err)
 		}
-		return costStep{Events: events}
+		return costunits.Step{Events: events}
 	})
-	step("TerminateNode", func() costStep {
+	step("TerminateNode", func() costunits.Step {
 		agent := &capacitytest.Agent{}
 		term := &capacity.Terminator{Store: env.Store, Agent: agent, Now: after(time.Duration(grace+1) * time.Second), Logger: quiet}
 		report, err := term.Run(ctx, capacity.TerminationTask{
@@ -328,14 +223,14 @@ func meterReclaim(b *testing.B, n, grace int, key string) meteredReclaim {
 		if err != nil || !report.Done {
 			b.Fatalf("termination round: %+v, %v", report, err)
 		}
-		return costStep{AgentCalls: agent.Total()}
+		return costunits.Step{AgentCalls: agent.Total()}
 	})
-	step("Report", func() costStep {
+	step("Report", func() costunits.Step {
 		events, err := announcer.Report(ctx, "node-a", res.ReclaimID, 1)
 		if err != nil {
 			b.Fatal(err)
 		}
-		return costStep{Events: events}
+		return costunits.Step{Events: events}
 	})
 	r.stored = meter.created(ctx, existing, t0)
 	return r
@@ -381,14 +276,14 @@ type unitMeter struct {
 	tables map[string]string // table name -> its suffix in shared/table ("state", ...)
 	mu     sync.Mutex
 	cur    units
-	calls  costStep
+	calls  costunits.Step
 }
 
-func (m *unitMeter) reset() (units, costStep) {
+func (m *unitMeter) reset() (units, costunits.Step) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	u, c := m.cur, m.calls
-	m.cur, m.calls = units{}, costStep{}
+	m.cur, m.calls = units{}, costunits.Step{}
 	return u, c
 }
 
@@ -413,7 +308,7 @@ func (m *unitMeter) charge(rru, wru float64, kind string, size int) {
 	l.wru += wru
 }
 
-func (m *unitMeter) record(r *costRead, w *costWrite) {
+func (m *unitMeter) record(r *costunits.Read, w *costunits.Write) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if r != nil {
@@ -446,14 +341,14 @@ func (m *unitMeter) keys(ctx context.Context) map[string]bool {
 }
 
 // created lists the items not among existing, with how long each stays after now.
-func (m *unitMeter) created(ctx context.Context, existing map[string]bool, now time.Time) []costItem {
-	var out []costItem
+func (m *unitMeter) created(ctx context.Context, existing map[string]bool, now time.Time) []costunits.Item {
+	var out []costunits.Item
 	for _, name := range slices.Sorted(maps.Keys(m.tables)) {
 		for _, it := range m.scan(ctx, name) {
 			if existing[name+"\x00"+itemKey(it)] {
 				continue
 			}
-			c := costItem{Table: m.tables[name], Attributes: attrSizes(it)}
+			c := costunits.Item{Table: m.tables[name], Attributes: attrSizes(it)}
 			if ttl, ok := it[table.TTLAttribute].(*types.AttributeValueMemberN); ok {
 				var sec int64
 				fmt.Sscan(ttl.Value, &sec)
@@ -462,7 +357,7 @@ func (m *unitMeter) created(ctx context.Context, existing map[string]bool, now t
 			out = append(out, c)
 		}
 	}
-	slices.SortFunc(out, func(a, b costItem) int { return strings.Compare(a.Table, b.Table) })
+	slices.SortFunc(out, func(a, b costunits.Item) int { return strings.Compare(a.Table, b.Table) })
 	return out
 }
 
@@ -569,7 +464,7 @@ func (m *unitMeter) chargeCall(ctx context.Context, op string, params, result an
 		for _, it := range all.Items {
 			size += dynamo.ItemSize(it)
 		}
-		m.record(&costRead{Table: m.tables[aws.ToString(in.TableName)], Op: "Query", Items: len(all.Items), Bytes: size, Consistent: aws.ToBool(in.ConsistentRead)}, nil)
+		m.record(&costunits.Read{Table: m.tables[aws.ToString(in.TableName)], Op: "Query", Items: len(all.Items), Bytes: size, Consistent: aws.ToBool(in.ConsistentRead)}, nil)
 		m.charge(readUnits(size, aws.ToBool(in.ConsistentRead)), 0,
 			fmt.Sprintf("Query %s (%d items)", keyKind(map[string]types.AttributeValue{table.PartitionKey: in.ExpressionAttributeValues[firstValue(in.ExpressionAttributeValues)]}), len(all.Items)), size)
 	case *dynamodb.GetItemInput:
@@ -578,7 +473,7 @@ func (m *unitMeter) chargeCall(ctx context.Context, op string, params, result an
 		if result.(*dynamodb.GetItemOutput).Item != nil {
 			items = 1
 		}
-		m.record(&costRead{Table: m.tables[aws.ToString(in.TableName)], Op: "GetItem", Items: items, Bytes: size, Consistent: aws.ToBool(in.ConsistentRead)}, nil)
+		m.record(&costunits.Read{Table: m.tables[aws.ToString(in.TableName)], Op: "GetItem", Items: items, Bytes: size, Consistent: aws.ToBool(in.ConsistentRead)}, nil)
 		m.charge(readUnits(size, aws.ToBool(in.ConsistentRead)), 0, "GetItem "+keyKind(in.Key), size)
 	default:
 		after := m.images(ctx, refs)
@@ -589,7 +484,7 @@ func (m *unitMeter) chargeCall(ctx context.Context, op string, params, result an
 		for i, r := range refs {
 			size := max(dynamo.ItemSize(before[i]), dynamo.ItemSize(after[i]))
 			m.charge(0, factor*math.Ceil(float64(max(size, 1))/1024), op+" "+r.what+" "+keyKind(r.key), size)
-			m.record(nil, &costWrite{Table: m.tables[r.table], Op: op + " " + r.what, Transaction: op == "TransactWriteItems",
+			m.record(nil, &costunits.Write{Table: m.tables[r.table], Op: op + " " + r.what, Transaction: op == "TransactWriteItems",
 				Before: attrSizes(before[i]), After: attrSizes(after[i]), Changed: changedAttrs(before[i], after[i])})
 			// The indexes (projecting every attribute) are written too, outside the
 			// transaction's price: a put or delete of an entry, or both when its key changes.

@@ -47,6 +47,7 @@ var packages = []struct {
 	{"shared/capacity", domain},
 	{"shared/auth", domainSide},
 	{"shared/client", domainSide},
+	{"shared/costunits", domainSide}, // docs/cost/units.json, written by a benchmark, read by infra/cost
 	{"shared/emf", domainSide},
 	{"shared/routes", domainSide},
 	{"shared/stackoutput", domainSide},
