@@ -29,8 +29,18 @@ type Assumptions struct {
 	KeptForGoodMonths float64
 	// ExpressMemoryMB is the memory an Express execution is billed for (64 MB steps).
 	ExpressMemoryMB int
-	// Run is what a typical run's data says at the workflow's choices and waits.
-	Run func(Case) Run
+	// ExpressStateMS is the time an Express execution spends in each state it enters beside
+	// the function a task runs (the transition, a lambda:invoke's round trip, a Choice): its
+	// billed duration is the sum of its tasks' function times and this per state.
+	ExpressStateMS float64
+	// QueueBatch is how many messages an event source mapping's poll receives, deletes and
+	// hands to one invocation of its function, on average: 1 when reclaims come one at a
+	// time, up to the mapping's batch size in a burst.
+	QueueBatch float64
+	// Run is what a typical run's data says at the workflow's choices and waits, for each
+	// execution of the reclaim in turn: 0 is the one the API call starts, 1 the next one (a
+	// queue's consumer starts it when the message comes due), and so on.
+	Run func(c Case, execution int) Run
 }
 
 // Typical is the typical reclaim: every VM terminated in the first round; the grace waited
@@ -39,17 +49,25 @@ var Typical = Assumptions{
 	// api: BenchmarkReclaim's p50 through the gateway, 11.7 ms, billed 12 ms; TerminateNode:
 	// BenchmarkTermination, about 10 ms for up to 8 VMs; NotifyAgents without a grace is one
 	// Query, with one it calls the agent once per VM (BenchmarkNotice); Notify and Report (a
-	// Query and a PutEvents) have no benchmark: 100 ms each.
-	DurationMS:        map[string]float64{"api": 12, "NotifyAgents": 10, "Notify": 100, "TerminateNode": 10, "Report": 100},
-	AppLogBytes:       map[string]int{"api": 900, "NotifyAgents": 300, "Notify": 300, "TerminateNode": 600, "Report": 400},
+	// Query and a PutEvents) have no benchmark: 100 ms each; termination-steps (the queue's
+	// consumer: one StartExecution per due step) has none either: 30 ms.
+	DurationMS:        map[string]float64{"api": 12, "NotifyAgents": 10, "Notify": 100, "TerminateNode": 10, "Report": 100, "termination-steps": 30},
+	AppLogBytes:       map[string]int{"api": 900, "NotifyAgents": 300, "Notify": 300, "TerminateNode": 600, "Report": 400, "termination-steps": 300},
 	PlatformLogBytes:  450,
 	StateLogEnvelope:  350,
 	StateDataBytes:    450,
 	XRaySampled:       0.05,
 	KeptForGoodMonths: 12,
 	ExpressMemoryMB:   64,
-	Run: func(c Case) Run {
-		return Run{"$.done": true, "$.terminateAfter": float64(c.GraceSeconds)}
+	ExpressStateMS:    10,
+	QueueBatch:        1,
+	// The step message of the Express design (docs/termination.md): the API starts step
+	// "first" with the grace ahead of it; the queue brings step "round" when it is due.
+	Run: func(c Case, execution int) Run {
+		if execution == 0 {
+			return Run{"$.step": "first", "$.done": true, "$.terminateAfter": float64(c.GraceSeconds)}
+		}
+		return Run{"$.step": "round", "$.done": true, "$.terminateAfter": 0.0}
 	},
 }
 
@@ -104,13 +122,20 @@ func Price(d Design, u Case, p Prices, a Assumptions) (Bill, error) {
 	}
 	api := d.APIs[0]
 
-	// Who runs what: the API call, then every execution it starts, walked.
-	type invocation struct{ step, fn string }
-	invocations := []invocation{{"api", api.Function}}
-	var transitions, expressRuns int
+	// Who runs what: the API call, then every execution it starts, walked; a message a run
+	// sends to a queue invokes the queue's consumer, which may start the next execution.
+	type invocation struct {
+		step, fn string
+		n        float64 // invocations per reclaim: a consumer's are shared by a batch
+	}
+	invocations := []invocation{{"api", api.Function, 1}}
+	var transitions, expressRuns, executions int
 	var expressGBs float64
+	var expressDur []string
 	var sfnLogBytes, lambdaLogBytes float64
-	var sqsRequests int
+	var sqsRequests, sqsMessages float64
+	var quietLogs []string // machines whose succeeded runs log nothing, for the table
+	batch := math.Max(1, a.QueueBatch)
 	traces := 0.0
 	if api.Tracing || d.Functions[api.Function].Tracing {
 		traces++
@@ -127,17 +152,18 @@ func Price(d Design, u Case, p Prices, a Assumptions) (Bill, error) {
 		if depth > 5 {
 			return fmt.Errorf("state machines start each other more than 5 deep (at %s)", name)
 		}
-		visits, err := Walk(sm.Definition, a.Run(u))
+		visits, err := Walk(sm.Definition, a.Run(u, executions))
 		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+			return fmt.Errorf("%s, execution %d: %w", name, executions, err)
 		}
+		executions++
 		events := 2 // ExecutionStarted, ExecutionSucceeded
 		seconds := 0.0
 		for _, v := range visits {
 			entered[v.State] = true
 			switch {
 			case v.Function != "":
-				invocations = append(invocations, invocation{v.State, v.Function})
+				invocations = append(invocations, invocation{v.State, v.Function, 1})
 				events += 5 // StateEntered, Scheduled, Started, Succeeded, StateExited
 				ms, ok := a.DurationMS[v.State]
 				if !ok {
@@ -145,13 +171,31 @@ func Price(d Design, u Case, p Prices, a Assumptions) (Bill, error) {
 				}
 				seconds += ms / 1000
 			case v.Queue != "":
-				sqsRequests += 3 // send, then the consumer's receive and delete
-				for fn, f := range d.Functions {
-					if slices.Contains(f.Queues, v.Queue) {
-						invocations = append(invocations, invocation{v.Queue, fn})
+				events += 4
+				// The send, then the consumer's receive and delete, each for a batch.
+				sqsMessages++
+				sqsRequests += 1 + 2/batch
+				var consumers []string
+				for _, fn := range sortedKeys(d.Functions) {
+					if slices.Contains(d.Functions[fn].Queues, v.Queue) {
+						consumers = append(consumers, fn)
 					}
 				}
-				events += 4
+				if len(consumers) != 1 {
+					return fmt.Errorf("%s: state %s sends to queue %q, which %d functions consume: want one", name, v.State, v.Queue, len(consumers))
+				}
+				fn := consumers[0]
+				invocations = append(invocations, invocation{fn, fn, 1 / batch})
+				switch next := d.Functions[fn].StateMachines; len(next) {
+				case 0:
+				case 1:
+					// The consumer starts the step's execution when it is due.
+					if err := runMachine(next[0], depth+1); err != nil {
+						return err
+					}
+				default:
+					return fmt.Errorf("queue %s's consumer %s names state machines %v: which one it starts is not known", v.Queue, fn, next)
+				}
 			case v.StartsMachine != "":
 				events += 4
 				if err := runMachine(v.StartsMachine, depth+1); err != nil {
@@ -164,21 +208,30 @@ func Price(d Design, u Case, p Prices, a Assumptions) (Bill, error) {
 		}
 		if sm.Type == "EXPRESS" {
 			expressRuns++
+			seconds += a.ExpressStateMS / 1000 * float64(len(visits))
 			mem := math.Ceil(float64(a.ExpressMemoryMB)/64) * 64
-			expressGBs += math.Ceil(seconds*10) / 10 * mem / 1024
+			billed := math.Ceil(seconds*10-1e-9) / 10 // per 100 ms started
+			expressGBs += billed * mem / 1024
+			expressDur = append(expressDur, fmt.Sprintf("%d states, %.0f ms billed %.0f", len(visits), seconds*1000, billed*1000))
 		} else {
 			transitions += len(visits)
 		}
 		if sm.Tracing {
 			traces++
 		}
-		if sm.LogLevel == "ALL" {
+		switch sm.LogLevel {
+		case "ALL":
 			per := float64(a.StateLogEnvelope)
 			if sm.LogExecution {
 				per += float64(a.StateDataBytes)
 			}
 			sfnLogBytes += float64(events) * per
 			logDays[fmt.Sprint(sm.LogDays)] += float64(events) * per
+		case "ERROR", "FATAL":
+			// Only a failed state or run is logged: a typical run succeeds.
+			if !slices.Contains(quietLogs, name+" "+sm.LogLevel) {
+				quietLogs = append(quietLogs, name+" "+sm.LogLevel)
+			}
 		}
 		return nil
 	}
@@ -219,30 +272,35 @@ func Price(d Design, u Case, p Prices, a Assumptions) (Bill, error) {
 		if !ok {
 			return b, fmt.Errorf("how long %s runs for step %s is not known (Assumptions.DurationMS)", inv.fn, inv.step)
 		}
-		g := math.Ceil(ms) / 1000 * float64(f.MemoryMB) / 1024
+		g := inv.n * math.Ceil(ms) / 1000 * float64(f.MemoryMB) / 1024
 		price := p.LambdaGBsArm.USD
 		if f.Arch != "arm64" {
 			price = p.LambdaGBsX86.USD
 		}
 		gbs += g * price / p.LambdaGBsArm.USD
 		durParts = append(durParts, fmt.Sprintf("%s %g ms", inv.step, math.Ceil(ms)))
-		logs := float64(a.PlatformLogBytes + a.AppLogBytes[inv.step])
+		logs := inv.n * float64(a.PlatformLogBytes+a.AppLogBytes[inv.step])
 		lambdaLogBytes += logs
 		logDays[fmt.Sprint(f.LogDays)] += logs
 	}
-	add("Lambda", "requests", plural(len(invocations), "invocation"), float64(len(invocations))*p.LambdaRequest.USD)
+	calls := 0.0
+	for _, inv := range invocations {
+		calls += inv.n
+	}
+	add("Lambda", "requests", plural(calls, "invocation"), calls*p.LambdaRequest.USD)
 	add("Lambda", "duration (memory and architecture from the template)", fmt.Sprintf("%s: %.4f GB-s", strings.Join(durParts, ", "), gbs), gbs*p.LambdaGBsArm.USD)
 
 	// Step Functions.
 	if transitions > 0 {
-		add("Step Functions", "Standard state transitions", plural(transitions, "transition"), float64(transitions)*p.SFNTransition.USD)
+		add("Step Functions", "Standard state transitions", plural(float64(transitions), "transition"), float64(transitions)*p.SFNTransition.USD)
 	}
 	if expressRuns > 0 {
-		add("Step Functions", "Express executions", plural(expressRuns, "execution"), float64(expressRuns)*p.SFNExpressReq.USD)
-		add("Step Functions", "Express duration", fmt.Sprintf("%.4f GB-s", expressGBs), expressGBs*p.SFNExpressGBs.USD)
+		add("Step Functions", "Express executions", plural(float64(expressRuns), "execution"), float64(expressRuns)*p.SFNExpressReq.USD)
+		add("Step Functions", "Express duration (per 100 ms started, 64 MB steps)", fmt.Sprintf("%s: %.4f GB-s", strings.Join(expressDur, "; "), expressGBs), expressGBs*p.SFNExpressGBs.USD)
 	}
 	if sqsRequests > 0 {
-		add("SQS", "requests (send, receive, delete)", plural(sqsRequests, "request"), float64(sqsRequests)*p.SQSRequest.USD)
+		add("SQS", "requests: a step's send, its consumer's receive and delete (per batch)",
+			fmt.Sprintf("%s, %g a batch: %s", plural(sqsMessages, "message"), batch, plural(sqsRequests, "request")), sqsRequests*p.SQSRequest.USD)
 	}
 
 	// EventBridge, KMS.
@@ -253,7 +311,7 @@ func Price(d Design, u Case, p Prices, a Assumptions) (Bill, error) {
 			kmsCalls++ // the node's agent key opened, once per invocation that calls the agent
 		}
 	}
-	add("EventBridge", "custom events published", plural(events, "event"), float64(events)*p.EventBridgeEvent.USD)
+	add("EventBridge", "custom events published", plural(float64(events), "event"), float64(events)*p.EventBridgeEvent.USD)
 
 	// DynamoDB.
 	dy, err := d.dynamo(u)
@@ -272,10 +330,25 @@ func Price(d Design, u Case, p Prices, a Assumptions) (Bill, error) {
 			tParts = append(tParts, fmt.Sprintf("%s %g", k, dy.byTable[k]))
 		}
 	}
-	add("DynamoDB", "writes, tables", fmt.Sprintf("%g WRU (%s)", dy.wru, strings.Join(tParts, ", ")), dy.wru*p.DynamoWRU.USD)
-	add("DynamoDB", "writes, index entries", fmt.Sprintf("%g WRU (%s)", dy.indexWRU, strings.Join(ixParts, ", ")), dy.indexWRU*p.DynamoWRU.USD)
-	add("DynamoDB", "reads", fmt.Sprintf("%g RRU", dy.rru), dy.rru*p.DynamoRRU.USD)
-	var gbMonths, pitrGBMonths float64
+	// Each table's units at its class's prices; an index is billed as its table.
+	var tableUSD, indexUSD, readUSD float64
+	for k, n := range dy.byTable {
+		name, ix, _ := strings.Cut(k, "/")
+		wru, _, _ := p.dynamo(d.Tables[name])
+		if ix != "" {
+			indexUSD += n * wru
+		} else {
+			tableUSD += n * wru
+		}
+	}
+	for name, n := range dy.readsByTable {
+		_, rru, _ := p.dynamo(d.Tables[name])
+		readUSD += n * rru
+	}
+	add("DynamoDB", "writes, tables", fmt.Sprintf("%g WRU (%s)", dy.wru, strings.Join(tParts, ", ")), tableUSD)
+	add("DynamoDB", "writes, index entries", fmt.Sprintf("%g WRU (%s)", dy.indexWRU, strings.Join(ixParts, ", ")), indexUSD)
+	add("DynamoDB", "reads", fmt.Sprintf("%g RRU", dy.rru), readUSD)
+	var gbMonths, storageUSD, pitrGBMonths float64
 	for _, it := range u.Stored {
 		months := a.KeptForGoodMonths
 		if it.TTLSeconds > 0 {
@@ -290,16 +363,18 @@ func Price(d Design, u Case, p Prices, a Assumptions) (Bill, error) {
 			}
 		}
 		gbMonths += size / gb * months
+		_, _, perGBMonth := p.dynamo(t)
+		storageUSD += size / gb * months * perGBMonth
 		if t.PITR {
 			pitrGBMonths += base / gb * months
 		}
 	}
-	add("DynamoDB", "storage of the items it leaves, with their index entries, over their TTL", fmt.Sprintf("%d items, %.2e GB-months", len(u.Stored), gbMonths), gbMonths*p.DynamoStorage.USD)
+	add("DynamoDB", "storage of the items it leaves, with their index entries, over their TTL", fmt.Sprintf("%d items, %.2e GB-months", len(u.Stored), gbMonths), storageUSD)
 	if pitrGBMonths > 0 {
 		add("DynamoDB", "point-in-time recovery of those items", fmt.Sprintf("%.2e GB-months", pitrGBMonths), pitrGBMonths*p.DynamoPITR.USD)
 	}
 
-	add("KMS", "Decrypt of the node's agent key (an instance's first call for the node)", plural(kmsCalls, "request"), float64(kmsCalls)*p.KMSRequest.USD)
+	add("KMS", "Decrypt of the node's agent key (an instance's first call for the node)", plural(float64(kmsCalls), "request"), float64(kmsCalls)*p.KMSRequest.USD)
 
 	// CloudWatch Logs.
 	accessBytes := float64(api.AccessLogBytes)
@@ -307,6 +382,8 @@ func Price(d Design, u Case, p Prices, a Assumptions) (Bill, error) {
 	add("CloudWatch Logs", "Lambda logs (vended)", fmt.Sprintf("%.0f B", lambdaLogBytes), lambdaLogBytes/gb*p.LogsVendedIngest.USD)
 	if sfnLogBytes > 0 {
 		add("CloudWatch Logs", "state machine logs (vended; level and execution data from the template)", fmt.Sprintf("%.0f B", sfnLogBytes), sfnLogBytes/gb*p.LogsVendedIngest.USD)
+	} else if len(quietLogs) > 0 {
+		add("CloudWatch Logs", "state machine logs (vended; level and execution data from the template)", fmt.Sprintf("0 B (%s: a run that succeeds logs nothing)", strings.Join(quietLogs, ", ")), 0)
 	}
 	add("CloudWatch Logs", "API access log", fmt.Sprintf("%.0f B", accessBytes), accessBytes/gb*p.LogsIngest.USD)
 	var logGBMonths float64
@@ -328,9 +405,9 @@ func Price(d Design, u Case, p Prices, a Assumptions) (Bill, error) {
 	return b, nil
 }
 
-func plural(n int, what string) string {
+func plural(n float64, what string) string {
 	if n == 1 {
 		return "1 " + what
 	}
-	return fmt.Sprintf("%d %ss", n, what)
+	return fmt.Sprintf("%g %ss", math.Round(n*100)/100, what)
 }

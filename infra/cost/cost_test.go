@@ -74,8 +74,8 @@ func testCase(starts int, steps ...string) Case {
 
 func assumptions(run Run) Assumptions {
 	a := Typical
-	a.DurationMS = map[string]float64{"api": 10, "Work": 100, "delays": 50}
-	a.Run = func(Case) Run { return run }
+	a.DurationMS = map[string]float64{"api": 10, "Work": 100, "work": 50}
+	a.Run = func(Case, int) Run { return run }
 	return a
 }
 
@@ -103,12 +103,12 @@ func TestPriceFollowsTheTemplate(t *testing.T) {
 			"Step Functions", "Standard state transitions", 3 * 25},
 		{"express, one round: an execution", "EXPRESS", loop, Run{"$.done": true}, []string{"Work"},
 			"Step Functions", "Express executions", 1},
-		{"express, one round: 100 ms at 64 MB", "EXPRESS", loop, Run{"$.done": true}, []string{"Work"},
-			"Step Functions", "Express duration", 0.1 * 64.0 / 1024 * 16.67},
+		{"express, one round: Work's 100 ms and 3 states of 10 ms, billed 200 ms at 64 MB", "EXPRESS", loop, Run{"$.done": true}, []string{"Work"},
+			"Step Functions", "Express duration (per 100 ms started, 64 MB steps)", 0.2 * 64.0 / 1024 * 16.67},
 		{"lambda: api and Work invoked", "EXPRESS", loop, Run{"$.done": true}, []string{"Work"},
 			"Lambda", "requests", 2 * 0.20},
 		{"a queue: send, receive, delete", "EXPRESS", viaQueue, Run{}, []string{"Send"},
-			"SQS", "requests (send, receive, delete)", 3 * 0.40},
+			"SQS", "requests: a step's send, its consumer's receive and delete (per batch)", 3 * 0.40},
 		{"a queue's consumer is invoked", "EXPRESS", viaQueue, Run{}, []string{"Send"},
 			"Lambda", "requests", 2 * 0.20},
 		{"index entries from the template's indexes", "STANDARD", loop, Run{"$.done": true}, []string{"Work"},

@@ -53,6 +53,9 @@ type StateMachine struct {
 
 // Table is a DynamoDB table.
 type Table struct {
+	// Class is the table class: "" or STANDARD, or STANDARD_INFREQUENT_ACCESS (storage at
+	// 40% of the price, requests at 125%).
+	Class    string  `json:"class,omitempty"`
 	OnDemand bool    `json:"onDemand"`
 	PITR     bool    `json:"pitr"`
 	Indexes  []Index `json:"indexes,omitempty"`
@@ -149,6 +152,9 @@ func Extract(templateJSON []byte, env string) (Design, error) {
 			d.StateMachines[names[id]] = sm
 		case "AWS::DynamoDB::Table":
 			t := Table{OnDemand: p["BillingMode"] == "PAY_PER_REQUEST", PITR: dig(p, "PointInTimeRecoverySpecification", "PointInTimeRecoveryEnabled") == true}
+			if c, _ := p["TableClass"].(string); c != "STANDARD" {
+				t.Class = c
+			}
 			gsis, _ := p["GlobalSecondaryIndexes"].([]any)
 			for _, g := range gsis {
 				g := g.(map[string]any)

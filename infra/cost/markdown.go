@@ -113,6 +113,7 @@ func Markdown(cols []Column, p Prices, a Assumptions) string {
 		{"Lambda duration, x86_64", p.LambdaGBsX86}, {"Step Functions Standard", p.SFNTransition},
 		{"Step Functions Express requests", p.SFNExpressReq}, {"Step Functions Express duration", p.SFNExpressGBs},
 		{"DynamoDB on-demand writes", p.DynamoWRU}, {"DynamoDB on-demand reads", p.DynamoRRU}, {"DynamoDB storage", p.DynamoStorage},
+		{"DynamoDB Standard-IA writes", p.DynamoWRUIA}, {"DynamoDB Standard-IA reads", p.DynamoRRUIA}, {"DynamoDB Standard-IA storage", p.DynamoStorageIA},
 		{"DynamoDB point-in-time recovery", p.DynamoPITR}, {"EventBridge custom events", p.EventBridgeEvent},
 		{"EventBridge Scheduler", p.SchedulerInvoke}, {"SQS", p.SQSRequest}, {"KMS", p.KMSRequest},
 		{"CloudWatch Logs ingestion", p.LogsIngest}, {"CloudWatch Logs, vended logs", p.LogsVendedIngest},
@@ -125,9 +126,11 @@ func Markdown(cols []Column, p Prices, a Assumptions) string {
 		"(the API call and TerminateNode measured on the local stack, docs/numbers.md; the others guessed); "+
 		"log bytes per invocation %s plus %d B of Lambda's own lines; a Step Functions log event %d B, plus %d B of state data when the log includes it; "+
 		"X-Ray records %g%% of traces (its default rule past one a second); items without a TTL stored %g months; "+
+		"an Express execution spends %g ms in each state beside its tasks' functions and is billed at %d MB; "+
+		"a queue's event source mapping receives %g message a batch; "+
 		"a typical run: %s.\n",
 		kv(a.DurationMS), kvInt(a.AppLogBytes), a.PlatformLogBytes, a.StateLogEnvelope, a.StateDataBytes,
-		a.XRaySampled*100, a.KeptForGoodMonths, runText(a))
+		a.XRaySampled*100, a.KeptForGoodMonths, a.ExpressStateMS, a.ExpressMemoryMB, a.QueueBatch, runText(a))
 	return b.String()
 }
 
@@ -154,14 +157,18 @@ func kvInt(m map[string]int) string {
 }
 
 func runText(a Assumptions) string {
-	r := a.Run(Case{GraceSeconds: -1})
-	var parts []string
-	for _, k := range sortedKeys(r) {
-		v := fmt.Sprint(r[k])
-		if r[k] == float64(-1) {
-			v = "the grace, in seconds"
+	var runs []string
+	for i, title := range []string{"the execution the API starts", "the next one (its consumer starts it when the queued step is due)"} {
+		r := a.Run(Case{GraceSeconds: -1}, i)
+		var parts []string
+		for _, k := range sortedKeys(r) {
+			v := fmt.Sprint(r[k])
+			if r[k] == float64(-1) {
+				v = "the grace, in seconds"
+			}
+			parts = append(parts, fmt.Sprintf("`%s` = %s", k, v))
 		}
-		parts = append(parts, fmt.Sprintf("`%s` = %s", k, v))
+		runs = append(runs, title+": "+strings.Join(parts, ", "))
 	}
-	return strings.Join(parts, ", ")
+	return strings.Join(runs, "; ")
 }

@@ -20,7 +20,20 @@ type Visit struct {
 // for a Wait on a TimestampPath or SecondsPath, the seconds it waits. A path the definition
 // reads and the run does not know fails the walk: a new branch of the workflow must be
 // given its typical value, not guessed.
+//
+// A timestamp is given as seconds from the run's start (so "$.terminateAfter": 120 is a
+// grace that ends two minutes after the run starts); the context's own times, "$$.State.EnteredTime"
+// and "$$.Execution.StartTime", are 0: a typical run's states take milliseconds, not seconds.
 type Run map[string]any
+
+func (r Run) value(path string) (any, bool) {
+	switch path {
+	case "$$.State.EnteredTime", "$$.Execution.StartTime":
+		return 0.0, true
+	}
+	v, ok := r[path]
+	return v, ok
+}
 
 // Walk follows the definition from StartAt as a run with these values goes through it, and
 // returns the states it enters, in order. Retries and catches are not taken (a typical run
@@ -137,7 +150,7 @@ func matches(rule map[string]any, run Run) (bool, error) {
 		return !ok, err
 	}
 	path, _ := rule["Variable"].(string)
-	val, known := run[path]
+	val, known := run.value(path)
 	for op, want := range rule {
 		switch op {
 		case "Variable", "Next":
@@ -148,14 +161,29 @@ func matches(rule map[string]any, run Run) (bool, error) {
 		if !known {
 			return false, fmt.Errorf("the run does not say what %s is (rule %s)", path, toJSON(rule))
 		}
-		switch op {
-		case "BooleanEquals", "StringEquals", "NumericEquals":
+		// A ...Path comparison compares with another path's value.
+		cmp := strings.TrimSuffix(op, "Path")
+		if cmp != op {
+			other, _ := want.(string)
+			v, ok := run.value(other)
+			if !ok {
+				return false, fmt.Errorf("the run does not say what %s is (rule %s)", other, toJSON(rule))
+			}
+			want = v
+		}
+		switch cmp {
+		case "BooleanEquals", "StringEquals", "NumericEquals", "TimestampEquals":
 			return val == want, nil
-		case "NumericGreaterThan", "NumericLessThan", "NumericGreaterThanEquals", "NumericLessThanEquals":
-			a, _ := val.(float64)
-			b, _ := want.(float64)
-			return map[string]bool{"NumericGreaterThan": a > b, "NumericLessThan": a < b,
-				"NumericGreaterThanEquals": a >= b, "NumericLessThanEquals": a <= b}[op], nil
+		case "NumericGreaterThan", "NumericLessThan", "NumericGreaterThanEquals", "NumericLessThanEquals",
+			"TimestampGreaterThan", "TimestampLessThan", "TimestampGreaterThanEquals", "TimestampLessThanEquals":
+			a, aok := val.(float64)
+			b, bok := want.(float64)
+			if !aok || !bok {
+				return false, fmt.Errorf("rule %s: a timestamp is priced as seconds from the run's start, in the run and the rule alike", toJSON(rule))
+			}
+			rel := strings.TrimPrefix(strings.TrimPrefix(cmp, "Numeric"), "Timestamp")
+			return map[string]bool{"GreaterThan": a > b, "LessThan": a < b,
+				"GreaterThanEquals": a >= b, "LessThanEquals": a <= b}[rel], nil
 		default:
 			return false, fmt.Errorf("comparison %s is not priced", op)
 		}
