@@ -70,6 +70,15 @@ func TestTables(t *testing.T) {
 				if !reflect.DeepEqual(gotGSIs, wantGSIs) {
 					t.Errorf("GlobalSecondaryIndexes %s, want %s", toJSON(gotGSIs), toJSON(wantGSIs))
 				}
+				// The audit table is stored far more than it is read: Standard-IA; every other
+				// table, Standard (CDK writes it out).
+				wantClass := "STANDARD"
+				if spec.LogicalID == table.Audit.LogicalID {
+					wantClass = "STANDARD_INFREQUENT_ACCESS"
+				}
+				if p["TableClass"] != wantClass {
+					t.Errorf("TableClass %v, want %s", p["TableClass"], wantClass)
+				}
 				var wantTTL any
 				if spec.TTL {
 					wantTTL = map[string]any{"AttributeName": table.TTLAttribute, "Enabled": true}

@@ -84,8 +84,8 @@ func expressTemplate(t *testing.T) []byte {
 	return b
 }
 
-// kept is docs/cost/before.json: the prod template's design before the Express switch, and
-// the units of its reclaims.
+// kept is the design docs/cost/before.json keeps (the prod template's before the Express
+// switch) and the units of today's reclaims (docs/cost/units.json).
 func kept(t *testing.T) (Design, Units) {
 	t.Helper()
 	b, err := os.ReadFile("../../docs/cost/before.json")
@@ -94,12 +94,19 @@ func kept(t *testing.T) (Design, Units) {
 	}
 	var s struct {
 		Design Design `json:"design"`
-		Units  Units  `json:"units"`
 	}
 	if err := json.Unmarshal(b, &s); err != nil {
 		t.Fatal(err)
 	}
-	return s.Design, s.Units
+	ub, err := os.ReadFile("../../docs/cost/units.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := ParseUnits(ub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Design, u
 }
 
 // withExpress is the kept design with the Express fragment's machine, functions and queues
