@@ -1,0 +1,275 @@
+package cost
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// The changes of domain and store code that would cut DynamoDB's share of a reclaim, each
+// written as what it does to the measured calls and items, so that its effect is priced by
+// the same model as the table of docs/cost.md (on the Express design, TestPriceOfTheExpressDesign).
+// None weakens a guarantee: the audit record, the operation, its outcomes and the VMs'
+// history stay readable for as long as today, every write that guards exactly-once
+// termination stays, and PITR stays on the tables that hold them. They are proposals for the
+// owners of shared/capacity and shared/dynamo; docs/cost.md lists them with these figures:
+//
+//	cd infra/cost && go test -run TestProposals -v .
+type proposal struct {
+	name  string
+	apply func(d *Design, c *Case, a *Assumptions)
+}
+
+const day = 86400
+
+// is says what an item is, from the attributes the store writes.
+func is(attrs map[string]int, what string) bool {
+	has := func(k string) bool { _, ok := attrs[k]; return ok }
+	switch what {
+	case "operation":
+		return has("gsi2pk") && has("victims")
+	case "claim":
+		return has("Holder")
+	case "notice":
+		return has("NoticeState")
+	case "outcome":
+		return has("Outcome") && has("VMID") && !has("hash")
+	case "history":
+		return has("Tier")
+	}
+	return false
+}
+
+var proposals = []proposal{
+	{"claims expire a day after their lease (today: with the operation, 400 days)", func(d *Design, c *Case, a *Assumptions) {
+		// A claim guards the agent call while a run may be live (its lease, 90 s at most);
+		// after it the outcome is what every run reads, and a claim gone reads as free.
+		for i, it := range c.Stored {
+			if is(it.Attributes, "claim") {
+				c.Stored[i].TTLSeconds = day
+			}
+		}
+	}},
+	{"byState holds only operations in progress: the end removes gsi1pk/gsi1sk", func(d *Design, c *Case, a *Assumptions) {
+		// The reconciler reads pending_start, terminating and failed operations only; a
+		// completed one leaves the index (a delete of its entry instead of a move).
+		for _, st := range c.Steps {
+			for i, w := range st.Writes {
+				if is(w.After, "operation") && slices.Contains(w.Changed, "expiresAt") && w.Before != nil {
+					st.Writes[i].After = without(w.After, "gsi1pk", "gsi1sk")
+				}
+			}
+		}
+		for i, it := range c.Stored {
+			if is(it.Attributes, "operation") {
+				c.Stored[i].Attributes = without(it.Attributes, "gsi1pk", "gsi1sk")
+			}
+		}
+	}},
+	{"a VM's move to its history without a transaction (put the history item, then the conditional delete)", func(d *Design, c *Case, a *Assumptions) {
+		// The delete keeps its condition (terminating for this operation); the put is
+		// idempotent; a run cut off between them leaves both, and the next round's delete
+		// finishes it. Half the units of the transaction's two items.
+		for _, st := range c.Steps {
+			for i, w := range st.Writes {
+				if w.Transaction && (is(w.After, "history") || (w.After == nil && w.Op == "TransactWriteItems delete")) {
+					st.Writes[i].Transaction = false
+				}
+			}
+		}
+	}},
+	{"the notice's state kept on the VM's outcome; notice items expire a day after the grace", func(d *Design, c *Case, a *Assumptions) {
+		// GET .../reclaims/{id} shows each VM's notice: the outcome put (1 WRU either way)
+		// carries it, and the notice item is needed only until the round that ends the VM.
+		notice := map[string]int{}
+		for i, it := range c.Stored {
+			if is(it.Attributes, "notice") {
+				notice = map[string]int{"NoticeState": it.Attributes["NoticeState"], "NoticeAt": it.Attributes["At"], "TerminateAfter": it.Attributes["TerminateAfter"]}
+				c.Stored[i].TTLSeconds = day
+			}
+		}
+		if len(notice) == 0 {
+			return
+		}
+		for _, st := range c.Steps {
+			for i, w := range st.Writes {
+				if is(w.After, "outcome") {
+					st.Writes[i].After = with(w.After, notice)
+				}
+			}
+		}
+		for i, it := range c.Stored {
+			if is(it.Attributes, "outcome") {
+				c.Stored[i].Attributes = with(it.Attributes, notice)
+			}
+		}
+	}},
+	{"the outcomes folded into the operation at its end; outcome items expire a day later", func(d *Design, c *Case, a *Assumptions) {
+		// The end's UpdateItem already reads every outcome; it writes them as a list on the
+		// operation (vmId, outcome, at, error: about 60 B a VM), which the status read and
+		// the report then read in one item. A failed outcome keeps its item (it may still be
+		// re-driven): a typical reclaim has none.
+		extra := 0
+		for i, it := range c.Stored {
+			if is(it.Attributes, "outcome") {
+				extra += it.Attributes["VMID"] + it.Attributes["Outcome"] + it.Attributes["At"] + it.Attributes["Error"] + 8
+				c.Stored[i].TTLSeconds = day
+			}
+		}
+		for _, st := range c.Steps {
+			for i, w := range st.Writes {
+				if is(w.After, "operation") && slices.Contains(w.Changed, "expiresAt") && w.Before != nil {
+					st.Writes[i].After = with(w.After, map[string]int{"vms": extra})
+					st.Writes[i].Changed = append(slices.Clone(w.Changed), "vms")
+				}
+			}
+		}
+		for i, it := range c.Stored {
+			if is(it.Attributes, "operation") {
+				c.Stored[i].Attributes = with(it.Attributes, map[string]int{"vms": extra})
+			}
+		}
+	}},
+	{"Lambda's own START/END/REPORT lines off (system log level WARN, JSON log format): an infra change, not DynamoDB", func(d *Design, c *Case, a *Assumptions) {
+		a.PlatformLogBytes = 0
+	}},
+	{"the audit table's byReservation index projects its keys only (the trail read then gets each record)", func(d *Design, c *Case, a *Assumptions) {
+		t := d.Tables["audit"]
+		t.Indexes = slices.Clone(t.Indexes)
+		for i := range t.Indexes {
+			t.Indexes[i].Projection = "KEYS_ONLY"
+		}
+		d.Tables["audit"] = t
+	}},
+	{"no begin write: the API's transaction writes the operation as terminating with its execution's name (the name is the reclaim id and attempt), and the reconciler's no-progress bound covers a start that failed", func(d *Design, c *Case, a *Assumptions) {
+		for name, st := range c.Steps {
+			var keep []Write
+			for _, w := range st.Writes {
+				if is(w.After, "operation") && w.Before != nil && !slices.Contains(w.Changed, "expiresAt") {
+					continue // pending_start -> terminating
+				}
+				keep = append(keep, w)
+			}
+			st.Writes = keep
+			c.Steps[name] = st
+		}
+	}},
+	{"attribute names of 2 bytes in the state and audit tables (the keys' names kept): a migration of every item", func(d *Design, c *Case, a *Assumptions) {
+		short := func(m map[string]int) map[string]int {
+			if m == nil {
+				return nil
+			}
+			out := map[string]int{}
+			for k, v := range m {
+				if len(k) > 2 {
+					v -= len(k) - 2
+				}
+				out[k] = v
+			}
+			return out
+		}
+		for _, st := range c.Steps {
+			for i, w := range st.Writes {
+				if w.Table == "state" || w.Table == "audit" {
+					st.Writes[i].Before, st.Writes[i].After = short(w.Before), short(w.After)
+				}
+			}
+		}
+		for i, it := range c.Stored {
+			if it.Table == "state" || it.Table == "audit" {
+				c.Stored[i].Attributes = short(it.Attributes)
+			}
+		}
+	}},
+}
+
+func without(m map[string]int, keys ...string) map[string]int {
+	out := maps.Clone(m)
+	for _, k := range keys {
+		delete(out, k)
+	}
+	return out
+}
+
+func with(m, more map[string]int) map[string]int {
+	out := maps.Clone(m)
+	maps.Copy(out, more)
+	return out
+}
+
+func cloneCase(t *testing.T, c Case) Case {
+	t.Helper()
+	b, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out Case
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func cloneDesign(d Design) Design {
+	out := d
+	out.Tables = maps.Clone(d.Tables)
+	return out
+}
+
+// Each proposal, alone and together with those before it, priced on the Express design with
+// the audit table in Standard-IA (infra/tables.go): each saves, and none changes anything but
+// DynamoDB.
+func TestProposals(t *testing.T) {
+	before, units := kept(t)
+	base := withExpress(t, before)
+	audit := base.Tables["audit"]
+	audit.Class = "STANDARD_INFREQUENT_ACCESS"
+	base.Tables["audit"] = audit
+	var report strings.Builder
+	for _, key := range []string{"grace-0", "grace-120"} {
+		c := units.Cases[key]
+		b0, err := Price(base, c, EUWest1, Typical)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&report, "\n%s: Express design, audit in Standard-IA: $%.2f (DynamoDB $%.2f)\n", key, b0.Total()*1e6, b0.ByService()["DynamoDB"]*1e6)
+		dAll, cAll, aAll := cloneDesign(base), cloneCase(t, c), Typical
+		last := b0
+		for _, p := range proposals {
+			d1, c1, a1 := cloneDesign(base), cloneCase(t, c), Typical
+			p.apply(&d1, &c1, &a1)
+			alone, err := Price(d1, c1, EUWest1, a1)
+			if err != nil {
+				t.Fatalf("%s: %v", p.name, err)
+			}
+			p.apply(&dAll, &cAll, &aAll)
+			all, err := Price(dAll, cAll, EUWest1, aAll)
+			if err != nil {
+				t.Fatalf("%s: %v", p.name, err)
+			}
+			saved := (b0.Total() - alone.Total()) * 1e6
+			if key == "grace-120" || !strings.Contains(p.name, "notice") {
+				if saved <= 0 {
+					t.Errorf("%s, %s: saves $%.2f", key, p.name, saved)
+				}
+			}
+			for s, v := range alone.ByService() {
+				if s != "DynamoDB" && s != "CloudWatch Logs" && v != b0.ByService()[s] {
+					t.Errorf("%s, %s: %s changes", key, p.name, s)
+				}
+			}
+			fmt.Fprintf(&report, "  -$%.2f alone, $%.2f with those above: %s\n", saved, all.Total()*1e6, p.name)
+			last = all
+		}
+		fmt.Fprintf(&report, "  all: $%.2f per million\n", last.Total()*1e6)
+		for _, l := range last.Lines {
+			if l.USD*1e6 >= 0.5 {
+				fmt.Fprintf(&report, "    %s, %s: %s, $%.2f\n", l.Service, l.What, l.Quantity, l.USD*1e6)
+			}
+		}
+	}
+	t.Log(report.String())
+}
