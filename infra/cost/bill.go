@@ -61,13 +61,13 @@ var Typical = Assumptions{
 	ExpressMemoryMB:   64,
 	ExpressStateMS:    10,
 	QueueBatch:        1,
-	// The step message of the Express design (docs/termination.md): the API starts step
-	// "first" with the grace ahead of it; the queue brings step "round" when it is due.
+	// The step of the Express design (shared/stepfn.Input): the API starts step "first" with
+	// the grace left as its delay; the queue brings step "round" when it is due.
 	Run: func(c Case, execution int) Run {
 		if execution == 0 {
-			return Run{"$.step": "first", "$.done": true, "$.terminateAfter": float64(c.GraceSeconds)}
+			return Run{"$.step": "first", "$.done": true, "$.delaySeconds": float64(c.GraceSeconds), "$.terminateAfter": float64(c.GraceSeconds)}
 		}
-		return Run{"$.step": "round", "$.done": true, "$.terminateAfter": 0.0}
+		return Run{"$.step": "round", "$.done": true, "$.delaySeconds": 0.0, "$.terminateAfter": 0.0}
 	},
 }
 

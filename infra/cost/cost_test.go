@@ -184,3 +184,31 @@ func TestIndexWrites(t *testing.T) {
 		t.Errorf("KEYS_ONLY index, a non-key attribute changed: %g WRU, want 0", got)
 	}
 }
+
+// A Choice compares timestamps (seconds from the run's start in the run; the context's times
+// are the start) and a path with another path.
+func TestWalkComparesTimestampsAndPaths(t *testing.T) {
+	def := `{"StartAt":"C","States":{
+ "C":{"Type":"Choice","Choices":[{"Variable":"$.dueAt","TimestampGreaterThanPath":"$$.State.EnteredTime","Next":"Later"},
+   {"Variable":"$.left","NumericLessThanEquals":0,"Next":"Now"}],"Default":"Other"},
+ "Later":{"Type":"Succeed"},"Now":{"Type":"Succeed"},"Other":{"Type":"Succeed"}}}`
+	for _, tc := range []struct {
+		run  Run
+		want string
+	}{
+		{Run{"$.dueAt": 120.0}, "Later"},
+		{Run{"$.dueAt": 0.0, "$.left": 0.0}, "Now"},
+		{Run{"$.dueAt": -5.0, "$.left": 3.0}, "Other"},
+	} {
+		v, err := Walk(json.RawMessage(def), tc.run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := v[len(v)-1].State; got != tc.want {
+			t.Errorf("run %v ends in %s, want %s", tc.run, got, tc.want)
+		}
+	}
+	if _, err := Walk(json.RawMessage(def), Run{"$.dueAt": "2026-01-01T00:00:00Z"}); err == nil || !strings.Contains(err.Error(), "seconds from the run's start") {
+		t.Errorf("a timestamp given as text: %v, want an error saying it is priced as seconds", err)
+	}
+}

@@ -11,7 +11,7 @@ import (
 )
 
 // expressDefinition is the termination workflow of the Express design (docs/termination.md,
-// issue 27) as the template will carry it: one machine whose run is a step, "first" (the
+// issue 27) as infra/termination.go builds it, its tasks' parameters shortened: one machine whose run is a step, "first" (the
 // notices, then the first round unless a grace is left, which the queue's per-message delay
 // waits out) or "round" (a round, then the report or the next round through the queue).
 // {{Arn:X}} and {{Ref:X}} are references to the template's resources.
@@ -19,11 +19,12 @@ const expressDefinition = `{"StartAt":"Step?","States":{
  "Step?":{"Type":"Choice","Choices":[{"Variable":"$.step","StringEquals":"round","Next":"TerminateNode"}],"Default":"NotifyAgents"},
  "NotifyAgents":{"Type":"Task","Resource":"arn:{{Ref:AWS::Partition}}:states:::lambda:invoke","Parameters":{"FunctionName":"{{Arn:TerminateNodeFn}}","Payload":{"agentNotices":true,"reclaimId.$":"$.reclaimId"}},"ResultPath":null,"Next":"Notify"},
  "Notify":{"Type":"Task","Resource":"arn:{{Ref:AWS::Partition}}:states:::lambda:invoke","Parameters":{"FunctionName":"{{Arn:OperationEventsFn}}","Payload":{"phase":"notice","reclaimId.$":"$.reclaimId"}},"ResultPath":null,"Next":"GraceLeft?"},
- "GraceLeft?":{"Type":"Choice","Choices":[{"Variable":"$.terminateAfter","TimestampGreaterThanPath":"$$.State.EnteredTime","Next":"ScheduleRound"}],"Default":"TerminateNode"},
- "ScheduleRound":{"Type":"Task","Resource":"arn:{{Ref:AWS::Partition}}:states:::sqs:sendMessage","Parameters":{"QueueUrl":"{{Ref:StepsQueue}}","MessageBody.$":"$","DelaySeconds.$":"$.delaySeconds"},"End":true},
+ "GraceLeft?":{"Type":"Choice","Choices":[{"Variable":"$.delaySeconds","NumericGreaterThan":0,"Next":"ScheduleRound"}],"Default":"TerminateNode"},
+ "ScheduleRound":{"Type":"Task","Resource":"arn:{{Ref:AWS::Partition}}:states:::sqs:sendMessage","Parameters":{"QueueUrl":"{{Ref:StepsQueue}}","MessageBody":{"step":"round","reclaimId.$":"$.reclaimId"},"DelaySeconds.$":"$.delaySeconds"},"Next":"Scheduled"},
+ "Scheduled":{"Type":"Succeed"},
  "TerminateNode":{"Type":"Task","Resource":"arn:{{Ref:AWS::Partition}}:states:::lambda:invoke","Parameters":{"FunctionName":"{{Arn:TerminateNodeFn}}","Payload":{"reclaimId.$":"$.reclaimId","round.$":"$.round"}},"OutputPath":"$.Payload","Next":"AllTerminated?"},
  "AllTerminated?":{"Type":"Choice","Choices":[{"Variable":"$.done","BooleanEquals":true,"Next":"Report"}],"Default":"ScheduleRetry"},
- "ScheduleRetry":{"Type":"Task","Resource":"arn:{{Ref:AWS::Partition}}:states:::sqs:sendMessage","Parameters":{"QueueUrl":"{{Ref:StepsQueue}}","MessageBody.$":"$","DelaySeconds":10},"End":true},
+ "ScheduleRetry":{"Type":"Task","Resource":"arn:{{Ref:AWS::Partition}}:states:::sqs:sendMessage","Parameters":{"QueueUrl":"{{Ref:StepsQueue}}","MessageBody":{"step":"round","reclaimId.$":"$.reclaimId"},"DelaySeconds":10},"Next":"Scheduled"},
  "Report":{"Type":"Task","Resource":"arn:{{Ref:AWS::Partition}}:states:::lambda:invoke","Parameters":{"FunctionName":"{{Arn:OperationEventsFn}}","Payload":{"phase":"report","reclaimId.$":"$.reclaimId"}},"ResultPath":null,"End":true}}}`
 
 var reference = regexp.MustCompile(`\{\{(Ref|Arn):([A-Za-z:]+)\}\}`)
