@@ -157,6 +157,10 @@ func Price(d Design, u Case, p Prices, a Assumptions) (Bill, error) {
 			return fmt.Errorf("%s, execution %d: %w", name, executions, err)
 		}
 		executions++
+		// This run's duration line, in the order the runs start (a run the queue's consumer
+		// starts is walked inside this one's walk).
+		durAt := len(expressDur)
+		expressDur = append(expressDur, "")
 		events := 2 // ExecutionStarted, ExecutionSucceeded
 		seconds := 0.0
 		for _, v := range visits {
@@ -212,7 +216,7 @@ func Price(d Design, u Case, p Prices, a Assumptions) (Bill, error) {
 			mem := math.Ceil(float64(a.ExpressMemoryMB)/64) * 64
 			billed := math.Ceil(seconds*10-1e-9) / 10 // per 100 ms started
 			expressGBs += billed * mem / 1024
-			expressDur = append(expressDur, fmt.Sprintf("%d states, %.0f ms billed %.0f", len(visits), seconds*1000, billed*1000))
+			expressDur[durAt] = fmt.Sprintf("%d states, %.0f ms billed %.0f", len(visits), seconds*1000, billed*1000)
 		} else {
 			transitions += len(visits)
 		}
@@ -296,7 +300,7 @@ func Price(d Design, u Case, p Prices, a Assumptions) (Bill, error) {
 	}
 	if expressRuns > 0 {
 		add("Step Functions", "Express executions", plural(float64(expressRuns), "execution"), float64(expressRuns)*p.SFNExpressReq.USD)
-		add("Step Functions", "Express duration (per 100 ms started, 64 MB steps)", fmt.Sprintf("%s: %.4f GB-s", strings.Join(expressDur, "; "), expressGBs), expressGBs*p.SFNExpressGBs.USD)
+		add("Step Functions", "Express duration (per 100 ms started, 64 MB steps)", fmt.Sprintf("%s: %.4f GB-s", strings.Join(slices.DeleteFunc(expressDur, func(s string) bool { return s == "" }), "; "), expressGBs), expressGBs*p.SFNExpressGBs.USD)
 	}
 	if sqsRequests > 0 {
 		add("SQS", "requests: a step's send, its consumer's receive and delete (per batch)",
