@@ -107,7 +107,7 @@ func (d *drain) one(ctx context.Context, listed Operation, report *ReconcileRepo
 		// Started again run after run and still not begun: the first step keeps failing (an
 		// input its definition cannot read), not a throttle. Bounded by MaxRestarts.
 		why := fmt.Sprintf("attempt %d not begun %s after it was due", op.CurrentAttempt(), overdue.Round(time.Second))
-		err = r.restart(ctx, *op, why, d.now, report, d.startNext)
+		err = r.restart(ctx, *op, why, d.now, report, d.startPaced)
 	default:
 		err = d.start(ctx, *op, report)
 	}
@@ -135,14 +135,11 @@ func (d *drain) start(ctx context.Context, op Operation, report *ReconcileReport
 		report.Started = append(report.Started, op.ID)
 		return nil
 	case errors.Is(err, ErrExecutionExists):
-		return r.restart(ctx, op, fmt.Sprintf("execution %s closed before it began the operation", ExecutionName(op)), d.now, report, d.startNext)
+		return r.restart(ctx, op, fmt.Sprintf("execution %s closed before it began the operation", ExecutionName(op)), d.now, report, d.startPaced)
 	default:
 		return fmt.Errorf("start execution %s: %w", ExecutionName(op), err)
 	}
 }
-
-// startNext starts a restarted operation's next attempt at the drain's pace.
-func (d *drain) startNext(ctx context.Context, op Operation) error { return d.startPaced(ctx, op) }
 
 // startPaced starts the operation's attempt at the drain's pace, again after each throttle,
 // until the run's time for starts is over.

@@ -332,3 +332,32 @@ func TestReconcilerReportsOnlyWhatIsMissing(t *testing.T) {
 		})
 	}
 }
+
+// Two reconcilers that find the same idle operation at once restart it once: the attempt moves
+// on under a condition on the state and attempt both read.
+func TestTwoReconcilersRestartAnIdleOperationOnce(t *testing.T) {
+	env, op := begun(t, committed, nil)
+	ctx := context.Background()
+	wf := &capacitytest.Workflow{Express: true}
+	var wg sync.WaitGroup
+	for range 2 {
+		rec := livenessReconciler(env, wf, committed.Add(11*time.Minute))
+		wg.Go(func() {
+			if _, err := rec.Run(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	got, _ := env.Store.GetOperation(ctx, "n1", op.ID)
+	if got.State != capacity.OpPendingStart || got.CurrentAttempt() != 2 || got.Restarts != 1 {
+		t.Fatalf("operation %s attempt %d restarts %d: want one restart", got.State, got.CurrentAttempt(), got.Restarts)
+	}
+	// The loser may start the new attempt too (it cannot tell the winner's write from its own
+	// whose answer was lost): a duplicate run of its first step, never a third attempt.
+	for _, name := range wf.Started() {
+		if name != op.ID+"-2" {
+			t.Fatalf("runs %v, want only %s-2", wf.Started(), op.ID)
+		}
+	}
+}
