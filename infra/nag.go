@@ -32,7 +32,6 @@ func (s *CapacityStack) nagSuppressions() {
 				"version must reach the agents first; terminate-node accepts AWSCURRENT and AWSPREVIOUS meanwhile (docs/security.md, Rotating each secret).")
 	}
 
-	smID := *s.Stack.GetLogicalId(s.Termination.Node().DefaultChild().(awscdk.CfnElement))
 	fnID := *s.Stack.GetLogicalId(s.TerminateNodeFunction.Node().DefaultChild().(awscdk.CfnElement))
 	eventsFnID := *s.Stack.GetLogicalId(s.OperationEventsFunction.Node().DefaultChild().(awscdk.CfnElement))
 	suppress(s.Termination, true, "AwsSolutions-IAM5",
@@ -44,9 +43,6 @@ func (s *CapacityStack) nagSuppressions() {
 			"X-Ray's actions support no resource-level permissions: active tracing needs xray:PutTraceSegments and "+
 				"xray:PutTelemetryRecords on Resource *.", "Resource::*")
 	}
-	suppress(s.ReconcilerFunction.Role(), true, "AwsSolutions-IAM5",
-		"states:DescribeExecution on the executions of this one state machine: execution names (reclaim ids) are not known in advance.",
-		"Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:<"+smID+".Name>:*")
 
 	suppress(s.ApiFunction.Role(), true, "AwsSolutions-IAM5",
 		"Scheduled reclaims: scheduler:CreateSchedule, GetSchedule and DeleteSchedule on the schedules of this environment's "+

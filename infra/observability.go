@@ -303,7 +303,7 @@ func (s *CapacityStack) newDashboard() awscloudwatch.Dashboard {
 					label(s.Termination.MetricStarted(every(5, "Sum")), "started"), label(s.Termination.MetricSucceeded(every(5, "Sum")), "succeeded"),
 					label(s.Termination.MetricFailed(every(5, "Sum")), "failed"), label(s.Termination.MetricTimedOut(every(5, "Sum")), "timed out")),
 				graph("Reconciler", 12, sum(emf.MetricStartedReclaimOperations), sum(emf.MetricRestartedReclaimOperations), sum(emf.MetricStartFailedReclaimOperations),
-					sum(emf.MetricEndedByReconciler), sum(emf.MetricReclaimStartsExhausted), maximum(emf.MetricStuckReclaimOperations),
+					sum(emf.MetricEndedByReconciler), sum(emf.MetricReportedByReconciler), sum(emf.MetricReclaimStartsExhausted), maximum(emf.MetricStuckReclaimOperations),
 					maximum(emf.MetricHeldReclaimOperations), maximum(emf.MetricHeldVMs)),
 			},
 			{

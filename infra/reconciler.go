@@ -16,8 +16,9 @@ import (
 	"github.com/openrelay/capacity/shared/table"
 )
 
-// newReconcilerFunction creates the reconciler, which starts the workflows that a crash left
-// unstarted and ends the operations whose workflow is gone.
+// newReconcilerFunction creates the reconciler, which starts again the workflows that a
+// crash, a throttle or a lost step left unstarted, restarts the operations that made no
+// progress, and publishes the reports that cut-off runs left out.
 func (s *CapacityStack) newReconcilerFunction() awslambda.Function {
 	state := s.table(table.State)
 	fn := s.goFunction(goFunctionSpec{Function: envvar.Reconciler,
@@ -31,26 +32,29 @@ func (s *CapacityStack) newReconcilerFunction() awslambda.Function {
 			envvar.EventBusName: s.Bus.EventBusName(),
 			envvar.StartRate:    jsii.String(fmt.Sprint(s.reconcilerStartRate())),
 		}})
-	// Finds operations by state (byState index), reads each one's outcomes (Query on the
-	// table), asks what became of its execution, starts or restarts it, and ends, restarts or
-	// fails the operation item with conditional updates. Metrics go out as
-	// embedded-metric-format log lines, so no cloudwatch:PutMetricData. On the table it
-	// reaches operation partitions only (the operation item and its outcomes, which it reads
-	// and whose expiry it extends, or removes from a failed one that holds VMs): never a node, reservation, VM or idempotency item, so a
-	// compromised reconciler cannot move capacity or its audit head.
+	// Finds operations by state (byState index), reads each one with its outcomes and report
+	// claims (Query on the table), starts or restarts its attempt, ends, restarts or fails the
+	// operation item with conditional updates, and takes, marks done or releases an attempt's
+	// report claim (REPORT#<attempt>: put, update, delete). It never asks what became of an
+	// execution (an Express run cannot be described): no states:DescribeExecution. Metrics go
+	// out as embedded-metric-format log lines, so no cloudwatch:PutMetricData. On the table it
+	// reaches operation partitions only (the operation item, its outcomes, whose expiry it
+	// extends or removes from a failed one that holds VMs, and its claims): never a node,
+	// reservation, VM or idempotency item, so a compromised reconciler cannot move capacity or
+	// its audit head.
 	allowIndex(fn, "StateByStateIndex", state, table.ByStateIndex, "dynamodb:Query")
 	fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Sid:       jsii.String("StateTableOperations"),
 		Effect:    awsiam.Effect_ALLOW,
-		Actions:   jsii.Strings("dynamodb:Query", "dynamodb:UpdateItem"),
+		Actions:   jsii.Strings("dynamodb:DeleteItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"),
 		Resources: &[]*string{state.TableArn()},
 		Conditions: &map[string]any{"ForAllValues:StringLike": map[string]any{
 			"dynamodb:LeadingKeys": []string{table.OperationPartitions},
 		}},
 	}))
 	allowStateMachine(fn, "StartTermination", s.Termination, "states:StartExecution")
-	allowOn(fn, "DescribeTermination", executionsOf(s.Termination), "states:DescribeExecution")
-	// Publishes an operation's report before it ends or fails the operation itself.
+	// Publishes an operation's report before it ends or fails the operation itself, and the
+	// reports that ended operations' runs left out.
 	s.allowPutEvents(fn)
 	return fn
 }

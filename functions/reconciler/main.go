@@ -1,8 +1,9 @@
 // Command reconciler runs on a schedule (every minute in AWS; `make invoke FN=reconciler`
-// locally): it starts termination workflows that a crash or an outage left unstarted,
-// restarts (a bounded number of times) those whose execution closed before the operation
-// ended, ends operations whose outcomes are all recorded, and reports stuck ones and failed
-// ones that still hold VMs.
+// locally): it starts again the termination workflows that a throttle, a crash or a lost
+// message left unstarted, restarts (a bounded number of times) the operations whose attempt
+// made no progress for longer than an attempt takes, ends operations whose outcomes are all
+// recorded, publishes the reports that cut-off runs left out, and reports stuck ones and
+// failed ones that still hold VMs. It never asks Step Functions what became of a run.
 package main
 
 import (
@@ -22,10 +23,13 @@ import (
 func main() {
 	s, logger, cfg := config.Start(envvar.Reconciler, readSettings)
 	metrics := s.Metrics()
+	store := s.Store.Open(cfg)
 	r := &capacity.Reconciler{
 		// No bus (EVENT_BUS_NAME unset, a stack without it): no reports published.
-		Publisher:   config.Bus(cfg, s.eventBusName),
-		Store:       s.Store.Open(cfg),
+		Publisher: config.Bus(cfg, s.eventBusName),
+		// Each report once: under the attempt's report claim, shared with the workflow.
+		Claims:      store,
+		Store:       store,
 		Workflow:    config.Workflow(cfg, s.stateMachineARN),
 		StartAfter:  s.startAfter,
 		StuckAfter:  s.stuckAfter,
@@ -74,8 +78,10 @@ type Result struct {
 	Stuck       []string `json:"stuck"`
 	// Held: failed operations that still hold VMs past HELD_AFTER (re-drive or force-end).
 	Held []string `json:"held"`
-	// PublishFailed: operations due to end whose report was not published (next run).
+	// PublishFailed: operations whose report was not published (next run, or next check).
 	PublishFailed []string `json:"publishFailed"`
+	// Reported: ended operations whose run left their report out, published here.
+	Reported []string `json:"reported"`
 	// DrainCut: the run's time ran out before every due pending-start operation was tried.
 	DrainCut bool `json:"drainCut"`
 }
@@ -86,12 +92,12 @@ type Result struct {
 func handler(r *capacity.Reconciler, metrics *emf.Recorder) func(context.Context, json.RawMessage) (Result, error) {
 	return func(ctx context.Context, _ json.RawMessage) (Result, error) {
 		report, err := r.Run(ctx)
-		if err != nil {
+		if report == nil {
 			return Result{}, fmt.Errorf("reconcile: %w", err)
 		}
 		res := Result{
 			Started: nonNil(report.Started), Restarted: nonNil(report.Restarted), StartFailed: nonNil(report.StartFailed),
-			Ended: nonNil(report.Ended), Exhausted: []string{}, Stuck: []string{}, Held: []string{},
+			Ended: nonNil(report.Ended), Exhausted: []string{}, Stuck: []string{}, Held: []string{}, Reported: nonNil(report.Reported),
 			PublishFailed: nonNil(report.PublishFailed), DrainCut: report.DrainCut,
 		}
 		for _, op := range report.Exhausted {
@@ -103,7 +109,12 @@ func handler(r *capacity.Reconciler, metrics *emf.Recorder) func(context.Context
 		for _, op := range report.Held {
 			res.Held = append(res.Held, op.ID)
 		}
+		// What the run did is counted even when a part of it failed (a listing): a restart
+		// exhausted before it still alarms.
 		metrics.Reconciled(ctx, report)
+		if err != nil {
+			return res, fmt.Errorf("reconcile: %w", err)
+		}
 		return res, nil
 	}
 }

@@ -61,7 +61,7 @@ func TestExhaustedRestartsAreAMetric(t *testing.T) {
 		t.Fatal(err)
 	}
 	owner := capacity.Principal{OrgID: demo.OrgOwner, Permissions: []string{capacity.PermCapacity}}
-	wf := &capacitytest.Workflow{StartAs: capacity.ExecFailed} // every execution fails at once
+	wf := &capacitytest.Workflow{StartClosed: true} // every execution closes at once
 	svc := &capacity.Service{Store: env.Store, Workflow: wf, Logger: logger, Now: func() time.Time { return time.Now().Add(-time.Minute) }}
 	res, err := svc.Reclaim(ctx, owner, capacity.CapacityRequest{NodeID: demo.NodeID, ReservationID: demo.ReservationID, UnitIDs: []string{"gpu-2"}}, capacity.RequestMeta{})
 	if err != nil {

@@ -11,10 +11,10 @@ import (
 // drainPending pages through the pending-start operations that entered the state before
 // StartAfter, oldest first, and handles each (see Reconciler): until none is left or the
 // run's time for it is spent.
-func (r *Reconciler) drainPending(ctx context.Context, now time.Time, batch int, report *ReconcileReport) error {
+func (r *Reconciler) drainPending(ctx context.Context, now time.Time, report *ReconcileReport) error {
 	stop := r.drainStop(ctx)
 	d := &drain{
-		r: r, now: now, stop: stop, graceLeft: batch,
+		r: r, now: now, stop: stop,
 		pace: newPacer(orDefault(r.StartRate, DefaultStartRate), orDefault(r.ThrottleBackoff, 250*time.Millisecond)),
 	}
 	workers := r.StartWorkers
@@ -54,9 +54,6 @@ type drain struct {
 	now  time.Time
 	stop time.Time
 	pace *pacer
-
-	mu        sync.Mutex
-	graceLeft int // status checks left for operations still in their grace period
 }
 
 // page handles one page of listed operations with workers at once; each worker reports on
@@ -85,31 +82,36 @@ func (d *drain) page(ctx context.Context, ops []Operation, workers int, report *
 	}
 }
 
-// one handles a listed pending-start operation.
+// one handles a listed pending-start operation: one whose first step is not yet due (its
+// grace, or StartAfter) is left; one due is started again; one due for longer than a whole
+// attempt takes is restarted as the next attempt.
 func (d *drain) one(ctx context.Context, listed Operation, report *ReconcileReport) {
 	r := d.r
 	if !time.Now().Before(d.stop) {
 		report.DrainCut = true
 		return
 	}
+	if d.now.Sub(listed.pendingSince()) < r.StartAfter {
+		return // in its grace period (the index carries it): not read
+	}
 	op, ok := r.current(ctx, listed, OpPendingStart, report)
 	if !ok {
 		return
 	}
-	if op.TerminateAfter.After(d.now.Add(-r.StartAfter)) {
-		// In its grace period, its execution (if it started) waits before beginning it: only
-		// DescribeExecution tells, and its quota is a tenth of StartExecution's. A few are
-		// asked; the rest are started when their grace ends.
-		if !d.takeGraceCheck() {
-			return
-		}
-		if err := r.reconcile(ctx, *op, d.now, report); err != nil {
-			r.logger().ErrorContext(ctx, "reconcile reclaim operation", "reclaim_id", op.ID, "node", op.NodeID, "err", err)
-			report.StartFailed = append(report.StartFailed, op.ID)
-		}
-		return
+	overdue := d.now.Sub(op.pendingSince())
+	var err error
+	switch {
+	case overdue < r.StartAfter:
+		return // restarted or re-driven since listed
+	case overdue >= r.StartAfter+r.attemptBound():
+		// Started again run after run and still not begun: the first step keeps failing (an
+		// input its definition cannot read), not a throttle. Bounded by MaxRestarts.
+		why := fmt.Sprintf("attempt %d not begun %s after it was due", op.CurrentAttempt(), overdue.Round(time.Second))
+		err = r.restart(ctx, *op, why, d.now, report, d.startPaced)
+	default:
+		err = d.start(ctx, *op, report)
 	}
-	if err := d.start(ctx, *op, report); err != nil {
+	if err != nil {
 		if errors.Is(err, errPastDeadline) {
 			report.DrainCut = true
 		}
@@ -118,51 +120,41 @@ func (d *drain) one(ctx context.Context, listed Operation, report *ReconcileRepo
 	}
 }
 
-func (d *drain) takeGraceCheck() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.graceLeft <= 0 {
-		return false
-	}
-	d.graceLeft--
-	return true
-}
-
-// start starts the operation's attempt at the drain's pace, again after each throttle, until
-// the run's time for starts is over. An execution of the name that refused the start has
-// closed (it never began the operation): it is restarted as the next attempt.
+// start starts the operation's attempt again (its first step was lost, or its start
+// throttled) at the drain's pace; no restart is counted: a second run of the first step is a
+// duplicate delivery, which the effects' guards make harmless. On a Standard machine a start
+// refused because the attempt's execution closed (it never began the operation) restarts it
+// as the next attempt.
 func (d *drain) start(ctx context.Context, op Operation, report *ReconcileReport) error {
 	r := d.r
+	err := d.startPaced(ctx, op)
+	switch {
+	case err == nil:
+		r.logger().InfoContext(ctx, "started termination workflow left unstarted", "reclaim_id", op.ID, "node", op.NodeID,
+			"execution", ExecutionName(op), "age_s", int(d.now.Sub(op.CreatedAt).Seconds()))
+		report.Started = append(report.Started, op.ID)
+		return nil
+	case errors.Is(err, ErrExecutionExists):
+		return r.restart(ctx, op, fmt.Sprintf("execution %s closed before it began the operation", ExecutionName(op)), d.now, report, d.startPaced)
+	default:
+		return fmt.Errorf("start execution %s: %w", ExecutionName(op), err)
+	}
+}
+
+// startPaced starts the operation's attempt at the drain's pace, again after each throttle,
+// until the run's time for starts is over.
+func (d *drain) startPaced(ctx context.Context, op Operation) error {
 	for {
 		if err := d.pace.wait(ctx, d.stop); err != nil {
 			return err
 		}
-		err := r.Workflow.StartChecked(ctx, op)
+		err := d.r.Workflow.StartChecked(ctx, op)
 		if errors.Is(err, ErrThrottled) {
 			d.pace.throttled()
 			continue
 		}
 		d.pace.ok()
-		switch {
-		case err == nil:
-			// Started, or already running (Step Functions answers a repeated start of a
-			// running execution with the same input as a success).
-			r.logger().InfoContext(ctx, "started termination workflow left unstarted", "reclaim_id", op.ID, "node", op.NodeID,
-				"execution", ExecutionName(op), "age_s", int(d.now.Sub(op.CreatedAt).Seconds()))
-			report.Started = append(report.Started, op.ID)
-			return nil
-		case errors.Is(err, ErrExecutionExists):
-			status, err := r.Workflow.Status(ctx, op)
-			if err != nil {
-				return fmt.Errorf("status of execution %s: %w", ExecutionName(op), err)
-			}
-			if status.Closed() || status == ExecNotFound {
-				return r.restart(ctx, op, status, d.now, report)
-			}
-			return nil // running after all: its rounds will begin it
-		default:
-			return fmt.Errorf("start execution %s: %w", ExecutionName(op), err)
-		}
+		return err
 	}
 }
 

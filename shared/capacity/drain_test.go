@@ -15,8 +15,8 @@ import (
 )
 
 // backlog seeds n pending-start operations, one spot VM each, as a burst whose every
-// StartExecution was throttled leaves them, created a second apart from t0+1h with the grace
-// given. It returns their ids in creation order.
+// StartExecution was throttled leaves them, created 100 ms apart from t0+1h (a burst) with
+// the grace given. It returns their ids in creation order.
 func backlog(t *testing.T, env *dynamotest.Env, n int, grace time.Duration) []string {
 	t.Helper()
 	return seedBacklog(t, env, n, grace)
@@ -27,7 +27,7 @@ func seedBacklog(t testing.TB, env *dynamotest.Env, n int, grace time.Duration) 
 	var seed dynamo.Seed
 	ids := make([]string, 0, n)
 	for i := range n {
-		at := t0.Add(time.Hour + time.Duration(i)*time.Second)
+		at := t0.Add(time.Hour + time.Duration(i)*100*time.Millisecond)
 		op := capacity.Operation{ID: fmt.Sprintf("rcl_%04d", i), NodeID: fmt.Sprintf("n%d", i/8), ReservationID: "r1",
 			State: capacity.OpPendingStart, VMIDs: []string{fmt.Sprintf("s%d", i)}, UnitIDs: []string{fmt.Sprintf("u%d", i%8)},
 			Attempt: 1, CreatedAt: at, UpdatedAt: at, TerminateAfter: at.Add(grace)}
@@ -52,7 +52,7 @@ func TestReconcilerDrainsAThrottledBacklogInOneRun(t *testing.T) {
 	t.Logf("seeded in %s", time.Since(seeded))
 	ran := time.Now()
 	wf := env.Workflow(t, inj.APIOption)
-	end := t0.Add(time.Hour + 1000*time.Second)
+	end := t0.Add(time.Hour + 100*time.Second)
 	rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: 30 * time.Second, StuckAfter: time.Hour, Logger: quiet,
 		Now: func() time.Time { return end.Add(time.Minute) }, StartRate: 1e6, ThrottleBackoff: time.Millisecond, DrainFor: 10 * time.Minute}
 	report, err := rec.Run(context.Background())
@@ -74,25 +74,40 @@ func TestReconcilerDrainsAThrottledBacklogInOneRun(t *testing.T) {
 		inj.Count(awsfault.StartThrottling), env.Calls.Snapshot()["StartExecution"]-1000, env.Calls.Snapshot()["StartExecution"])
 }
 
-// Operations still in their grace period are asked their status (DescribeExecution, a small
-// quota) at most Batch per run, and started if they never were; those past it are all
-// started; a run whose time is spent starts nothing and says so.
-func TestReconcilerDrainChecksAFewInGrace(t *testing.T) {
+// Operations still in their grace period are left alone and not even read (the index
+// carries their grace: a burst with a grace must not cost a read each a minute); once past
+// it they are all started; a run whose time is spent starts nothing and says so.
+func TestReconcilerDrainLeavesThoseInGrace(t *testing.T) {
 	env := dynamotest.New(t)
-	backlog(t, env, 30, 10*time.Minute) // rcl_0000..rcl_0029, created t0+1h+i s
+	backlog(t, env, 30, 10*time.Minute) // rcl_0000..rcl_0029, created t0+1h+i*100ms
 	wf := &capacitytest.Workflow{}
 	at := t0.Add(time.Hour + 5*time.Minute) // all in grace
 	rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: 30 * time.Second, StuckAfter: time.Hour, Logger: quiet,
 		Now: func() time.Time { return at }, Batch: 4, StartRate: 1e6}
+	// A run before any is due lists them (its queries are the listing's alone).
+	listing := func() int64 {
+		t.Helper()
+		before := env.Calls.Snapshot()["Query"]
+		if _, err := rec.Run(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return env.Calls.Snapshot()["Query"] - before
+	}
+	at = t0.Add(time.Hour)
+	base := listing()
+	at = t0.Add(time.Hour + 5*time.Minute)
+	before := env.Calls.Snapshot()["Query"]
 	report, err := rec.Run(context.Background())
-	if err != nil || len(report.Started) != 4 || len(wf.Started()) != 4 {
-		t.Fatalf("in grace: started %v (workflow %v), %v: want Batch (4)", report.Started, wf.Started(), err)
+	if err != nil || len(report.Started) != 0 || len(wf.Started()) != 0 {
+		t.Fatalf("in grace: started %v (workflow %v), %v: want none", report.Started, wf.Started(), err)
+	}
+	if reads := env.Calls.Snapshot()["Query"] - before - base; reads > 0 {
+		t.Errorf("%d queries more than the listing's %d for 30 operations in grace: they were read", reads, base)
 	}
 	at = t0.Add(time.Hour + 12*time.Minute) // all past their grace
 	report, err = rec.Run(context.Background())
-	if err != nil || len(report.Started) != 30 || len(wf.Started()) != 30 {
-		t.Fatalf("past grace: started %d (workflow %d), %v: want all 30, the 4 running ones again without a new execution",
-			len(report.Started), len(wf.Started()), err)
+	if err != nil || len(report.Started) != 30 || len(wf.Started()) != 30 || len(report.Restarted) != 0 {
+		t.Fatalf("past grace: started %d (workflow %d), restarted %d, %v: want all 30 started", len(report.Started), len(wf.Started()), len(report.Restarted), err)
 	}
 	rec.DrainFor = time.Nanosecond
 	report, err = rec.Run(context.Background())

@@ -160,7 +160,7 @@ func TestEveryWriteStaysOnOneNode(t *testing.T) {
 			Now: func() time.Time { return clock }}
 		for _, name := range []string{"", res.ReclaimID, res.ReclaimID + "-2"} {
 			if name != "" {
-				wf.SetStatus(name, capacity.ExecFailed)
+				wf.Close(name)
 				clock = clock.Add(2 * time.Minute)
 			}
 			_, err := recon.Run(ctx)

@@ -8,47 +8,57 @@ import (
 	"time"
 )
 
-// Reconciler repairs what a crash or an outage can leave behind between a reclaim's commit
-// and the end of its workflow:
+// Reconciler repairs what a crash, a throttled start, a lost message or a run cut off can
+// leave behind between a reclaim's commit and its report. It never asks Step Functions what
+// became of a run (an Express run cannot be described): liveness is read from the store, and
+// every step it starts again is safe to run twice (see docs/termination.md).
 //
-//   - a pending-start operation whose execution was never started (its StartExecution failed)
-//     is started, under the attempt's execution name, so none runs twice;
-//   - an operation whose execution closed before the operation ended (its task retries ran
-//     out, before or after its first round) is restarted as the next attempt, under a new
-//     execution name, at most MaxRestarts times; past that it fails with a reason;
+//   - a pending-start operation still pending-start StartAfter past max(its grace's end, its
+//     last update) lost its first step (or the scheduled round after its grace), or its start
+//     was throttled: its attempt is started again, at StartRate and without counting a
+//     restart (a duplicate run is harmless). On a Standard machine, a start refused because
+//     the attempt's execution closed restarts it as the next attempt;
+//   - one still pending-start AttemptBound past that, or a terminating one with no change
+//     (UpdatedAt, its newest outcome) for AttemptBound, longer than an alive attempt takes,
+//     is restarted as the next attempt (RestartOperation, conditioned on the state and attempt
+//     read), at most MaxRestarts times; past that it fails with a reason;
 //   - a terminating operation whose VMs all have outcomes is ended, as a backstop to the
 //     workflow's own end;
-//   - a terminating operation past StuckAfter whose execution still runs is reported;
+//   - a terminating operation past StuckAfter since it began is reported;
+//   - an operation ended in the last ReportWithin whose report claim is not done (its run was
+//     cut off between the end and the report, or the report failed) gets its report, once:
+//     under the report claim, which no late run and no other reconciler then takes;
 //   - a failed operation that still holds VMs (their termination failed, so they stay
 //     terminating and keep their units) HeldAfter after it failed is reported, until a
 //     re-drive or a force-end lets them go.
 //
 // Pending-start operations are drained: the run pages through all of them, oldest first, and
-// starts those past their grace at StartRate (by StartChecked: a start of a running
-// execution is a success, a closed one answers ErrExecutionExists and is then asked for its
-// status), until none is left or DrainFor is spent, so a burst's throttled starts are made
-// good at the rate Step Functions allows rather than a hundred a minute. One still in its
-// grace period is asked its status (DescribeExecution, a far smaller quota) for at most Batch
-// of them per run: the others are started when their grace ends. Terminating and failed
-// operations are read oldest first, at most Batch per state and run. None stays in those
-// states for long (restarts are bounded, executions time out), so old records cannot starve
-// newer ones.
+// starts those due at StartRate, until none is left or DrainFor is spent, so a burst's
+// throttled starts are made good at the rate Step Functions allows rather than a hundred a
+// minute. Terminating and failed operations are read oldest first, at most Batch per state
+// and run. None stays in those states for long (restarts are bounded), so old records cannot
+// starve newer ones.
 type Reconciler struct {
 	Store    TerminationStore
 	Workflow WorkflowInspector
-	// StartAfter: an operation younger than this (since it was created or re-driven) may
-	// still be started by its API call; older ones are checked here.
+	// StartAfter: an operation younger than this (since it was created or re-driven, or its
+	// grace ended) may still be started by its API call or its scheduled step; older ones are
+	// started here. Also how long after an operation's end its report is left to its run.
 	StartAfter time.Duration
+	// AttemptBound is longer than a whole attempt can take alive (default
+	// DefaultAttemptBound): an operation pending-start this long past StartAfter's start, or
+	// terminating without a change for this long, is restarted as the next attempt.
+	AttemptBound time.Duration
 	// StuckAfter: a terminating operation older than this is reported as stuck.
 	StuckAfter time.Duration
 	// HeldAfter: a failed operation that still holds VMs this long after it failed is
 	// reported as held (default DefaultHeldAfter).
 	HeldAfter time.Duration
-	// MaxRestarts bounds the restarts of an operation whose executions keep closing early
+	// MaxRestarts bounds the restarts of an operation whose attempts keep making no progress
 	// (default 3).
 	MaxRestarts int
-	// Batch bounds the terminating and failed operations handled per run, and the
-	// pending-start ones still in their grace period whose status a run asks (default 100).
+	// Batch bounds the terminating and failed operations handled per run, and the reports a
+	// run publishes for operations whose run was cut off (default 100).
 	Batch int
 	// StartRate is how many starts a second the drain of pending-start operations makes
 	// (default DefaultStartRate), StartWorkers how many at once (default 16: a start takes
@@ -66,15 +76,22 @@ type Reconciler struct {
 	Metrics Metrics
 	// Publisher, if set, publishes an operation's report (see OperationReport) before this
 	// Reconciler ends or fails it: once ended, nothing else would report it. A publish that
-	// fails leaves the operation as it is for the next run.
+	// fails leaves the operation as it is for the next run. With Claims, it also publishes
+	// the reports that ended operations' runs left out.
 	Publisher Publisher
+	// Claims, if set, makes each report go out once (the attempt's report claim, shared with
+	// the workflow's report step); without them the reports of cut-off runs are not looked for.
+	Claims ReportClaims
+	// ReportWithin bounds how long after an operation's end its missing report is looked for
+	// (default DefaultReportWithin).
+	ReportWithin time.Duration
 }
 
 // ReconcileReport says what a run did.
 type ReconcileReport struct {
-	Started     []string // operations whose execution this run started (a first start or a restart)
-	Restarted   []string // of those, the ones restarted as a new attempt after a closed execution
-	StartFailed []string // operations whose start or status check failed (retried next run)
+	Started     []string // operations whose attempt this run started (again, or after a restart)
+	Restarted   []string // of those, the ones restarted as the next attempt (no progress)
+	StartFailed []string // operations whose read, start or restart failed (retried next run)
 	Ended       []string // terminating operations whose outcomes were all recorded, ended here
 	Exhausted   []Operation
 	Stuck       []Operation
@@ -84,10 +101,20 @@ type ReconcileReport struct {
 	// PublishFailed are operations due to be ended whose report could not be published:
 	// left as they were, for the next run.
 	PublishFailed []string
+	// Reported are ended operations whose report their run left out, published here.
+	Reported []string
 	// DrainCut: the run's time ran out before it had tried every pending-start operation
-	// due; the next run goes on from the oldest.
+	// due; the next run goes on from the oldest. Also set when the run left ended operations
+	// unchecked for their report (time or Batch spent).
 	DrainCut bool
 }
+
+// DefaultAttemptBound is longer than an alive attempt takes: 5 rounds of at most 60 s (the
+// terminate-node timeout) each, with the retry waits and the platform retries of a task.
+const DefaultAttemptBound = 10 * time.Minute
+
+// DefaultReportWithin: an ended operation's missing report is looked for within the hour.
+const DefaultReportWithin = time.Hour
 
 // DefaultStartRate is the drain's starts a second: two thirds of StartExecution's refill in
 // eu-west-1 (300 a second, bucket 1,300), so the API's own starts keep the rest.
@@ -105,10 +132,13 @@ func (rep *ReconcileReport) add(o *ReconcileReport) {
 	rep.Stuck = append(rep.Stuck, o.Stuck...)
 	rep.Held = append(rep.Held, o.Held...)
 	rep.PublishFailed = append(rep.PublishFailed, o.PublishFailed...)
+	rep.Reported = append(rep.Reported, o.Reported...)
 	rep.DrainCut = rep.DrainCut || o.DrainCut
 }
 
-// Run makes one pass.
+// Run makes one pass. A listing that fails ends its own part of the pass, not the others:
+// the error returned joins theirs, and the report still says what the pass did (a restart
+// made before a later listing failed is reported, and alarmed on, all the same).
 func (r *Reconciler) Run(ctx context.Context) (*ReconcileReport, error) {
 	now := time.Now().UTC()
 	if r.Now != nil {
@@ -119,12 +149,17 @@ func (r *Reconciler) Run(ctx context.Context) (*ReconcileReport, error) {
 		batch = 100
 	}
 	report := &ReconcileReport{}
-	if err := r.drainPending(ctx, now, batch, report); err != nil {
-		return nil, err
-	}
+	errs := []error{r.drainPending(ctx, now, report), r.reconcileTerminating(ctx, now, batch, report)}
+	errs = append(errs, r.reportHeld(ctx, now, batch, report), r.reportEnded(ctx, now, batch, report))
+	return report, errors.Join(errs...)
+}
+
+// reconcileTerminating handles the terminating operations that entered the state before
+// StartAfter, oldest first, at most batch.
+func (r *Reconciler) reconcileTerminating(ctx context.Context, now time.Time, batch int, report *ReconcileReport) error {
 	ops, _, err := r.Store.OperationsInState(ctx, OpTerminating, now.Add(-r.StartAfter), "", batch)
 	if err != nil {
-		return nil, fmt.Errorf("list %s operations: %w", OpTerminating, err)
+		return fmt.Errorf("list %s operations: %w", OpTerminating, err)
 	}
 	for _, listed := range ops {
 		op, ok := r.current(ctx, listed, OpTerminating, report)
@@ -136,10 +171,7 @@ func (r *Reconciler) Run(ctx context.Context) (*ReconcileReport, error) {
 			report.StartFailed = append(report.StartFailed, op.ID)
 		}
 	}
-	if err := r.reportHeld(ctx, now, batch, report); err != nil {
-		return nil, err
-	}
-	return report, nil
+	return nil
 }
 
 // current reads an operation listed by the byState index as it is now (the index is
@@ -215,7 +247,7 @@ func (r *Reconciler) reconcile(ctx context.Context, op Operation, now time.Time,
 	if op.State == OpTerminating && op.Ended() {
 		ended := op
 		ended.State, ended.UpdatedAt = op.EndState(), now
-		if !r.reported(ctx, ended, report) {
+		if !r.reported(ctx, ended, now, report) {
 			return nil
 		}
 		err := r.Store.EndOperation(ctx, op, op.EndState(), now)
@@ -232,51 +264,77 @@ func (r *Reconciler) reconcile(ctx context.Context, op Operation, now time.Time,
 		report.Ended = append(report.Ended, op.ID)
 		return nil
 	}
-	status, err := r.Workflow.Status(ctx, op)
-	if err != nil {
-		return fmt.Errorf("status of execution %s: %w", ExecutionName(op), err)
+	// No run of this attempt has changed it for longer than an alive attempt takes: its
+	// scheduled round was lost, its run died, or a VM's claim holder died on the last round.
+	last := op.LastChange()
+	if idle := now.Sub(last); idle >= r.attemptBound() {
+		why := fmt.Sprintf("attempt %d made no change for %s", op.CurrentAttempt(), idle.Round(time.Second))
+		return r.restart(ctx, op, why, now, report, r.Workflow.Start)
 	}
-	switch {
-	case status == ExecNotFound && op.State == OpPendingStart:
-		// The API's (or an earlier restart's) StartExecution never took: start this attempt.
-		if err := r.Workflow.Start(ctx, op); err != nil {
-			return fmt.Errorf("start execution %s: %w", ExecutionName(op), err)
-		}
-		r.logger().InfoContext(ctx, "started termination workflow left unstarted", "reclaim_id", op.ID, "node", op.NodeID,
-			"execution", ExecutionName(op), "age_s", int(now.Sub(op.CreatedAt).Seconds()))
-		report.Started = append(report.Started, op.ID)
-		return nil
-	case status.Closed() || status == ExecNotFound:
-		return r.restart(ctx, op, status, now, report)
-	}
-	// Running: its rounds will end it. Report it if that takes too long (counted from when
-	// this attempt began terminating: a re-driven operation may be old).
+	// Alive: its rounds will end it. Report it if that takes too long (counted from when this
+	// attempt began terminating: a re-driven operation may be old).
 	since := op.UpdatedAt
 	if since.IsZero() {
 		since = op.CreatedAt
 	}
-	if op.State == OpTerminating && now.Sub(since) >= r.StuckAfter {
+	if now.Sub(since) >= r.StuckAfter {
 		r.logger().ErrorContext(ctx, "reclaim operation stuck terminating", "reclaim_id", op.ID, "node", op.NodeID,
-			"execution_arn", op.ExecutionARN, "vms_waiting", op.Unfinished(), "age_s", int(now.Sub(since).Seconds()))
+			"execution_arn", op.ExecutionARN, "vms_waiting", op.Unfinished(), "age_s", int(now.Sub(since).Seconds()),
+			"last_change", last)
 		report.Stuck = append(report.Stuck, op)
 	}
 	return nil
 }
 
-// restart runs an operation whose execution closed before the operation ended as its next
-// attempt, or fails it once the restarts are spent. The attempt is moved on with a condition
-// on the one read, so two reconcilers cannot both restart it.
-func (r *Reconciler) restart(ctx context.Context, op Operation, status ExecutionStatus, now time.Time, report *ReconcileReport) error {
+// LastChange is when a run of the operation's attempt last wrote to it: its last update
+// (its begin, for a terminating one) or its newest outcome, whichever is later. Rounds write
+// outcome items, not the operation item; a round whose VMs all failed again writes neither.
+func (o Operation) LastChange() time.Time {
+	last := o.UpdatedAt
+	if last.IsZero() {
+		last = o.CreatedAt
+	}
+	for _, out := range o.Outcomes {
+		if out.At.After(last) {
+			last = out.At
+		}
+	}
+	return last
+}
+
+// pendingSince is when a pending-start operation's first step is due to have begun it: the
+// end of its grace, or when it entered the state (created, restarted or re-driven), whichever
+// is later.
+func (o Operation) pendingSince() time.Time {
+	since := o.UpdatedAt
+	if since.IsZero() {
+		since = o.CreatedAt
+	}
+	if o.TerminateAfter.After(since) {
+		since = o.TerminateAfter
+	}
+	return since
+}
+
+func (r *Reconciler) attemptBound() time.Duration {
+	return orDefault(r.AttemptBound, DefaultAttemptBound)
+}
+
+// restart runs an operation whose attempt made no progress (why says how) as its next
+// attempt, started by start, or fails it once the restarts are spent. The attempt is moved on
+// with a condition on the state and attempt read, so two reconcilers cannot both restart it,
+// and the old attempt's late steps become no-ops.
+func (r *Reconciler) restart(ctx context.Context, op Operation, why string, now time.Time, report *ReconcileReport,
+	start func(context.Context, Operation) error) error {
 	maxRestarts := r.MaxRestarts
 	if maxRestarts <= 0 {
 		maxRestarts = 3
 	}
 	if op.Restarts >= maxRestarts {
-		reason := fmt.Sprintf("termination workflow closed before the operation ended %d times (last: %s %s)",
-			op.Restarts+1, ExecutionName(op), status)
+		reason := fmt.Sprintf("termination workflow made no progress %d times (last: %s)", op.Restarts+1, why)
 		failed := op
 		failed.State, failed.Reason, failed.UpdatedAt = OpFailed, reason, now
-		if !r.reported(ctx, failed, report) {
+		if !r.reported(ctx, failed, now, report) {
 			return nil
 		}
 		err := r.Store.FailOperation(ctx, op, reason, now)
@@ -302,19 +360,19 @@ func (r *Reconciler) restart(ctx context.Context, op Operation, status Execution
 			return nil // its workflow moved it on
 		}
 		// This run's restart whose answer was lost, or another reconciler's: either way the
-		// attempt is due, and starting it under its name twice runs it once.
+		// attempt is due, and a second start of it is a duplicate delivery, which is harmless.
 		err = nil
 	}
 	if err != nil {
 		return fmt.Errorf("restart operation %s: %w", op.ID, err)
 	}
 	prev := ExecutionName(op)
-	op.State, op.Attempt, op.Restarts = OpPendingStart, op.CurrentAttempt()+1, op.Restarts+1
+	op.State, op.Attempt, op.Restarts, op.UpdatedAt = OpPendingStart, next, op.Restarts+1, now
 	r.logger().WarnContext(ctx, "restarting termination workflow", "reclaim_id", op.ID, "node", op.NodeID,
-		"closed_execution", prev, "status", status, "execution", ExecutionName(op), "restarts", op.Restarts)
+		"previous", prev, "why", why, "execution", ExecutionName(op), "restarts", op.Restarts)
 	report.Restarted = append(report.Restarted, op.ID)
-	// A failed start leaves it pending-start at the new attempt: the next run starts it.
-	if err := r.Workflow.Start(ctx, op); err != nil {
+	// A failed start leaves it pending-start at the new attempt: a later run starts it.
+	if err := start(ctx, op); err != nil {
 		return fmt.Errorf("start execution %s: %w", ExecutionName(op), err)
 	}
 	report.Started = append(report.Started, op.ID)
@@ -322,20 +380,59 @@ func (r *Reconciler) restart(ctx context.Context, op Operation, status Execution
 }
 
 // reported publishes the report of an operation about to be ended as ended says, and reports
-// whether the end may be written: with no Publisher, or once the report is published. The
-// report goes first because nothing reports an operation after its end is written; a report
-// whose end write then loses is the same report its winner publishes, under the same ids.
-func (r *Reconciler) reported(ctx context.Context, ended Operation, report *ReconcileReport) bool {
-	if r.Publisher == nil {
+// whether the end may be written: with no Publisher, once the report is published, or when
+// its attempt's report is done already. The report goes first because its run is gone; a
+// report whose end write then loses is the same report its winner publishes, under the same
+// ids. With Claims it goes out under the attempt's report claim, so that the workflow's report
+// step, a second reconciler or a later run do not publish it again.
+func (r *Reconciler) reported(ctx context.Context, ended Operation, now time.Time, report *ReconcileReport) bool {
+	if r.Publisher == nil || ended.Reported {
 		return true
 	}
-	if err := publish(ctx, r.Publisher, OperationReport(ended)); err != nil {
+	published, err := r.publishOnce(ctx, ended, now)
+	if err != nil {
 		r.logger().ErrorContext(ctx, "operation report not published; its end is left for the next run",
 			"reclaim_id", ended.ID, "node", ended.NodeID, "state", ended.State, "err", err)
 		report.PublishFailed = append(report.PublishFailed, ended.ID)
 		return false
 	}
-	return true
+	return published
+}
+
+// publishOnce publishes the operation's report under its attempt's report claim (with
+// Claims): published is false when another run holds the claim or has reported it.
+func (r *Reconciler) publishOnce(ctx context.Context, op Operation, now time.Time) (published bool, err error) {
+	holder := ""
+	if r.Claims != nil {
+		holder = NewID()
+		until := now.Add(DefaultClaimFor)
+		if d, ok := ctx.Deadline(); ok {
+			until = d.UTC().Add(ClaimMargin)
+		}
+		err := r.Claims.ClaimReport(ctx, op, holder, now, until)
+		if errors.Is(err, ErrConflict) {
+			r.logger().InfoContext(ctx, "operation report claimed by another run", "reclaim_id", op.ID, "attempt", op.CurrentAttempt())
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("claim report: %w", err)
+		}
+	}
+	if err := publish(ctx, r.Publisher, OperationReport(op)); err != nil {
+		if holder != "" {
+			if rerr := r.Claims.ReleaseReport(ctx, op, holder); rerr != nil {
+				r.logger().WarnContext(ctx, "release of a report claim failed", "reclaim_id", op.ID, "err", rerr)
+			}
+		}
+		return false, err
+	}
+	if holder != "" {
+		if err := r.Claims.ReportDone(ctx, op, holder); err != nil {
+			// Published: the claim lapses, and a later run may publish the same ids again.
+			r.logger().WarnContext(ctx, "report published, but its claim not marked done", "reclaim_id", op.ID, "err", err)
+		}
+	}
+	return true, nil
 }
 
 // movedTo reports whether the operation, read again, is as want says: after a conditional

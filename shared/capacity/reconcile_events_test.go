@@ -91,12 +91,12 @@ func TestReconcilerReportsAFailureBeforeWritingIt(t *testing.T) {
 	pub := &capacitytest.Publisher{Err: errors.New("throttled")}
 	rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: time.Minute, StuckAfter: time.Hour, MaxRestarts: 1,
 		Logger: quiet, Publisher: pub, Now: func() time.Time { return clock }}
-	wf.SetStatus(res.ReclaimID, capacity.ExecFailed)
+	wf.Close(res.ReclaimID)
 	clock = clock.Add(2 * time.Minute)
 	if report, err := rec.Run(ctx); err != nil || !slices.Equal(report.Restarted, []string{res.ReclaimID}) || pub.Calls() != 0 {
 		t.Fatalf("restart: %+v, %v, %d publishes (a restart reports nothing)", report, err, pub.Calls())
 	}
-	wf.SetStatus(res.ReclaimID+"-2", capacity.ExecFailed)
+	wf.Close(res.ReclaimID + "-2")
 	clock = clock.Add(2 * time.Minute)
 	report, err := rec.Run(ctx)
 	if err != nil || len(report.Exhausted) != 0 || !slices.Equal(report.PublishFailed, []string{res.ReclaimID}) {

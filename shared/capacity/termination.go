@@ -25,17 +25,18 @@ type Workflow interface {
 	Start(ctx context.Context, op Operation) error
 }
 
-// WorkflowInspector is a Workflow that can also say what became of an attempt's execution,
-// which the reconciler needs: "already exists" does not tell a running execution from one
-// that failed before its first round.
+// WorkflowInspector is the Workflow the reconciler starts through: it needs to tell a start
+// refused for the account's start rate from one that took, and (on a Standard machine) an
+// execution of the name that closed from one that runs. It never asks what became of a run:
+// an Express run cannot be described, so the reconciler reads liveness from the store (see
+// Reconciler).
 type WorkflowInspector interface {
 	Workflow
-	// Status reports the state of the execution ExecutionName(op).
-	Status(ctx context.Context, op Operation) (ExecutionStatus, error)
-	// StartChecked starts the execution ExecutionName(op) like Start, but answers an
-	// execution of that name that refused the start (it closed: Step Functions answers a
-	// repeated start of a running one as a success) with ErrExecutionExists, and a start
-	// refused for the account's start rate (after the SDK's retries) with ErrThrottled.
+	// StartChecked starts the execution ExecutionName(op) like Start, but answers a start
+	// refused for the account's start rate (after the SDK's retries) with ErrThrottled, and
+	// an execution of that name that refused the start with ErrExecutionExists: on a Standard
+	// machine, one that closed (a repeated start of a running one is a success). An Express
+	// machine never answers it: a second start of a name runs again.
 	StartChecked(ctx context.Context, op Operation) error
 }
 
@@ -43,33 +44,13 @@ type WorkflowInspector interface {
 // exists and did not take the start: it closed, and the name is never reused.
 var ErrExecutionExists = errors.New("an execution of this name exists")
 
-// ExecutionStatus is what became of a workflow execution.
-type ExecutionStatus string
-
-const (
-	ExecRunning   ExecutionStatus = "running"
-	ExecSucceeded ExecutionStatus = "succeeded"
-	ExecFailed    ExecutionStatus = "failed"
-	ExecTimedOut  ExecutionStatus = "timedout"
-	ExecAborted   ExecutionStatus = "aborted"
-	ExecNotFound  ExecutionStatus = "notfound" // never started (or its start was lost)
-)
-
-// Closed reports whether the execution has stopped and will do nothing more.
-func (s ExecutionStatus) Closed() bool {
-	switch s {
-	case ExecSucceeded, ExecFailed, ExecTimedOut, ExecAborted:
-		return true
-	}
-	return false
-}
-
 // CurrentAttempt is the operation's workflow attempt, counting from 1.
 func (o Operation) CurrentAttempt() int { return max(1, o.Attempt) }
 
 // ExecutionName names the execution of the operation's current attempt: the operation id for
-// the first, "<id>-<n>" for the n-th. Step Functions never reuses a name (90 days), so an
-// attempt runs at most once.
+// the first, "<id>-<n>" for the n-th. A Standard machine never reuses a name (90 days), so an
+// attempt runs there at most once; an Express machine runs a name again, which the guards of
+// every effect (claims, conditional writes) make harmless.
 func ExecutionName(op Operation) string {
 	if a := op.CurrentAttempt(); a > 1 {
 		return fmt.Sprintf("%s-%d", op.ID, a)
@@ -134,6 +115,9 @@ type TerminationStore interface {
 	// a cursor it returned ("": from the oldest). It returns the cursor of the next page, ""
 	// when none is left.
 	OperationsInState(ctx context.Context, state OperationState, before time.Time, after string, limit int) ([]Operation, string, error)
+	// OperationsInStateBetween lists as OperationsInState does, only the operations that
+	// entered the state at or after since (an end state: that ended then).
+	OperationsInStateBetween(ctx context.Context, state OperationState, since, before time.Time, after string, limit int) ([]Operation, string, error)
 	// ClaimTermination takes the VM's terminate claim for holder until the time: it succeeds
 	// when the VM has no claim, an expired one (until before now) or holder's own; ErrConflict
 	// when another holder's claim is live. Two runs of one step at once (a duplicate

@@ -197,13 +197,14 @@ func TestReconcilerStartsWhatTheAPICouldNot(t *testing.T) {
 	if err != nil || !slices.Equal(report.Started, []string{res.ReclaimID}) || !slices.Equal(wf.Started(), []string{res.ReclaimID}) {
 		t.Fatalf("report = %+v, started = %v, err = %v", report, wf.Started(), err)
 	}
-	// Once a branch began it, it is no longer pending-start; past the deadline, with its
-	// execution still running, it is stuck.
+	// Once a round began it, it is no longer pending-start; past StuckAfter, its rounds still
+	// within a whole attempt's time, it is stuck (not restarted).
 	op, _ := env.Store.GetOperation(context.Background(), "n1", res.ReclaimID)
-	if err := env.Store.BeginTermination(context.Background(), *op, "arn:exec", t0); err != nil {
+	if err := env.Store.BeginTermination(context.Background(), *op, "arn:exec", t0.Add(3*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	rec.Now = func() time.Time { return t0.Add(3 * time.Hour) }
+	rec.StuckAfter = 5 * time.Minute
+	rec.Now = func() time.Time { return t0.Add(3*time.Hour + 6*time.Minute) }
 	report, err = rec.Run(context.Background())
 	if err != nil || len(report.Started) != 0 || len(report.Stuck) != 1 || report.Stuck[0].ID != res.ReclaimID {
 		t.Fatalf("report = %+v, err = %v", report, err)
@@ -355,7 +356,7 @@ func TestReconcilerRestartsClosedRunsThenFailsThem(t *testing.T) {
 	rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: time.Minute, StuckAfter: time.Hour, MaxRestarts: 2, Logger: quiet,
 		Now: func() time.Time { return clock }}
 	for i, want := range []string{id + "-2", id + "-3"} {
-		wf.SetStatus(wf.Started()[i], capacity.ExecFailed)
+		wf.Close(wf.Started()[i])
 		clock = clock.Add(2 * time.Minute)
 		report, err := rec.Run(ctx)
 		if err != nil || !slices.Equal(report.Restarted, []string{id}) || len(report.Exhausted) != 0 {
@@ -373,7 +374,7 @@ func TestReconcilerRestartsClosedRunsThenFailsThem(t *testing.T) {
 			t.Fatalf("a young attempt was restarted again: %+v", report)
 		}
 	}
-	wf.SetStatus(id+"-3", capacity.ExecTimedOut)
+	wf.Close(id + "-3")
 	clock = clock.Add(2 * time.Minute)
 	report, err := rec.Run(ctx)
 	if err != nil || len(report.Exhausted) != 1 || report.Exhausted[0].ID != id || len(report.Started) != 0 {
@@ -398,7 +399,7 @@ func firstExecutionFailed(t *testing.T) (*dynamotest.Env, *capacitytest.Workflow
 	t.Helper()
 	env, svc := world(t)
 	wf, res := reclaimUnderWorkflow(t, svc)
-	wf.SetStatus(res.ReclaimID, capacity.ExecFailed)
+	wf.Close(res.ReclaimID)
 	return env, wf, res
 }
 
@@ -430,24 +431,44 @@ func TestTwoReconcilersRestartOnce(t *testing.T) {
 	}
 }
 
-// A failed status check (DescribeExecution throttled past the SDK's retries) changes
-// nothing: the operation is neither restarted nor failed, and the next run tries again.
-func TestReconcilerLeavesAnOperationWhenItsStatusIsUnknown(t *testing.T) {
-	env, wf, res := firstExecutionFailed(t)
+// failingStarts is a workflow whose StartChecked fails with an error that is no throttle
+// (an access or validation error) while fail is set.
+type failingStarts struct {
+	*capacitytest.Workflow
+	fail bool
+}
+
+func (w *failingStarts) StartChecked(ctx context.Context, op capacity.Operation) error {
+	if w.fail {
+		return errors.New("AccessDeniedException")
+	}
+	return w.Workflow.StartChecked(ctx, op)
+}
+
+// A start that fails (not a throttle, which the drain paces) changes nothing: the operation is
+// neither restarted nor failed, and the next run starts it.
+func TestReconcilerLeavesAnOperationWhenItsStartFails(t *testing.T) {
+	env, svc := world(t)
 	ctx := context.Background()
-	wf.StatusErr = errors.New("ThrottlingException")
-	rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: time.Minute, StuckAfter: time.Hour, Logger: quiet,
+	wf := &capacitytest.Workflow{FailStarts: 1}
+	svc.Workflow = wf
+	res, err := svc.Reclaim(ctx, owner, reclaim("u1"), capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	starts := &failingStarts{Workflow: wf, fail: true}
+	rec := &capacity.Reconciler{Store: env.Store, Workflow: starts, StartAfter: time.Minute, StuckAfter: time.Hour, Logger: quiet,
 		Now: func() time.Time { return t0.Add(time.Hour + 2*time.Minute) }}
 	report, err := rec.Run(ctx)
-	if err != nil || !slices.Equal(report.StartFailed, []string{res.ReclaimID}) || len(report.Restarted) != 0 {
+	if err != nil || !slices.Equal(report.StartFailed, []string{res.ReclaimID}) || len(report.Restarted)+len(report.Started) != 0 {
 		t.Fatalf("report = %+v, err = %v", report, err)
 	}
 	op, _ := env.Store.GetOperation(ctx, "n1", res.ReclaimID)
-	if op.State != capacity.OpPendingStart || op.CurrentAttempt() != 1 {
+	if op.State != capacity.OpPendingStart || op.CurrentAttempt() != 1 || op.Restarts != 0 {
 		t.Fatalf("operation = %+v", op)
 	}
-	wf.StatusErr = nil
-	if report, _ := rec.Run(ctx); !slices.Equal(report.Restarted, []string{res.ReclaimID}) {
+	starts.fail = false
+	if report, _ := rec.Run(ctx); !slices.Equal(report.Started, []string{res.ReclaimID}) || len(report.Restarted) != 0 {
 		t.Fatalf("next run: %+v", report)
 	}
 }

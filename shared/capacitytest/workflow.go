@@ -12,20 +12,23 @@ import (
 	"github.com/openrelay/capacity/shared/capacity"
 )
 
-// Workflow is Step Functions in memory: executions by name (capacity.ExecutionName), each
-// started one in StartAs ("": running) until the test closes it. Its first FailStarts starts
-// fail, as an outage would; a start of an execution it has is taken as started
-// (ExecutionAlreadyExists).
+// Workflow is Step Functions in memory: runs by execution name (capacity.ExecutionName). As a
+// Standard machine (the default) a start of a name it has is taken as started, and
+// StartChecked answers one the test closed with capacity.ErrExecutionExists; as an Express
+// machine (Express) every start runs again. Its first FailStarts starts fail, as a throttle
+// would. It cannot be asked what became of a run: neither can the reconciler.
 type Workflow struct {
 	FailStarts int
-	StartAs    capacity.ExecutionStatus
-	StatusErr  error // fails every Status call
+	Express    bool
+	// StartClosed: every run closes at once without beginning its operation (its first step
+	// keeps failing), as Close would.
+	StartClosed bool
 
 	mu      sync.Mutex
-	started []string                            // execution names, in start order
-	calls   map[string]int                      // Start calls by execution name
-	inputs  map[string][]string                 // VMs each execution was started for
-	status  map[string]capacity.ExecutionStatus // by execution name
+	started []string            // execution names, in start order (an Express name once per run)
+	calls   map[string]int      // Start calls by execution name
+	inputs  map[string][]string // VMs each execution was started for
+	closed  map[string]bool     // runs the test closed, by name
 }
 
 func (w *Workflow) Start(_ context.Context, op capacity.Operation) error {
@@ -33,37 +36,34 @@ func (w *Workflow) Start(_ context.Context, op capacity.Operation) error {
 	defer w.mu.Unlock()
 	name := capacity.ExecutionName(op)
 	if w.calls == nil {
-		w.calls, w.inputs, w.status = map[string]int{}, map[string][]string{}, map[string]capacity.ExecutionStatus{}
+		w.calls, w.inputs, w.closed = map[string]int{}, map[string][]string{}, map[string]bool{}
 	}
 	w.calls[name]++
 	if w.FailStarts > 0 {
 		w.FailStarts--
 		return errors.New("throttled")
 	}
-	if _, ok := w.status[name]; ok {
+	if _, ok := w.inputs[name]; ok && !w.Express {
 		return nil
 	}
 	w.started = append(w.started, name)
 	w.inputs[name] = op.Unfinished()
-	w.status[name] = capacity.ExecRunning
-	if w.StartAs != "" {
-		w.status[name] = w.StartAs
-	}
+	w.closed[name] = w.StartClosed
 	return nil
 }
 
-// StartChecked starts as Start does, but as Step Functions answers it: a start of an
-// execution it has that is running is a success, of a closed one capacity.ErrExecutionExists;
-// a start it fails (FailStarts) is capacity.ErrThrottled. Only a start of an execution it
-// does not have counts in Calls.
+// StartChecked starts as Start does, but as Step Functions answers it: on a Standard machine
+// a start of an execution it has that runs is a success, of a closed one
+// capacity.ErrExecutionExists; a start it fails (FailStarts) is capacity.ErrThrottled.
 func (w *Workflow) StartChecked(ctx context.Context, op capacity.Operation) error {
 	w.mu.Lock()
-	st, ok := w.status[capacity.ExecutionName(op)]
+	_, ok := w.inputs[capacity.ExecutionName(op)]
+	closed := w.closed[capacity.ExecutionName(op)]
 	w.mu.Unlock()
-	switch {
-	case ok && st.Closed():
-		return capacity.ErrExecutionExists
-	case ok:
+	if ok && !w.Express {
+		if closed {
+			return capacity.ErrExecutionExists
+		}
 		return nil
 	}
 	if err := w.Start(ctx, op); err != nil {
@@ -72,31 +72,15 @@ func (w *Workflow) StartChecked(ctx context.Context, op capacity.Operation) erro
 	return nil
 }
 
-func (w *Workflow) Status(_ context.Context, op capacity.Operation) (capacity.ExecutionStatus, error) {
+// Close ends the named run as Step Functions would (failed, timed out, aborted): on a
+// Standard machine a later start of its name is refused.
+func (w *Workflow) Close(name string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.StatusErr != nil {
-		return "", w.StatusErr
+	if w.closed == nil {
+		w.calls, w.inputs, w.closed = map[string]int{}, map[string][]string{}, map[string]bool{}
 	}
-	if st, ok := w.status[capacity.ExecutionName(op)]; ok {
-		return st, nil
-	}
-	return capacity.ExecNotFound, nil
-}
-
-// SetStatus ends (or revives) an execution as Step Functions would; "" forgets it, as Step
-// Functions does past its history's retention.
-func (w *Workflow) SetStatus(name string, st capacity.ExecutionStatus) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if st == "" {
-		delete(w.status, name)
-		return
-	}
-	if w.status == nil {
-		w.status = map[string]capacity.ExecutionStatus{}
-	}
-	w.status[name] = st
+	w.closed[name] = true
 }
 
 // Started returns the names of the executions started, in start order.

@@ -24,7 +24,21 @@ import (
 // capacity-migrate) and merges them by the time each entered the state: a k-way merge that
 // reads each shard only as far as the page needs.
 func (s *Store) OperationsInState(ctx context.Context, state capacity.OperationState, before time.Time, after string, limit int) ([]capacity.Operation, string, error) {
+	return s.OperationsInStateBetween(ctx, state, time.Time{}, before, after, limit)
+}
+
+// OperationsInStateBetween lists as OperationsInState does, only the operations that entered
+// the state at or after since (zero: any), and up to a second before it: the lower bound is
+// since's whole second without its zone, which sorts below every key of that second (their
+// fractions are cut to their last non-zero digit, so they do not sort as times within one)
+// and above every key of an earlier one. The shards' queries read nothing older.
+func (s *Store) OperationsInStateBetween(ctx context.Context, state capacity.OperationState, since, before time.Time, after string, limit int) ([]capacity.Operation, string, error) {
 	upTo := before.UTC().Format(time.RFC3339Nano)
+	if !since.IsZero() {
+		if from := since.UTC().Format("2006-01-02T15:04:05"); from > after {
+			after = from // no key equals it (each ends in #<operation id>): none is dropped
+		}
+	}
 	if limit <= 0 || (after != "" && after >= upTo) {
 		return nil, "", nil
 	}

@@ -121,6 +121,25 @@ func TestOperationsInStateMergesEveryShard(t *testing.T) {
 	if err != nil || next != "" || !slices.Equal(opIDs(rest), want[10:31]) {
 		t.Fatalf("before 30s, the rest: %v, next %q, err %v", opIDs(rest), next, err)
 	}
+	// Between two times, page by page: from the whole second of since (the keys' fractions
+	// sort within it), so nothing at or after since is missed. want[21] is rcl_020 (old0_
+	// sorts second).
+	var between []capacity.Operation
+	for after := ""; ; {
+		page, next, err := env.Store.OperationsInStateBetween(ctx, capacity.OpPendingStart, t0.Add(20*time.Second+500*time.Millisecond),
+			t0.Add(30*time.Second+50*time.Millisecond), after, 4)
+		if err != nil || len(page) > 4 {
+			t.Fatalf("between: %d operations, err %v", len(page), err)
+		}
+		between = append(between, page...)
+		if next == "" {
+			break
+		}
+		after = next
+	}
+	if !slices.Equal(opIDs(between), want[21:31]) {
+		t.Fatalf("between 20s and 30s:\n got %v\nwant %v", opIDs(between), want[21:31])
+	}
 }
 
 // capacity-migrate moves the operations written before the shards to their shard, and a

@@ -111,3 +111,43 @@ func TestReportClaims(t *testing.T) {
 		t.Fatalf("the next attempt's report: %v", err)
 	}
 }
+
+// The operation read says whether its current attempt's report is done (the reconciler's
+// check for a report a cut-off run left out): not while only claimed, and not for an attempt
+// after the reported one (a re-drive's).
+func TestOperationReadSaysWhetherItsAttemptWasReported(t *testing.T) {
+	ctx := context.Background()
+	env := dynamotest.New(t)
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	op := capacity.Operation{ID: "rcl_1", NodeID: "n1", ReservationID: "r1", State: capacity.OpCompleted, VMIDs: []string{"vm"}, Attempt: 1, CreatedAt: now}
+	if err := env.Store.PutOperation(ctx, op); err != nil {
+		t.Fatal(err)
+	}
+	reported := func() bool {
+		t.Helper()
+		got, err := env.Store.GetOperation(ctx, "n1", "rcl_1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.Reported
+	}
+	if err := env.Store.ClaimReport(ctx, op, "a", now, now.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if reported() {
+		t.Fatal("reported while only claimed")
+	}
+	if err := env.Store.ReportDone(ctx, op, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if !reported() {
+		t.Fatal("not reported after its claim was done")
+	}
+	op.Attempt = 2
+	if err := env.Store.PutOperation(ctx, op); err != nil {
+		t.Fatal(err)
+	}
+	if reported() {
+		t.Fatal("attempt 2 reported by attempt 1's claim")
+	}
+}

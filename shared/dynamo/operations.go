@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -33,6 +34,7 @@ func (s *Store) GetOperation(ctx context.Context, nodeID, opID string) (*capacit
 	var op *capacity.Operation
 	outcomes := map[string]capacity.VMOutcome{}
 	notices := map[string]capacity.VMNotice{}
+	reported := map[string]bool{} // report claims done, by sort key
 	stats := capacity.CallStatsFrom(ctx)
 	for page := dynamodb.NewQueryPaginator(s.Client, in); page.HasMorePages(); {
 		out, err := page.NextPage(ctx)
@@ -61,6 +63,14 @@ func (s *Store) GetOperation(ctx context.Context, nodeID, opID string) (*capacit
 					return nil, fmt.Errorf("decode notice of operation %s: %w", opID, err)
 				}
 				notices[it.VMID] = it.notice()
+			case typeClaim:
+				if sk := attr(item, attrSK); strings.HasPrefix(sk, prefixReport) {
+					var it claimItem
+					if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+						return nil, fmt.Errorf("decode report claim of operation %s: %w", opID, err)
+					}
+					reported[sk] = it.Done
+				}
 			}
 		}
 	}
@@ -68,6 +78,7 @@ func (s *Store) GetOperation(ctx context.Context, nodeID, opID string) (*capacit
 		return nil, capacity.Errorf(capacity.CodeNotFound, "reclaim operation %s not found", opID)
 	}
 	op.Outcomes = outcomes
+	op.Reported = reported[reportSK(*op)]
 	if len(notices) > 0 {
 		op.Notices = notices
 	}

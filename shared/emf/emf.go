@@ -46,6 +46,7 @@ const (
 	MetricRestartedReclaimOperations   = "RestartedReclaimOperations"
 	MetricStartFailedReclaimOperations = "StartFailedReclaimOperations"
 	MetricEndedByReconciler            = "EndedByReconciler"
+	MetricReportedByReconciler         = "ReportedByReconciler"
 	MetricReclaimStartsExhausted       = "ReclaimStartsExhausted"
 	MetricStuckReclaimOperations       = "StuckReclaimOperations"
 	MetricHeldReclaimOperations        = "HeldReclaimOperations"
@@ -57,7 +58,7 @@ var MetricNames = []string{
 	MetricRefusals, MetricReclaims, MetricReclaimVictims, MetricReclaimDryRuns, MetricRateLimited,
 	MetricRateLimitUnchecked, MetricReclaimTerminationTime, MetricStartedReclaimOperations,
 	MetricRestartedReclaimOperations, MetricStartFailedReclaimOperations, MetricEndedByReconciler,
-	MetricReclaimStartsExhausted, MetricStuckReclaimOperations, MetricHeldReclaimOperations, MetricHeldVMs,
+	MetricReportedByReconciler, MetricReclaimStartsExhausted, MetricStuckReclaimOperations, MetricHeldReclaimOperations, MetricHeldVMs,
 }
 
 // Units of the metrics.
@@ -140,6 +141,7 @@ func (r *Recorder) Reconciled(ctx context.Context, rep *capacity.ReconcileReport
 		Metric{MetricRestartedReclaimOperations, Count, float64(len(rep.Restarted))},
 		Metric{MetricStartFailedReclaimOperations, Count, float64(len(rep.StartFailed))},
 		Metric{MetricEndedByReconciler, Count, float64(len(rep.Ended))},
+		Metric{MetricReportedByReconciler, Count, float64(len(rep.Reported))},
 		Metric{MetricReclaimStartsExhausted, Count, float64(len(rep.Exhausted))},
 		Metric{MetricStuckReclaimOperations, Count, float64(len(rep.Stuck))},
 		Metric{MetricHeldReclaimOperations, Count, float64(len(rep.Held))},

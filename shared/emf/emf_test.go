@@ -111,10 +111,10 @@ func TestRecords(t *testing.T) {
 		{"operation ended", func(r *emf.Recorder) { r.OperationEnded(ctx, op, at) },
 			map[string]float64{"ReclaimTerminationTime": 1500}, []string{"Environment"}, map[string]string{"reclaim_id": "rcl_1", "state": "completed"}, false},
 		{"reconciler run", func(r *emf.Recorder) {
-			r.Reconciled(ctx, &capacity.ReconcileReport{Started: []string{"a", "b"}, Restarted: []string{"b"}, Stuck: []capacity.Operation{op},
+			r.Reconciled(ctx, &capacity.ReconcileReport{Started: []string{"a", "b"}, Restarted: []string{"b"}, Stuck: []capacity.Operation{op}, Reported: []string{"c"},
 				Held: []capacity.Operation{{ID: "rcl_h1", VMIDs: []string{"v1", "v2"}}, {ID: "rcl_h2", VMIDs: []string{"v3"}}}})
 		}, map[string]float64{"StartedReclaimOperations": 2, "RestartedReclaimOperations": 1, "StartFailedReclaimOperations": 0,
-			"EndedByReconciler": 0, "ReclaimStartsExhausted": 0, "StuckReclaimOperations": 1, "HeldReclaimOperations": 2, "HeldVMs": 3},
+			"EndedByReconciler": 0, "ReportedByReconciler": 1, "ReclaimStartsExhausted": 0, "StuckReclaimOperations": 1, "HeldReclaimOperations": 2, "HeldVMs": 3},
 			[]string{"Environment"}, nil, false},
 	}
 	for _, tt := range tests {

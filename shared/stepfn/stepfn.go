@@ -45,9 +45,9 @@ var _ capacity.WorkflowInspector = (*Starter)(nil)
 
 // Start starts the execution of the operation's current attempt, named
 // capacity.ExecutionName(op): Step Functions refuses a second execution of a name, so a
-// retried start never runs an attempt twice. ExecutionAlreadyExists is taken as started:
-// right for the API's start of a new name, but it does not say whether that execution is
-// still running, which is why the reconciler asks Status.
+// retried start never runs an attempt twice (on a Standard machine; an Express one runs a
+// name again). ExecutionAlreadyExists is taken as started: right for the API's start of a new
+// name; the reconciler starts with StartChecked, which tells it apart.
 func (s *Starter) Start(ctx context.Context, op capacity.Operation) error {
 	err := s.StartChecked(ctx, op)
 	if errors.Is(err, capacity.ErrExecutionExists) {
@@ -102,35 +102,6 @@ func traceHeader(ctx context.Context) *string {
 		return nil
 	}
 	return aws.String(h)
-}
-
-// Status reports what became of the execution of the operation's current attempt.
-func (s *Starter) Status(ctx context.Context, op capacity.Operation) (capacity.ExecutionStatus, error) {
-	arn, err := ExecutionARN(s.StateMachineARN, capacity.ExecutionName(op))
-	if err != nil {
-		return "", err
-	}
-	out, err := s.Client.DescribeExecution(ctx, &sfn.DescribeExecutionInput{ExecutionArn: aws.String(arn)})
-	var missing *types.ExecutionDoesNotExist
-	if errors.As(err, &missing) {
-		return capacity.ExecNotFound, nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("describe execution %s: %w", arn, err)
-	}
-	switch out.Status {
-	case types.ExecutionStatusRunning, types.ExecutionStatusPendingRedrive:
-		return capacity.ExecRunning, nil
-	case types.ExecutionStatusSucceeded:
-		return capacity.ExecSucceeded, nil
-	case types.ExecutionStatusFailed:
-		return capacity.ExecFailed, nil
-	case types.ExecutionStatusTimedOut:
-		return capacity.ExecTimedOut, nil
-	case types.ExecutionStatusAborted:
-		return capacity.ExecAborted, nil
-	}
-	return "", fmt.Errorf("execution %s has unknown status %q", arn, out.Status)
 }
 
 // ExecutionARN is the ARN of the named execution of a standard state machine:

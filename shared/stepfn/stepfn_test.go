@@ -3,6 +3,7 @@ package stepfn_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -26,14 +27,11 @@ func starter(t *testing.T, inj *awsfault.Injector) *stepfn.Starter {
 	return dynamotest.New(t).Workflow(t, inj.APIOption)
 }
 
-func TestStartNamesTheAttemptAndStatusFollowsIt(t *testing.T) {
+func TestStartNamesTheAttempt(t *testing.T) {
 	ctx := context.Background()
 	s := starter(t, nil)
 	op := capacity.Operation{ID: fmt.Sprintf("rcl_st%d", time.Now().UnixNano()), NodeID: "n1", VMIDs: []string{"a", "b"},
 		Outcomes: map[string]capacity.VMOutcome{"a": {Outcome: capacity.OutcomeTerminated, Attempt: 1}, "b": {Outcome: capacity.OutcomeFailed, Attempt: 1}}}
-	if st, err := s.Status(ctx, op); err != nil || st != capacity.ExecNotFound {
-		t.Fatalf("before start: %s, %v", st, err)
-	}
 	op.Attempt = 2 // a re-drive: b's failure is no longer final
 	if err := s.Start(ctx, op); err != nil {
 		t.Fatal(err)
@@ -50,25 +48,12 @@ func TestStartNamesTheAttemptAndStatusFollowsIt(t *testing.T) {
 	if in.ReclaimID != op.ID || in.Attempt != 2 || in.NodeID != "n1" || !slices.Equal(in.VMIDs, []string{"b"}) {
 		t.Fatalf("input = %+v", in)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st, err := s.Status(ctx, op)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st == capacity.ExecSucceeded {
-			break
-		}
-		if st != capacity.ExecRunning || time.Now().After(deadline) {
-			t.Fatalf("status = %s, want running then succeeded", st)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
-// On AWS a start of a name whose execution has closed answers ExecutionAlreadyExists, which
-// Start takes as started; Status tells the reconciler that run is over.
-func TestStatusSeesAClosedExecutionBehindAlreadyExists(t *testing.T) {
+// On AWS a start of a name whose Standard execution has closed answers
+// ExecutionAlreadyExists, which Start takes as started and StartChecked tells the reconciler
+// (it then restarts the operation as the next attempt).
+func TestStartCheckedTellsAClosedExecutionBehindAlreadyExists(t *testing.T) {
 	ctx := context.Background()
 	inj := awsfault.New(1, awsfault.Rule{Operation: "StartExecution", Fault: awsfault.ExecutionAlreadyExists, Rate: 1})
 	s := starter(t, inj)
@@ -76,17 +61,8 @@ func TestStatusSeesAClosedExecutionBehindAlreadyExists(t *testing.T) {
 	if err := s.Start(ctx, op); err != nil {
 		t.Fatalf("ExecutionAlreadyExists: %v, want taken as started", err)
 	}
-	if st, err := s.Status(ctx, op); err != nil || !st.Closed() {
-		t.Fatalf("status = %s, %v, want closed", st, err)
-	}
-}
-
-// Throttled DescribeExecution past the SDK's retries is an error, never a status.
-func TestStatusThrottledIsAnError(t *testing.T) {
-	inj := awsfault.New(1, awsfault.Rule{Operation: "DescribeExecution", Fault: awsfault.Throttling, Rate: 1})
-	s := starter(t, inj)
-	if st, err := s.Status(context.Background(), capacity.Operation{ID: "rcl_x"}); err == nil {
-		t.Fatalf("status = %s, want an error", st)
+	if err := s.StartChecked(ctx, op); !errors.Is(err, capacity.ErrExecutionExists) {
+		t.Fatalf("StartChecked = %v, want ErrExecutionExists", err)
 	}
 }
 
@@ -113,7 +89,8 @@ func TestStartThrottledIsAnErrorAndStartsNothing(t *testing.T) {
 	if inj.Count(awsfault.StartThrottling) < 2 {
 		t.Errorf("%d throttles injected, want the SDK to have retried", inj.Count(awsfault.StartThrottling))
 	}
-	if st, err := s.Status(ctx, op); err != nil || st != capacity.ExecNotFound {
-		t.Fatalf("status = %s, %v, want not found", st, err)
+	arn, _ := stepfn.ExecutionARN(s.StateMachineARN, op.ID)
+	if _, err := s.Client.DescribeExecution(ctx, &sfn.DescribeExecutionInput{ExecutionArn: aws.String(arn)}); err == nil {
+		t.Fatalf("execution %s exists after a throttled start", arn)
 	}
 }
