@@ -26,15 +26,6 @@ func allowStateMachine(fn awslambda.Function, sid string, sm awsstepfunctions.IS
 	allowOn(fn, sid, sm.StateMachineArn(), actions...)
 }
 
-// executionsOf is the ARN pattern of the state machine's executions
-// (arn:...:execution:<machine>:*), the resource of execution-level actions.
-func executionsOf(sm awsstepfunctions.StateMachine) *string {
-	return awscdk.Fn_Join(jsii.String(""), &[]*string{
-		jsii.String("arn:"), awscdk.Aws_PARTITION(), jsii.String(":states:"), awscdk.Aws_REGION(), jsii.String(":"),
-		awscdk.Aws_ACCOUNT_ID(), jsii.String(":execution:"), sm.StateMachineName(), jsii.String(":*"),
-	})
-}
-
 func allowOn(fn awslambda.Function, sid string, resource *string, actions ...string) {
 	fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Sid:       jsii.String(sid),

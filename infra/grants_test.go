@@ -105,10 +105,6 @@ func TestRolePermissions(t *testing.T) {
 			auditArn := toJSON(getAtt(tableID(t, tp, table.Audit, env), "Arn"))
 			keysArn := toJSON(getAtt(tableID(t, tp, table.Keys, env), "Arn"))
 			smArn := toJSON(ref(stateMachineID(t, tp, env)))
-			// The reconciler asks what became of the state machine's executions, and nothing else's.
-			executionsArn := toJSON(map[string]any{"Fn::Join": []any{"", []any{
-				"arn:", ref("AWS::Partition"), ":states:", ref("AWS::Region"), ":", ref("AWS::AccountId"), ":execution:",
-				getAtt(stateMachineID(t, tp, env), "Name"), ":*"}}})
 			masterSecretArn := toJSON(ref(agentMasterSecretID(t, tp, env))) // Ref of a secret is its ARN
 			// The agent keys' KMS key, for agent keys only (purpose and a node id in the context).
 			agentKeys := toJSON(getAtt(agentKeysKeyID(t, tp), "Arn")) + " if " + toJSON(map[string]any{
@@ -125,6 +121,7 @@ func TestRolePermissions(t *testing.T) {
 			busArn := publishAs(t, tp, env, capacity.SourceCapacity)
 			publish := []string{"events:PutEvents"}
 			queueArn := toJSON(getAtt(queueID(t, tp, "capacity-"+env+"-reclaim-requests"), "Arn"))
+			stepsArn := toJSON(getAtt(queueID(t, tp, "capacity-"+env+"-termination-steps"), "Arn"))
 			// The schedules of the environment's group, and no other group's.
 			schedulesArn := toJSON(map[string]any{"Fn::Join": []any{"", []any{
 				"arn:", ref("AWS::Partition"), ":scheduler:", ref("AWS::Region"), ":", ref("AWS::AccountId"),
@@ -173,7 +170,6 @@ func TestRolePermissions(t *testing.T) {
 					// Operation partitions only: no node, reservation, VM or idempotency item.
 					stateArn + " if " + toJSON(map[string]any{"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": []any{"NODE#*#OP#*"}}}): {"dynamodb:Query", "dynamodb:UpdateItem"},
 					smArn:                 {"states:StartExecution"},
-					executionsArn:         {"states:DescribeExecution"},
 					busArn:                publish,
 					ownLogs("reconciler"): logWrite,
 					`"*"`:                 traceWrite,
@@ -190,6 +186,13 @@ func TestRolePermissions(t *testing.T) {
 					queueArn:                  {"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage"},
 					ownLogs("reclaim-events"): logWrite,
 					`"*"`:                     traceWrite,
+				}},
+				{"termination-steps", map[string][]string{
+					// The SQS event source's poller on its own queue, and the send of an early step back.
+					stepsArn:                     {"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage"},
+					smArn:                        {"states:StartExecution"},
+					ownLogs("termination-steps"): logWrite,
+					`"*"`:                        traceWrite,
 				}},
 				{"operation-events", map[string][]string{
 					stateArn: {"dynamodb:GetItem", "dynamodb:Query"},
@@ -229,8 +232,10 @@ func TestRolePermissions(t *testing.T) {
 				got := rolePermissions(t, tp, roleOf(t, sm, "RoleArn"), "states.amazonaws.com", starOK...)
 				want := map[string][]string{
 					toJSON(getAtt(fnID, "Arn")): {"lambda:InvokeFunction"},
-					toJSON(map[string]any{"Fn::Join": []any{"", []any{getAtt(fnID, "Arn"), ":*"}}}):       {"lambda:InvokeFunction"},
-					toJSON(getAtt(eventsFnID, "Arn")):                                                     {"lambda:InvokeFunction"},
+					toJSON(map[string]any{"Fn::Join": []any{"", []any{getAtt(fnID, "Arn"), ":*"}}}): {"lambda:InvokeFunction"},
+					toJSON(getAtt(eventsFnID, "Arn")):                                               {"lambda:InvokeFunction"},
+					// ScheduleRound and ScheduleRetry, to the steps queue only.
+					stepsArn: {"sqs:SendMessage"},
 					toJSON(map[string]any{"Fn::Join": []any{"", []any{getAtt(eventsFnID, "Arn"), ":*"}}}): {"lambda:InvokeFunction"},
 					`"*"`: starOK,
 				}
@@ -280,7 +285,7 @@ func TestEveryRoleIsAsserted(t *testing.T) {
 		t.Run(env, func(t *testing.T) {
 			tp := synth(t, env)
 			asserted := map[string]string{}
-			fns := []string{"api", "terminate-node", "reconciler", "reclaim-events", "operation-events"}
+			fns := []string{"api", "terminate-node", "reconciler", "reclaim-events", "operation-events", "termination-steps"}
 			if env == "local" {
 				fns = append(fns, "floor")
 			}

@@ -78,7 +78,8 @@ type namedFunction struct {
 // functions are the stack's Lambda functions by name (the floor only in env local).
 func (s *CapacityStack) functions() []namedFunction {
 	fns := []namedFunction{{"api", s.ApiFunction}, {"terminate-node", s.TerminateNodeFunction}, {"reconciler", s.ReconcilerFunction},
-		{"reclaim-events", s.ReclaimEventsFunction}, {"operation-events", s.OperationEventsFunction}}
+		{"reclaim-events", s.ReclaimEventsFunction}, {"operation-events", s.OperationEventsFunction},
+		{"termination-steps", s.TerminationStepsFunction}}
 	if s.FloorFunction != nil {
 		fns = append(fns, namedFunction{"floor", s.FloorFunction})
 	}
@@ -227,6 +228,9 @@ func (s *CapacityStack) newAlarms() {
 			"Look at the reconciler's logs (StartExecution errors) and fail or re-drive the operations.",
 		s.serviceMetric(emf.MetricReclaimStartsExhausted, "Sum", 5))
 	s.alarmOnDeadLetters(s.ReclaimRequestsDeadLetters, "reclaim-requests")
+	// A step dead-lettered is a round that never ran: its operation makes no progress (the
+	// reconciler runs it as the next attempt), and the message says which.
+	s.alarmOnDeadLetters(s.TerminationStepsDeadLetters, "termination-steps")
 	// A stalled consumer (event source mapping disabled, function unable to start) fills no
 	// dead-letter queue: its requests just wait. With 5 tries 6 minutes apart, a request
 	// being retried is at most about half an hour old.

@@ -32,7 +32,7 @@ func (s *CapacityStack) newReconcilerFunction() awslambda.Function {
 			envvar.StartRate:    jsii.String(fmt.Sprint(s.reconcilerStartRate())),
 		}})
 	// Finds operations by state (byState index), reads each one's outcomes (Query on the
-	// table), asks what became of its execution, starts or restarts it, and ends, restarts or
+	// table), starts or restarts its workflow (an Express machine's runs cannot be described: no DescribeExecution), and ends, restarts or
 	// fails the operation item with conditional updates. Metrics go out as
 	// embedded-metric-format log lines, so no cloudwatch:PutMetricData. On the table it
 	// reaches operation partitions only (the operation item and its outcomes, which it reads
@@ -49,7 +49,6 @@ func (s *CapacityStack) newReconcilerFunction() awslambda.Function {
 		}},
 	}))
 	allowStateMachine(fn, "StartTermination", s.Termination, "states:StartExecution")
-	allowOn(fn, "DescribeTermination", executionsOf(s.Termination), "states:DescribeExecution")
 	// Publishes an operation's report before it ends or fails the operation itself.
 	s.allowPutEvents(fn)
 	return fn
