@@ -231,6 +231,14 @@ func (s *CapacityStack) newAlarms() {
 	// A step dead-lettered is a round that never ran: its operation makes no progress (the
 	// reconciler runs it as the next attempt), and the message says which.
 	s.alarmOnDeadLetters(s.TerminationStepsDeadLetters, "termination-steps")
+	// A stalled consumer fills no dead-letter queue either: its rounds just wait. No step is
+	// held back longer than the longest delay (the retry wait, at most 900 s) and a few tries.
+	s.alarm("termination-steps-age",
+		fmt.Sprintf("A termination step has waited more than %d minutes in capacity-%s-termination-steps: termination-steps is not "+
+			"running the rounds, so VMs are not being terminated. Check the function's SQS trigger (enabled?), its errors and throttles, and its logs.",
+			terminationStepMaxAgeSeconds/60, s.Env),
+		s.TerminationSteps.MetricApproximateAgeOfOldestMessage(every(alarmEvaluateEvery, "Maximum")),
+		awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD, terminationStepMaxAgeSeconds, 1, 1)
 	// A stalled consumer (event source mapping disabled, function unable to start) fills no
 	// dead-letter queue: its requests just wait. With 5 tries 6 minutes apart, a request
 	// being retried is at most about half an hour old.
@@ -240,6 +248,9 @@ func (s *CapacityStack) newAlarms() {
 		s.ReclaimRequests.MetricApproximateAgeOfOldestMessage(every(alarmEvaluateEvery, "Maximum")),
 		awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD, reclaimRequestMaxAgeSeconds, 1, 1)
 }
+
+// terminationStepMaxAgeSeconds is the age of the oldest queued termination step that alarms.
+const terminationStepMaxAgeSeconds = 20 * 60
 
 // reclaimRequestMaxAgeSeconds is the age of the oldest queued reclaim request that alarms.
 const reclaimRequestMaxAgeSeconds = 45 * 60

@@ -252,6 +252,8 @@ func wantAlarms(env string) map[string]wantAlarm {
 		"reclaim-requests-age":          {"AWS/SQS", "ApproximateAgeOfOldestMessage", "Maximum", 300, 1, 1, ge, 2700},
 		// The termination steps' dead-letter queue on its first message: a round that never ran.
 		"termination-steps-dead-letters": {"AWS/SQS", "ApproximateNumberOfMessagesVisible", "Maximum", 300, 1, 1, ge, 1},
+		// Its queue when a step waits 20 minutes: a stalled consumer.
+		"termination-steps-age": {"AWS/SQS", "ApproximateAgeOfOldestMessage", "Maximum", 300, 1, 1, ge, 1200},
 	}
 	fns := []string{"api", "terminate-node", "reconciler", "reclaim-events", "operation-events", "termination-steps"}
 	if env == "local" {
@@ -338,6 +340,8 @@ func TestAlarms(t *testing.T) {
 						queue += "-dlq"
 					case "termination-steps-dead-letters":
 						queue = "capacity-" + env + "-termination-steps-dlq"
+					case "termination-steps-age":
+						queue = "capacity-" + env + "-termination-steps"
 					}
 					if want := map[string]any{"QueueName": getAtt(queueID(t, tp, queue), "QueueName")}; !reflect.DeepEqual(dims, want) {
 						t.Errorf("%s dimensions %v, want the queue %s", name, dims, queue)

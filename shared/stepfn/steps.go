@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -60,6 +61,7 @@ const earlyTolerance = time.Second
 // Queue is what the steps runner sends to the queue with.
 type Queue interface {
 	SendMessage(ctx context.Context, in *sqs.SendMessageInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
+	ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
 }
 
 // Executions is what the steps runner starts runs with.
@@ -82,17 +84,38 @@ type StepRunner struct {
 
 // Handle runs a batch of steps. A record whose send or start failed is reported as a batch
 // item failure, so the queue delivers it again (and, after its last receive, dead-letters
-// it); a malformed one is logged and dropped: no delivery would make it run.
+// it), sooner than the queue's visibility timeout would (retryAfter); a malformed one is
+// logged and dropped: no delivery would make it run.
 func (r *StepRunner) Handle(ctx context.Context, batch events.SQSEvent) (events.SQSEventResponse, error) {
 	var resp events.SQSEventResponse
 	for _, rec := range batch.Records {
-		if err := r.run(ctx, rec); err != nil {
-			r.Logger.ErrorContext(ctx, "termination step not run; it will be delivered again",
-				"message_id", rec.MessageId, "error", err.Error())
-			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
+		err := r.run(ctx, rec)
+		if err == nil {
+			continue
+		}
+		after := retryAfter(rec)
+		r.Logger.ErrorContext(ctx, "termination step not run; it will be delivered again",
+			"message_id", rec.MessageId, "retry_after_seconds", after, "error", err.Error())
+		resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
+		if _, err := r.Queue.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+			QueueUrl: aws.String(r.QueueURL), ReceiptHandle: aws.String(rec.ReceiptHandle), VisibilityTimeout: after,
+		}); err != nil { // it comes back after the queue's visibility timeout instead
+			r.Logger.WarnContext(ctx, "termination step's retry not brought forward", "message_id", rec.MessageId, "error", err.Error())
 		}
 	}
 	return resp, nil
+}
+
+// retryAfter is when a step that failed is delivered again: 10 s after its first receive,
+// doubling with each (a round waits on it; the queue's 180 s visibility timeout is for a
+// batch still in flight), so a step that keeps failing is dead-lettered after its fifth
+// receive about 2.5 minutes on, and the reconciler takes its operation over.
+func retryAfter(rec events.SQSMessage) int32 {
+	n, err := strconv.Atoi(rec.Attributes["ApproximateReceiveCount"])
+	if err != nil || n < 1 {
+		n = 1
+	}
+	return int32(10 << min(n-1, 4))
 }
 
 func (r *StepRunner) now() time.Time {

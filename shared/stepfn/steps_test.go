@@ -20,8 +20,14 @@ import (
 
 // fakeQueue and fakeExecutions record what the runner sends and starts; err fails every call.
 type fakeQueue struct {
-	sent []*sqs.SendMessageInput
-	err  error
+	sent       []*sqs.SendMessageInput
+	visibility []*sqs.ChangeMessageVisibilityInput
+	err        error
+}
+
+func (q *fakeQueue) ChangeMessageVisibility(_ context.Context, in *sqs.ChangeMessageVisibilityInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
+	q.visibility = append(q.visibility, in)
+	return &sqs.ChangeMessageVisibilityOutput{}, nil
 }
 
 func (q *fakeQueue) SendMessage(_ context.Context, in *sqs.SendMessageInput, _ ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
@@ -80,7 +86,7 @@ func TestStepRunnerRunsEachStepWhenDue(t *testing.T) {
 			q, ex := &fakeQueue{err: tt.queueErr}, &fakeExecutions{err: tt.exErr}
 			r := &stepfn.StepRunner{Executions: ex, StateMachineARN: "arn:sm", Queue: q, QueueURL: "https://q",
 				Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Now: func() time.Time { return now }}
-			resp, err := r.Handle(context.Background(), events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m1", Body: tt.body}}})
+			resp, err := r.Handle(context.Background(), events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m1", ReceiptHandle: "h1", Body: tt.body}}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -89,6 +95,11 @@ func TestStepRunnerRunsEachStepWhenDue(t *testing.T) {
 			}
 			if started := len(ex.started) == 1; started != tt.wantStarted || len(ex.started) > 1 {
 				t.Fatalf("%d runs started, want started %v", len(ex.started), tt.wantStarted)
+			}
+			// A failed step comes back 10 s on, not after the queue's 180 s visibility timeout.
+			if wantVis := tt.wantFailed; (len(q.visibility) == 1) != wantVis || wantVis &&
+				(q.visibility[0].VisibilityTimeout != 10 || aws.ToString(q.visibility[0].ReceiptHandle) != "h1") {
+				t.Errorf("visibility changes %+v, want one of 10 s when the record failed", q.visibility)
 			}
 			if tt.wantStarted {
 				in := ex.started[0]
@@ -123,6 +134,23 @@ func TestStepRunnerFailsOnlyTheRecordThatFailed(t *testing.T) {
 	}
 	if len(ex.started) != 2 || aws.ToString(ex.started[0].Name) == aws.ToString(ex.started[1].Name) {
 		t.Errorf("started %d runs, want 2 of distinct names", len(ex.started))
+	}
+}
+
+// A step that keeps failing comes back later each time: 10 s after its first receive,
+// doubling, at most 160 s (below the queue's 180 s visibility timeout).
+func TestStepRunnerBacksOffAFailingStep(t *testing.T) {
+	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	body := strings.Replace(stepBody, "%s", stepfn.FormatDueAt(now), 1)
+	for receives, want := range map[string]int32{"": 10, "1": 10, "2": 20, "3": 40, "5": 160, "9": 160} {
+		q := &fakeQueue{}
+		r := &stepfn.StepRunner{Executions: &fakeExecutions{err: errors.New("throttled")}, StateMachineARN: "arn:sm", Queue: q, QueueURL: "https://q",
+			Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Now: func() time.Time { return now }}
+		_, _ = r.Handle(context.Background(), events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m1", ReceiptHandle: "h1", Body: body,
+			Attributes: map[string]string{"ApproximateReceiveCount": receives}}}})
+		if len(q.visibility) != 1 || q.visibility[0].VisibilityTimeout != want {
+			t.Errorf("receive %q: visibility %+v, want %d s", receives, q.visibility, want)
+		}
 	}
 }
 
