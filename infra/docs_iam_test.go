@@ -81,10 +81,9 @@ func resourceNames(t *testing.T, tp tmpl, env string) map[string]string {
 	names[toJSON(getAtt(agentKeysKeyID(t, tp), "Arn"))] = "agent keys KMS key"
 	sm := stateMachineID(t, tp, env)
 	names[toJSON(ref(sm))] = "termination workflow"
-	names[join("arn:", ref("AWS::Partition"), ":states:", ref("AWS::Region"), ":", ref("AWS::AccountId"), ":execution:",
-		getAtt(sm, "Name"), ":*")] = "termination workflow executions"
 	names[toJSON(getAtt(eventBusID(t, tp, env), "Arn"))] = "event bus"
 	names[toJSON(getAtt(queueID(t, tp, "capacity-"+env+"-reclaim-requests"), "Arn"))] = "reclaim requests queue"
+	names[toJSON(getAtt(queueID(t, tp, "capacity-"+env+"-termination-steps"), "Arn"))] = "termination steps queue"
 	names[join("arn:", ref("AWS::Partition"), ":scheduler:", ref("AWS::Region"), ":", ref("AWS::AccountId"),
 		":schedule/capacity-"+env+"/*")] = "schedules of the group"
 	names[toJSON(getAtt(schedulerRoleID(t, tp, env), "Arn"))] = "scheduler role"
@@ -120,7 +119,7 @@ func synthesisedIAM(t *testing.T, tp tmpl, env string, common map[string][]strin
 	}
 	out := map[iamRow][]string{}
 	starOK := slices.Concat(logDeliveryActions, stateMachineTraceActions, schedulingActions)
-	fns := []string{"api", "terminate-node", "reconciler", "reclaim-events", "operation-events"}
+	fns := []string{"api", "terminate-node", "reconciler", "reclaim-events", "operation-events", "termination-steps"}
 	if env == "local" {
 		fns = append(fns, "floor")
 	}

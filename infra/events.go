@@ -302,7 +302,8 @@ func (s *CapacityStack) newScheduler() {
 
 // schedulesArn is the ARN pattern of the schedules in the environment's group.
 func (s *CapacityStack) schedulesArn() *string {
-	// Pseudo parameters rather than the stack's pinned account and region.
+	// Pseudo parameters rather than the stack's pinned account and region: the same template
+	// whether or not the environment pins them.
 	return awscdk.Fn_Join(jsii.String(""), &[]*string{
 		jsii.String("arn:"), awscdk.Aws_PARTITION(), jsii.String(":scheduler:"), awscdk.Aws_REGION(), jsii.String(":"),
 		awscdk.Aws_ACCOUNT_ID(), jsii.String(":schedule/" + stackname.Stack(s.Env) + "/*"),

@@ -310,8 +310,8 @@ func TestReclaimRequestQueues(t *testing.T) {
 	for _, env := range allEnvs {
 		t.Run(env, func(t *testing.T) {
 			tp := synth(t, env)
-			if n := len(tp.resources("AWS::SQS::Queue")); n != 2 {
-				t.Errorf("%d queues, want 2", n)
+			if n := len(tp.resources("AWS::SQS::Queue")); n != 4 {
+				t.Errorf("%d queues, want 4 (the intake's and the termination steps', each with its dead letters)", n)
 			}
 			name := "capacity-" + env + "-reclaim-requests"
 			qID, dlqID := queueID(t, tp, name), queueID(t, tp, name+"-dlq")
@@ -351,12 +351,9 @@ func TestReclaimEventsSource(t *testing.T) {
 	for _, env := range []string{"local", "prod"} {
 		t.Run(env, func(t *testing.T) {
 			tp := synth(t, env)
-			esms := tp.resources("AWS::Lambda::EventSourceMapping")
-			if len(esms) != 1 {
-				t.Fatalf("%d event source mappings, want 1", len(esms))
-			}
 			fnID, _ := functionByName(t, tp, env, "reclaim-events")
-			for _, m := range esms {
+			_, m := tp.one(t, "AWS::Lambda::EventSourceMapping", "FunctionName", ref(fnID))
+			{
 				want := map[string]any{
 					"BatchSize":             float64(10),
 					"EventSourceArn":        getAtt(queueID(t, tp, "capacity-"+env+"-reclaim-requests"), "Arn"),

@@ -13,11 +13,15 @@ import (
 func checkGoFunction(t *testing.T, r map[string]any, name string, timeout float64) {
 	t.Helper()
 	p := props(r)
+	memory := 256.0
+	if name == "termination-steps" {
+		memory = 128 // it only starts a run or sends a message: the smallest size bills least
+	}
 	for k, want := range map[string]any{
 		"Runtime":       "provided.al2023",
 		"Handler":       "bootstrap",
 		"Architectures": []any{"arm64"},
-		"MemorySize":    float64(256),
+		"MemorySize":    memory,
 		"Timeout":       timeout,
 	} {
 		if !reflect.DeepEqual(p[k], want) {
@@ -33,7 +37,7 @@ func TestWorkerFunctions(t *testing.T) {
 	for _, env := range []string{"local", "dev", "prod"} {
 		t.Run(env, func(t *testing.T) {
 			tp := synth(t, env)
-			want := 5
+			want := 6
 			if env == "local" {
 				want++ // the floor (TestFloorOnlyLocally)
 			}
@@ -66,6 +70,10 @@ func TestWorkerFunctions(t *testing.T) {
 					"INTAKE_QUEUE_ARN": getAtt(queueID(t, tp, "capacity-"+env+"-reclaim-requests"), "Arn"),
 				}},
 				{"operation-events", 30, map[string]any{"STATE_TABLE": state, "EVENT_BUS_NAME": ref(eventBusID(t, tp, env))}},
+				{"termination-steps", 30, map[string]any{
+					"STATE_MACHINE_ARN":           ref(stateMachineID(t, tp, env)),
+					"TERMINATION_STEPS_QUEUE_URL": ref(queueID(t, tp, "capacity-"+env+"-termination-steps")),
+				}},
 			} {
 				t.Run(tc.fn, func(t *testing.T) {
 					_, r := functionByName(t, tp, env, tc.fn)

@@ -121,6 +121,7 @@ func TestRolePermissions(t *testing.T) {
 			busArn := publishAs(t, tp, env, capacity.SourceCapacity)
 			publish := []string{"events:PutEvents"}
 			queueArn := toJSON(getAtt(queueID(t, tp, "capacity-"+env+"-reclaim-requests"), "Arn"))
+			stepsArn := toJSON(getAtt(queueID(t, tp, "capacity-"+env+"-termination-steps"), "Arn"))
 			// The schedules of the environment's group, and no other group's.
 			schedulesArn := toJSON(map[string]any{"Fn::Join": []any{"", []any{
 				"arn:", ref("AWS::Partition"), ":scheduler:", ref("AWS::Region"), ":", ref("AWS::AccountId"),
@@ -188,6 +189,13 @@ func TestRolePermissions(t *testing.T) {
 					ownLogs("reclaim-events"): logWrite,
 					`"*"`:                     traceWrite,
 				}},
+				{"termination-steps", map[string][]string{
+					// The SQS event source's poller on its own queue, and the send of an early step back.
+					stepsArn:                     {"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage"},
+					smArn:                        {"states:StartExecution"},
+					ownLogs("termination-steps"): logWrite,
+					`"*"`:                        traceWrite,
+				}},
 				{"operation-events", map[string][]string{
 					stateArn: {"dynamodb:GetItem", "dynamodb:Query"},
 					// The report's claim, in operation partitions only.
@@ -226,8 +234,10 @@ func TestRolePermissions(t *testing.T) {
 				got := rolePermissions(t, tp, roleOf(t, sm, "RoleArn"), "states.amazonaws.com", starOK...)
 				want := map[string][]string{
 					toJSON(getAtt(fnID, "Arn")): {"lambda:InvokeFunction"},
-					toJSON(map[string]any{"Fn::Join": []any{"", []any{getAtt(fnID, "Arn"), ":*"}}}):       {"lambda:InvokeFunction"},
-					toJSON(getAtt(eventsFnID, "Arn")):                                                     {"lambda:InvokeFunction"},
+					toJSON(map[string]any{"Fn::Join": []any{"", []any{getAtt(fnID, "Arn"), ":*"}}}): {"lambda:InvokeFunction"},
+					toJSON(getAtt(eventsFnID, "Arn")):                                               {"lambda:InvokeFunction"},
+					// ScheduleRound and ScheduleRetry, to the steps queue only.
+					stepsArn: {"sqs:SendMessage"},
 					toJSON(map[string]any{"Fn::Join": []any{"", []any{getAtt(eventsFnID, "Arn"), ":*"}}}): {"lambda:InvokeFunction"},
 					`"*"`: starOK,
 				}
@@ -277,7 +287,7 @@ func TestEveryRoleIsAsserted(t *testing.T) {
 		t.Run(env, func(t *testing.T) {
 			tp := synth(t, env)
 			asserted := map[string]string{}
-			fns := []string{"api", "terminate-node", "reconciler", "reclaim-events", "operation-events"}
+			fns := []string{"api", "terminate-node", "reconciler", "reclaim-events", "operation-events", "termination-steps"}
 			if env == "local" {
 				fns = append(fns, "floor")
 			}

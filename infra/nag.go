@@ -43,6 +43,11 @@ func (s *CapacityStack) nagSuppressions() {
 			"X-Ray's actions support no resource-level permissions: active tracing needs xray:PutTraceSegments and "+
 				"xray:PutTelemetryRecords on Resource *.", "Resource::*")
 	}
+	// Level ERROR, not ALL: an Express run is one step of a few states, and logging every
+	// state of every run was most of a reclaim's log cost; a failed run is logged with its data.
+	suppress(s.Termination, false, "AwsSolutions-SF1",
+		"The Express termination workflow logs at level ERROR with execution data: every failed run is logged with its input "+
+			"(which step of which operation); a succeeded run writes no log, so logs are no per-reclaim cost (docs/termination.md).")
 
 	suppress(s.ApiFunction.Role(), true, "AwsSolutions-IAM5",
 		"Scheduled reclaims: scheduler:CreateSchedule, GetSchedule and DeleteSchedule on the schedules of this environment's "+

@@ -78,7 +78,8 @@ type namedFunction struct {
 // functions are the stack's Lambda functions by name (the floor only in env local).
 func (s *CapacityStack) functions() []namedFunction {
 	fns := []namedFunction{{"api", s.ApiFunction}, {"terminate-node", s.TerminateNodeFunction}, {"reconciler", s.ReconcilerFunction},
-		{"reclaim-events", s.ReclaimEventsFunction}, {"operation-events", s.OperationEventsFunction}}
+		{"reclaim-events", s.ReclaimEventsFunction}, {"operation-events", s.OperationEventsFunction},
+		{"termination-steps", s.TerminationStepsFunction}}
 	if s.FloorFunction != nil {
 		fns = append(fns, namedFunction{"floor", s.FloorFunction})
 	}
@@ -227,6 +228,17 @@ func (s *CapacityStack) newAlarms() {
 			"Look at the reconciler's logs (StartExecution errors) and fail or re-drive the operations.",
 		s.serviceMetric(emf.MetricReclaimStartsExhausted, "Sum", 5))
 	s.alarmOnDeadLetters(s.ReclaimRequestsDeadLetters, "reclaim-requests")
+	// A step dead-lettered is a round that never ran: its operation makes no progress (the
+	// reconciler runs it as the next attempt), and the message says which.
+	s.alarmOnDeadLetters(s.TerminationStepsDeadLetters, "termination-steps")
+	// A stalled consumer fills no dead-letter queue either: its rounds just wait. No step is
+	// held back longer than the longest delay (the retry wait, at most 900 s) and a few tries.
+	s.alarm("termination-steps-age",
+		fmt.Sprintf("A termination step has waited more than %d minutes in capacity-%s-termination-steps: termination-steps is not "+
+			"running the rounds, so VMs are not being terminated. Check the function's SQS trigger (enabled?), its errors and throttles, and its logs.",
+			terminationStepMaxAgeSeconds/60, s.Env),
+		s.TerminationSteps.MetricApproximateAgeOfOldestMessage(every(alarmEvaluateEvery, "Maximum")),
+		awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD, terminationStepMaxAgeSeconds, 1, 1)
 	// A stalled consumer (event source mapping disabled, function unable to start) fills no
 	// dead-letter queue: its requests just wait. With 5 tries 6 minutes apart, a request
 	// being retried is at most about half an hour old.
@@ -236,6 +248,9 @@ func (s *CapacityStack) newAlarms() {
 		s.ReclaimRequests.MetricApproximateAgeOfOldestMessage(every(alarmEvaluateEvery, "Maximum")),
 		awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD, reclaimRequestMaxAgeSeconds, 1, 1)
 }
+
+// terminationStepMaxAgeSeconds is the age of the oldest queued termination step that alarms.
+const terminationStepMaxAgeSeconds = 20 * 60
 
 // reclaimRequestMaxAgeSeconds is the age of the oldest queued reclaim request that alarms.
 const reclaimRequestMaxAgeSeconds = 45 * 60

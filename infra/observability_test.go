@@ -250,8 +250,12 @@ func wantAlarms(env string) map[string]wantAlarm {
 		// The intake's dead-letter queue on its first message; its queue when a request waits 45 minutes.
 		"reclaim-requests-dead-letters": {"AWS/SQS", "ApproximateNumberOfMessagesVisible", "Maximum", 300, 1, 1, ge, 1},
 		"reclaim-requests-age":          {"AWS/SQS", "ApproximateAgeOfOldestMessage", "Maximum", 300, 1, 1, ge, 2700},
+		// The termination steps' dead-letter queue on its first message: a round that never ran.
+		"termination-steps-dead-letters": {"AWS/SQS", "ApproximateNumberOfMessagesVisible", "Maximum", 300, 1, 1, ge, 1},
+		// Its queue when a step waits 20 minutes: a stalled consumer.
+		"termination-steps-age": {"AWS/SQS", "ApproximateAgeOfOldestMessage", "Maximum", 300, 1, 1, ge, 1200},
 	}
-	fns := []string{"api", "terminate-node", "reconciler", "reclaim-events", "operation-events"}
+	fns := []string{"api", "terminate-node", "reconciler", "reclaim-events", "operation-events", "termination-steps"}
 	if env == "local" {
 		fns = append(fns, "floor")
 	}
@@ -331,8 +335,13 @@ func TestAlarms(t *testing.T) {
 					}
 				case "AWS/SQS":
 					queue := "capacity-" + env + "-reclaim-requests"
-					if what == "reclaim-requests-dead-letters" {
+					switch what {
+					case "reclaim-requests-dead-letters":
 						queue += "-dlq"
+					case "termination-steps-dead-letters":
+						queue = "capacity-" + env + "-termination-steps-dlq"
+					case "termination-steps-age":
+						queue = "capacity-" + env + "-termination-steps"
 					}
 					if want := map[string]any{"QueueName": getAtt(queueID(t, tp, queue), "QueueName")}; !reflect.DeepEqual(dims, want) {
 						t.Errorf("%s dimensions %v, want the queue %s", name, dims, queue)

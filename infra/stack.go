@@ -27,6 +27,7 @@ import (
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/stackname"
+	"github.com/openrelay/capacity/shared/stepfn"
 	"github.com/openrelay/capacity/shared/table"
 )
 
@@ -127,8 +128,13 @@ type CapacityStack struct {
 	// what EventBridge Scheduler assumes to fire them.
 	ScheduleGroup awsscheduler.ScheduleGroup
 	SchedulerRole awsiam.Role
-	// Termination is the STANDARD state machine that terminates a reclaim's VMs, node by node.
+	// Termination is the EXPRESS state machine that runs one step of a reclaim's termination.
 	Termination awsstepfunctions.StateMachine
+	// TerminationSteps (capacity-<env>-termination-steps) holds the workflow's later steps
+	// until due (message delays); TerminationStepsDeadLetters those that failed every try;
+	// TerminationStepsFunction starts a run of each.
+	TerminationSteps, TerminationStepsDeadLetters awssqs.Queue
+	TerminationStepsFunction                      awslambda.Function
 	// AgentMasterSecret is the secret the keys of nodes still at key generation 0 are derived
 	// from (agent contract v2); only terminate-node reads it.
 	AgentMasterSecret awssecretsmanager.ISecret
@@ -182,8 +188,10 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 	s.TerminateNodeFunction = s.newTerminateNodeFunction()
 	s.Bus = s.newEventBus()
 	s.OperationEventsFunction = s.newOperationEventsFunction(s.table(table.State))
+	s.newTerminationStepsQueue()
 	s.Termination = s.newTerminationStateMachine(s.TerminateNodeFunction, s.OperationEventsFunction,
 		props.TerminateRounds, props.TerminateRetryWait)
+	s.TerminationStepsFunction = s.newTerminationStepsFunction()
 	s.newScheduler()
 	s.ApiFunction = s.newApiFunction(props.MaxPendingScheduledPerOrg, props.RateLimit)
 	s.ReconcilerFunction = s.newReconcilerFunction()
@@ -236,12 +244,13 @@ func (props CapacityStackProps) withDefaults() (CapacityStackProps, error) {
 			props.TerminateRetryWait = DefaultTerminateRetryWaitEphemeral
 		}
 	}
+	// The retry wait is a message delay: at most SQS's 900 s.
 	for _, p := range []struct {
-		name string
-		v    float64
-	}{{"TerminateRounds", props.TerminateRounds}, {"TerminateRetryWait", props.TerminateRetryWait}} {
-		if p.v < 1 || p.v != math.Trunc(p.v) || p.v > 3600 {
-			return props, fmt.Errorf("%s %v: want a whole number from 1 to 3600", p.name, p.v)
+		name   string
+		v, max float64
+	}{{"TerminateRounds", props.TerminateRounds, 3600}, {"TerminateRetryWait", props.TerminateRetryWait, stepfn.MaxDelaySeconds}} {
+		if p.v < 1 || p.v != math.Trunc(p.v) || p.v > p.max {
+			return props, fmt.Errorf("%s %v: want a whole number from 1 to %v", p.name, p.v, p.max)
 		}
 	}
 	props.LogLevel = cmp.Or(props.LogLevel, "info")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsstepfunctions"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsstepfunctionstasks"
@@ -63,27 +64,41 @@ func (s *CapacityStack) newTerminateNodeFunction() awslambda.Function {
 	return fn
 }
 
-// newTerminationStateMachine builds "capacity-<env>-termination". Its input, written by the
-// API and the reconciler (stepfn.Input), is {"reclaimId": "rcl_..", "attempt": 1, "nodeId":
-// "n1", "vmIds": [..], "round": 0, "terminateAfter": "<RFC 3339 UTC>"}: a reclaim operation is
-// one node's.
+// newTerminationStateMachine builds "capacity-<env>-termination", an EXPRESS machine: every
+// run is one step of a reclaim operation's attempt and ends within seconds; no state waits.
+// The waits (the grace left, the retry wait between rounds) are the delays of the messages a
+// step sends to the termination-steps queue, whose function starts the next step's run.
 //
+// The first step's input, written by the API and the reconciler (stepfn.Input), is
+// {"step": "first", "reclaimId": "rcl_..", "attempt": 1, "nodeId": "n1", "vmIds": [..],
+// "round": 0, "terminateAfter": "<RFC 3339 UTC>", "dueAt": "<RFC 3339 UTC, ns>",
+// "delaySeconds": <grace left, rounded up>}; a later step's, from the queue (stepfn.Step), is
+// {"step": "round", "reclaimId", "nodeId", "attempt", "round", "vmIds", "maxRounds", "dueAt"}.
+// A reclaim operation is one node's.
+//
+//	Step?  $.step == "round" -> TerminateNode, else NotifyAgents
 //	NotifyAgents (terminate-node, agentNotices: each victim's notice to its agent; result
 //	    discarded; any error caught and passed over: the notices never hold the termination)
 //	Notify (operation-events, phase notice: the victims' eviction notices; result discarded)
-//	GracePeriod (Wait until $.terminateAfter; a time already past goes straight on)
+//	GraceLeft?  $.delaySeconds > 0 -> ScheduleRound, else TerminateNode
+//	ScheduleRound (sqs:sendMessage: round 0, DelaySeconds = $.delaySeconds) -> Scheduled
 //	TerminateNode (terminate-node, one round)    -> AllTerminated?
-//	AllTerminated?  $.done == true -> Report, else BeforeNextRound
-//	BeforeNextRound (Wait retryWait s)           -> TerminateNode
+//	AllTerminated?  $.done == true -> Report, else ScheduleRetry
+//	ScheduleRetry (sqs:sendMessage: the next round, DelaySeconds = retryWait) -> Scheduled
 //	Report (operation-events, phase report: the VMs' outcomes and the operation's end; result discarded)
+//	Scheduled (Succeed)
 //
 // terminate-node gets the task (terminateNodePayload) and returns the same shape with vmIds =
-// the VMs still to retry, round = the next round, and done, terminated, alreadyGone, failed:
-// the state the next round's payload, and Report's, are read from. Business failures are
-// data, not errors: the task retries only platform errors (which is also all a Retry can
-// catch on the local emulator, where a function error comes back as normal output). The
-// execution succeeds whatever the VMs' fate: the operation record in DynamoDB says completed
-// or failed.
+// the VMs still to retry, round = the next round, dueAt = when it may run, and done,
+// terminated, alreadyGone, failed: the state ScheduleRetry's message, and Report's payload, are
+// read from. Business failures are data, not errors: the task retries only platform errors
+// (which is also all a Retry can catch on the local emulator, where a function error comes
+// back as normal output). A run succeeds whatever the VMs' fate: the operation record in
+// DynamoDB says completed or failed.
+//
+// Runs are at least once (Express, and SQS): every task is safe to run twice at once (the
+// terminate and report claims, conditional writes; docs/termination.md). A run that fails
+// schedules nothing: its operation makes no progress, which the reconciler watches for.
 //
 // The notices come from the workflow, which the API starts right after its commit and the
 // reconciler starts if the API died, so none is lost; their stable event ids absorb the
@@ -97,7 +112,7 @@ func (s *CapacityStack) newTerminationStateMachine(fn, eventsFn awslambda.IFunct
 	task := awsstepfunctionstasks.NewLambdaInvoke(c, jsii.String("TerminateNode"), &awsstepfunctionstasks.LambdaInvokeProps{
 		StateName:      jsii.String("TerminateNode"),
 		LambdaFunction: fn,
-		Payload:        awsstepfunctions.TaskInput_FromObject(s.terminateNodePayload(rounds)),
+		Payload:        awsstepfunctions.TaskInput_FromObject(s.terminateNodePayload(rounds, retryWait)),
 		// The function's returned payload (lambda:invoke wraps it in {StatusCode, Payload, ...}).
 		OutputPath: jsii.String("$.Payload"),
 		// Our own Retry below, instead of CDK's default one (which adds Lambda.ClientExecutionTimeoutException).
@@ -106,14 +121,10 @@ func (s *CapacityStack) newTerminationStateMachine(fn, eventsFn awslambda.IFunct
 		TaskTimeout: awsstepfunctions.Timeout_Duration(sec(90)),
 	})
 	addTaskRetries(task)
-	wait := awsstepfunctions.NewWait(c, jsii.String("BeforeNextRound"), &awsstepfunctions.WaitProps{
-		StateName: jsii.String("BeforeNextRound"),
-		Time:      awsstepfunctions.WaitTime_Duration(sec(retryWait)),
-	})
 
 	// operation-events reads the operation by the ids of the state (the execution input, or
 	// the last round's output, which carries them on); both phases are safe to repeat (stable
-	// event ids), so they retry like TerminateNode.
+	// event ids, the report's claim), so they retry like TerminateNode.
 	publish := func(state, phase string) awsstepfunctionstasks.LambdaInvoke {
 		t := awsstepfunctionstasks.NewLambdaInvoke(c, jsii.String(state), &awsstepfunctionstasks.LambdaInvokeProps{
 			StateName:      jsii.String(state),
@@ -133,34 +144,84 @@ func (s *CapacityStack) newTerminationStateMachine(fn, eventsFn awslambda.IFunct
 		addTaskRetries(t)
 		return t
 	}
-	grace := awsstepfunctions.NewWait(c, jsii.String("GracePeriod"), &awsstepfunctions.WaitProps{
-		StateName: jsii.String("GracePeriod"),
-		Time:      awsstepfunctions.WaitTime_TimestampPath(jsii.String("$.terminateAfter")),
-	})
+	scheduled := awsstepfunctions.NewSucceed(c, jsii.String("Scheduled"), &awsstepfunctions.SucceedProps{StateName: jsii.String("Scheduled")})
+	// Round 0, after the grace left: the first step's input has no maxRounds of its own.
+	scheduleRound := s.scheduleStep(c, "ScheduleRound", map[string]any{"DelaySeconds.$": "$.delaySeconds"},
+		map[string]any{"maxRounds": rounds}).Next(scheduled)
+	scheduleRetry := s.scheduleStep(c, "ScheduleRetry", map[string]any{"DelaySeconds": retryWait},
+		map[string]any{"maxRounds.$": "$.maxRounds"}).Next(scheduled)
 	choice := awsstepfunctions.NewChoice(c, jsii.String("AllTerminated"), &awsstepfunctions.ChoiceProps{StateName: jsii.String("AllTerminated?")}).
 		When(awsstepfunctions.Condition_BooleanEquals(jsii.String("$.done"), jsii.Bool(true)), publish("Report", stepfn.PhaseReport), nil).
-		Otherwise(wait.Next(task))
+		Otherwise(scheduleRetry)
 	task.Next(choice)
+	graceLeft := awsstepfunctions.NewChoice(c, jsii.String("GraceLeft"), &awsstepfunctions.ChoiceProps{StateName: jsii.String("GraceLeft?")}).
+		When(awsstepfunctions.Condition_NumberGreaterThan(jsii.String("$.delaySeconds"), jsii.Number(0)), scheduleRound, nil).
+		Otherwise(task)
 	// The agents' notices first: the guest needs the time to checkpoint more than a rule does.
 	notify := publish("Notify", stepfn.PhaseNotice)
-	definition := s.notifyAgents(c, fn, notify).Next(notify).Next(grace).Next(task)
+	first := s.notifyAgents(c, fn, notify).Next(notify).Next(graceLeft)
+	definition := awsstepfunctions.NewChoice(c, jsii.String("Step"), &awsstepfunctions.ChoiceProps{StateName: jsii.String("Step?")}).
+		When(awsstepfunctions.Condition_StringEquals(jsii.String("$.step"), jsii.String(stepfn.StepRound)), task, nil).
+		Otherwise(first)
 
 	logs := s.logGroup(c, "/aws/vendedlogs/states/"+smName)
-	return awsstepfunctions.NewStateMachine(c, jsii.String("StateMachine"), &awsstepfunctions.StateMachineProps{
+	sm := awsstepfunctions.NewStateMachine(c, jsii.String("StateMachine"), &awsstepfunctions.StateMachineProps{
 		StateMachineName: jsii.String(smName),
-		StateMachineType: awsstepfunctions.StateMachineType_STANDARD,
-		Comment:          jsii.String("Terminates the spot VMs of a reclaim operation, round by round"),
+		StateMachineType: awsstepfunctions.StateMachineType_EXPRESS,
+		Comment:          jsii.String("Runs one step of a reclaim operation's termination: the notices, or a round of its node"),
 		DefinitionBody:   awsstepfunctions.DefinitionBody_FromChainable(definition),
-		// Rounds x (task timeout + wait), plus at most 120 s of grace, is well under this.
-		Timeout: awscdk.Duration_Hours(jsii.Number(1)),
-		// Level ALL: a few states per round, so the full path of every execution is affordable.
+		// Express's longest. A step takes at most a notice phase and a round with their retries.
+		Timeout: awscdk.Duration_Minutes(jsii.Number(5)),
+		// Level ERROR: a succeeded run writes no log, so the logs cost nothing per reclaim; a
+		// failed one's data says which step of which operation it was.
 		Logs: &awsstepfunctions.LogOptions{
 			Destination:          logs,
-			Level:                awsstepfunctions.LogLevel_ALL,
+			Level:                awsstepfunctions.LogLevel_ERROR,
 			IncludeExecutionData: jsii.Bool(true),
 		},
 		TracingEnabled: jsii.Bool(true),
 		RemovalPolicy:  s.removalPolicy(),
+	})
+	// What ScheduleRound and ScheduleRetry send (the queue's policy admits this role).
+	sm.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:       jsii.String("ScheduleSteps"),
+		Effect:    awsiam.Effect_ALLOW,
+		Actions:   jsii.Strings("sqs:SendMessage"),
+		Resources: &[]*string{s.TerminationSteps.QueueArn()},
+	}))
+	return sm
+}
+
+// scheduleStep is a state that sends a round step (stepfn.Step) to the termination-steps
+// queue with the delay given (DelaySeconds or DelaySeconds.$), read from the state: the
+// first step's input (round 0) or a round's output (the next round). extra adds maxRounds.
+// Retried on SQS's errors: the message is the step's only way on.
+func (s *CapacityStack) scheduleStep(c constructs.Construct, name string, delay, extra map[string]any) awsstepfunctions.CustomState {
+	body := map[string]any{
+		"step":        stepfn.StepRound,
+		"reclaimId.$": "$.reclaimId",
+		"nodeId.$":    "$.nodeId",
+		"attempt.$":   "$.attempt",
+		"round.$":     "$.round",
+		"vmIds.$":     "$.vmIds",
+		"dueAt.$":     "$.dueAt",
+	}
+	for k, v := range extra {
+		body[k] = v
+	}
+	params := map[string]any{"QueueUrl": s.TerminationSteps.QueueUrl(), "MessageBody": body}
+	for k, v := range delay {
+		params[k] = v
+	}
+	return awsstepfunctions.NewCustomState(c, jsii.String(name), &awsstepfunctions.CustomStateProps{
+		StateJson: &map[string]any{
+			"Type":       "Task",
+			"Resource":   awscdk.Fn_Join(jsii.String(""), &[]*string{jsii.String("arn:"), awscdk.Aws_PARTITION(), jsii.String(":states:::sqs:sendMessage")}),
+			"Parameters": params,
+			"Retry": []any{map[string]any{
+				"ErrorEquals": []string{"States.ALL"}, "IntervalSeconds": 1, "BackoffRate": 2, "MaxAttempts": 4,
+			}},
+		},
 	})
 }
 
@@ -186,13 +247,13 @@ func addTaskRetries(task awsstepfunctionstasks.LambdaInvoke) {
 }
 
 // terminateNodePayload builds a round's task (stepfn.Task) from the state, which is the
-// execution input in the first round and the previous round's output after:
-// {reclaimId, nodeId, vmIds, executionArn, attempt, round, maxRounds}.
+// first step's input, or a round step's (from the queue):
+// {reclaimId, nodeId, vmIds, executionArn, attempt, round, maxRounds, retryWaitSeconds}.
 //
 // executionArn is $$.Execution.Id, except in env local: the offline emulator only knows
 // $$.Map.Item.* (and fails the state on $$.Execution.Id), so there it is LocalExecutionArn.
 // The definitions of the two otherwise do not differ.
-func (s *CapacityStack) terminateNodePayload(rounds float64) *map[string]any {
+func (s *CapacityStack) terminateNodePayload(rounds, retryWait float64) *map[string]any {
 	executionArn := awsstepfunctions.JsonPath_ExecutionId()
 	if s.Env == LocalEnv {
 		executionArn = jsii.String(LocalExecutionArn)
@@ -205,6 +266,8 @@ func (s *CapacityStack) terminateNodePayload(rounds float64) *map[string]any {
 		"attempt":      awsstepfunctions.JsonPath_NumberAt(jsii.String("$.attempt")),
 		"round":        awsstepfunctions.JsonPath_NumberAt(jsii.String("$.round")),
 		"maxRounds":    rounds,
+		// When the next round may run, which the output's dueAt says.
+		"retryWaitSeconds": retryWait,
 	}
 }
 
@@ -216,8 +279,8 @@ func (s *CapacityStack) terminateNodePayload(rounds float64) *map[string]any {
 // recorded on the operation by the function.
 func (s *CapacityStack) notifyAgents(c constructs.Construct, fn awslambda.IFunction, next awsstepfunctions.IChainable) awsstepfunctionstasks.LambdaInvoke {
 	payload := map[string]any{"agentNotices": true}
-	for k, v := range *s.terminateNodePayload(1) {
-		if k != "maxRounds" && k != "round" && k != "vmIds" {
+	for k, v := range *s.terminateNodePayload(1, 0) {
+		if k != "maxRounds" && k != "round" && k != "vmIds" && k != "retryWaitSeconds" {
 			payload[k] = v
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
@@ -46,20 +47,24 @@ func TestTerminationStateMachine(t *testing.T) {
 			smID := stateMachineID(t, tp, tc.env)
 			sm := tp.resources("AWS::StepFunctions::StateMachine")[smID]
 			p := props(sm)
-			if p["StateMachineType"] != "STANDARD" {
-				t.Errorf("StateMachineType %v, want STANDARD", p["StateMachineType"])
+			if p["StateMachineType"] != "EXPRESS" {
+				t.Errorf("StateMachineType %v, want EXPRESS", p["StateMachineType"])
 			}
 			if n := len(tp.resources("AWS::StepFunctions::StateMachine")); n != 1 {
 				t.Errorf("%d state machines, want 1", n)
 			}
+			// Level ERROR: a succeeded run writes nothing; a failed one its data.
 			lgID := logGroupID(t, tp, "/aws/vendedlogs/states/capacity-"+tc.env+"-termination")
 			wantLogging := map[string]any{
 				"Destinations":         []any{map[string]any{"CloudWatchLogsLogGroup": map[string]any{"LogGroupArn": getAtt(lgID, "Arn")}}},
 				"IncludeExecutionData": true,
-				"Level":                "ALL",
+				"Level":                "ERROR",
 			}
 			if !reflect.DeepEqual(p["LoggingConfiguration"], wantLogging) {
 				t.Errorf("LoggingConfiguration %s, want %s", toJSON(p["LoggingConfiguration"]), toJSON(wantLogging))
+			}
+			if !reflect.DeepEqual(p["TracingConfiguration"], map[string]any{"Enabled": true}) {
+				t.Errorf("TracingConfiguration %s, want enabled", toJSON(p["TracingConfiguration"]))
 			}
 			lg := tp.resources("AWS::Logs::LogGroup")[lgID]
 			if props(lg)["RetentionInDays"] != tc.retention || lg["DeletionPolicy"] != tc.deletion {
@@ -67,16 +72,21 @@ func TestTerminationStateMachine(t *testing.T) {
 			}
 
 			def := definition(t, tp, tc.env)
-			if def["StartAt"] != "NotifyAgents" || def["TimeoutSeconds"] != float64(3600) {
-				t.Errorf("StartAt %v TimeoutSeconds %v, want NotifyAgents 3600", def["StartAt"], def["TimeoutSeconds"])
+			if def["StartAt"] != "Step?" || def["TimeoutSeconds"] != float64(300) {
+				t.Errorf("StartAt %v TimeoutSeconds %v, want Step? 300", def["StartAt"], def["TimeoutSeconds"])
 			}
 			states := def["States"].(map[string]any)
-			if got := keysOf(states); !reflect.DeepEqual(got, []string{"AllTerminated?", "BeforeNextRound", "GracePeriod", "Notify", "NotifyAgents", "Report", "TerminateNode"}) {
+			if got := keysOf(states); !reflect.DeepEqual(got, []string{"AllTerminated?", "GraceLeft?", "Notify", "NotifyAgents",
+				"Report", "ScheduleRetry", "ScheduleRound", "Scheduled", "Step?", "TerminateNode"}) {
 				t.Fatalf("states %v", got)
 			}
-			// NotifyAgents -> Notify -> GracePeriod -> TerminateNode -> AllTerminated? -> Report
-			// (End), or -> BeforeNextRound -> TerminateNode.
-			if got := stateOrder(t, def); !reflect.DeepEqual(got, []string{"NotifyAgents", "Notify", "GracePeriod", "TerminateNode", "AllTerminated?", "Report"}) {
+			for name, st := range states {
+				if st.(map[string]any)["Type"] == "Wait" {
+					t.Errorf("%s is a Wait state: an Express run must not wait (a message delay does)", name)
+				}
+			}
+			// A round step: Step? -> TerminateNode -> AllTerminated? -> Report (End).
+			if got := stateOrder(t, def); !reflect.DeepEqual(got, []string{"Step?", "TerminateNode", "AllTerminated?", "Report"}) {
 				t.Errorf("state order %v", got)
 			}
 
@@ -105,9 +115,36 @@ func TestTerminationStateMachine(t *testing.T) {
 				}
 				return task
 			}
+			// A round step (stepfn.Step) to the steps queue, with the delay given, then Scheduled.
+			queueID := queueID(t, tp, "capacity-"+tc.env+"-termination-steps")
+			schedule := func(delay map[string]any, maxRounds [2]any) map[string]any {
+				params := map[string]any{
+					"QueueUrl": "${" + queueID + "}",
+					"MessageBody": map[string]any{
+						"step": "round", "reclaimId.$": "$.reclaimId", "nodeId.$": "$.nodeId", "attempt.$": "$.attempt",
+						"round.$": "$.round", "vmIds.$": "$.vmIds", "dueAt.$": "$.dueAt", maxRounds[0].(string): maxRounds[1],
+					},
+				}
+				maps.Copy(params, delay)
+				return map[string]any{
+					"Type":       "Task",
+					"Resource":   "arn:${AWS::Partition}:states:::sqs:sendMessage",
+					"Parameters": params,
+					"Retry": []any{map[string]any{
+						"ErrorEquals": []any{"States.ALL"}, "IntervalSeconds": float64(1), "BackoffRate": float64(2), "MaxAttempts": float64(4),
+					}},
+					"Next": "Scheduled",
+				}
+			}
 			fnID, _ := functionByName(t, tp, tc.env, "terminate-node")
 			for name, want := range map[string]map[string]any{
-				"Notify": publishTask("notice", "GracePeriod"),
+				// The first step from the API or the reconciler, a round from the queue.
+				"Step?": {
+					"Type":    "Choice",
+					"Choices": []any{map[string]any{"Variable": "$.step", "StringEquals": "round", "Next": "TerminateNode"}},
+					"Default": "NotifyAgents",
+				},
+				"Notify": publishTask("notice", "GraceLeft?"),
 				// The agents' notices, on terminate-node (it alone opens agent keys): no retry (it
 				// would come late), every error caught and passed on to Notify as success is, so
 				// the notices never hold the termination; the function bounds its own calls by
@@ -131,16 +168,20 @@ func TestTerminationStateMachine(t *testing.T) {
 					"Next":           "Notify",
 				},
 				"Report": publishTask("report", ""),
-				// Until the operation's terminateAfter (commit time plus grace; a past time waits not at all).
-				"GracePeriod": {"Type": "Wait", "TimestampPath": "$.terminateAfter", "Next": "TerminateNode"},
+				// The grace left at start (rounded up) is the round's message delay; none: the round now.
+				"GraceLeft?": {
+					"Type":    "Choice",
+					"Choices": []any{map[string]any{"Variable": "$.delaySeconds", "NumericGreaterThan": float64(0), "Next": "ScheduleRound"}},
+					"Default": "TerminateNode",
+				},
+				"ScheduleRound": schedule(map[string]any{"DelaySeconds.$": "$.delaySeconds"}, [2]any{"maxRounds", float64(DefaultTerminateRounds)}),
 				// Exactly this: no Catch, no ResultPath/ResultSelector, no other retrier.
 				"TerminateNode": {
 					"Type":     "Task",
 					"Resource": "arn:${AWS::Partition}:states:::lambda:invoke",
 					"Parameters": map[string]any{
 						"FunctionName": "${" + fnID + ".Arn}",
-						// The task, from the execution input in the first round, from the
-						// previous round's output after.
+						// The task, from the first step's input or a round step's.
 						"Payload": map[string]any{
 							"reclaimId.$":      "$.reclaimId",
 							"nodeId.$":         "$.nodeId",
@@ -149,6 +190,7 @@ func TestTerminationStateMachine(t *testing.T) {
 							"attempt.$":        "$.attempt",
 							"round.$":          "$.round",
 							"maxRounds":        float64(DefaultTerminateRounds),
+							"retryWaitSeconds": tc.wait,
 						},
 					},
 					"OutputPath":     "$.Payload", // the function's own result
@@ -159,9 +201,10 @@ func TestTerminationStateMachine(t *testing.T) {
 				"AllTerminated?": {
 					"Type":    "Choice",
 					"Choices": []any{map[string]any{"Variable": "$.done", "BooleanEquals": true, "Next": "Report"}},
-					"Default": "BeforeNextRound",
+					"Default": "ScheduleRetry",
 				},
-				"BeforeNextRound": {"Type": "Wait", "Seconds": tc.wait, "Next": "TerminateNode"},
+				"ScheduleRetry": schedule(map[string]any{"DelaySeconds": tc.wait}, [2]any{"maxRounds.$", "$.maxRounds"}),
+				"Scheduled":     {"Type": "Succeed"},
 			} {
 				if !reflect.DeepEqual(states[name], want) {
 					t.Errorf("%s\n got %s\nwant %s", name, toJSON(states[name]), toJSON(want))
@@ -172,9 +215,9 @@ func TestTerminationStateMachine(t *testing.T) {
 }
 
 // The workflow reads its state by name: every path a state reads must be a field of what it
-// reads it from, the execution input (stepfn.Input) before the first round and a round's
-// output (stepfn.Task) after. Report and the Choice read only round outputs; TerminateNode
-// reads both.
+// reads it from: the first step's input (stepfn.Input), a round step from the queue
+// (stepfn.Step), or a round's output (stepfn.Task). TerminateNode reads both steps; the
+// Choice after it, ScheduleRetry and Report only a round's output.
 func TestTerminationReadsWhatItsStateCarries(t *testing.T) {
 	fieldsOf := func(v any) map[string]bool {
 		b, err := json.Marshal(v)
@@ -195,13 +238,14 @@ func TestTerminationReadsWhatItsStateCarries(t *testing.T) {
 		name   string
 		fields map[string]bool
 	}
-	input := carrier{"the execution input", fieldsOf(stepfn.InputOf(capacity.Operation{ID: "rcl_1", NodeID: "n1", VMIDs: []string{"a"}}))}
+	input := carrier{"the first step's input", fieldsOf(stepfn.InputOf(capacity.Operation{ID: "rcl_1", NodeID: "n1", VMIDs: []string{"a"}}, time.Now()))}
+	step := carrier{"a round step", fieldsOf(stepfn.Step{Step: stepfn.StepRound, ReclaimID: "rcl_1", NodeID: "n1", Attempt: 1, VMIDs: []string{"a"}, MaxRounds: 5})}
 	// A round whose VM must be retried: the output the omitempty fields are absent from.
-	output := carrier{"a round's output", fieldsOf(stepfn.TaskOf(&capacity.TerminationReport{Next: capacity.TerminationTask{
-		ReclaimID: "rcl_1", NodeID: "n1", VMIDs: []string{"a"}, Attempt: 1, Round: 1, MaxRounds: 5}}))}
+	output := carrier{"a round's output", fieldsOf(stepfn.RoundResult(stepfn.Task{RetryWaitSeconds: 2}, &capacity.TerminationReport{Next: capacity.TerminationTask{
+		ReclaimID: "rcl_1", NodeID: "n1", VMIDs: []string{"a"}, Attempt: 1, Round: 1, MaxRounds: 5}}, time.Now()))}
 	readFrom := map[string][]carrier{
-		"NotifyAgents": {input}, "Notify": {input}, "GracePeriod": {input}, "TerminateNode": {input, output},
-		"AllTerminated?": {output}, "BeforeNextRound": {output}, "Report": {output},
+		"Step?": {input, step}, "NotifyAgents": {input}, "Notify": {input}, "GraceLeft?": {input}, "ScheduleRound": {input},
+		"TerminateNode": {input, step}, "AllTerminated?": {output}, "ScheduleRetry": {output}, "Report": {output}, "Scheduled": nil,
 	}
 	for _, env := range []string{"local", "prod"} {
 		states := definition(t, synth(t, env), env)["States"].(map[string]any)
@@ -210,7 +254,7 @@ func TestTerminationReadsWhatItsStateCarries(t *testing.T) {
 		}
 		for name, state := range states {
 			paths := statePaths(state)
-			if name != "BeforeNextRound" && len(paths) == 0 {
+			if name != "Scheduled" && len(paths) == 0 {
 				t.Errorf("%s: %s reads no path of its state", env, name)
 			}
 			for _, path := range paths {
@@ -312,12 +356,15 @@ func TestTerminationIsConfigurable(t *testing.T) {
 	if payload["maxRounds"] != float64(3) {
 		t.Errorf("maxRounds %v, want 3", payload["maxRounds"])
 	}
-	if wait := states["BeforeNextRound"].(map[string]any); wait["Seconds"] != float64(7) {
-		t.Errorf("Wait Seconds %v, want 7", wait["Seconds"])
+	if payload["retryWaitSeconds"] != float64(7) {
+		t.Errorf("retryWaitSeconds %v, want 7", payload["retryWaitSeconds"])
+	}
+	if retry := states["ScheduleRetry"].(map[string]any)["Parameters"].(map[string]any); retry["DelaySeconds"] != float64(7) {
+		t.Errorf("ScheduleRetry DelaySeconds %v, want 7", retry["DelaySeconds"])
 	}
 
 	for _, bad := range []CapacityStackProps{
-		{TerminateRounds: -1}, {TerminateRounds: 0.5}, {TerminateRetryWait: 1.5}, {TerminateRetryWait: 4000},
+		{TerminateRounds: -1}, {TerminateRounds: 0.5}, {TerminateRetryWait: 1.5}, {TerminateRetryWait: 901},
 	} {
 		bad.Env, bad.AssetRoot = "prod", testAssetRoot
 		app := awscdk.NewApp(nil)

@@ -95,7 +95,7 @@ func handler(term *capacity.Terminator, logger *slog.Logger) func(context.Contex
 		if err != nil {
 			return stepfn.Task{}, fmt.Errorf("terminate VMs of %s on node %s: %w", in.ReclaimID, in.NodeID, err)
 		}
-		out := stepfn.TaskOf(report)
+		out := stepfn.RoundResult(in, report, time.Now())
 		logger.InfoContext(ctx, "termination round", "reclaim_id", in.ReclaimID, "node", in.NodeID, "round", in.Round,
 			"terminated", out.Terminated, "already_gone", out.AlreadyGone, "failed", len(out.Failed), "done", out.Done)
 		return out, nil

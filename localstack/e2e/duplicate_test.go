@@ -44,7 +44,7 @@ func committedUnstarted(t *testing.T, node string) *capacity.Operation {
 // goroutine of the test.
 func deliver(t *testing.T, op *capacity.Operation, name string) string {
 	t.Helper()
-	input, err := json.Marshal(stepfn.InputOf(*op))
+	input, err := json.Marshal(stepfn.InputOf(*op, time.Now()))
 	if err != nil {
 		t.Error(err)
 		return ""

@@ -98,7 +98,7 @@ func encodeFloor(tb testing.TB, s *dynamo.Store, q *dynamodb.QueryInput, c *capa
 	if err != nil {
 		tb.Fatal(err)
 	}
-	input, err := json.Marshal(stepfn.InputOf(*c.Operation))
+	input, err := json.Marshal(stepfn.InputOf(*c.Operation, time.Now()))
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -97,8 +97,8 @@ func (c *Client) Notice(ctx context.Context, baseURL, nodeID, vmID string, req N
 func (a NodeAgent) Notice(ctx context.Context, node capacity.Node, n capacity.EvictionNotice) error {
 	c := *a.Client
 	c.Keys = a.keysOf(node)
-	// Whole seconds, as the workflow's input carries the time its grace period waits until
-	// (stepfn.InputOf): the guest is never told a time after the termination may start.
+	// Whole seconds, rounded down: the guest is never told a time after the termination may
+	// start (the workflow holds the round until the exact terminateAfter: stepfn.InputOf).
 	known, err := c.Notice(ctx, node.AgentEndpoint, node.ID, n.VMID, NoticeRequest{
 		ReclaimID: n.ReclaimID, TerminateAfter: n.TerminateAfter.UTC().Format(time.RFC3339), Reason: n.Reason,
 	})

@@ -21,24 +21,52 @@ import (
 	"github.com/openrelay/capacity/shared/trace"
 )
 
-// Input is an execution's input: a reclaim operation's attempt that the execution runs, its
-// node, its VMs still to terminate, and when their terminations may begin (the grace
-// period's Wait state reads it). Round is the first round, 0: each round's task reads its
-// round from the state, which the input starts and every round's output (Task) carries on.
+// Steps of the termination workflow: the state machine's first state chooses on the input's
+// step. The API and the reconciler start the first step; every later one (a round) comes
+// from the termination-steps queue.
+const (
+	StepFirst = "first" // the notices, then the grace left as a message delay, or the first round
+	StepRound = "round" // one round, then the report or the next round as a message delay
+)
+
+// MaxDelaySeconds is the longest per-message delay SQS takes.
+const MaxDelaySeconds = 900
+
+// Input is the first step's execution input: a reclaim operation's attempt that the execution
+// runs, its node, its VMs still to terminate, and when their terminations may begin. Round is
+// the first round, 0: each round's task reads its round from the state, which the input
+// starts and every round's output (Task) carries on.
 type Input struct {
+	Step      string   `json:"step"`
 	ReclaimID string   `json:"reclaimId"`
 	NodeID    string   `json:"nodeId"`
 	Attempt   int      `json:"attempt"`
 	VMIDs     []string `json:"vmIds"`
 	Round     int      `json:"round"`
-	// TerminateAfter is RFC 3339 UTC, always set: the commit time when there is no grace.
+	// TerminateAfter is RFC 3339 UTC in whole seconds, rounded up so that it is never before
+	// the grace's end; always set: the commit time when there is no grace.
 	TerminateAfter string `json:"terminateAfter"`
+	// DueAt is when the first round may run, exactly (RFC 3339 UTC with nanoseconds): the
+	// round's message carries it, and the steps function holds the round back until then.
+	DueAt string `json:"dueAt"`
+	// DelaySeconds is the grace left when the input was made, in whole seconds rounded up (at
+	// most MaxDelaySeconds): above zero, the first round is sent as a message of that delay.
+	DelaySeconds int `json:"delaySeconds"`
 }
 
 // Starter starts termination workflows on a state machine.
 type Starter struct {
 	Client          *sfn.Client
 	StateMachineARN string
+	// Now is the clock the grace left is measured by (nil: time.Now).
+	Now func() time.Time
+}
+
+func (s *Starter) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
 }
 
 var _ capacity.WorkflowInspector = (*Starter)(nil)
@@ -63,7 +91,7 @@ func (s *Starter) Start(ctx context.Context, op capacity.Operation) error {
 // input is a success, as Step Functions answers it.
 func (s *Starter) StartChecked(ctx context.Context, op capacity.Operation) error {
 	name := capacity.ExecutionName(op)
-	input, err := json.Marshal(InputOf(op))
+	input, err := json.Marshal(InputOf(op, s.now()))
 	if err != nil {
 		return fmt.Errorf("encode execution input of %s: %w", name, err)
 	}
@@ -114,18 +142,41 @@ func ExecutionARN(stateMachineARN, name string) (string, error) {
 	return strings.Replace(stateMachineARN, from, to, 1) + ":" + name, nil
 }
 
-// InputOf is the execution input for an operation's current attempt: its VMs without an
-// outcome final for that attempt, all on the operation's one node.
-func InputOf(op capacity.Operation) Input {
+// InputOf is the first step's input for an operation's current attempt at now: its VMs
+// without an outcome final for that attempt, all on the operation's one node, and the grace
+// left. Every time is rounded up, never down: a VM is never terminated before its grace ends.
+func InputOf(op capacity.Operation, now time.Time) Input {
 	after := op.TerminateAfter
 	if after.IsZero() { // committed before grace existed: no wait
 		after = op.CreatedAt
 	}
 	return Input{
-		ReclaimID: op.ID, NodeID: op.NodeID, Attempt: op.CurrentAttempt(), VMIDs: op.Unfinished(),
-		TerminateAfter: after.UTC().Format(time.RFC3339),
+		Step: StepFirst, ReclaimID: op.ID, NodeID: op.NodeID, Attempt: op.CurrentAttempt(), VMIDs: op.Unfinished(),
+		TerminateAfter: ceilSecond(after).UTC().Format(time.RFC3339),
+		DueAt:          FormatDueAt(after),
+		DelaySeconds:   DelaySeconds(after.Sub(now)),
 	}
 }
+
+// ceilSecond is t rounded up to a whole second.
+func ceilSecond(t time.Time) time.Time {
+	if r := t.Truncate(time.Second); r.Before(t) {
+		return r.Add(time.Second)
+	}
+	return t
+}
+
+// DelaySeconds is a message delay that holds a step back for left: whole seconds rounded up,
+// zero for a time past, at most MaxDelaySeconds (a step due later is held back again).
+func DelaySeconds(left time.Duration) int {
+	if left <= 0 {
+		return 0
+	}
+	return int(min(MaxDelaySeconds, (left+time.Second-1)/time.Second))
+}
+
+// FormatDueAt is a step's dueAt: RFC 3339 UTC with nanoseconds.
+func FormatDueAt(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // Phases of the operation-events task: the termination workflow's Notify and Report states
 // send them (infra/termination.go), and the function runs one for each.
@@ -161,6 +212,10 @@ type Task struct {
 	Attempt      int      `json:"attempt"`
 	Round        int      `json:"round"`
 	MaxRounds    int      `json:"maxRounds"`
+	// RetryWaitSeconds (input) is how long the workflow holds the next round back; DueAt
+	// (output, when a round is left) is when that round may run, which its message carries.
+	RetryWaitSeconds int    `json:"retryWaitSeconds,omitempty"`
+	DueAt            string `json:"dueAt,omitempty"`
 	// AgentNotices asks for the agents' eviction notices (the NotifyAgents state) instead of a
 	// round. Not "phase": that names the operation-events task's phases.
 	AgentNotices bool `json:"agentNotices,omitempty"`
@@ -192,6 +247,17 @@ func (t Task) Domain() capacity.TerminationTask {
 // NoticeTask is the task as the domain's notice task.
 func (t Task) NoticeTask() capacity.NoticeTask {
 	return capacity.NoticeTask{ReclaimID: t.ReclaimID, NodeID: t.NodeID, Attempt: t.Attempt}
+}
+
+// RoundResult is the output of the round the task in ran, finished at now: TaskOf the report,
+// and, when a round is left, when it may run (now plus the task's retry wait).
+func RoundResult(in Task, r *capacity.TerminationReport, now time.Time) Task {
+	out := TaskOf(r)
+	out.RetryWaitSeconds = in.RetryWaitSeconds
+	if !out.Done {
+		out.DueAt = FormatDueAt(now.Add(time.Duration(in.RetryWaitSeconds) * time.Second))
+	}
+	return out
 }
 
 // TaskOf is the task's output for a round's report.

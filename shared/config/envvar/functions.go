@@ -88,6 +88,13 @@ var (
 	AgentTimeout = Duration{spec{"AGENT_TIMEOUT", Stack}, 5 * time.Second}
 )
 
+// termination-steps'.
+var (
+	// TerminationStepsQueueURL is the queue of the workflow's later steps, which
+	// termination-steps sends an early step back to.
+	TerminationStepsQueueURL = Text{spec{"TERMINATION_STEPS_QUEUE_URL", Stack}}
+)
+
 // Lambda's (and the local stack runner's, as Lambda's).
 var (
 	// Region is the function's AWS region.
@@ -128,10 +135,11 @@ var (
 		StartAfter, StuckAfter, HeldAfter, StartRate)
 	TerminateNode = function("terminate-node", StateTable, AgentMasterSecretID, AgentKeysKMSKeyID, AgentTimeout,
 		AgentAllowHTTP, HistoryRetention)
+	TerminationSteps = function("termination-steps", StateMachineARN, TerminationStepsQueueURL)
 )
 
 // Functions are every function's declaration.
-var Functions = []Function{API, Floor, OperationEvents, ReclaimEvents, Reconciler, TerminateNode}
+var Functions = []Function{API, Floor, OperationEvents, ReclaimEvents, Reconciler, TerminateNode, TerminationSteps}
 
 // Named returns the declaration of the function name, and whether there is one.
 func Named(name string) (Function, bool) {
