@@ -28,8 +28,8 @@ func (s *Store) OperationsInState(ctx context.Context, state capacity.OperationS
 	if limit <= 0 || (after != "" && after >= upTo) {
 		return nil, "", nil
 	}
-	shards := make([]*stateShard, 0, opStateShards+1)
-	for i := range opStateShards {
+	shards := make([]*stateShard, 0, OpStateShards+1)
+	for i := range OpStateShards {
 		shards = append(shards, &stateShard{pk: opStateShardPK(state, i)})
 	}
 	shards = append(shards, &stateShard{pk: legacyOpStatePK(state)})
