@@ -58,6 +58,7 @@ const (
 type burstConfig struct {
 	n              int
 	quotaScale     float64
+	quotaOnly      []quota.ID // CAPACITY_QUOTA_ONLY: the quotas modelled, if not all
 	window         time.Duration
 	reconcileEvery time.Duration
 	drainWithin    time.Duration
@@ -67,7 +68,7 @@ func readBurstConfig(b *testing.B) burstConfig {
 	c := burstConfig{n: burstN, window: time.Second, reconcileEvery: time.Minute, drainWithin: 15 * time.Minute}
 	if localStack != nil { // the scale this process started the stack at (TestMain)
 		if stackQuotas != nil {
-			c.quotaScale = stackQuotas.Scale
+			c.quotaScale, c.quotaOnly = stackQuotas.Scale, stackQuotas.Only
 		}
 	} else if v := os.Getenv("BURST_QUOTA_SCALE"); v != "" {
 		s, err := strconv.ParseFloat(v, 64)
@@ -128,7 +129,11 @@ func (c burstConfig) quotaName() string {
 	if c.quotaScale == 0 {
 		return "off"
 	}
-	return strconv.FormatFloat(c.quotaScale, 'g', -1, 64)
+	name := strconv.FormatFloat(c.quotaScale, 'g', -1, 64)
+	if len(c.quotaOnly) > 0 {
+		name += "(only)" // some quotas: told apart from a run under all of them
+	}
+	return name
 }
 
 // burstShape is one kind of burst: the grace of its reclaims and how many spot VMs (each on
@@ -609,8 +614,12 @@ func (r *burstResult) quotaString() string {
 	if r.quota == nil {
 		return "no quota model"
 	}
+	var only string
+	if len(r.cfg.quotaOnly) > 0 {
+		only = fmt.Sprintf(" (modelling only %s)", strings.Join(slices.Sorted(slices.Values(idStrings(r.cfg.quotaOnly))), ","))
+	}
 	if len(r.quota) == 0 {
-		return "no quota throttled"
+		return "no quota throttled" + only
 	}
 	var parts []string
 	for _, id := range slices.Sorted(maps.Keys(r.quota)) {
@@ -621,7 +630,15 @@ func (r *burstResult) quotaString() string {
 		}
 		parts = append(parts, p)
 	}
-	return strings.Join(parts, ", ")
+	return strings.Join(parts, ", ") + only
+}
+
+func idStrings(ids []quota.ID) []string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = string(id)
+	}
+	return s
 }
 
 // String is the printed summary.
