@@ -61,9 +61,9 @@ type fleetLimit struct {
 	bucket, rate float64
 	perReclaim   float64 // tokens; for a concurrency: seconds held
 	raise        string  // how an operator raises it
-	// brownOut: the limit under agents that answer slowly, not in a typical burst; shown,
-	// but not what binds first.
-	brownOut bool
+	// aside: the limit under agents that answer slowly, or on one API key's calls: not the
+	// fleet's typical burst (which may come with many keys); shown, but not what binds first.
+	aside bool
 }
 
 // tokens is a token-bucket limit.
@@ -122,7 +122,9 @@ func (fd fleetDesign) limits(t *testing.T, rows map[quota.ID]quota.Row) []fleetL
 	r := row(quota.APIGatewayAccount)
 	add(tokens("API Gateway, account throttle", r.Bucket, r.Refill, dm.APIRequests, sq(quota.APIGatewayAccount)))
 	add(tokens("API Gateway, stage throttle", fd.stage[0], fd.stage[1], dm.APIRequests, "cdk.json `throttle` (within the account's)"))
-	add(tokens("the caller's key's rate limit (the API's own 429)", fd.keyLimit[0], fd.keyLimit[1], dm.APIRequests, "cdk.json `rateLimit`, or per key"))
+	perKey := tokens("one API key's rate limit (the API's own 429)", fd.keyLimit[0], fd.keyLimit[1], dm.APIRequests, "cdk.json `rateLimit`, or per key")
+	perKey.aside = true
+	add(perKey)
 	r = row(quota.SFNStandardStart)
 	add(tokens("Step Functions StartExecution, Standard", r.Bucket, r.Refill, dm.Starts["STANDARD"], sq(quota.SFNStandardStart)))
 	r = row(quota.SFNStateTransitions)
@@ -144,7 +146,7 @@ func (fd fleetDesign) limits(t *testing.T, rows map[quota.ID]quota.Row) []fleetL
 		add(fleetLimit{name: name, bucket: fd.reserved[fn], perReclaim: dm.Seconds[fn], raise: "cdk.json `scale`"})
 		if fd.brownOut.Seconds[fn] != dm.Seconds[fn] {
 			add(fleetLimit{name: fmt.Sprintf("%s, agents browning out (%g s a call)", name, brownOutSeconds), bucket: fd.reserved[fn],
-				perReclaim: fd.brownOut.Seconds[fn], raise: "cdk.json `scale` (and the account's pool)", brownOut: true})
+				perReclaim: fd.brownOut.Seconds[fn], raise: "cdk.json `scale` (and the account's pool)", aside: true})
 		}
 	}
 	var shared, sharedBrownOut float64
@@ -158,13 +160,15 @@ func (fd fleetDesign) limits(t *testing.T, rows map[quota.ID]quota.Row) []fleetL
 	add(fleetLimit{name: name, bucket: pool, perReclaim: shared, raise: sq(quota.LambdaConcurrency)})
 	if sharedBrownOut != shared {
 		add(fleetLimit{name: fmt.Sprintf("%s, agents browning out (%g s a call)", name, brownOutSeconds), bucket: pool,
-			perReclaim: sharedBrownOut, raise: sq(quota.LambdaConcurrency), brownOut: true})
+			perReclaim: sharedBrownOut, raise: sq(quota.LambdaConcurrency), aside: true})
 	}
 
 	// DynamoDB: the hot keys, then each table's and index's warm throughput.
 	p := row(quota.DynamoPartitionWrite)
 	add(tokens(fmt.Sprintf("DynamoDB partition, one byState key (%g a state)", fd.shards), p.Bucket, p.Refill, dm.HotStateKeyWRU/fd.shards, "none: the index's shards"))
-	add(tokens("DynamoDB partition, the caller's key's limiter item", p.Bucket, p.Refill, dm.CallerKeyWRU, "none: one item a key"))
+	limiter := tokens("DynamoDB partition, one API key's limiter item", p.Bucket, p.Refill, dm.CallerKeyWRU, "none: one item a key")
+	limiter.aside = true
+	add(limiter)
 	warmW, warmR := row(quota.DynamoWarmWrite), row(quota.DynamoWarmRead)
 	for _, k := range slices.Sorted(maps.Keys(dm.WRU)) {
 		w, ok := fd.warmWrite[k]
@@ -244,13 +248,13 @@ func fleetTable(fd fleetDesign, ls []fleetLimit) string {
 	return b.String()
 }
 
-// firstToBind is, for a typical burst of n (agents answering as usual), the limit that lets
+// firstToBind is, for a typical burst of n (agents answering as usual, many keys), the limit that lets
 // the fewest of it through, how long the slowest limit takes to let it all through, and every
 // limit that binds.
 func firstToBind(ls []fleetLimit, n float64) (first fleetLimit, serve float64, binds []fleetLimit) {
 	serve = fleetBurstWindow
 	for _, l := range ls {
-		if l.brownOut || l.serve(n) <= fleetBurstWindow {
+		if l.aside || l.serve(n) <= fleetBurstWindow {
 			continue
 		}
 		binds = append(binds, l)
@@ -262,6 +266,17 @@ func firstToBind(ls []fleetLimit, n float64) (first fleetLimit, serve float64, b
 	return first, serve, binds
 }
 
+// closest is the limit a typical burst of n comes nearest to.
+func closest(ls []fleetLimit, n float64) fleetLimit {
+	var c fleetLimit
+	for _, l := range ls {
+		if !l.aside && (c.name == "" || l.within() < c.within()) {
+			c = l
+		}
+	}
+	return c
+}
+
 func fleetSummary(before, after fleetDesign, bl, al []fleetLimit) string {
 	var b strings.Builder
 	b.WriteString("| fleet (burst within 10 s) | before: binds first | before: burst through in | after: binds first | after: burst through in | an operator raises (after) |\n|---|---|---|---|---|---|\n")
@@ -271,7 +286,8 @@ func fleetSummary(before, after fleetDesign, bl, al []fleetLimit) string {
 		for _, ls := range [][]fleetLimit{bl, al} {
 			first, serve, _ := firstToBind(ls, n)
 			if first.name == "" {
-				b.WriteString(" nothing | 10 s |")
+				c := closest(ls, n)
+				fmt.Fprintf(&b, " nothing (the closest: %s, %.0f%% of it) | 10 s |", c.name, 100*n/c.within())
 				continue
 			}
 			fmt.Fprintf(&b, " %s | %s |", first.name, secs(serve))
@@ -287,7 +303,7 @@ func fleetSummary(before, after fleetDesign, bl, al []fleetLimit) string {
 			if l.concurrency() {
 				what = num(l.need(n)) + " at once"
 			}
-			asks = append(asks, fmt.Sprintf("%s to %s", l.raise, what))
+			asks = append(asks, fmt.Sprintf("%s: %s", l.raise, what))
 		}
 		if len(asks) == 0 {
 			asks = []string{"nothing"}
