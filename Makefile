@@ -156,9 +156,9 @@ bench: ## latency and size figures (see docs/numbers.md)
 	E2E_FAULTS='$(E2E_FAULTS)' go test -count=1 -timeout 20m -run '^$$' -bench TerminationUnderFaults -benchtime 3x ./localstack/e2e
 
 .PHONY: cost
-cost: ## measure a typical reclaim's DynamoDB calls (docs/cost/units.json) and price it on the prod template into docs/cost.md
+cost: ## measure a typical reclaim's DynamoDB calls (docs/cost/units.json), price it on the prod template into docs/cost.md and set it against the quotas (docs/scale.md, Fleet sizes)
 	go test -count=1 -run '^$$' -bench ReclaimUnits -benchtime 1x ./shared/capacity -args -cost-units "$(CURDIR)/docs/cost/units.json"
-	cd infra && go test -count=1 -run TestCostDoc . -update
+	cd infra && go test -count=1 -run 'TestCostDoc|TestFleetSizesDoc' . -update
 
 .PHONY: ctl
 ctl: ## build the operator CLI into bin/capacityctl (docs/operating.md)

@@ -3,10 +3,10 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"slices"
@@ -19,12 +19,10 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
-	"github.com/aws/aws-sdk-go-v2/service/sfn"
-	sfntypes "github.com/aws/aws-sdk-go-v2/service/sfn/types"
 
+	"github.com/openrelay/capacity/localstack/quota"
 	"github.com/openrelay/capacity/localstack/stack"
 	"github.com/openrelay/capacity/shared/capacity"
-	"github.com/openrelay/capacity/shared/stepfn"
 )
 
 // BenchmarkBurst's sizes (shortBenchmarks shrinks them; BURST_N overrides burstN).
@@ -35,18 +33,24 @@ var (
 )
 
 const (
-	burstWindow      = time.Second // the reclaims' arrivals are spread evenly over it
-	burstMaxAttempts = 20          // per reclaim: a 429 or 503 is retried after its Retry-After
+	burstMaxAttempts = 20 // per reclaim: a 429 or 503 is retried after its Retry-After
+	// burstGatewayBackoff is the first wait after API Gateway's own 429, which carries no
+	// Retry-After: doubled each time up to burstGatewayBackoffMax, jittered, as AWS's SDKs do.
+	burstGatewayBackoff    = time.Second
+	burstGatewayBackoffMax = 16 * time.Second
 )
 
 // burstConfig is what the environment sets for BenchmarkBurst.
 //
-//   - BURST_N: reclaims per shape (default burstN). When unset and BURST_QUOTA_SCALE is set,
-//     the issue's burst of 10,000 reclaims divided by the scale.
+//   - BURST_N: reclaims per shape (default burstN). When unset and the stack runs under the
+//     quota model, the issue's burst of 10,000 reclaims divided by the scale.
 //   - BURST_QUOTA_SCALE: the scale factor of the local stack's AWS quota model, which
-//     divides every quota's rate and bucket. The benchmark does not set up quotas itself: it
-//     names the figures by the scale the stack runs at (0 or unset: no quota model, today's
-//     stack), so a run under quotas is told apart from one without.
+//     divides every quota's rate and bucket. On the local stack it is CAPACITY_QUOTA_SCALE:
+//     TestMain sets that one from it (burstQuotaEnv), so the figures are named by the scale
+//     the stack runs at, and a run under quotas is told apart from one without. Against a
+//     running stack (CAPACITY_OUTPUTS) it only names the figures.
+//   - BURST_WINDOW: the window the arrivals are spread evenly over (default 1s; the issue's
+//     10,000 reclaims within 10 s is BURST_WINDOW=10s).
 //   - BURST_RECONCILE_EVERY: how often the reconciler runs during the burst (default 1m, its
 //     schedule on AWS; schedules never fire on the emulator, so the benchmark invokes it).
 //   - BURST_DRAIN_WITHIN: how long the backlog may take to drain before the run fails
@@ -54,21 +58,27 @@ const (
 type burstConfig struct {
 	n              int
 	quotaScale     float64
+	quotaOnly      []quota.ID // CAPACITY_QUOTA_ONLY: the quotas modelled, if not all
+	window         time.Duration
 	reconcileEvery time.Duration
 	drainWithin    time.Duration
 }
 
 func readBurstConfig(b *testing.B) burstConfig {
-	c := burstConfig{n: burstN, reconcileEvery: time.Minute, drainWithin: 15 * time.Minute}
-	if v := os.Getenv("BURST_QUOTA_SCALE"); v != "" {
+	c := burstConfig{n: burstN, window: time.Second, reconcileEvery: time.Minute, drainWithin: 15 * time.Minute}
+	if localStack != nil { // the scale this process started the stack at (TestMain)
+		if stackQuotas != nil {
+			c.quotaScale, c.quotaOnly = stackQuotas.Scale, stackQuotas.Only
+		}
+	} else if v := os.Getenv("BURST_QUOTA_SCALE"); v != "" {
 		s, err := strconv.ParseFloat(v, 64)
 		if err != nil || s < 0 {
 			b.Fatalf("BURST_QUOTA_SCALE=%q: want a scale factor (0: no quota model)", v)
 		}
 		c.quotaScale = s
-		if s > 0 && !testing.Short() {
-			c.n = max(1, int(10000/s))
-		}
+	}
+	if c.quotaScale > 0 && !testing.Short() {
+		c.n = max(1, int(10000/c.quotaScale))
 	}
 	if v := os.Getenv("BURST_N"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -77,7 +87,7 @@ func readBurstConfig(b *testing.B) burstConfig {
 		}
 		c.n = n
 	}
-	for name, d := range map[string]*time.Duration{"BURST_RECONCILE_EVERY": &c.reconcileEvery, "BURST_DRAIN_WITHIN": &c.drainWithin} {
+	for name, d := range map[string]*time.Duration{"BURST_WINDOW": &c.window, "BURST_RECONCILE_EVERY": &c.reconcileEvery, "BURST_DRAIN_WITHIN": &c.drainWithin} {
 		if v := os.Getenv(name); v != "" {
 			p, err := time.ParseDuration(v)
 			if err != nil || p <= 0 {
@@ -89,11 +99,41 @@ func readBurstConfig(b *testing.B) burstConfig {
 	return c
 }
 
+// burstQuotaEnv makes the stack this process starts run at BURST_QUOTA_SCALE: it sets
+// CAPACITY_QUOTA_SCALE from it, or refuses a CAPACITY_QUOTA_SCALE that differs (the figures
+// would be named by a scale the stack does not run at). Against a running stack
+// (CAPACITY_OUTPUTS) BURST_QUOTA_SCALE only names the figures.
+func burstQuotaEnv() error {
+	v := os.Getenv("BURST_QUOTA_SCALE")
+	if v == "" || os.Getenv("CAPACITY_OUTPUTS") != "" {
+		return nil
+	}
+	want, err := strconv.ParseFloat(v, 64)
+	if err != nil || want < 0 {
+		return fmt.Errorf("BURST_QUOTA_SCALE=%q: want a scale factor (0: no quota model)", v)
+	}
+	cur := os.Getenv(quota.EnvScale)
+	if cur == "" {
+		if want > 0 {
+			return os.Setenv(quota.EnvScale, v)
+		}
+		return nil
+	}
+	if got, err := strconv.ParseFloat(cur, 64); err == nil && got != want {
+		return fmt.Errorf("BURST_QUOTA_SCALE=%s but %s=%s: set one, or both the same", v, quota.EnvScale, cur)
+	}
+	return nil // an unreadable CAPACITY_QUOTA_SCALE is quota.FromEnv's to report
+}
+
 func (c burstConfig) quotaName() string {
 	if c.quotaScale == 0 {
 		return "off"
 	}
-	return strconv.FormatFloat(c.quotaScale, 'g', -1, 64)
+	name := strconv.FormatFloat(c.quotaScale, 'g', -1, 64)
+	if len(c.quotaOnly) > 0 {
+		name += "(only)" // some quotas: told apart from a run under all of them
+	}
+	return name
 }
 
 // burstShape is one kind of burst: the grace of its reclaims and how many spot VMs (each on
@@ -118,21 +158,25 @@ func burstShapes() []burstShape {
 	}
 }
 
-// BenchmarkBurst sends N reclaims over N nodes, their arrivals spread evenly over one second,
-// through API Gateway on the local stack, with the owner's key, and follows them to the last
-// VM terminated. Three shapes, in one stack, in this order: typical (2 spot VMs a node, grace
-// 0), the same with a grace of 120 s, and a mix where every tenth node holds 64 VMs. A client
-// retries a 429 or 503 after its Retry-After (with an Idempotency-Key, as a client should);
-// the reconciler runs on its schedule (BURST_RECONCILE_EVERY). It reports:
+// BenchmarkBurst sends N reclaims over N nodes, their arrivals spread evenly over a window
+// (BURST_WINDOW, 1 s), through API Gateway on the local stack, with the owner's key, and
+// follows them to the last VM terminated. Three shapes, in one stack, in this order: typical
+// (2 spot VMs a node, grace 0), the same with a grace of 120 s, and a mix where every tenth
+// node holds 64 VMs. A client retries a 429 or 503 after its Retry-After (with an
+// Idempotency-Key, as a client should), and API Gateway's own 429, which has none, after a
+// jittered exponential backoff; the reconciler runs on its schedule (BURST_RECONCILE_EVERY).
+// It reports:
 //
-//   - the answers by status; each must be 200, or 429/503 with Retry-After, or the run fails;
+//   - the answers by status; each must be 200, or 429/503 with Retry-After (API Gateway's
+//     throttle: without), or the run fails;
 //   - the time from the burst's start to the last VM terminated on its agent, and how late
 //     the terminations came past their grace (the operation's terminateAfter: commit time
 //     plus the grace);
 //   - victims never terminated (lost) and victims that got more than one terminate call on
 //     their agent (double); either fails the run;
-//   - the backlog left for the reconciler, the burst's operations still pending-start with
-//     no execution started when the last answer came, and the time until it drained.
+//   - the backlog, the burst's operations still pending-start (read from the table) when the
+//     last answer came, and the time until none was;
+//   - under the quota model, what each quota throttled or delayed during the shape.
 //
 // The nodes are seeded straight into the table (not timed), as the other scale benchmarks
 // do. The emulator's Query walks the whole table, so later shapes run on a larger table
@@ -140,7 +184,7 @@ func burstShapes() []burstShape {
 func BenchmarkBurst(b *testing.B) {
 	cfg := readBurstConfig(b)
 	for _, sh := range burstShapes() {
-		b.Run(fmt.Sprintf("%s/n=%d/grace=%s/quota=%s", sh.name, cfg.n, sh.grace, cfg.quotaName()), func(b *testing.B) {
+		b.Run(fmt.Sprintf("%s/n=%d/window=%s/grace=%s/quota=%s", sh.name, cfg.n, cfg.window, sh.grace, cfg.quotaName()), func(b *testing.B) {
 			for b.Loop() {
 				r := runBurst(b, cfg, sh)
 				r.report(b)
@@ -156,7 +200,8 @@ func BenchmarkBurst(b *testing.B) {
 type burstAnswer struct {
 	sent, answered time.Time
 	statuses       []int // one per attempt; 0: no answer (a transport error)
-	noRetryAfter   int   // 429 or 503 answers without Retry-After
+	noRetryAfter   int   // 429 or 503 answers without Retry-After, but API Gateway's throttle's
+	gateway429     int   // API Gateway's own throttle: 429 Too Many Requests, no Retry-After
 	reclaimID      string
 	terminated     []string
 	err            string // the last transport error or unexpected answer
@@ -171,6 +216,7 @@ type burstResult struct {
 	byStatus             map[int]int // every answer of every attempt
 	transport            int         // attempts with no answer
 	noRetryAfter         int
+	gateway429           int
 	retries              int
 	badAnswers           []string
 	sendSpread           time.Duration
@@ -186,6 +232,7 @@ type burstResult struct {
 	drain                time.Duration // from the last answer to no backlog
 	drained              bool
 	reconcilerRuns       int
+	quota                map[quota.ID]quota.Stats // what the quota model did during the shape
 }
 
 func runBurst(b *testing.B, cfg burstConfig, sh burstShape) *burstResult {
@@ -212,6 +259,15 @@ func runBurst(b *testing.B, cfg burstConfig, sh burstShape) *burstResult {
 	}
 	r.seeding = time.Since(seedStart)
 
+	var model *quota.Model
+	if localStack != nil {
+		model = localStack.Quotas()
+	}
+	var quotaBefore map[quota.ID]quota.Stats
+	if model != nil {
+		quotaBefore = model.Stats()
+	}
+
 	stopReconciler := reconcileEvery(cfg.reconcileEvery)
 	defer func() { r.reconcilerRuns = stopReconciler() }()
 
@@ -222,7 +278,7 @@ func runBurst(b *testing.B, cfg burstConfig, sh burstShape) *burstResult {
 	start := time.Now().Add(50 * time.Millisecond)
 	for i, node := range nodes {
 		wg.Go(func() {
-			time.Sleep(time.Until(start.Add(time.Duration(i) * burstWindow / time.Duration(cfg.n))))
+			time.Sleep(time.Until(start.Add(time.Duration(i) * cfg.window / time.Duration(cfg.n))))
 			answers[i] = burstReclaim(client, node, sh.vms(i), sh.grace)
 		})
 	}
@@ -240,6 +296,7 @@ func runBurst(b *testing.B, cfg burstConfig, sh burstShape) *burstResult {
 		}
 		r.retries += len(a.statuses) - 1
 		r.noRetryAfter += a.noRetryAfter
+		r.gateway429 += a.gateway429
 		if want := victimIDs(sh.vms(i)); a.reclaimID == "" || !slices.Equal(sorted(a.terminated), sorted(want)) {
 			r.badAnswers = append(r.badAnswers, fmt.Sprintf("%s: %s", nodes[i], a.err))
 		}
@@ -266,11 +323,11 @@ func runBurst(b *testing.B, cfg burstConfig, sh burstShape) *burstResult {
 		}
 	}
 
-	// The backlog: operations the API committed but whose workflow did not start, left to
-	// the reconciler.
-	r.backlog = burstBacklog(ctx, b, ops)
+	// The backlog: operations the API committed that are still pending-start, read from the
+	// table (an Express run cannot be described).
+	r.backlog = pendingStart(ctx, b, ops)
 	drainDeadline := time.Now().Add(cfg.drainWithin)
-	for left := r.backlog; ; left = burstBacklog(ctx, b, ops) {
+	for left := r.backlog; ; left = pendingStart(ctx, b, ops) {
 		if left == 0 {
 			r.drained = true
 			if r.backlog > 0 {
@@ -295,6 +352,10 @@ func runBurst(b *testing.B, cfg burstConfig, sh burstShape) *burstResult {
 		if committed(b, node) {
 			r.hiddenCommits++
 		}
+	}
+
+	if model != nil {
+		r.quota = quotaSince(quotaBefore, model.Stats())
 	}
 
 	terminateAfter := map[string]time.Time{} // by node: one operation per node
@@ -334,6 +395,7 @@ func runBurst(b *testing.B, cfg burstConfig, sh burstShape) *burstResult {
 func burstReclaim(client *http.Client, node string, n int, grace time.Duration) burstAnswer {
 	body := fmt.Sprintf(`{"unitIds":[%s],"graceSeconds":%d,"reason":"burst"}`, quoted(unitIDs(n)), int(grace/time.Second))
 	a := burstAnswer{sent: time.Now()}
+	gatewayWait := burstGatewayBackoff
 	for range burstMaxAttempts {
 		req, err := http.NewRequest(http.MethodPost, strings.TrimSuffix(apiURL, "/")+reclaimPath(node), strings.NewReader(body))
 		if err != nil {
@@ -355,6 +417,15 @@ func burstReclaim(client *http.Client, node string, n int, grace time.Duration) 
 		a.statuses = append(a.statuses, resp.StatusCode)
 		switch resp.StatusCode {
 		case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+			if resp.StatusCode == http.StatusTooManyRequests && resp.Header.Get("Retry-After") == "" &&
+				resp.Header.Get("X-Amzn-Errortype") == "TooManyRequestsException" {
+				// API Gateway's throttle, before the function: AWS gives no Retry-After there.
+				a.gateway429++
+				a.err = fmt.Sprintf("%d %s", resp.StatusCode, raw)
+				time.Sleep(gatewayWait/2 + rand.N(gatewayWait/2))
+				gatewayWait = min(2*gatewayWait, burstGatewayBackoffMax)
+				continue
+			}
 			wait, err := strconv.Atoi(resp.Header.Get("Retry-After"))
 			if err != nil || wait < 0 {
 				a.noRetryAfter++
@@ -387,38 +458,30 @@ func burstReclaim(client *http.Client, node string, n int, grace time.Duration) 
 	return a
 }
 
-// burstBacklog counts the burst's operations still pending-start with no execution of their
-// attempt: what only the reconciler will start.
-func burstBacklog(ctx context.Context, b *testing.B, ops map[string]string) int {
-	pending := operationsIn(ctx, b, capacity.OpPendingStart)
-	var mine []capacity.Operation
-	for _, op := range pending {
-		if _, ok := ops[op.ID]; ok {
-			mine = append(mine, op)
-		}
-	}
-	if len(mine) == 0 {
-		return 0
-	}
-	// DescribeExecution, one by one: the emulator's ListExecutions returns the newest 100 and
-	// no next page.
-	sf := sfnClient()
+// pendingStart counts the burst's operations still pending-start: committed, their
+// termination not begun. Under a grace period that includes those whose run waits out the
+// grace (the run begins the operation after it), as well as those no run was started for.
+func pendingStart(ctx context.Context, b *testing.B, ops map[string]string) int {
 	n := 0
-	for _, op := range mine {
-		arn, err := stepfn.ExecutionARN(outputs["StateMachineArn"], capacity.ExecutionName(op))
-		if err != nil {
-			b.Fatal(err)
-		}
-		_, err = sf.DescribeExecution(ctx, &sfn.DescribeExecutionInput{ExecutionArn: aws.String(arn)})
-		var missing *sfntypes.ExecutionDoesNotExist
-		switch {
-		case errors.As(err, &missing):
+	for _, op := range operationsIn(ctx, b, capacity.OpPendingStart) {
+		if _, ok := ops[op.ID]; ok {
 			n++
-		case err != nil:
-			b.Fatalf("describe execution %s: %v", arn, err)
 		}
 	}
 	return n
+}
+
+// quotaSince is what the quota model did between two of its Stats.
+func quotaSince(before, after map[quota.ID]quota.Stats) map[quota.ID]quota.Stats {
+	d := map[quota.ID]quota.Stats{}
+	for id, a := range after {
+		s := quota.Stats{Throttled: a.Throttled - before[id].Throttled, Delayed: a.Delayed - before[id].Delayed,
+			DelayedBy: a.DelayedBy - before[id].DelayedBy}
+		if s != (quota.Stats{}) {
+			d[id] = s
+		}
+	}
+	return d
 }
 
 // awaitBurstOps waits until every operation of the burst has ended, and returns the ended
@@ -524,6 +587,7 @@ func (r *burstResult) report(b *testing.B) {
 	b.ReportMetric(r.cfg.quotaScale, "quota-scale")
 	b.ReportMetric(float64(ok), "answers-2xx")
 	b.ReportMetric(float64(r.byStatus[http.StatusTooManyRequests]), "answers-429")
+	b.ReportMetric(float64(r.gateway429), "answers-429-gateway")
 	b.ReportMetric(float64(r.byStatus[http.StatusServiceUnavailable]), "answers-503")
 	b.ReportMetric(float64(other+r.transport), "answers-other")
 	b.ReportMetric(ms(r.sendSpread), "ms-send-spread")
@@ -538,6 +602,43 @@ func (r *burstResult) report(b *testing.B) {
 	b.ReportMetric(float64(r.hiddenCommits), "hidden-commits")
 	b.ReportMetric(float64(r.backlog), "backlog")
 	b.ReportMetric(ms(r.drain), "ms-backlog-drain")
+	for id, st := range r.quota {
+		b.ReportMetric(float64(st.Throttled), "throttled-"+string(id))
+		b.ReportMetric(float64(st.Delayed), "delayed-"+string(id))
+		b.ReportMetric(ms(st.DelayedBy), "ms-delayed-"+string(id))
+	}
+}
+
+// quotaString says what the quota model did during the shape, per quota.
+func (r *burstResult) quotaString() string {
+	if r.quota == nil {
+		return "no quota model"
+	}
+	var only string
+	if len(r.cfg.quotaOnly) > 0 {
+		only = fmt.Sprintf(" (modelling only %s)", strings.Join(slices.Sorted(slices.Values(idStrings(r.cfg.quotaOnly))), ","))
+	}
+	if len(r.quota) == 0 {
+		return "no quota throttled" + only
+	}
+	var parts []string
+	for _, id := range slices.Sorted(maps.Keys(r.quota)) {
+		st := r.quota[id]
+		p := fmt.Sprintf("%s throttled %d", id, st.Throttled)
+		if st.Delayed > 0 {
+			p += fmt.Sprintf(" delayed %d (%s in all)", st.Delayed, d(st.DelayedBy))
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, ", ") + only
+}
+
+func idStrings(ids []quota.ID) []string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = string(id)
+	}
+	return s
 }
 
 // String is the printed summary.
@@ -546,6 +647,9 @@ func (r *burstResult) String() string {
 	var parts []string
 	for _, s := range statuses {
 		parts = append(parts, fmt.Sprintf("%d=%d", s, r.byStatus[s]))
+	}
+	if r.gateway429 > 0 {
+		parts = append(parts, fmt.Sprintf("(of the 429s, API Gateway's throttle %d)", r.gateway429))
 	}
 	if r.transport > 0 {
 		parts = append(parts, fmt.Sprintf("no-answer=%d", r.transport))
@@ -557,14 +661,14 @@ func (r *burstResult) String() string {
 			drain = fmt.Sprintf("NOT drained within %s", r.cfg.drainWithin)
 		}
 	}
-	return fmt.Sprintf("%d reclaims over %d nodes, %d victims, grace %s, quota scale %s; "+
+	return fmt.Sprintf("%d reclaims over %d nodes within %s, %d victims, grace %s, quota scale %s; "+
 		"answers %s (%d retries), sent over %s, answer p50 %s p99 %s, last %s after the start; "+
 		"last VM terminated %s after the start, past its grace p50 %s max %s; lost %d, double %d, operations not completed %d, commits behind a non-200 answer %d; "+
-		"backlog %d pending-start without an execution, %s (reconciler every %s, %d runs); seeded in %s",
-		r.nodes, r.nodes, r.victims, r.shape.grace, r.cfg.quotaName(),
+		"backlog %d pending-start at the last answer, %s (reconciler every %s, %d runs); quotas: %s; seeded in %s",
+		r.nodes, r.nodes, r.cfg.window, r.victims, r.shape.grace, r.cfg.quotaName(),
 		strings.Join(parts, " "), r.retries, d(r.sendSpread), d(r.answerP50), d(r.answerP99), d(r.lastAnswer),
 		d(r.lastTerminated), d(r.pastGraceP50), d(r.pastGraceMax), r.lost, r.double, r.failedOps, r.hiddenCommits,
-		r.backlog, drain, r.cfg.reconcileEvery, r.reconcilerRuns, r.seeding.Round(time.Second))
+		r.backlog, drain, r.cfg.reconcileEvery, r.reconcilerRuns, r.quotaString(), r.seeding.Round(time.Second))
 }
 
 func d(x time.Duration) string { return x.Round(time.Millisecond).String() }

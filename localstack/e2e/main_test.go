@@ -70,6 +70,10 @@ func TestMain(m *testing.M) {
 	if testing.Short() {
 		shortBenchmarks()
 	}
+	if err := burstQuotaEnv(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(2)
+	}
 	if quotas, err := quota.FromEnv(filepath.Join("..", "..")); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(2)

@@ -42,8 +42,8 @@ func (s *Store) OperationsInStateBetween(ctx context.Context, state capacity.Ope
 	if limit <= 0 || (after != "" && after >= upTo) {
 		return nil, "", nil
 	}
-	shards := make([]*stateShard, 0, opStateShards+1)
-	for i := range opStateShards {
+	shards := make([]*stateShard, 0, OpStateShards+1)
+	for i := range OpStateShards {
 		shards = append(shards, &stateShard{pk: opStateShardPK(state, i)})
 	}
 	shards = append(shards, &stateShard{pk: legacyOpStatePK(state)})

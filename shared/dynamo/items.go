@@ -457,18 +457,18 @@ func opStatePK(state capacity.OperationState, opID string) string {
 	return opStateShardPK(state, opStateShard(opID))
 }
 
-// opStateShards is how many keys each state's operations spread over: a 10,000-reclaim burst
+// OpStateShards is how many keys each state's operations spread over: a 10,000-reclaim burst
 // within 10 s (1,000 a second, each putting and later deleting its index entry under a state,
 // up to 5 WCU each for a 64-victim operation) gives each key about 310 WCU/s, under a third
 // of a partition's 1,000. Changing it moves every operation's key: capacity-migrate re-keys
 // them, and until it has, readers would miss the moved shards.
-const opStateShards = 32
+const OpStateShards = 32
 
 // opStateShard spreads operations evenly and stably: FNV-1a of the operation id.
 func opStateShard(opID string) int {
 	h := fnv.New32a()
 	h.Write([]byte(opID))
-	return int(h.Sum32() % opStateShards)
+	return int(h.Sum32() % OpStateShards)
 }
 
 func opStateShardPK(state capacity.OperationState, shard int) string {
