@@ -49,6 +49,7 @@ func (d Design) Demand(u Case, a Assumptions) (Demand, error) {
 	if err := seconds("api", api); err != nil {
 		return dm, err
 	}
+	executions := 0 // runs walked so far: a run reads its step from Assumptions.Run by its index
 	var run func(name string, depth int) error
 	run = func(name string, depth int) error {
 		sm, ok := d.StateMachines[name]
@@ -59,10 +60,11 @@ func (d Design) Demand(u Case, a Assumptions) (Demand, error) {
 			return fmt.Errorf("state machines start each other more than 5 deep (at %s)", name)
 		}
 		dm.Starts[sm.Type]++
-		visits, err := Walk(sm.Definition, a.Run(u))
+		visits, err := Walk(sm.Definition, a.Run(u, executions))
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
+		executions++
 		if sm.Type != "EXPRESS" {
 			dm.Transitions += float64(len(visits))
 		}
