@@ -145,7 +145,7 @@ func synthesisedIAM(t *testing.T, tp tmpl, env string, common map[string][]strin
 			}
 		}
 	}
-	_, sm := tp.one(t, "AWS::StepFunctions::StateMachine", "StateMachineName", "capacity-"+env+"-termination")
+	_, sm := tp.one(t, "AWS::StepFunctions::StateMachine", "StateMachineName", "capacity-"+env+"-termination-express")
 	for key, actions := range rolePermissions(t, tp, roleOf(t, sm, "RoleArn"), "states.amazonaws.com", starOK...) {
 		out[iamRow{workflowRole, name(key, "")}] = actions
 	}

@@ -225,7 +225,7 @@ func TestRolePermissions(t *testing.T) {
 			}
 
 			t.Run("state-machine", func(t *testing.T) {
-				_, sm := tp.one(t, "AWS::StepFunctions::StateMachine", "StateMachineName", "capacity-"+env+"-termination")
+				_, sm := tp.one(t, "AWS::StepFunctions::StateMachine", "StateMachineName", "capacity-"+env+"-termination-express")
 				fnID, _ := functionByName(t, tp, env, "terminate-node")
 				eventsFnID, _ := functionByName(t, tp, env, "operation-events")
 				// Log delivery to CloudWatch Logs has no resource-level permissions: AWS
@@ -295,7 +295,7 @@ func TestEveryRoleIsAsserted(t *testing.T) {
 				_, r := functionByName(t, tp, env, fn)
 				asserted[roleOf(t, r, "Role")] = fn
 			}
-			_, sm := tp.one(t, "AWS::StepFunctions::StateMachine", "StateMachineName", "capacity-"+env+"-termination")
+			_, sm := tp.one(t, "AWS::StepFunctions::StateMachine", "StateMachineName", "capacity-"+env+"-termination-express")
 			asserted[roleOf(t, sm, "RoleArn")] = "state machine"
 			// TestApiGatewayCloudWatchRole asserts the account's API Gateway logging role.
 			asserted[apiGatewayCloudWatchRoleID(t, tp)] = "api gateway account"

@@ -37,7 +37,7 @@ func TestResourcesAreNamedByStackname(t *testing.T) {
 			for _, tb := range table.All {
 				tp.one(t, "AWS::DynamoDB::Table", "TableName", tb.Name(env))
 			}
-			tp.one(t, "AWS::StepFunctions::StateMachine", "StateMachineName", stackname.Resource(env, "termination"))
+			tp.one(t, "AWS::StepFunctions::StateMachine", "StateMachineName", stackname.Resource(env, "termination-express"))
 			tp.one(t, "AWS::Events::EventBus", "Name", stackname.Stack(env))
 		})
 	}

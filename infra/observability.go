@@ -204,7 +204,7 @@ func (s *CapacityStack) newAlarms() {
 	}
 	s.atLeastOnce("termination-failed",
 		"A termination workflow execution failed. Open it in the Step Functions console (full history in /aws/vendedlogs/states/"+
-			stackname.Resource(s.Env, "termination")+"); the reconciler restarts its operation, and the operation's item says which VMs are left.",
+			stackname.Resource(s.Env, "termination-express")+"); the reconciler restarts its operation, and the operation's item says which VMs are left.",
 		s.Termination.MetricFailed(every(alarmEvaluateEvery, "Sum")))
 	s.atLeastOnce("termination-timed-out",
 		"A termination workflow execution timed out (1 hour). Open it in the Step Functions console; a node agent is probably "+

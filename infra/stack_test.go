@@ -150,7 +150,7 @@ func functionByName(t *testing.T, tp tmpl, env, name string) (string, map[string
 
 func stateMachineID(t *testing.T, tp tmpl, env string) string {
 	t.Helper()
-	id, _ := tp.one(t, "AWS::StepFunctions::StateMachine", "StateMachineName", "capacity-"+env+"-termination")
+	id, _ := tp.one(t, "AWS::StepFunctions::StateMachine", "StateMachineName", "capacity-"+env+"-termination-express")
 	return id
 }
 

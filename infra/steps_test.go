@@ -41,7 +41,7 @@ func TestTerminationStepsQueue(t *testing.T) {
 				}
 			}
 
-			_, sm := tp.one(t, "AWS::StepFunctions::StateMachine", "StateMachineName", "capacity-"+env+"-termination")
+			_, sm := tp.one(t, "AWS::StepFunctions::StateMachine", "StateMachineName", "capacity-"+env+"-termination-express")
 			_, pol := tp.one(t, "AWS::SQS::QueuePolicy", "Queues", []any{ref(qID)})
 			want := []any{denyInsecure(qID), map[string]any{
 				"Action": "sqs:SendMessage",
@@ -96,7 +96,7 @@ func TestWhoRunsTheTermination(t *testing.T) {
 				wantStart[roleOf(t, r, "Role")] = true
 			}
 			_, steps := functionByName(t, tp, env, "termination-steps")
-			_, sm := tp.one(t, "AWS::StepFunctions::StateMachine", "StateMachineName", "capacity-"+env+"-termination")
+			_, sm := tp.one(t, "AWS::StepFunctions::StateMachine", "StateMachineName", "capacity-"+env+"-termination-express")
 			wantSend := map[string]bool{roleOf(t, steps, "Role"): true, roleOf(t, sm, "RoleArn"): true}
 			stepsQueue := `"` + queueID(t, tp, "capacity-"+env+"-termination-steps") + `"`
 

@@ -64,7 +64,7 @@ func (s *CapacityStack) newTerminateNodeFunction() awslambda.Function {
 	return fn
 }
 
-// newTerminationStateMachine builds "capacity-<env>-termination", an EXPRESS machine: every
+// newTerminationStateMachine builds "capacity-<env>-termination-express", an EXPRESS machine: every
 // run is one step of a reclaim operation's attempt and ends within seconds; no state waits.
 // The waits (the grace left, the retry wait between rounds) are the delays of the messages a
 // step sends to the termination-steps queue, whose function starts the next step's run.
@@ -104,7 +104,7 @@ func (s *CapacityStack) newTerminateNodeFunction() awslambda.Function {
 // reconciler starts if the API died, so none is lost; their stable event ids absorb the
 // duplicates of a restart.
 func (s *CapacityStack) newTerminationStateMachine(fn, eventsFn awslambda.IFunction, rounds, retryWait float64) awsstepfunctions.StateMachine {
-	smName := stackname.Resource(s.Env, "termination")
+	smName := stackname.Resource(s.Env, "termination-express")
 	sec := func(n float64) awscdk.Duration { return awscdk.Duration_Seconds(jsii.Number(n)) }
 	// The states' construct ids are their state names, under a scope of their own.
 	c := constructs.NewConstruct(s.Stack, jsii.String("TerminationWorkflow"))

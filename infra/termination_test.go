@@ -19,7 +19,7 @@ import (
 // definition returns the state machine's ASL document, decoded.
 func definition(t *testing.T, tp tmpl, env string) map[string]any {
 	t.Helper()
-	_, sm := tp.one(t, "AWS::StepFunctions::StateMachine", "StateMachineName", "capacity-"+env+"-termination")
+	_, sm := tp.one(t, "AWS::StepFunctions::StateMachine", "StateMachineName", "capacity-"+env+"-termination-express")
 	if props(sm)["Definition"] != nil || props(sm)["DefinitionS3Location"] != nil || props(sm)["DefinitionSubstitutions"] != nil {
 		t.Fatalf("want the definition in DefinitionString only: %s", toJSON(props(sm)))
 	}
@@ -54,7 +54,7 @@ func TestTerminationStateMachine(t *testing.T) {
 				t.Errorf("%d state machines, want 1", n)
 			}
 			// Level ERROR: a succeeded run writes nothing; a failed one its data.
-			lgID := logGroupID(t, tp, "/aws/vendedlogs/states/capacity-"+tc.env+"-termination")
+			lgID := logGroupID(t, tp, "/aws/vendedlogs/states/capacity-"+tc.env+"-termination-express")
 			wantLogging := map[string]any{
 				"Destinations":         []any{map[string]any{"CloudWatchLogsLogGroup": map[string]any{"LogGroupArn": getAtt(lgID, "Arn")}}},
 				"IncludeExecutionData": true,

@@ -69,7 +69,7 @@ func expressTemplate(t *testing.T) []byte {
 		"FnLogs":            map[string]any{"Type": "AWS::Logs::LogGroup", "Properties": map[string]any{"RetentionInDays": 90.0}},
 		"MachineLogs":       map[string]any{"Type": "AWS::Logs::LogGroup", "Properties": map[string]any{"RetentionInDays": 90.0}},
 		"Termination": map[string]any{"Type": "AWS::StepFunctions::StateMachine", "Properties": map[string]any{
-			"StateMachineName": "capacity-prod-termination", "StateMachineType": "EXPRESS",
+			"StateMachineName": "capacity-prod-termination-express", "StateMachineType": "EXPRESS",
 			"DefinitionString": joined(expressDefinition),
 			"LoggingConfiguration": map[string]any{"Level": "ERROR", "IncludeExecutionData": true,
 				"Destinations": []any{map[string]any{"CloudWatchLogsLogGroup": map[string]any{"LogGroupArn": map[string]any{"Fn::GetAtt": []any{"MachineLogs", "Arn"}}}}}},

@@ -217,7 +217,7 @@ func meterReclaim(b *testing.B, n, grace int, key string) meteredReclaim {
 		term := &capacity.Terminator{Store: env.Store, Agent: agent, Now: after(time.Duration(grace+1) * time.Second), Logger: quiet}
 		report, err := term.Run(ctx, capacity.TerminationTask{
 			ReclaimID: res.ReclaimID, NodeID: "node-a", VMIDs: res.Terminated,
-			ExecutionARN: "arn:aws:states:eu-west-1:123456789012:execution:capacity-prod-termination:" + res.ReclaimID,
+			ExecutionARN: "arn:aws:states:eu-west-1:123456789012:execution:capacity-prod-termination-express:" + res.ReclaimID,
 			Attempt:      1, MaxRounds: 5,
 		})
 		if err != nil || !report.Done {
