@@ -44,15 +44,6 @@ func is(attrs map[string]int, what string) bool {
 }
 
 var proposals = []proposal{
-	{"claims expire a day after their lease (today: with the operation, 400 days)", func(d *Design, c *Case, a *Assumptions) {
-		// A claim guards the agent call while a run may be live (its lease, 90 s at most);
-		// after it the outcome is what every run reads, and a claim gone reads as free.
-		for i, it := range c.Stored {
-			if is(it.Attributes, "claim") {
-				c.Stored[i].TTLSeconds = day
-			}
-		}
-	}},
 	{"byState holds only operations in progress: the end removes gsi1pk/gsi1sk", func(d *Design, c *Case, a *Assumptions) {
 		// The reconciler reads pending_start, terminating and failed operations only; a
 		// completed one leaves the index (a delete of its entry instead of a move).
