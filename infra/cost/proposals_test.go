@@ -124,9 +124,6 @@ var proposals = []proposal{
 			}
 		}
 	}},
-	{"Lambda's own START/END/REPORT lines off (system log level WARN, JSON log format): an infra change, not DynamoDB", func(d *Design, c *Case, a *Assumptions) {
-		a.PlatformLogBytes = 0
-	}},
 	{"the audit table's byReservation index projects its keys only (the trail read then gets each record)", func(d *Design, c *Case, a *Assumptions) {
 		t := d.Tables["audit"]
 		t.Indexes = slices.Clone(t.Indexes)
