@@ -124,14 +124,6 @@ var proposals = []proposal{
 			}
 		}
 	}},
-	{"the audit table's byReservation index projects its keys only (the trail read then gets each record)", func(d *Design, c *Case, a *Assumptions) {
-		t := d.Tables["audit"]
-		t.Indexes = slices.Clone(t.Indexes)
-		for i := range t.Indexes {
-			t.Indexes[i].Projection = "KEYS_ONLY"
-		}
-		d.Tables["audit"] = t
-	}},
 	{"no begin write: the API's transaction writes the operation as terminating with its execution's name (the name is the reclaim id and attempt), and the reconciler's no-progress bound covers a start that failed", func(d *Design, c *Case, a *Assumptions) {
 		for name, st := range c.Steps {
 			var keep []Write
