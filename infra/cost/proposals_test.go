@@ -60,18 +60,6 @@ var proposals = []proposal{
 			}
 		}
 	}},
-	{"a VM's move to its history without a transaction (put the history item, then the conditional delete)", func(d *Design, c *Case, a *Assumptions) {
-		// The delete keeps its condition (terminating for this operation); the put is
-		// idempotent; a run cut off between them leaves both, and the next round's delete
-		// finishes it. Half the units of the transaction's two items.
-		for _, st := range c.Steps {
-			for i, w := range st.Writes {
-				if w.Transaction && (is(w.After, "history") || (w.After == nil && w.Op == "TransactWriteItems delete")) {
-					st.Writes[i].Transaction = false
-				}
-			}
-		}
-	}},
 	{"the notice's state kept on the VM's outcome; notice items expire a day after the grace", func(d *Design, c *Case, a *Assumptions) {
 		// GET .../reclaims/{id} shows each VM's notice: the outcome put (1 WRU either way)
 		// carries it, and the notice item is needed only until the round that ends the VM.

@@ -89,9 +89,9 @@ func (s *Store) BeginTermination(ctx context.Context, op capacity.Operation, exe
 }
 
 // MarkTerminated moves a VM evicted by op out of the decision partition into the node's
-// history as terminated, which frees its units: one transaction deletes the live item,
-// conditioned on it being terminating for op at the version read, and puts the history item.
-// Re-marking a VM op already terminated succeeds; any other state is an error.
+// history as terminated, which frees its units: the history item is put, then the live item
+// deleted on condition that it is still terminating for op at the version read (see
+// moveToHistory). Re-marking a VM op already terminated succeeds; any other state is an error.
 func (s *Store) MarkTerminated(ctx context.Context, op capacity.Operation, vmID string, now time.Time) error {
 	live := itemKey(nodePK(op.NodeID), prefixVM+vmID)
 	var err error
@@ -103,29 +103,13 @@ func (s *Store) MarkTerminated(ctx context.Context, op capacity.Operation, vmID 
 		if vm == nil || vm.State != capacity.VMTerminating || vm.ReclaimID != op.ID {
 			return s.terminatedBy(ctx, op, vmID, vm)
 		}
-		cond := expression.Name(attrState).Equal(expression.Value(capacity.VMTerminating)).
-			And(expression.Name(attrReclaimID).Equal(expression.Value(op.ID))).
-			And(versionIs(vm.Version))
-		del, berr := s.deleteIf(live, cond)
-		if berr != nil {
-			return fmt.Errorf("mark VM %s terminated: %w", vmID, berr)
-		}
-		done := *vm
-		done.State, done.UpdatedAt, done.Version = capacity.VMTerminated, now, vm.Version+1
-		put, berr := s.putNew(s.Table, newHistoryItem(done, s.retention()), nil)
-		if berr != nil {
-			return fmt.Errorf("mark VM %s terminated: %w", vmID, berr)
-		}
-		_, err = s.Client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{del, put}})
-		var canceled *types.TransactionCanceledException
-		if err == nil || !errors.As(err, &canceled) || !retryable(canceled) {
+		if err = s.moveToHistory(ctx, op, *vm, now); !errors.Is(err, capacity.ErrConflict) {
 			break
 		}
-		// The VM changed since read (or another branch, or an earlier attempt of this call,
-		// moved it): read again.
+		// The VM changed since read (or a duplicate moved it): read again.
 	}
 	if err != nil {
-		return fmt.Errorf("mark VM %s terminated: %w", vmID, classify(err))
+		return fmt.Errorf("mark VM %s terminated: %w", vmID, err)
 	}
 	return nil
 }

@@ -304,7 +304,10 @@ func (s *Store) forceEndItems(fe capacity.ForceEnd) ([]types.TransactWriteItem, 
 		}
 		done := *vm
 		done.State, done.UpdatedAt, done.Version = capacity.VMTerminated, now, vm.Version+1
-		if err := add(s.putNew(s.Table, newHistoryItem(done, s.retention()), nil)); err != nil {
+		// Its history may be there already, this operation's: a move cut off before its
+		// delete (moveToHistory).
+		ours := historyOf(op)
+		if err := add(s.putNew(s.Table, newHistoryItem(done, s.retention()), &ours)); err != nil {
 			return nil, err
 		}
 	} else if err := add(s.check(live, expression.Name(attrPK).AttributeNotExists())); err != nil {
