@@ -60,32 +60,6 @@ var proposals = []proposal{
 			}
 		}
 	}},
-	{"the notice's state kept on the VM's outcome; notice items expire a day after the grace", func(d *Design, c *Case, a *Assumptions) {
-		// GET .../reclaims/{id} shows each VM's notice: the outcome put (1 WRU either way)
-		// carries it, and the notice item is needed only until the round that ends the VM.
-		notice := map[string]int{}
-		for i, it := range c.Stored {
-			if is(it.Attributes, "notice") {
-				notice = map[string]int{"NoticeState": it.Attributes["NoticeState"], "NoticeAt": it.Attributes["At"], "TerminateAfter": it.Attributes["TerminateAfter"]}
-				c.Stored[i].TTLSeconds = day
-			}
-		}
-		if len(notice) == 0 {
-			return
-		}
-		for _, st := range c.Steps {
-			for i, w := range st.Writes {
-				if is(w.After, "outcome") {
-					st.Writes[i].After = with(w.After, notice)
-				}
-			}
-		}
-		for i, it := range c.Stored {
-			if is(it.Attributes, "outcome") {
-				c.Stored[i].Attributes = with(it.Attributes, notice)
-			}
-		}
-	}},
 	{"the outcomes folded into the operation at its end; outcome items expire a day later", func(d *Design, c *Case, a *Assumptions) {
 		// The end's UpdateItem already reads every outcome; it writes them as a list on the
 		// operation (vmId, outcome, at, error: about 60 B a VM), which the status read and

@@ -96,6 +96,8 @@ type meteredReclaim struct {
 	steps  map[string]*meterStep
 	stored []costunits.Item
 	left   map[string][]map[string]types.AttributeValue // the items it left, by table
+	env    *dynamotest.Env
+	id     string // the reclaim's
 }
 
 type meterStep struct {
@@ -236,6 +238,7 @@ func meterReclaim(b testing.TB, n, grace int, key string) meteredReclaim {
 	})
 	r.stored = meter.created(ctx, existing, t0)
 	r.left = meter.createdItems(ctx, existing)
+	r.env, r.id = env, res.ReclaimID
 	return r
 }
 

@@ -1,13 +1,17 @@
 package capacity_test
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/openrelay/capacity/shared/table"
@@ -29,7 +33,7 @@ func TestItemsLeftAfterATypicalReclaim(t *testing.T) {
 			"OP CLAIM#": "2 x 1d", "OP REPORT#": "1 x 1d",
 		}},
 		{120, map[string]string{
-			"OP OP": "1 x 400d", "HIST VM#": "2 x 400d", "OP VM#": "2 x 400d", "OP NOTICE#": "2 x 400d",
+			"OP OP": "1 x 400d", "HIST VM#": "2 x 400d", "OP VM#": "2 x 400d", "OP NOTICE#": "2 x 1d",
 			"OP CLAIM#": "2 x 1d", "OP REPORT#": "1 x 1d",
 		}},
 	}
@@ -77,4 +81,34 @@ func leftByKind(t *testing.T, items []map[string]types.AttributeValue) map[strin
 		out[kind] = fmt.Sprintf("%d x %dd", len(ds), ds[0])
 	}
 	return out
+}
+
+// A reclaim with a grace shows each VM's eviction notice when read, also once the notice
+// items have expired (a day after the grace): the VM's outcome carries a copy.
+func TestReclaimReadShowsNoticesAfterTheirItemsExpire(t *testing.T) {
+	r := meterReclaim(t, 2, 120, "")
+	ctx := context.Background()
+	before, err := r.env.Store.GetOperation(ctx, "node-a", r.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(before.Notices) != 2 {
+		t.Fatalf("notices %+v, want the 2 VMs'", before.Notices)
+	}
+	for _, it := range r.left[table.State.Suffix] {
+		if sk := it[table.SortKey].(*types.AttributeValueMemberS).Value; strings.HasPrefix(sk, "NOTICE#") {
+			// As DynamoDB's TTL deletes it.
+			if _, err := r.env.Plain.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(r.env.Store.Table),
+				Key: map[string]types.AttributeValue{table.PartitionKey: it[table.PartitionKey], table.SortKey: it[table.SortKey]}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	after, err := r.env.Store.GetOperation(ctx, "node-a", r.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(after.Notices, before.Notices) {
+		t.Errorf("notices once their items expired:\n got %+v\nwant %+v", after.Notices, before.Notices)
+	}
 }

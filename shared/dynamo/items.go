@@ -335,6 +335,12 @@ type outcomeItem struct {
 	Attempt   int       `dynamodbav:"Attempt"`
 	ExpiresAt int64     `dynamodbav:"expiresAt,omitempty"`
 	Reason    string    `dynamodbav:"Reason,omitempty"` // a force-end's
+	// The VM's eviction notice as the outcome's writer read it (grace > 0): its notice item
+	// expires a day after the grace, this copy with the outcome.
+	NoticeState    string     `dynamodbav:"NoticeState,omitempty"`
+	NoticeError    string     `dynamodbav:"NoticeError,omitempty"`
+	NoticeAt       *time.Time `dynamodbav:"NoticeAt,omitempty"`
+	TerminateAfter *time.Time `dynamodbav:"TerminateAfter,omitempty"`
 }
 
 func outcomeKey(op capacity.Operation, vmID string) map[string]types.AttributeValue {
@@ -353,11 +359,30 @@ func newOutcomeItem(op capacity.Operation, vmID string, o capacity.VMOutcome, re
 	if o.Outcome != capacity.OutcomeFailed {
 		it.ExpiresAt = expiry(o.At.Add(retention))
 	}
+	if n, ok := op.Notices[vmID]; ok {
+		at, after := n.At, n.TerminateAfter
+		it.NoticeState, it.NoticeError, it.NoticeAt, it.TerminateAfter = string(n.State), n.Error, &at, &after
+	}
 	return it
 }
 
 func (i outcomeItem) outcome() capacity.VMOutcome {
 	return capacity.VMOutcome{Outcome: capacity.Outcome(i.Outcome), Error: i.Error, At: i.At, Attempt: i.Attempt, Reason: i.Reason}
+}
+
+// notice is the copy of the VM's notice the outcome carries, if any.
+func (i outcomeItem) notice() (capacity.VMNotice, bool) {
+	if i.NoticeState == "" {
+		return capacity.VMNotice{}, false
+	}
+	n := capacity.VMNotice{State: capacity.NoticeState(i.NoticeState), Error: i.NoticeError}
+	if i.NoticeAt != nil {
+		n.At = *i.NoticeAt
+	}
+	if i.TerminateAfter != nil {
+		n.TerminateAfter = *i.TerminateAfter
+	}
+	return n, true
 }
 
 type idempotencyItem struct {

@@ -55,6 +55,11 @@ func (s *Store) GetOperation(ctx context.Context, nodeID, opID string) (*capacit
 					return nil, fmt.Errorf("decode outcome of operation %s: %w", opID, err)
 				}
 				outcomes[it.VMID] = it.outcome()
+				if n, ok := it.notice(); ok {
+					if _, kept := notices[it.VMID]; !kept { // its notice item expired
+						notices[it.VMID] = n
+					}
+				}
 			case typeNotice:
 				var it noticeItem
 				if err := attributevalue.UnmarshalMap(item, &it); err != nil {
@@ -203,6 +208,11 @@ func (s *Store) EndOperation(ctx context.Context, op capacity.Operation, state c
 	if _, err := s.updateItem(ctx, operationKey(op), stateAt(capacity.OpTerminating, op), upd, types.ReturnValueNone); err != nil {
 		return fmt.Errorf("end operation %s as %s: %w", op.ID, state, err)
 	}
+	if state == capacity.OpFailed {
+		if err := s.keepNotices(ctx, op, now); err != nil {
+			return fmt.Errorf("end operation %s as %s: %w", op.ID, state, err)
+		}
+	}
 	if state == capacity.OpCompleted && op.CurrentAttempt() > 1 {
 		// A re-driven operation may keep outcomes of an earlier attempt, which expire from when
 		// they were recorded: keep them as long as the operation.
@@ -262,6 +272,9 @@ func (s *Store) RestartOperation(ctx context.Context, op capacity.Operation, now
 func (s *Store) FailOperation(ctx context.Context, op capacity.Operation, reason string, now time.Time) error {
 	upd := s.endUpdate(op, capacity.OpFailed, now).Set(expression.Name(attrReason), expression.Value(reason))
 	if _, err := s.updateItem(ctx, operationKey(op), stateAt(op.State, op), upd, types.ReturnValueNone); err != nil {
+		return fmt.Errorf("fail operation %s: %w", op.ID, err)
+	}
+	if err := s.keepNotices(ctx, op, now); err != nil {
 		return fmt.Errorf("fail operation %s: %w", op.ID, err)
 	}
 	return nil
