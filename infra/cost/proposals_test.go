@@ -60,32 +60,6 @@ var proposals = []proposal{
 			}
 		}
 	}},
-	{"the outcomes folded into the operation at its end; outcome items expire a day later", func(d *Design, c *Case, a *Assumptions) {
-		// The end's UpdateItem already reads every outcome; it writes them as a list on the
-		// operation (vmId, outcome, at, error: about 60 B a VM), which the status read and
-		// the report then read in one item. A failed outcome keeps its item (it may still be
-		// re-driven): a typical reclaim has none.
-		extra := 0
-		for i, it := range c.Stored {
-			if is(it.Attributes, "outcome") {
-				extra += it.Attributes["VMID"] + it.Attributes["Outcome"] + it.Attributes["At"] + it.Attributes["Error"] + 8
-				c.Stored[i].TTLSeconds = day
-			}
-		}
-		for _, st := range c.Steps {
-			for i, w := range st.Writes {
-				if is(w.After, "operation") && slices.Contains(w.Changed, "expiresAt") && w.Before != nil {
-					st.Writes[i].After = with(w.After, map[string]int{"vms": extra})
-					st.Writes[i].Changed = append(slices.Clone(w.Changed), "vms")
-				}
-			}
-		}
-		for i, it := range c.Stored {
-			if is(it.Attributes, "operation") {
-				c.Stored[i].Attributes = with(it.Attributes, map[string]int{"vms": extra})
-			}
-		}
-	}},
 	{"no begin write: the API's transaction writes the operation as terminating with its execution's name (the name is the reclaim id and attempt), and the reconciler's no-progress bound covers a start that failed", func(d *Design, c *Case, a *Assumptions) {
 		for name, st := range c.Steps {
 			var keep []Write

@@ -29,11 +29,11 @@ func TestItemsLeftAfterATypicalReclaim(t *testing.T) {
 		want  map[string]string // kind -> "count x TTL days"
 	}{
 		{0, map[string]string{
-			"OP OP": "1 x 400d", "HIST VM#": "2 x 400d", "OP VM#": "2 x 400d",
+			"OP OP": "1 x 400d", "HIST VM#": "2 x 400d", "OP VM#": "2 x 1d",
 			"OP CLAIM#": "2 x 1d", "OP REPORT#": "1 x 1d",
 		}},
 		{120, map[string]string{
-			"OP OP": "1 x 400d", "HIST VM#": "2 x 400d", "OP VM#": "2 x 400d", "OP NOTICE#": "2 x 1d",
+			"OP OP": "1 x 400d", "HIST VM#": "2 x 400d", "OP VM#": "2 x 1d", "OP NOTICE#": "2 x 1d",
 			"OP CLAIM#": "2 x 1d", "OP REPORT#": "1 x 1d",
 		}},
 	}

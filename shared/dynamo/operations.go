@@ -72,7 +72,8 @@ func (s *Store) GetOperation(ctx context.Context, nodeID, opID string) (*capacit
 	if op == nil {
 		return nil, capacity.Errorf(capacity.CodeNotFound, "reclaim operation %s not found", opID)
 	}
-	op.Outcomes = outcomes
+	// The outcomes folded at an end, updated by the items (never older than their copies).
+	op.Outcomes = mergeOutcomes(op.Outcomes, outcomes)
 	if len(notices) > 0 {
 		op.Notices = notices
 	}
@@ -198,7 +199,7 @@ func (s *Store) RecordOutcome(ctx context.Context, op capacity.Operation, vmID s
 	return nil
 }
 
-// EndOperation moves an operation terminating at op's attempt to its end state (and, in the
+// EndOperation moves an operation terminating at op's attempt, with its outcomes, to its end state (and, in the
 // byState index, under that state, sorted by the time it ended). Exactly one caller wins;
 // the caller decided from the outcome items it read. A completed operation expires a
 // retention after its end; a failed one keeps VMs terminating, so it never expires (see
@@ -213,24 +214,18 @@ func (s *Store) EndOperation(ctx context.Context, op capacity.Operation, state c
 			return fmt.Errorf("end operation %s as %s: %w", op.ID, state, err)
 		}
 	}
-	if state == capacity.OpCompleted && op.CurrentAttempt() > 1 {
-		// A re-driven operation may keep outcomes of an earlier attempt, which expire from when
-		// they were recorded: keep them as long as the operation.
-		if err := s.extendOutcomes(ctx, op, now); err != nil {
-			return fmt.Errorf("end operation %s as %s: %w", op.ID, state, err)
-		}
-	}
 	return nil
 }
 
-// endUpdate moves the operation to an end state, listed under it in the byState index by
-// the time it ended (the reconciler reads failed ones oldest first). Only a completed
+// endUpdate moves the operation to an end state with op's outcomes folded into it (what the
+// end decided from), listed under it in the byState index by the time it ended (the reconciler reads failed ones oldest first). Only a completed
 // operation gets an expiry: a failed one still holds the units of the VMs whose termination
 // failed (they stay terminating), and if it expired, nothing could re-drive or end it and
 // those units would never free. So it loses any expiry (one an earlier end or re-drive set)
 // until a later end or a force-end completes it.
 func (s *Store) endUpdate(op capacity.Operation, state capacity.OperationState, now time.Time) expression.UpdateBuilder {
 	upd := expression.Set(expression.Name(attrState), expression.Value(state)).
+		Set(expression.Name(attrOutcomes), expression.Value(foldOutcomes(op.Outcomes))).
 		Set(expression.Name(attrUpdatedAt), expression.Value(now)).
 		Set(expression.Name(attrGSI1PK), expression.Value(opStatePK(state, op.ID))).
 		Set(expression.Name(attrGSI1SK), expression.Value(opStateSKAt(now, op.ID)))
@@ -238,18 +233,6 @@ func (s *Store) endUpdate(op capacity.Operation, state capacity.OperationState, 
 		return upd.Set(expression.Name(attrExpiresAt), expression.Value(expiry(now.Add(s.retention()))))
 	}
 	return upd.Remove(expression.Name(attrExpiresAt))
-}
-
-// extendOutcomes moves the expiry of the operation's outcome items to the operation's.
-func (s *Store) extendOutcomes(ctx context.Context, op capacity.Operation, now time.Time) error {
-	upd := expression.Set(expression.Name(attrExpiresAt), expression.Value(expiry(now.Add(s.retention()))))
-	for vmID := range op.Outcomes {
-		_, err := s.updateItem(ctx, outcomeKey(op, vmID), expression.Name(attrPK).AttributeExists(), upd, types.ReturnValueNone)
-		if err != nil && !errors.Is(err, capacity.ErrConflict) { // gone: nothing to keep
-			return fmt.Errorf("extend outcome of VM %s: %w", vmID, err)
-		}
-	}
-	return nil
 }
 
 // RestartOperation moves the operation, still in op.State at op's attempt, to pending-start
@@ -365,4 +348,19 @@ func (s *Store) updateItem(ctx context.Context, k map[string]types.AttributeValu
 		return nil, err
 	}
 	return out.Attributes, nil
+}
+
+// attrOutcomes holds an ended operation's folded outcomes (operationItem.Outcomes).
+const attrOutcomes = "vms"
+
+// mergeOutcomes is the folded outcomes updated by the outcome items read.
+func mergeOutcomes(folded, items map[string]capacity.VMOutcome) map[string]capacity.VMOutcome {
+	out := make(map[string]capacity.VMOutcome, len(folded)+len(items))
+	for vm, o := range folded {
+		out[vm] = o
+	}
+	for vm, o := range items {
+		out[vm] = o
+	}
+	return out
 }
