@@ -73,3 +73,28 @@ func TestFunctionEnvironments(t *testing.T) {
 		}
 	}
 }
+
+// TestFunctionLogLevels: in every environment of cdk.json, Lambda writes none of its own INFO
+// lines (START, END, REPORT: system level WARN) and filters each function's JSON lines at the
+// environment's logLevel, but never above INFO: the EMF metric lines carry no level, and
+// Lambda reads them as INFO (LOG_LEVEL filters the function's own lines anyway).
+func TestFunctionLogLevels(t *testing.T) {
+	for _, env := range allEnvs {
+		t.Run(env, func(t *testing.T) {
+			tp := synthConfigured(t, env)
+			for _, r := range tp.resources("AWS::Lambda::Function") {
+				p := props(r)
+				level, _ := p["Environment"].(map[string]any)["Variables"].(map[string]any)["LOG_LEVEL"].(string)
+				want := "INFO"
+				if level == "debug" {
+					want = "DEBUG"
+				}
+				lc, _ := p["LoggingConfig"].(map[string]any)
+				if lc["LogFormat"] != "JSON" || lc["SystemLogLevel"] != "WARN" || lc["ApplicationLogLevel"] != want {
+					t.Errorf("%v (LOG_LEVEL %s): LoggingConfig %s, want LogFormat JSON, SystemLogLevel WARN, ApplicationLogLevel %s",
+						p["FunctionName"], level, toJSON(lc), want)
+				}
+			}
+		})
+	}
+}

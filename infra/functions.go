@@ -90,7 +90,13 @@ func (s *CapacityStack) goFunction(spec goFunctionSpec) awslambda.Function {
 		Code:         awslambda.Code_FromAsset(jsii.String(assetDir), nil),
 		Role:         role,
 		LogGroup:     logs,
-		Environment:  &env,
+		// Lambda's own START, END and REPORT lines are INFO system logs: off, about 450 B
+		// an invocation (duration and memory stay in the function's metrics; a timeout or a
+		// crash is still a WARN/ERROR line). Our slog lines are JSON already.
+		LoggingFormat:         awslambda.LoggingFormat_JSON,
+		SystemLogLevelV2:      awslambda.SystemLogLevel_WARN,
+		ApplicationLogLevelV2: applicationLogLevel(s.logLevel),
+		Environment:           &env,
 		// Adds xray:PutTraceSegments and xray:PutTelemetryRecords on "*" to the role.
 		Tracing: awslambda.Tracing_ACTIVE,
 	})
@@ -101,6 +107,17 @@ func (s *CapacityStack) goFunction(spec goFunctionSpec) awslambda.Function {
 	}
 	fn.Node().DefaultChild().(awslambda.CfnFunction).AddMetadata(jsii.String("capacity:function"), name)
 	return fn
+}
+
+// applicationLogLevel is Lambda's filter of the function's own lines for cdk.json's logLevel,
+// never above INFO: the function's slog already drops what is below LOG_LEVEL, and Lambda
+// reads a line without a "level" (the EMF metric lines, shared/emf) as INFO, so a WARN filter
+// would drop the metrics.
+func applicationLogLevel(logLevel string) awslambda.ApplicationLogLevel {
+	if logLevel == "debug" {
+		return awslambda.ApplicationLogLevel_DEBUG
+	}
+	return awslambda.ApplicationLogLevel_INFO
 }
 
 // constructID turns a function name such as "terminate-node" into "TerminateNode".

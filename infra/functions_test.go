@@ -33,6 +33,13 @@ func checkGoFunction(t *testing.T, r map[string]any, name string, timeout float6
 	}
 }
 
+// wantLoggingConfig is a function's in the test stacks (logLevel info): its own log group;
+// JSON lines; Lambda's own INFO lines (START, END, REPORT) off; the function's lines filtered
+// at INFO (TestFunctionLogLevels: by cdk.json's logLevel).
+func wantLoggingConfig(logGroupID string) map[string]any {
+	return map[string]any{"LogGroup": ref(logGroupID), "LogFormat": "JSON", "SystemLogLevel": "WARN", "ApplicationLogLevel": "INFO"}
+}
+
 func TestWorkerFunctions(t *testing.T) {
 	for _, env := range []string{"local", "dev", "prod"} {
 		t.Run(env, func(t *testing.T) {
@@ -84,8 +91,8 @@ func TestWorkerFunctions(t *testing.T) {
 						t.Errorf("Environment\n got %s\nwant %s", toJSON(got), toJSON(tc.env))
 					}
 					lgID := logGroupID(t, tp, "/aws/lambda/capacity-"+env+"-"+tc.fn)
-					if got := toJSON(p["LoggingConfig"]); got != toJSON(map[string]any{"LogGroup": ref(lgID)}) {
-						t.Errorf("LoggingConfig %s, want log group %s", got, lgID)
+					if got, want := toJSON(p["LoggingConfig"]), toJSON(wantLoggingConfig(lgID)); got != want {
+						t.Errorf("LoggingConfig %s, want %s", got, want)
 					}
 				})
 			}

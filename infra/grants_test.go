@@ -139,8 +139,9 @@ func TestRolePermissions(t *testing.T) {
 					// DeleteItem: a force-end moves its VM to the node's history.
 					stateArn: {"dynamodb:ConditionCheckItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
 					// Append, read back a commit's own record after a lost answer (Store.Landed),
-					// list a node's audit (Query) and a reservation's (its index).
-					auditArn: {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"},
+					// list a node's audit (Query) and a reservation's (its keys-only index, then
+					// the page's records by BatchGetItem).
+					auditArn: {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"},
 					toJSON(map[string]any{"Fn::Join": []any{"", []any{getAtt(tableID(t, tp, table.Audit, env), "Arn"), "/index/" + table.AuditByReservationIndex}}}): {"dynamodb:Query"},
 					// A reservation's scheduled reclaims (the state table's byState index).
 					toJSON(map[string]any{"Fn::Join": []any{"", []any{getAtt(tableID(t, tp, table.State, env), "Arn"), "/index/" + table.ByStateIndex}}}): {"dynamodb:Query"},

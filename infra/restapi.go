@@ -58,8 +58,9 @@ func (s *CapacityStack) newApiFunction(maxPendingScheduled int, rate capacity.Ra
 		"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem", "dynamodb:DeleteItem")
 	// Appends only (no Update or Delete). GetItem and Query: after a commit whose answer was
 	// lost, the service reads the commit's own audit record to learn whether it landed; and
-	// the audit of a node (the table) and of a reservation (its index).
-	allow(fn, "AuditTableAppendAndRead", audit, "dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:Query")
+	// the audit of a node (the table) and of a reservation (its index, keys only: BatchGetItem
+	// then reads the page's records).
+	allow(fn, "AuditTableAppendAndRead", audit, "dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem")
 	allowIndex(fn, "AuditByReservationIndex", audit, table.AuditByReservationIndex, "dynamodb:Query")
 	// A reservation's scheduled reclaims are listed from the state table's byState index.
 	allowIndex(fn, "StateByStateIndex", state, table.ByStateIndex, "dynamodb:Query")

@@ -68,8 +68,8 @@ func TestApiFunction(t *testing.T) {
 			}
 			// Its own log group, with retention.
 			lgID, lg := tp.one(t, "AWS::Logs::LogGroup", "LogGroupName", "/aws/lambda/capacity-"+tc.env+"-api")
-			if got := toJSON(p["LoggingConfig"]); got != toJSON(map[string]any{"LogGroup": ref(lgID)}) {
-				t.Errorf("LoggingConfig %s, want log group %s", got, lgID)
+			if got, want := toJSON(p["LoggingConfig"]), toJSON(wantLoggingConfig(lgID)); got != want {
+				t.Errorf("LoggingConfig %s, want %s", got, want)
 			}
 			if props(lg)["RetentionInDays"] != tc.retention {
 				t.Errorf("RetentionInDays %v, want %v", props(lg)["RetentionInDays"], tc.retention)

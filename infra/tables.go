@@ -55,11 +55,19 @@ func (s *CapacityStack) newTable(spec table.Table) awsdynamodb.Table {
 			IndexName:      jsii.String(ix.Name),
 			PartitionKey:   str(ix.PartitionKey),
 			SortKey:        str(ix.SortKey),
-			ProjectionType: awsdynamodb.ProjectionType_ALL,
+			ProjectionType: projection(ix),
 			WarmThroughput: warm,
 		})
 	}
 	return t
+}
+
+// projection is the index's: its keys only where shared/table says so, every attribute otherwise.
+func projection(ix table.Index) awsdynamodb.ProjectionType {
+	if ix.KeysOnly {
+		return awsdynamodb.ProjectionType_KEYS_ONLY
+	}
+	return awsdynamodb.ProjectionType_ALL
 }
 
 // warmThroughput is the table's warm throughput: the environment's for the state table, nil
@@ -79,7 +87,7 @@ func (s *CapacityStack) warmThroughput(spec table.Table) *awsdynamodb.WarmThroug
 }
 
 // infrequentAccess are the tables whose cost is their storage: the audit table keeps every
-// record for good (a reclaim's is about 770 B, as much again in its byReservation entry) and
+// record for good (a reclaim's is about 770 B; its byReservation entry holds its keys only) and
 // is read only when someone asks for a trail. Standard-IA stores at 40% of Standard's price
 // and reads and writes at 125%: for a reclaim (3 write units, no read, the record kept) about
 // $2.40 a million less (docs/cost.md), more every month the records stay. Latency,

@@ -283,7 +283,11 @@ func Price(d Design, u Case, p Prices, a Assumptions) (Bill, error) {
 		}
 		gbs += g * price / p.LambdaGBsArm.USD
 		durParts = append(durParts, fmt.Sprintf("%s %g ms", inv.step, math.Ceil(ms)))
-		logs := inv.n * float64(a.PlatformLogBytes+a.AppLogBytes[inv.step])
+		platform := a.PlatformLogBytes
+		if f.NoPlatformLogs {
+			platform = 0
+		}
+		logs := inv.n * float64(platform+a.AppLogBytes[inv.step])
 		lambdaLogBytes += logs
 		logDays[fmt.Sprint(f.LogDays)] += logs
 	}

@@ -35,6 +35,9 @@ type Function struct {
 	Arch     string `json:"arch"`
 	Tracing  bool   `json:"tracing"`
 	LogDays  int    `json:"logDays"` // its log group's retention (0: for good)
+	// NoPlatformLogs: its system log level (WARN or above) drops Lambda's own INFO lines
+	// (START, END, REPORT).
+	NoPlatformLogs bool `json:"noPlatformLogs,omitempty"`
 	// StateMachines it may start: those its environment names.
 	StateMachines []string `json:"stateMachines,omitempty"`
 	// Queues it consumes (event source mappings).
@@ -121,6 +124,10 @@ func Extract(templateJSON []byte, env string) (Design, error) {
 			}
 			f.Tracing = dig(p, "TracingConfig", "Mode") == "Active"
 			f.LogDays = logDays[refID(dig(p, "LoggingConfig", "LogGroup"))]
+			switch dig(p, "LoggingConfig", "SystemLogLevel") {
+			case "WARN", "ERROR", "FATAL":
+				f.NoPlatformLogs = true
+			}
 			if env, ok := dig(p, "Environment", "Variables").(map[string]any); ok {
 				for _, v := range env {
 					if id := refID(v); id != "" && tp.Resources[id].Type == "AWS::StepFunctions::StateMachine" {

@@ -2,10 +2,12 @@ package cost
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"math"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -57,7 +59,7 @@ func expressTemplate(t *testing.T) []byte {
 		return map[string]any{"Type": "AWS::Lambda::Function", "Properties": map[string]any{
 			"FunctionName": "capacity-prod-" + name, "MemorySize": memory, "Architectures": []any{"arm64"},
 			"TracingConfig": map[string]any{"Mode": "Active"},
-			"LoggingConfig": map[string]any{"LogGroup": map[string]any{"Ref": "FnLogs"}},
+			"LoggingConfig": map[string]any{"LogGroup": map[string]any{"Ref": "FnLogs"}, "LogFormat": "JSON", "SystemLogLevel": "WARN", "ApplicationLogLevel": "INFO"},
 			"Environment":   map[string]any{"Variables": env}}}
 	}
 	startsTermination := map[string]any{"TERMINATION_STATE_MACHINE_ARN": map[string]any{"Ref": "Termination"}}
@@ -88,7 +90,7 @@ func expressTemplate(t *testing.T) []byte {
 
 // kept is the design docs/cost/before.json keeps (the prod template's before the Express
 // switch) with the table classes the stack has since given its tables (infra/tables.go: the
-// audit table in Standard-IA), and the units of today's reclaims (docs/cost/units.json).
+// audit table in Standard-IA, its byReservation index keys only), its functions' system log level since (WARN), and the units of today's reclaims (docs/cost/units.json).
 func kept(t *testing.T) (Design, Units) {
 	t.Helper()
 	b, err := os.ReadFile("../../docs/cost/before.json")
@@ -104,7 +106,17 @@ func kept(t *testing.T) (Design, Units) {
 	s.Design.Tables = maps.Clone(s.Design.Tables)
 	audit := s.Design.Tables["audit"]
 	audit.Class = "STANDARD_INFREQUENT_ACCESS"
+	audit.Indexes = slices.Clone(audit.Indexes)
+	for i := range audit.Indexes {
+		audit.Indexes[i].Projection = "KEYS_ONLY" // byReservation (shared/table)
+	}
 	s.Design.Tables["audit"] = audit
+	// Every function's system log level is WARN (infra/functions.go): no START/END/REPORT.
+	s.Design.Functions = maps.Clone(s.Design.Functions)
+	for name, f := range s.Design.Functions {
+		f.NoPlatformLogs = true
+		s.Design.Functions[name] = f
+	}
 	ub, err := os.ReadFile("../../docs/cost/units.json")
 	if err != nil {
 		t.Fatal(err)
@@ -232,5 +244,41 @@ func TestQueueBatchSharesReceiveDeleteAndInvocation(t *testing.T) {
 	}
 	if got := lineQty(b, "Lambda", "requests"); got != "5.1 invocations" {
 		t.Errorf("Lambda %q, want 5.1 invocations (termination-steps once a batch of 10)", got)
+	}
+}
+
+// A function whose system log level is WARN or above logs none of Lambda's own lines: the
+// logs are the functions' own lines alone.
+func TestPlatformLogLinesFollowTheSystemLogLevel(t *testing.T) {
+	frag, err := Extract(expressTemplate(t), "prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range frag.Functions {
+		if !f.NoPlatformLogs {
+			t.Errorf("%s: SystemLogLevel WARN read as Lambda's lines logged", name)
+		}
+	}
+	before, units := kept(t)
+	d := withExpress(t, before)
+	for _, quiet := range []bool{true, false} {
+		for name, f := range d.Functions {
+			f.NoPlatformLogs = quiet
+			d.Functions[name] = f
+		}
+		b, err := Price(d, units.Cases["grace-0"], EUWest1, Typical)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 0
+		for _, step := range []string{"api", "NotifyAgents", "Notify", "TerminateNode", "Report"} {
+			want += Typical.AppLogBytes[step]
+			if !quiet {
+				want += Typical.PlatformLogBytes
+			}
+		}
+		if got := lineQty(b, "CloudWatch Logs", "Lambda logs"); got != fmt.Sprintf("%d B", want) {
+			t.Errorf("no platform lines %v: Lambda logs %q, want %d B", quiet, got, want)
+		}
 	}
 }

@@ -124,7 +124,7 @@ func Markdown(cols []Column, p Prices, a Assumptions) string {
 
 	fmt.Fprintf(&b, "\nAssumed (neither the template nor the benchmark says): function time per invocation %s ms "+
 		"(the API call and TerminateNode measured on the local stack, docs/numbers.md; the others guessed); "+
-		"log bytes per invocation %s plus %d B of Lambda's own lines; a Step Functions log event %d B, plus %d B of state data when the log includes it; "+
+		"log bytes per invocation %s plus %d B of Lambda's own lines where its system log level lets them through; a Step Functions log event %d B, plus %d B of state data when the log includes it; "+
 		"X-Ray records %g%% of traces (its default rule past one a second); items without a TTL stored %g months; "+
 		"an Express execution spends %g ms in each state beside its tasks' functions and is billed at %d MB; "+
 		"a queue's event source mapping receives %g message a batch; "+

@@ -44,15 +44,6 @@ func is(attrs map[string]int, what string) bool {
 }
 
 var proposals = []proposal{
-	{"claims expire a day after their lease (today: with the operation, 400 days)", func(d *Design, c *Case, a *Assumptions) {
-		// A claim guards the agent call while a run may be live (its lease, 90 s at most);
-		// after it the outcome is what every run reads, and a claim gone reads as free.
-		for i, it := range c.Stored {
-			if is(it.Attributes, "claim") {
-				c.Stored[i].TTLSeconds = day
-			}
-		}
-	}},
 	{"byState holds only operations in progress: the end removes gsi1pk/gsi1sk", func(d *Design, c *Case, a *Assumptions) {
 		// The reconciler reads pending_start, terminating and failed operations only; a
 		// completed one leaves the index (a delete of its entry instead of a move).
@@ -68,81 +59,6 @@ var proposals = []proposal{
 				c.Stored[i].Attributes = without(it.Attributes, "gsi1pk", "gsi1sk")
 			}
 		}
-	}},
-	{"a VM's move to its history without a transaction (put the history item, then the conditional delete)", func(d *Design, c *Case, a *Assumptions) {
-		// The delete keeps its condition (terminating for this operation); the put is
-		// idempotent; a run cut off between them leaves both, and the next round's delete
-		// finishes it. Half the units of the transaction's two items.
-		for _, st := range c.Steps {
-			for i, w := range st.Writes {
-				if w.Transaction && (is(w.After, "history") || (w.After == nil && w.Op == "TransactWriteItems delete")) {
-					st.Writes[i].Transaction = false
-				}
-			}
-		}
-	}},
-	{"the notice's state kept on the VM's outcome; notice items expire a day after the grace", func(d *Design, c *Case, a *Assumptions) {
-		// GET .../reclaims/{id} shows each VM's notice: the outcome put (1 WRU either way)
-		// carries it, and the notice item is needed only until the round that ends the VM.
-		notice := map[string]int{}
-		for i, it := range c.Stored {
-			if is(it.Attributes, "notice") {
-				notice = map[string]int{"NoticeState": it.Attributes["NoticeState"], "NoticeAt": it.Attributes["At"], "TerminateAfter": it.Attributes["TerminateAfter"]}
-				c.Stored[i].TTLSeconds = day
-			}
-		}
-		if len(notice) == 0 {
-			return
-		}
-		for _, st := range c.Steps {
-			for i, w := range st.Writes {
-				if is(w.After, "outcome") {
-					st.Writes[i].After = with(w.After, notice)
-				}
-			}
-		}
-		for i, it := range c.Stored {
-			if is(it.Attributes, "outcome") {
-				c.Stored[i].Attributes = with(it.Attributes, notice)
-			}
-		}
-	}},
-	{"the outcomes folded into the operation at its end; outcome items expire a day later", func(d *Design, c *Case, a *Assumptions) {
-		// The end's UpdateItem already reads every outcome; it writes them as a list on the
-		// operation (vmId, outcome, at, error: about 60 B a VM), which the status read and
-		// the report then read in one item. A failed outcome keeps its item (it may still be
-		// re-driven): a typical reclaim has none.
-		extra := 0
-		for i, it := range c.Stored {
-			if is(it.Attributes, "outcome") {
-				extra += it.Attributes["VMID"] + it.Attributes["Outcome"] + it.Attributes["At"] + it.Attributes["Error"] + 8
-				c.Stored[i].TTLSeconds = day
-			}
-		}
-		for _, st := range c.Steps {
-			for i, w := range st.Writes {
-				if is(w.After, "operation") && slices.Contains(w.Changed, "expiresAt") && w.Before != nil {
-					st.Writes[i].After = with(w.After, map[string]int{"vms": extra})
-					st.Writes[i].Changed = append(slices.Clone(w.Changed), "vms")
-				}
-			}
-		}
-		for i, it := range c.Stored {
-			if is(it.Attributes, "operation") {
-				c.Stored[i].Attributes = with(it.Attributes, map[string]int{"vms": extra})
-			}
-		}
-	}},
-	{"Lambda's own START/END/REPORT lines off (system log level WARN, JSON log format): an infra change, not DynamoDB", func(d *Design, c *Case, a *Assumptions) {
-		a.PlatformLogBytes = 0
-	}},
-	{"the audit table's byReservation index projects its keys only (the trail read then gets each record)", func(d *Design, c *Case, a *Assumptions) {
-		t := d.Tables["audit"]
-		t.Indexes = slices.Clone(t.Indexes)
-		for i := range t.Indexes {
-			t.Indexes[i].Projection = "KEYS_ONLY"
-		}
-		d.Tables["audit"] = t
 	}},
 	{"no begin write: the API's transaction writes the operation as terminating with its execution's name (the name is the reclaim id and attempt), and the reconciler's no-progress bound covers a start that failed", func(d *Design, c *Case, a *Assumptions) {
 		for name, st := range c.Steps {

@@ -2,6 +2,7 @@ package iamcheck
 
 import (
 	"fmt"
+	"maps"
 	"net/url"
 	"regexp"
 	"slices"
@@ -130,8 +131,38 @@ func (m mapper) dynamodb(op string) ([]Request, error) {
 			return nil, fmt.Errorf("dynamodb:%s: the call names no table", op)
 		}
 		return out, nil
+	case "BatchGetItem":
+		return m.batchGet()
 	}
 	return nil, fmt.Errorf("no IAM mapping for DynamoDB %s: add one to iamcheck.Requests", op)
+}
+
+// batchGet is a BatchGetItem: dynamodb:BatchGetItem on each table it reads, with the
+// partition keys of its keys there as dynamodb:LeadingKeys.
+func (m mapper) batchGet() ([]Request, error) {
+	leading := map[string][]string{}
+	for k, v := range m.f {
+		rest, ok := strings.CutPrefix(k, "RequestItems.")
+		if !ok {
+			continue
+		}
+		tableName, key, ok := strings.Cut(rest, ".Keys.")
+		if !ok || !strings.HasSuffix(key, "."+table.PartitionKey) {
+			continue
+		}
+		leading[tableName] = append(leading[tableName], v)
+	}
+	if len(leading) == 0 {
+		return nil, fmt.Errorf("dynamodb:BatchGetItem: the call log holds no table or no key")
+	}
+	var out []Request
+	for _, tableName := range slices.Sorted(maps.Keys(leading)) {
+		vals := leading[tableName]
+		sort.Strings(vals)
+		out = append(out, Request{Action: "dynamodb:BatchGetItem", Resource: m.arn("dynamodb", "table/"+tableName, tableName),
+			Known: []string{"dynamodb:LeadingKeys"}, Context: map[string][]string{"dynamodb:LeadingKeys": slices.Compact(vals)}})
+	}
+	return out, nil
 }
 
 // tableRequest is one DynamoDB action on the table (or index) the fields under prefix name,

@@ -46,6 +46,10 @@ func TestRequests(t *testing.T) {
 			nil, "no value of its partition key"},
 		{"scan: no partition", call("DynamoDB", "Scan", map[string]string{"TableName": "state"}),
 			[]Request{{Action: "dynamodb:Scan", Resource: arn("dynamodb:us-east-1:000000000000:table/state"), Known: ddbKnown}}, ""},
+		{"batch get: per table, the partition keys of its keys", call("DynamoDB", "BatchGetItem", map[string]string{
+			"RequestItems.audit.Keys.0.pk": "NODE#n2", "RequestItems.audit.Keys.1.pk": "NODE#n1", "RequestItems.audit.Keys.2.pk": "NODE#n1"}),
+			[]Request{{Action: "dynamodb:BatchGetItem", Resource: arn("dynamodb:us-east-1:000000000000:table/audit"), Context: lk("NODE#n1", "NODE#n2"), Known: ddbKnown}}, ""},
+		{"batch get without keys is refused", call("DynamoDB", "BatchGetItem", nil), nil, "holds no table or no key"},
 		{"batch writes are not mapped", call("DynamoDB", "BatchWriteItem", nil), nil, "no IAM mapping for DynamoDB BatchWriteItem"},
 		{"start execution", call("SFN", "StartExecution", map[string]string{"StateMachineArn": arn("states:us-east-1:000000000000:stateMachine:m"), "Name": "x"}),
 			[]Request{{Action: "states:StartExecution", Resource: arn("states:us-east-1:000000000000:stateMachine:m")}}, ""},

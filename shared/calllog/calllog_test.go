@@ -42,6 +42,12 @@ func TestFields(t *testing.T) {
 			}},
 			map[string]string{"TransactItems.0.Put.TableName": "a", "TransactItems.0.Put.Item.pk": "X",
 				"TransactItems.1.ConditionCheck.TableName": "b", "TransactItems.1.ConditionCheck.Key.pk": "Y"}},
+		{"batch get: each table's keys' partition keys, not their sort keys",
+			&dynamodb.BatchGetItemInput{RequestItems: map[string]ddbtypes.KeysAndAttributes{"audit": {Keys: []map[string]ddbtypes.AttributeValue{
+				{"pk": &ddbtypes.AttributeValueMemberS{Value: "NODE#n1"}, "sk": &ddbtypes.AttributeValueMemberS{Value: "SEQ#1"}},
+				{"pk": &ddbtypes.AttributeValueMemberS{Value: "NODE#n2"}, "sk": &ddbtypes.AttributeValueMemberS{Value: "SEQ#2"}},
+			}}}},
+			map[string]string{"RequestItems.audit.Keys.0.pk": "NODE#n1", "RequestItems.audit.Keys.1.pk": "NODE#n2"}},
 		{"query: the key condition and the values it names, not the filter's",
 			&dynamodb.QueryInput{TableName: aws.String("t"), IndexName: aws.String("byState"),
 				KeyConditionExpression: aws.String("#0 = :0"), FilterExpression: aws.String("#1 = :1"),

@@ -24,7 +24,8 @@ var resourceFields = map[string]bool{
 // Fields returns input's resource fields by path: field names joined with ".", with the index
 // of a list element ("TransactItems.0.Put.TableName"). Besides resourceFields it keeps the
 // entries of EncryptionContext and ExpressionAttributeNames maps, the partition key
-// (table.PartitionKey) of Key and Item maps, and the ExpressionAttributeValues that a
+// (table.PartitionKey) of Key and Item maps and of a batch's Keys (under RequestItems.<table>),
+// and the ExpressionAttributeValues that a
 // KeyConditionExpression beside them names. Byte slices and every other field are left out.
 func Fields(input any) map[string]string {
 	out := map[string]string{}
@@ -77,10 +78,22 @@ func walkStruct(v reflect.Value, path string, out map[string]string) {
 				mapEntries(f, path+name+".", out, func(string) bool { return true })
 			case "Key", "Item":
 				mapEntries(f, path+name+".", out, func(k string) bool { return k == table.PartitionKey })
+			case "RequestItems":
+				// A batch's tables by name ("RequestItems.<table>.Keys.0.pk").
+				for _, k := range f.MapKeys() {
+					walk(f.MapIndex(k), path+name+"."+k.String()+".", out)
+				}
 			case "ExpressionAttributeValues":
 				if keyCondition != "" {
 					mapEntries(f, path+name+".", out, func(k string) bool { return strings.Contains(keyCondition, k) })
 				}
+			}
+			continue
+		}
+		if name == "Keys" && f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.Map {
+			// A BatchGetItem's keys: the partition key of each.
+			for i := range f.Len() {
+				mapEntries(f.Index(i), path+name+"."+strconv.Itoa(i)+".", out, func(k string) bool { return k == table.PartitionKey })
 			}
 			continue
 		}

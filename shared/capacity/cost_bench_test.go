@@ -95,6 +95,9 @@ var workflowSteps = []string{"NotifyAgents", "Notify", "TerminateNode", "Report"
 type meteredReclaim struct {
 	steps  map[string]*meterStep
 	stored []costunits.Item
+	left   map[string][]map[string]types.AttributeValue // the items it left, by table
+	env    *dynamotest.Env
+	id     string // the reclaim's
 }
 
 type meterStep struct {
@@ -129,7 +132,7 @@ func (r meteredReclaim) costCase(victims, grace int) costunits.Case {
 // meterReclaim seeds a node whose reservation has released units under n spot VMs (one unit
 // each, plus a reserved and an on-demand VM as the demo node has), reclaims them all with the
 // grace, runs the workflow's tasks, and returns what each step did.
-func meterReclaim(b *testing.B, n, grace int, key string) meteredReclaim {
+func meterReclaim(b testing.TB, n, grace int, key string) meteredReclaim {
 	meter := &unitMeter{}
 	env := dynamotest.New(b, dynamotest.WithAPIOptions(meter.apiOption))
 	meter.plain = env.Plain
@@ -204,7 +207,8 @@ func meterReclaim(b *testing.B, n, grace int, key string) meteredReclaim {
 		return costunits.Step{AgentNotices: len(agent.got)}
 	})
 	pub := &capacitytest.Publisher{}
-	announcer := &capacity.Announcer{Store: env.Store, Publisher: pub, Logger: quiet}
+	// The report takes its attempt's claim, as the operation-events function wires it.
+	announcer := &capacity.Announcer{Store: env.Store, Publisher: pub, Claims: env.Store, Now: after(time.Duration(grace+2) * time.Second), Logger: quiet}
 	step("Notify", func() costunits.Step {
 		events, err := announcer.Notify(ctx, "node-a", res.ReclaimID, 1)
 		if err != nil {
@@ -233,6 +237,8 @@ func meterReclaim(b *testing.B, n, grace int, key string) meteredReclaim {
 		return costunits.Step{Events: events}
 	})
 	r.stored = meter.created(ctx, existing, t0)
+	r.left = meter.createdItems(ctx, existing)
+	r.env, r.id = env, res.ReclaimID
 	return r
 }
 
@@ -340,15 +346,26 @@ func (m *unitMeter) keys(ctx context.Context) map[string]bool {
 	return out
 }
 
+// createdItems lists the items not among existing, by table (its suffix: "state", ...).
+func (m *unitMeter) createdItems(ctx context.Context, existing map[string]bool) map[string][]map[string]types.AttributeValue {
+	out := map[string][]map[string]types.AttributeValue{}
+	for _, name := range slices.Sorted(maps.Keys(m.tables)) {
+		for _, it := range m.scan(ctx, name) {
+			if !existing[name+"\x00"+itemKey(it)] {
+				out[m.tables[name]] = append(out[m.tables[name]], it)
+			}
+		}
+	}
+	return out
+}
+
 // created lists the items not among existing, with how long each stays after now.
 func (m *unitMeter) created(ctx context.Context, existing map[string]bool, now time.Time) []costunits.Item {
 	var out []costunits.Item
-	for _, name := range slices.Sorted(maps.Keys(m.tables)) {
-		for _, it := range m.scan(ctx, name) {
-			if existing[name+"\x00"+itemKey(it)] {
-				continue
-			}
-			c := costunits.Item{Table: m.tables[name], Attributes: attrSizes(it)}
+	left := m.createdItems(ctx, existing)
+	for _, name := range slices.Sorted(maps.Keys(left)) {
+		for _, it := range left[name] {
+			c := costunits.Item{Table: name, Attributes: attrSizes(it)}
 			if ttl, ok := it[table.TTLAttribute].(*types.AttributeValueMemberN); ok {
 				var sec int64
 				fmt.Sscan(ttl.Value, &sec)

@@ -266,7 +266,7 @@ func TestDecisionReadIgnoresHistory(t *testing.T) {
 		}
 		var exp int64
 		fmt.Sscan(n.Value, &exp)
-		if exp < minExpiry {
+		if exp < minExpiry && typ != "outcome" { // an outcome item goes a day after it, folded into its operation
 			t.Errorf("%s %s expires at %s, before 90 days", pk, attrString(it["sk"]), time.Unix(exp, 0).UTC())
 		}
 	}

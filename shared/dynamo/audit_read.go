@@ -3,6 +3,7 @@ package dynamo
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -15,7 +16,9 @@ import (
 )
 
 // ReservationAudit returns a page of the records about a reservation, newest first, from the
-// byReservation index (eventually consistent: a record just written may be missing).
+// byReservation index (eventually consistent: a record just written may be missing). The index
+// holds the records' keys only (a reclaim's record would be stored twice, for good, to be read
+// rarely): the page's records are then read from the table by key.
 func (s *Store) ReservationAudit(ctx context.Context, nodeID, reservationID string, limit int, cursor string) ([]capacity.AuditRecord, string, error) {
 	resKey := auditResKey(capacity.AuditRecord{NodeID: nodeID, ReservationID: reservationID})
 	start, err := decodeCursor(cursor, nodePK(nodeID))
@@ -35,12 +38,66 @@ func (s *Store) ReservationAudit(ctx context.Context, nodeID, reservationID stri
 	if err != nil {
 		return nil, "", fmt.Errorf("build audit query: %w", err)
 	}
-	return s.auditPage(ctx, &dynamodb.QueryInput{
+	what := "reservation " + reservationID
+	out, err := s.Client.Query(ctx, &dynamodb.QueryInput{
 		TableName: aws.String(s.AuditTable), IndexName: aws.String(table.AuditByReservationIndex),
 		KeyConditionExpression: expr.KeyCondition(), ExpressionAttributeNames: expr.Names(),
 		ExpressionAttributeValues: expr.Values(), ScanIndexForward: aws.Bool(false),
 		Limit: aws.Int32(int32(limit)), ExclusiveStartKey: start,
-	}, "reservation "+reservationID)
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("query audit of %s: %w", what, classify(err))
+	}
+	items, err := s.auditRecordsByKey(ctx, out.Items, what)
+	if err != nil {
+		return nil, "", err
+	}
+	return decodeAuditPage(items, out.LastEvaluatedKey, what)
+}
+
+// auditBatch is the most keys one BatchGetItem reads (DynamoDB's limit).
+const auditBatch = 100
+
+// auditRecordsByKey reads the audit records the index entries point to, in the entries'
+// order. Records are never changed or deleted, so each is there; a strongly consistent read,
+// as an entry may be seen before an eventually consistent read of the table sees its record.
+func (s *Store) auditRecordsByKey(ctx context.Context, entries []map[string]types.AttributeValue, what string) ([]map[string]types.AttributeValue, error) {
+	byKey := make(map[string]map[string]types.AttributeValue, len(entries))
+	for from := 0; from < len(entries); from += auditBatch {
+		keys := make([]map[string]types.AttributeValue, 0, auditBatch)
+		for _, e := range entries[from:min(from+auditBatch, len(entries))] {
+			keys = append(keys, map[string]types.AttributeValue{attrPK: e[attrPK], attrSK: e[attrSK]})
+		}
+		req := map[string]types.KeysAndAttributes{s.AuditTable: {Keys: keys, ConsistentRead: aws.Bool(true)}}
+		for attempt := 0; len(req) > 0; attempt++ {
+			if attempt > 0 {
+				// Unprocessed keys (throttling): again after a pause, as the SDK would.
+				if err := capacity.Sleep(ctx, time.Duration(attempt)*20*time.Millisecond); err != nil {
+					return nil, err
+				}
+			}
+			if attempt == 10 {
+				return nil, fmt.Errorf("read audit records of %s: %d keys left unprocessed: %w", what, len(req[s.AuditTable].Keys), capacity.ErrThrottled)
+			}
+			out, err := s.Client.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+			if err != nil {
+				return nil, fmt.Errorf("read audit records of %s: %w", what, classify(err))
+			}
+			for _, it := range out.Responses[s.AuditTable] {
+				byKey[attr(it, attrPK)+"\x00"+attr(it, attrSK)] = it
+			}
+			req = out.UnprocessedKeys
+		}
+	}
+	items := make([]map[string]types.AttributeValue, 0, len(entries))
+	for _, e := range entries {
+		it, ok := byKey[attr(e, attrPK)+"\x00"+attr(e, attrSK)]
+		if !ok {
+			return nil, fmt.Errorf("audit record %s / %s of %s: indexed but not found", attr(e, attrPK), attr(e, attrSK), what)
+		}
+		items = append(items, it)
+	}
+	return items, nil
 }
 
 // NodeAudit reads the head of one of the node's chains, then a page of its records in chain
@@ -92,15 +149,20 @@ func (s *Store) auditPage(ctx context.Context, in *dynamodb.QueryInput, what str
 	if err != nil {
 		return nil, "", fmt.Errorf("query audit of %s: %w", what, classify(err))
 	}
-	recs := make([]capacity.AuditRecord, 0, len(out.Items))
-	for _, item := range out.Items {
+	return decodeAuditPage(out.Items, out.LastEvaluatedKey, what)
+}
+
+// decodeAuditPage decodes a page's records and its cursor.
+func decodeAuditPage(items []map[string]types.AttributeValue, last map[string]types.AttributeValue, what string) ([]capacity.AuditRecord, string, error) {
+	recs := make([]capacity.AuditRecord, 0, len(items))
+	for _, item := range items {
 		var it auditItem
 		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
 			return nil, "", fmt.Errorf("decode audit record of %s: %w", what, err)
 		}
 		recs = append(recs, it.record())
 	}
-	next, err := encodeCursor(out.LastEvaluatedKey)
+	next, err := encodeCursor(last)
 	if err != nil {
 		return nil, "", err
 	}

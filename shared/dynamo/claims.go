@@ -29,6 +29,14 @@ const (
 	attrDone     = "Done"
 )
 
+// claimKeptFor is how long a claim stays after its lease: a run holds it while it may be
+// live (its lease, minutes at most); after that the outcome is what every run reads, and a
+// claim gone reads as free. A report claim's Done stops a second report of the attempt; the
+// only later reporters are a duplicate delivery and the reconciler, which acts on an ended
+// operation within the hour (DefaultHeldAfter), well inside a day. A
+// report run later than that would publish the same events under the same ids again.
+const claimKeptFor = 24 * time.Hour
+
 // claimItem is a claim: who holds it and until when (epoch milliseconds, compared in the
 // condition as a number).
 type claimItem struct {
@@ -107,7 +115,7 @@ func reportSK(op capacity.Operation) string {
 func (s *Store) claim(ctx context.Context, op capacity.Operation, sk, holder string, until time.Time, free expression.ConditionBuilder) (bool, error) {
 	item, err := attributevalue.MarshalMap(claimItem{
 		PK: opPK(op.NodeID, op.ID), SK: sk, Type: typeClaim, ReclaimID: op.ID, Holder: holder,
-		UntilMs: until.UnixMilli(), ExpiresAt: expiry(until.Add(s.retention())),
+		UntilMs: until.UnixMilli(), ExpiresAt: expiry(until.Add(claimKeptFor)),
 	})
 	if err != nil {
 		return false, fmt.Errorf("encode claim %s: %w", sk, err)

@@ -288,7 +288,33 @@ type operationItem struct {
 	OwnerOrgID     string     `dynamodbav:"ownerOrgId,omitempty"`
 	// Victims are the evicted VMs as they were at commit (capacity.Victim's tags).
 	Victims []capacity.Victim `dynamodbav:"victims,omitempty"`
+	// Outcomes are the VMs' outcomes as the operation's end read them, folded into it: the
+	// outcome items expire a day after they are recorded (a failure's is kept), this copy
+	// with the operation.
+	Outcomes map[string]foldedOutcome `dynamodbav:"vms,omitempty"`
 }
+
+// foldedOutcome is a VM's outcome folded into its operation, with short names: about 60 B.
+type foldedOutcome struct {
+	Outcome string    `dynamodbav:"o"`
+	At      time.Time `dynamodbav:"at"`
+	Attempt int       `dynamodbav:"n,omitempty"`
+	Error   string    `dynamodbav:"e,omitempty"`
+	Reason  string    `dynamodbav:"r,omitempty"`
+}
+
+func foldOutcomes(outcomes map[string]capacity.VMOutcome) map[string]foldedOutcome {
+	out := make(map[string]foldedOutcome, len(outcomes))
+	for vm, o := range outcomes {
+		out[vm] = foldedOutcome{Outcome: string(o.Outcome), At: o.At, Attempt: o.Attempt, Error: o.Error, Reason: o.Reason}
+	}
+	return out
+}
+
+// outcomeKept is how long a success's outcome item stays after it was recorded: the
+// operation's end, minutes later, folds it into the operation item, which stays for the
+// retention.
+const outcomeKept = 24 * time.Hour
 
 // newOperationItem is the operation without its outcomes, which are items of their own.
 func newOperationItem(o capacity.Operation) operationItem {
@@ -319,6 +345,12 @@ func (i operationItem) operation() capacity.Operation {
 		o.TerminateAfter = *i.TerminateAfter
 	}
 	o.Expiring = i.ExpiresAt != 0
+	if len(i.Outcomes) > 0 {
+		o.Outcomes = make(map[string]capacity.VMOutcome, len(i.Outcomes))
+		for vm, f := range i.Outcomes {
+			o.Outcomes[vm] = capacity.VMOutcome{Outcome: capacity.Outcome(f.Outcome), At: f.At, Attempt: f.Attempt, Error: f.Error, Reason: f.Reason}
+		}
+	}
 	return o
 }
 
@@ -335,15 +367,22 @@ type outcomeItem struct {
 	Attempt   int       `dynamodbav:"Attempt"`
 	ExpiresAt int64     `dynamodbav:"expiresAt,omitempty"`
 	Reason    string    `dynamodbav:"Reason,omitempty"` // a force-end's
+	// The VM's eviction notice as the outcome's writer read it (grace > 0): its notice item
+	// expires a day after the grace, this copy with the outcome.
+	NoticeState    string     `dynamodbav:"NoticeState,omitempty"`
+	NoticeError    string     `dynamodbav:"NoticeError,omitempty"`
+	NoticeAt       *time.Time `dynamodbav:"NoticeAt,omitempty"`
+	TerminateAfter *time.Time `dynamodbav:"TerminateAfter,omitempty"`
 }
 
 func outcomeKey(op capacity.Operation, vmID string) map[string]types.AttributeValue {
 	return itemKey(opPK(op.NodeID, op.ID), prefixVM+vmID)
 }
 
-// newOutcomeItem is a VM's outcome. A failure has no expiry: its VM stays terminating and
-// its operation never expires while it does, so neither does the error that says why (a
-// success replacing it, or the completed operation's end, sets one).
+// newOutcomeItem is a VM's outcome. A success expires a day after it was recorded: by then
+// its operation's end has folded it into the operation item. A failure has no expiry: its VM
+// stays terminating and its operation never expires while it does, so neither does the error
+// that says why (a success replacing it sets one).
 func newOutcomeItem(op capacity.Operation, vmID string, o capacity.VMOutcome, retention time.Duration) outcomeItem {
 	it := outcomeItem{
 		PK: opPK(op.NodeID, op.ID), SK: prefixVM + vmID, Type: typeOutcome,
@@ -351,13 +390,32 @@ func newOutcomeItem(op capacity.Operation, vmID string, o capacity.VMOutcome, re
 		Reason: o.Reason,
 	}
 	if o.Outcome != capacity.OutcomeFailed {
-		it.ExpiresAt = expiry(o.At.Add(retention))
+		it.ExpiresAt = expiry(o.At.Add(outcomeKept))
+	}
+	if n, ok := op.Notices[vmID]; ok {
+		at, after := n.At, n.TerminateAfter
+		it.NoticeState, it.NoticeError, it.NoticeAt, it.TerminateAfter = string(n.State), n.Error, &at, &after
 	}
 	return it
 }
 
 func (i outcomeItem) outcome() capacity.VMOutcome {
 	return capacity.VMOutcome{Outcome: capacity.Outcome(i.Outcome), Error: i.Error, At: i.At, Attempt: i.Attempt, Reason: i.Reason}
+}
+
+// notice is the copy of the VM's notice the outcome carries, if any.
+func (i outcomeItem) notice() (capacity.VMNotice, bool) {
+	if i.NoticeState == "" {
+		return capacity.VMNotice{}, false
+	}
+	n := capacity.VMNotice{State: capacity.NoticeState(i.NoticeState), Error: i.NoticeError}
+	if i.NoticeAt != nil {
+		n.At = *i.NoticeAt
+	}
+	if i.TerminateAfter != nil {
+		n.TerminateAfter = *i.TerminateAfter
+	}
+	return n, true
 }
 
 type idempotencyItem struct {

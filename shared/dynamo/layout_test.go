@@ -2,6 +2,7 @@ package dynamo_test
 
 import (
 	"context"
+	"reflect"
 	"strconv"
 	"testing"
 	"time"
@@ -121,8 +122,9 @@ func TestMarkTerminatedMovesTheVMToHistory(t *testing.T) {
 	}
 }
 
-// A completed operation, and its outcomes, expire a retention after the end: outcomes
-// recorded by an earlier attempt of a re-driven operation are kept as long as the operation.
+// A completed operation expires a retention after the end, with its outcomes folded into it
+// (outcomes recorded by an earlier attempt of a re-driven operation too); the outcome items
+// expire a day after they were recorded.
 // A failed one, whose failed VMs stay terminating and keep their units, never expires, nor
 // does a failure outcome: else a re-drive would answer 404 and nothing could free the units.
 func TestEndedOperationExpiresWithItsOutcomes(t *testing.T) {
@@ -191,11 +193,28 @@ func TestEndedOperationExpiresWithItsOutcomes(t *testing.T) {
 	read, err = s.GetOperation(ctx, "n1", op.ID)
 	must(err)
 	must(s.EndOperation(ctx, *read, capacity.OpCompleted, later))
-	want := later.Add(dynamo.DefaultRetention).Unix()
-	for _, sk := range []string{"OP", "VM#vm00", "VM#vm01"} {
-		if got := expiresAt(sk); got != want {
-			t.Errorf("%s expires at %s, want %s (with the operation)", sk, time.Unix(got, 0).UTC(), time.Unix(want, 0).UTC())
+	if got, want := expiresAt("OP"), later.Add(dynamo.DefaultRetention).Unix(); got != want {
+		t.Errorf("OP expires at %s, want %s", time.Unix(got, 0).UTC(), time.Unix(want, 0).UTC())
+	}
+	// The outcome items expire a day after they were recorded; the end folded them into the
+	// operation, whose read shows them once the items are gone.
+	for sk, at := range map[string]time.Time{"VM#vm00": first, "VM#vm01": later} {
+		if got, want := expiresAt(sk), at.Add(24*time.Hour).Unix(); got != want {
+			t.Errorf("%s expires at %s, want %s (a day after it was recorded)", sk, time.Unix(got, 0).UTC(), time.Unix(want, 0).UTC())
 		}
+	}
+	ended, err := s.GetOperation(ctx, "n1", op.ID)
+	must(err)
+	for _, sk := range []string{"VM#vm00", "VM#vm01"} {
+		if _, err := s.Client.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(s.Table), Key: map[string]types.AttributeValue{
+			"pk": &types.AttributeValueMemberS{Value: "NODE#n1#OP#" + op.ID}, "sk": &types.AttributeValueMemberS{Value: sk}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expired, err := s.GetOperation(ctx, "n1", op.ID)
+	must(err)
+	if !reflect.DeepEqual(expired.Outcomes, ended.Outcomes) || expired.Outcomes["vm00"].Outcome != capacity.OutcomeTerminated || expired.Outcomes["vm01"].Attempt != 3 {
+		t.Errorf("outcomes once their items expired:\n got %+v\nwant %+v", expired.Outcomes, ended.Outcomes)
 	}
 }
 

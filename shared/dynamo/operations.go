@@ -57,6 +57,11 @@ func (s *Store) GetOperation(ctx context.Context, nodeID, opID string) (*capacit
 					return nil, fmt.Errorf("decode outcome of operation %s: %w", opID, err)
 				}
 				outcomes[it.VMID] = it.outcome()
+				if n, ok := it.notice(); ok {
+					if _, kept := notices[it.VMID]; !kept { // its notice item expired
+						notices[it.VMID] = n
+					}
+				}
 			case typeNotice:
 				var it noticeItem
 				if err := attributevalue.UnmarshalMap(item, &it); err != nil {
@@ -77,7 +82,8 @@ func (s *Store) GetOperation(ctx context.Context, nodeID, opID string) (*capacit
 	if op == nil {
 		return nil, capacity.Errorf(capacity.CodeNotFound, "reclaim operation %s not found", opID)
 	}
-	op.Outcomes = outcomes
+	// The outcomes folded at an end, updated by the items (never older than their copies).
+	op.Outcomes = mergeOutcomes(op.Outcomes, outcomes)
 	op.Reported = reported[reportSK(*op)]
 	if len(notices) > 0 {
 		op.Notices = notices
@@ -100,9 +106,9 @@ func (s *Store) BeginTermination(ctx context.Context, op capacity.Operation, exe
 }
 
 // MarkTerminated moves a VM evicted by op out of the decision partition into the node's
-// history as terminated, which frees its units: one transaction deletes the live item,
-// conditioned on it being terminating for op at the version read, and puts the history item.
-// Re-marking a VM op already terminated succeeds; any other state is an error.
+// history as terminated, which frees its units: the history item is put, then the live item
+// deleted on condition that it is still terminating for op at the version read (see
+// moveToHistory). Re-marking a VM op already terminated succeeds; any other state is an error.
 func (s *Store) MarkTerminated(ctx context.Context, op capacity.Operation, vmID string, now time.Time) error {
 	live := itemKey(nodePK(op.NodeID), prefixVM+vmID)
 	var err error
@@ -114,29 +120,13 @@ func (s *Store) MarkTerminated(ctx context.Context, op capacity.Operation, vmID 
 		if vm == nil || vm.State != capacity.VMTerminating || vm.ReclaimID != op.ID {
 			return s.terminatedBy(ctx, op, vmID, vm)
 		}
-		cond := expression.Name(attrState).Equal(expression.Value(capacity.VMTerminating)).
-			And(expression.Name(attrReclaimID).Equal(expression.Value(op.ID))).
-			And(versionIs(vm.Version))
-		del, berr := s.deleteIf(live, cond)
-		if berr != nil {
-			return fmt.Errorf("mark VM %s terminated: %w", vmID, berr)
-		}
-		done := *vm
-		done.State, done.UpdatedAt, done.Version = capacity.VMTerminated, now, vm.Version+1
-		put, berr := s.putNew(s.Table, newHistoryItem(done, s.retention()), nil)
-		if berr != nil {
-			return fmt.Errorf("mark VM %s terminated: %w", vmID, berr)
-		}
-		_, err = s.Client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{del, put}})
-		var canceled *types.TransactionCanceledException
-		if err == nil || !errors.As(err, &canceled) || !retryable(canceled) {
+		if err = s.moveToHistory(ctx, op, *vm, now); !errors.Is(err, capacity.ErrConflict) {
 			break
 		}
-		// The VM changed since read (or another branch, or an earlier attempt of this call,
-		// moved it): read again.
+		// The VM changed since read (or a duplicate moved it): read again.
 	}
 	if err != nil {
-		return fmt.Errorf("mark VM %s terminated: %w", vmID, classify(err))
+		return fmt.Errorf("mark VM %s terminated: %w", vmID, err)
 	}
 	return nil
 }
@@ -220,7 +210,7 @@ func (s *Store) RecordOutcome(ctx context.Context, op capacity.Operation, vmID s
 	return nil
 }
 
-// EndOperation moves an operation terminating at op's attempt to its end state (and, in the
+// EndOperation moves an operation terminating at op's attempt, with its outcomes, to its end state (and, in the
 // byState index, under that state, sorted by the time it ended). Exactly one caller wins;
 // the caller decided from the outcome items it read. A completed operation expires a
 // retention after its end; a failed one keeps VMs terminating, so it never expires (see
@@ -230,24 +220,23 @@ func (s *Store) EndOperation(ctx context.Context, op capacity.Operation, state c
 	if _, err := s.updateItem(ctx, operationKey(op), stateAt(capacity.OpTerminating, op), upd, types.ReturnValueNone); err != nil {
 		return fmt.Errorf("end operation %s as %s: %w", op.ID, state, err)
 	}
-	if state == capacity.OpCompleted && op.CurrentAttempt() > 1 {
-		// A re-driven operation may keep outcomes of an earlier attempt, which expire from when
-		// they were recorded: keep them as long as the operation.
-		if err := s.extendOutcomes(ctx, op, now); err != nil {
+	if state == capacity.OpFailed {
+		if err := s.keepNotices(ctx, op, now); err != nil {
 			return fmt.Errorf("end operation %s as %s: %w", op.ID, state, err)
 		}
 	}
 	return nil
 }
 
-// endUpdate moves the operation to an end state, listed under it in the byState index by
-// the time it ended (the reconciler reads failed ones oldest first). Only a completed
+// endUpdate moves the operation to an end state with op's outcomes folded into it (what the
+// end decided from), listed under it in the byState index by the time it ended (the reconciler reads failed ones oldest first). Only a completed
 // operation gets an expiry: a failed one still holds the units of the VMs whose termination
 // failed (they stay terminating), and if it expired, nothing could re-drive or end it and
 // those units would never free. So it loses any expiry (one an earlier end or re-drive set)
 // until a later end or a force-end completes it.
 func (s *Store) endUpdate(op capacity.Operation, state capacity.OperationState, now time.Time) expression.UpdateBuilder {
 	upd := expression.Set(expression.Name(attrState), expression.Value(state)).
+		Set(expression.Name(attrOutcomes), expression.Value(foldOutcomes(op.Outcomes))).
 		Set(expression.Name(attrUpdatedAt), expression.Value(now)).
 		Set(expression.Name(attrGSI1PK), expression.Value(opStatePK(state, op.ID))).
 		Set(expression.Name(attrGSI1SK), expression.Value(opStateSKAt(now, op.ID)))
@@ -255,18 +244,6 @@ func (s *Store) endUpdate(op capacity.Operation, state capacity.OperationState, 
 		return upd.Set(expression.Name(attrExpiresAt), expression.Value(expiry(now.Add(s.retention()))))
 	}
 	return upd.Remove(expression.Name(attrExpiresAt))
-}
-
-// extendOutcomes moves the expiry of the operation's outcome items to the operation's.
-func (s *Store) extendOutcomes(ctx context.Context, op capacity.Operation, now time.Time) error {
-	upd := expression.Set(expression.Name(attrExpiresAt), expression.Value(expiry(now.Add(s.retention()))))
-	for vmID := range op.Outcomes {
-		_, err := s.updateItem(ctx, outcomeKey(op, vmID), expression.Name(attrPK).AttributeExists(), upd, types.ReturnValueNone)
-		if err != nil && !errors.Is(err, capacity.ErrConflict) { // gone: nothing to keep
-			return fmt.Errorf("extend outcome of VM %s: %w", vmID, err)
-		}
-	}
-	return nil
 }
 
 // RestartOperation moves the operation, still in op.State at op's attempt, to pending-start
@@ -289,6 +266,9 @@ func (s *Store) RestartOperation(ctx context.Context, op capacity.Operation, now
 func (s *Store) FailOperation(ctx context.Context, op capacity.Operation, reason string, now time.Time) error {
 	upd := s.endUpdate(op, capacity.OpFailed, now).Set(expression.Name(attrReason), expression.Value(reason))
 	if _, err := s.updateItem(ctx, operationKey(op), stateAt(op.State, op), upd, types.ReturnValueNone); err != nil {
+		return fmt.Errorf("fail operation %s: %w", op.ID, err)
+	}
+	if err := s.keepNotices(ctx, op, now); err != nil {
 		return fmt.Errorf("fail operation %s: %w", op.ID, err)
 	}
 	return nil
@@ -379,4 +359,19 @@ func (s *Store) updateItem(ctx context.Context, k map[string]types.AttributeValu
 		return nil, err
 	}
 	return out.Attributes, nil
+}
+
+// attrOutcomes holds an ended operation's folded outcomes (operationItem.Outcomes).
+const attrOutcomes = "vms"
+
+// mergeOutcomes is the folded outcomes updated by the outcome items read.
+func mergeOutcomes(folded, items map[string]capacity.VMOutcome) map[string]capacity.VMOutcome {
+	out := make(map[string]capacity.VMOutcome, len(folded)+len(items))
+	for vm, o := range folded {
+		out[vm] = o
+	}
+	for vm, o := range items {
+		out[vm] = o
+	}
+	return out
 }

@@ -83,9 +83,9 @@ func TestMarkTerminated(t *testing.T) {
 		{name: "still running", vm: "vm03", wantErr: true, wantLive: true},
 		{name: "no such VM", vm: "vm-none", wantErr: true},
 		{name: "write keeps conflicting", vm: "vm00", wantErr: true, wantLive: true,
-			faults: []awsfault.Rule{{Operation: "TransactWriteItems", Fault: awsfault.TransactionConflict, Rate: 1}}},
+			faults: []awsfault.Rule{{Operation: "DeleteItem", Fault: awsfault.TransactionConflict, Rate: 1}}},
 		{name: "write conflicts at times", vm: "vm00",
-			faults: []awsfault.Rule{{Operation: "TransactWriteItems", Fault: awsfault.TransactionConflict, Rate: 0.5}}},
+			faults: []awsfault.Rule{{Operation: "DeleteItem", Fault: awsfault.TransactionConflict, Rate: 0.5}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -3,7 +3,6 @@ package dynamo
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -285,7 +284,7 @@ func (s *Store) ListReservations(ctx context.Context, nodeID string, limit int, 
 // terminating for the operation at its version moves to the node's history as terminated
 // (or, no longer live, is checked absent); its outcome replaces nothing but a failure; the
 // operation is still failed at its attempt, and when this outcome is its last, completes
-// with an expiry, which its outcomes (kept without one while it was failed) get too.
+// with an expiry and its outcomes folded into it.
 func (s *Store) forceEndItems(fe capacity.ForceEnd) ([]types.TransactWriteItem, error) {
 	op := fe.Operation
 	now := fe.Outcome.At
@@ -304,7 +303,10 @@ func (s *Store) forceEndItems(fe capacity.ForceEnd) ([]types.TransactWriteItem, 
 		}
 		done := *vm
 		done.State, done.UpdatedAt, done.Version = capacity.VMTerminated, now, vm.Version+1
-		if err := add(s.putNew(s.Table, newHistoryItem(done, s.retention()), nil)); err != nil {
+		// Its history may be there already, this operation's: a move cut off before its
+		// delete (moveToHistory).
+		ours := historyOf(op)
+		if err := add(s.putNew(s.Table, newHistoryItem(done, s.retention()), &ours)); err != nil {
 			return nil, err
 		}
 	} else if err := add(s.check(live, expression.Name(attrPK).AttributeNotExists())); err != nil {
@@ -317,18 +319,13 @@ func (s *Store) forceEndItems(fe capacity.ForceEnd) ([]types.TransactWriteItem, 
 	if !fe.Complete {
 		return items, add(s.check(operationKey(op), stateAt(capacity.OpFailed, op)))
 	}
-	upd := s.endUpdate(op, capacity.OpCompleted, now).Set(expression.Name(attrReason), expression.Value(""))
+	// The end folds every outcome, this one too, into the operation, which keeps them for
+	// the retention (the outcome items expire on their own).
+	ended := op
+	ended.Outcomes = mergeOutcomes(op.Outcomes, map[string]capacity.VMOutcome{fe.VMID: fe.Outcome})
+	upd := s.endUpdate(ended, capacity.OpCompleted, now).Set(expression.Name(attrReason), expression.Value(""))
 	if err := add(s.update(operationKey(op), stateAt(capacity.OpFailed, op), upd)); err != nil {
 		return nil, err
-	}
-	keep := expression.Set(expression.Name(attrExpiresAt), expression.Value(expiry(now.Add(s.retention()))))
-	for _, vmID := range slices.Sorted(maps.Keys(op.Outcomes)) {
-		if vmID == fe.VMID {
-			continue
-		}
-		if err := add(s.update(outcomeKey(op, vmID), expression.Name(attrPK).AttributeExists(), keep)); err != nil {
-			return nil, err
-		}
 	}
 	return items, nil
 }

@@ -56,7 +56,7 @@ type Table struct {
 	LogicalID string
 	// Suffix completes the physical name: "capacity-<env>-<suffix>".
 	Suffix string
-	// Indexes lists the global secondary indexes (all project ALL attributes, string keys).
+	// Indexes lists the global secondary indexes (string keys).
 	Indexes []Index
 	// TTL says whether TTLAttribute is enabled on the table.
 	TTL bool
@@ -65,6 +65,9 @@ type Table struct {
 // Index is a global secondary index with string partition and sort keys.
 type Index struct {
 	Name, PartitionKey, SortKey string
+	// KeysOnly: it projects the table's and its own keys only (KEYS_ONLY), not every
+	// attribute (ALL); its readers read the items from the table by key.
+	KeysOnly bool
 }
 
 // State holds nodes, reservations, VMs, reclaim operations and idempotency records. Every key
@@ -88,7 +91,9 @@ var State = Table{
 var Audit = Table{
 	LogicalID: "AuditTable",
 	Suffix:    "audit",
-	Indexes:   []Index{{Name: AuditByReservationIndex, PartitionKey: AuditByReservationKey, SortKey: SortKey}},
+	// A reservation's trail is read rarely, and its records stay for good: the index holds
+	// their keys only, rather than a second copy of each.
+	Indexes: []Index{{Name: AuditByReservationIndex, PartitionKey: AuditByReservationKey, SortKey: SortKey, KeysOnly: true}},
 }
 
 // Keys holds API keys by the hash of their secret, their id pointers, the idempotency records

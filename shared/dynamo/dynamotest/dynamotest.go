@@ -62,14 +62,14 @@ func New(t testing.TB, opts ...Option) *Env {
 		Region:       "us-east-1",
 		BaseEndpoint: aws.String(srv.URL),
 		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
-		APIOptions:   []func(*middleware.Stack) error{calls.Middleware},
 		Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
 			o.MaxAttempts = 3
 			o.MaxBackoff = 5 * time.Millisecond
 		}),
 	}
-	setup := dynamodb.New(o)
 	env := fmt.Sprintf("test%d", envSeq.Add(1))
+	o.APIOptions = []func(*middleware.Stack) error{calls.Middleware, keysOnlyIndexes(env)}
+	setup := dynamodb.New(o)
 	ctx := context.Background()
 	for _, tb := range table.All {
 		if err := CreateTable(ctx, setup, tb, tb.Name(env)); err != nil {
@@ -116,7 +116,7 @@ func CreateTable(ctx context.Context, client *dynamodb.Client, tb table.Table, n
 				{AttributeName: aws.String(ix.PartitionKey), KeyType: types.KeyTypeHash},
 				{AttributeName: aws.String(ix.SortKey), KeyType: types.KeyTypeRange},
 			},
-			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll},
+			Projection: &types.Projection{ProjectionType: projection(ix)},
 		})
 	}
 	in.AttributeDefinitions = attrs
@@ -207,4 +207,53 @@ func Faults(inj *awsfault.Injector) []Option {
 		return nil
 	}
 	return []Option{WithAPIOptions(inj.APIOption)}
+}
+
+func projection(ix table.Index) types.ProjectionType {
+	if ix.KeysOnly {
+		return types.ProjectionTypeKeysOnly
+	}
+	return types.ProjectionTypeAll
+}
+
+// keysOnlyIndexes makes a Query of a KEYS_ONLY index answer as AWS does, with the table's
+// keys and the index's only: kumo ignores an index's projection and answers whole items.
+// Query is the only read of an index.
+func keysOnlyIndexes(env string) func(*middleware.Stack) error {
+	keys := map[string]map[string][]string{} // table name -> index -> its attributes
+	for _, tb := range table.All {
+		for _, ix := range tb.Indexes {
+			if ix.KeysOnly {
+				if keys[tb.Name(env)] == nil {
+					keys[tb.Name(env)] = map[string][]string{}
+				}
+				keys[tb.Name(env)][ix.Name] = []string{table.PartitionKey, table.SortKey, ix.PartitionKey, ix.SortKey}
+			}
+		}
+	}
+	return func(stack *middleware.Stack) error {
+		return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("KeysOnlyIndexes",
+			func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+				out, md, err := next.HandleInitialize(ctx, in)
+				q, ok := in.Parameters.(*dynamodb.QueryInput)
+				if err != nil || !ok || q.IndexName == nil {
+					return out, md, err
+				}
+				attrs, ok := keys[aws.ToString(q.TableName)][aws.ToString(q.IndexName)]
+				if !ok {
+					return out, md, err
+				}
+				res := out.Result.(*dynamodb.QueryOutput)
+				for i, it := range res.Items {
+					kept := map[string]types.AttributeValue{}
+					for _, a := range attrs {
+						if v, ok := it[a]; ok {
+							kept[a] = v
+						}
+					}
+					res.Items[i] = kept
+				}
+				return out, md, err
+			}), middleware.After)
+	}
 }
