@@ -471,6 +471,7 @@ func (t *Terminator) record(ctx context.Context, op *Operation, vmID, holder str
 	for try := 1; ; try++ {
 		merr := t.Store.MarkClaimAnswered(ctx, *op, vmID, holder, out.Outcome)
 		if merr == nil {
+			t.logger().WarnContext(ctx, "VM terminated but not recorded; its claim is kept with the agent's answer", "reclaim_id", op.ID, "vm", vmID, "err", err)
 			break
 		}
 		if try >= 3 || errors.Is(merr, ErrConflict) || Sleep(ctx, policy.Wait(try)) != nil {
@@ -479,7 +480,6 @@ func (t *Terminator) record(ctx context.Context, op *Operation, vmID, holder str
 			break
 		}
 	}
-	t.logger().WarnContext(ctx, "VM terminated but not recorded; its claim is kept with the agent's answer", "reclaim_id", op.ID, "vm", vmID, "err", err)
 	return r
 }
 
