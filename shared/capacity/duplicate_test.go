@@ -41,10 +41,10 @@ type claimCounter struct {
 	want   int64
 }
 
-func (s *claimCounter) ClaimTermination(ctx context.Context, op capacity.Operation, vmID, holder string, now, until time.Time) (bool, error) {
-	tookOver, err := s.TerminationStore.ClaimTermination(ctx, op, vmID, holder, now, until)
+func (s *claimCounter) ClaimTermination(ctx context.Context, op capacity.Operation, vmID, holder string, now, until time.Time) (capacity.TerminateClaim, error) {
+	claim, err := s.TerminationStore.ClaimTermination(ctx, op, vmID, holder, now, until)
 	s.gate.count(&s.claims, s.want)
-	return tookOver, err
+	return claim, err
 }
 
 // heldAgent answers only once the gate is open (or every call of both runs has arrived).

@@ -1,6 +1,7 @@
 package capacity
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -121,12 +122,25 @@ type TerminationStore interface {
 	// ClaimTermination takes the VM's terminate claim for holder until the time: it succeeds
 	// when the VM has no claim, an expired one (until before now) or holder's own; ErrConflict
 	// when another holder's claim is live. Two runs of one step at once (a duplicate
-	// delivery) thereby call the VM's agent once. tookOver reports that the claim replaced
-	// another holder's lapsed one: that holder may have recorded an outcome since the caller
-	// read the operation.
-	ClaimTermination(ctx context.Context, op Operation, vmID, holder string, now, until time.Time) (tookOver bool, err error)
+	// delivery) thereby call the VM's agent once. It answers what the claim carried (see
+	// TerminateClaim).
+	ClaimTermination(ctx context.Context, op Operation, vmID, holder string, now, until time.Time) (TerminateClaim, error)
+	// MarkClaimAnswered records the agent's answer (OutcomeTerminated or OutcomeAlreadyGone)
+	// on holder's claim on the VM, where every later holder reads it; ErrConflict when the
+	// claim is no longer holder's.
+	MarkClaimAnswered(ctx context.Context, op Operation, vmID, holder string, answer Outcome) error
 	// ReleaseTermination drops holder's claim on the VM (none, or another's: no error).
 	ReleaseTermination(ctx context.Context, op Operation, vmID, holder string) error
+}
+
+// TerminateClaim is what taking a VM's terminate claim found on it.
+type TerminateClaim struct {
+	// TookOver: the claim replaced another holder's lapsed one, which may have recorded an
+	// outcome since the caller read the operation.
+	TookOver bool
+	// Answered is the agent's answer a holder got and marked on the claim because it could
+	// not record the outcome ("" if none): the VM is gone, and its agent is not called again.
+	Answered Outcome
 }
 
 // TerminationTask is one round of one node's terminations within a workflow execution.
@@ -178,7 +192,20 @@ type Terminator struct {
 	// (default DefaultClaimFor). With one (a Lambda invocation's), the claim lasts until the
 	// deadline plus ClaimMargin: past it the holder can no longer be calling the agent.
 	ClaimFor time.Duration
+	// Record is how the writes that record an agent's answer are retried within the
+	// invocation (Base and Cap shape the waits, Margin is kept before the deadline for the
+	// claim's mark); RecordTries bounds them (defaults DefaultRecordRetry and
+	// DefaultRecordTries).
+	Record      RetryPolicy
+	RecordTries int
 }
+
+// Defaults of Terminator.Record and RecordTries: up to 10 tries, the waits doubling from
+// 100 ms to at most 3 s (about 8 s in all on average, to outlast a partition's throttling),
+// none starting within 5 s of the invocation's deadline.
+var DefaultRecordRetry = RetryPolicy{Base: 100 * time.Millisecond, Cap: 3 * time.Second, Margin: 5 * time.Second}
+
+const DefaultRecordTries = 10
 
 // Terminate claims' leases (see Terminator.ClaimFor).
 const (
@@ -347,25 +374,30 @@ func (t *Terminator) terminateAll(ctx context.Context, node Node, op *Operation,
 }
 
 // claimAndTerminate terminates the VM under its terminate claim: only the run that holds the
-// claim calls the agent. A failed call, or an outcome that could not be recorded, releases
-// the claim, so that the next round or the task's retry (or a re-drive) may call again at
-// once: the agent answers a repeat idempotently, and without the outcome nothing else tells
-// that the VM is gone. After a recorded outcome the claim is left to lapse: the outcome is
-// what later runs read.
+// claim calls the agent. A failed call releases the claim, so that the next round or the
+// task's retry (or a re-drive) may call again at once. Once the agent has answered that the
+// VM is gone the claim is never released (a run that took it would call the agent a second
+// time): the answer is recorded (see record), and a later holder that finds the answer on
+// the claim records it without calling.
 func (t *Terminator) claimAndTerminate(ctx context.Context, node Node, op *Operation, vmID, holder string) vmResult {
 	now := t.now()
-	tookOver, err := t.Store.ClaimTermination(ctx, *op, vmID, holder, now, t.claimUntil(ctx, now))
+	claim, err := t.Store.ClaimTermination(ctx, *op, vmID, holder, now, t.claimUntil(ctx, now))
 	if errors.Is(err, ErrConflict) {
 		t.logger().InfoContext(ctx, "VM termination claimed by another run", "reclaim_id", op.ID, "vm", vmID)
 		return vmResult{vmID: vmID, busy: true}
 	}
 	if err != nil {
 		// The claim may have landed (an answer lost, then a retry refused): let it go, or the
-		// task's retry would find the VM busy for the whole lease.
+		// task's retry would find the VM busy for the whole lease. Nobody has called the agent
+		// under it.
 		t.release(ctx, op, vmID, holder)
 		return vmResult{vmID: vmID, storeErr: fmt.Errorf("claim termination of VM %s: %w", vmID, err)}
 	}
-	if tookOver {
+	if claim.Answered == OutcomeTerminated || claim.Answered == OutcomeAlreadyGone {
+		t.logger().InfoContext(ctx, "VM's agent answered an earlier run; recording it", "reclaim_id", op.ID, "vm", vmID, "answer", claim.Answered)
+		return t.record(ctx, op, vmID, holder, claim.Answered == OutcomeAlreadyGone)
+	}
+	if claim.TookOver {
 		// The lapsed holder may have finished after this run read the operation: read its
 		// outcome again rather than call the agent a second time.
 		fresh, err := t.Store.GetOperation(ctx, op.NodeID, op.ID)
@@ -376,11 +408,13 @@ func (t *Terminator) claimAndTerminate(ctx context.Context, node Node, op *Opera
 			return vmResult{vmID: vmID, alreadyGone: out.Outcome == OutcomeAlreadyGone}
 		}
 	}
-	r := t.terminate(ctx, node, op, vmID)
-	if r.err != nil || r.storeErr != nil {
+	gone, err := t.Agent.Terminate(ctx, node, vmID)
+	if err != nil {
+		t.logger().WarnContext(ctx, "VM termination failed", "reclaim_id", op.ID, "vm", vmID, "err", err, "retryable", retryable(err))
 		t.release(ctx, op, vmID, holder)
+		return vmResult{vmID: vmID, err: err}
 	}
-	return r
+	return t.record(ctx, op, vmID, holder, gone)
 }
 
 // release drops the run's claim on the VM. A failure is not the round's: the claim lapses on
@@ -391,33 +425,60 @@ func (t *Terminator) release(ctx context.Context, op *Operation, vmID, holder st
 	}
 }
 
-// terminate terminates one VM and, when the agent confirms it gone, marks it terminated and
-// records the outcome. A failure is left to Run, which knows whether it is final.
-func (t *Terminator) terminate(ctx context.Context, node Node, op *Operation, vmID string) vmResult {
-	r := vmResult{vmID: vmID}
-	r.alreadyGone, r.err = t.Agent.Terminate(ctx, node, vmID)
-	now := t.now()
-	out := VMOutcome{Outcome: OutcomeTerminated, At: now, Attempt: op.CurrentAttempt()}
-	switch {
-	case r.err != nil:
-		t.logger().WarnContext(ctx, "VM termination failed", "reclaim_id", op.ID, "vm", vmID, "err", r.err, "retryable", retryable(r.err))
-		return r
-	case r.alreadyGone:
+// record records the agent's answer that the VM is gone: marks it terminated and records its
+// outcome, both safe to repeat, retrying them within the invocation (DynamoDB throttling the
+// operation's partition, or an answer lost). If they still fail, it marks the answer on the
+// claim, which it keeps: the VM stays busy until the claim lapses, and whoever takes it then
+// records the answer without calling the agent. A failure is left to Run.
+func (t *Terminator) record(ctx context.Context, op *Operation, vmID, holder string, gone bool) vmResult {
+	r := vmResult{vmID: vmID, alreadyGone: gone}
+	out := VMOutcome{Outcome: OutcomeTerminated, Attempt: op.CurrentAttempt()}
+	if gone {
 		out.Outcome = OutcomeAlreadyGone
 	}
-	if err := t.Store.MarkTerminated(ctx, *op, vmID, now); err != nil {
-		if errors.Is(err, ErrConflict) {
+	policy := t.Record
+	policy.Base = cmp.Or(policy.Base, DefaultRecordRetry.Base)
+	policy.Cap = cmp.Or(policy.Cap, DefaultRecordRetry.Cap)
+	policy.Margin = cmp.Or(policy.Margin, DefaultRecordRetry.Margin)
+	tries := cmp.Or(t.RecordTries, DefaultRecordTries)
+	var err error
+	for try := 1; ; try++ {
+		out.At = t.now()
+		if err = t.Store.MarkTerminated(ctx, *op, vmID, out.At); errors.Is(err, ErrConflict) {
 			// The VM's record is in a state no retry changes (not terminating for this
 			// operation): a final failure of this VM, for an operator, rather than a fault that
 			// would fail every retry and restart of the whole operation.
 			r.alreadyGone, r.err = false, fmt.Errorf("terminated on its node, but its record cannot be marked terminated: %w", err)
 			return r
 		}
-		r.storeErr = fmt.Errorf("mark VM %s terminated: %w", vmID, err)
-		return r
+		if err == nil {
+			if err = t.Store.RecordOutcome(ctx, *op, vmID, out); err == nil {
+				return r
+			}
+			err = fmt.Errorf("record outcome of VM %s: %w", vmID, err)
+		} else {
+			err = fmt.Errorf("mark VM %s terminated: %w", vmID, err)
+		}
+		wait := policy.Wait(try)
+		if try >= tries || !policy.timeFor(ctx, wait) || Sleep(ctx, wait) != nil {
+			break
+		}
+		t.logger().InfoContext(ctx, "recording a terminated VM failed; trying again", "reclaim_id", op.ID, "vm", vmID, "try", try, "err", err)
 	}
-	if err := t.Store.RecordOutcome(ctx, *op, vmID, out); err != nil {
-		r.storeErr = fmt.Errorf("record outcome of VM %s: %w", vmID, err)
+	r.storeErr = err
+	// The margin left before the deadline is this write's: the claim's partition is the
+	// outcome's, so it may be throttled too, and then a run after the lease calls again.
+	for try := 1; ; try++ {
+		merr := t.Store.MarkClaimAnswered(ctx, *op, vmID, holder, out.Outcome)
+		if merr == nil {
+			t.logger().WarnContext(ctx, "VM terminated but not recorded; its claim is kept with the agent's answer", "reclaim_id", op.ID, "vm", vmID, "err", err)
+			break
+		}
+		if try >= 3 || errors.Is(merr, ErrConflict) || Sleep(ctx, policy.Wait(try)) != nil {
+			t.logger().ErrorContext(ctx, "the agent's answer could not be kept: a run after the claim lapses calls the agent again",
+				"reclaim_id", op.ID, "vm", vmID, "err", merr)
+			break
+		}
 	}
 	return r
 }

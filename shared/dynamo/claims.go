@@ -27,6 +27,7 @@ const (
 	attrHolder   = "Holder"
 	attrUntilMs  = "UntilMs"
 	attrDone     = "Done"
+	attrAnswered = "Answered"
 )
 
 // claimKeptFor is how long a claim stays after its lease: a run holds it while it may be
@@ -51,10 +52,37 @@ type claimItem struct {
 }
 
 // ClaimTermination takes the VM's terminate claim (see capacity.TerminationStore). A retry of
-// this call whose first answer was lost meets its own claim, which the condition admits.
-func (s *Store) ClaimTermination(ctx context.Context, op capacity.Operation, vmID, holder string, now, until time.Time) (bool, error) {
+// this call whose first answer was lost meets its own claim, which the condition admits. It
+// is an update, not a put, so the agent's answer a holder marked on the claim
+// (MarkClaimAnswered) stays on it for every later holder, and a retry whose first try landed
+// still reads it.
+func (s *Store) ClaimTermination(ctx context.Context, op capacity.Operation, vmID, holder string, now, until time.Time) (capacity.TerminateClaim, error) {
+	k := itemKey(opPK(op.NodeID, op.ID), prefixClaim+vmID)
 	free := expression.Name(attrUntilMs).LessThan(expression.Value(now.UnixMilli()))
-	return s.claim(ctx, op, prefixClaim+vmID, holder, until, free)
+	cond := expression.Name(attrPK).AttributeNotExists().Or(free).Or(expression.Name(attrHolder).Equal(expression.Value(holder)))
+	upd := expression.Set(expression.Name(attrType), expression.Value(typeClaim)).
+		Set(expression.Name("ReclaimID"), expression.Value(op.ID)).
+		Set(expression.Name(attrHolder), expression.Value(holder)).
+		Set(expression.Name(attrUntilMs), expression.Value(until.UnixMilli())).
+		Set(expression.Name(attrExpiresAt), expression.Value(expiry(until.Add(claimKeptFor))))
+	old, err := s.updateItem(ctx, k, cond, upd, types.ReturnValueAllOld)
+	if err != nil {
+		return capacity.TerminateClaim{}, fmt.Errorf("claim termination of VM %s on operation %s: %w", vmID, op.ID, classify(err))
+	}
+	prev := attr(old, attrHolder)
+	return capacity.TerminateClaim{TookOver: prev != "" && prev != holder, Answered: capacity.Outcome(attr(old, attrAnswered))}, nil
+}
+
+// MarkClaimAnswered records the agent's answer on holder's terminate claim (see
+// capacity.TerminationStore); ErrConflict when the claim is no longer holder's.
+func (s *Store) MarkClaimAnswered(ctx context.Context, op capacity.Operation, vmID, holder string, answer capacity.Outcome) error {
+	k := itemKey(opPK(op.NodeID, op.ID), prefixClaim+vmID)
+	cond := expression.Name(attrHolder).Equal(expression.Value(holder))
+	upd := expression.Set(expression.Name(attrAnswered), expression.Value(answer))
+	if _, err := s.updateItem(ctx, k, cond, upd, types.ReturnValueNone); err != nil {
+		return fmt.Errorf("mark the agent's answer on the claim of VM %s on operation %s: %w", vmID, op.ID, classify(err))
+	}
+	return nil
 }
 
 // ReleaseTermination drops holder's terminate claim on the VM.

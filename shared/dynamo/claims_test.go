@@ -12,16 +12,18 @@ import (
 )
 
 // A VM's terminate claim: one holder at a time until it lapses; the holder may take it again
-// (its own retry); a release by anyone but the holder changes nothing.
+// (its own retry); a release by anyone but the holder changes nothing; the agent's answer
+// marked by its holder is read by every later holder, and only the holder may mark it.
 func TestTerminateClaims(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	op := capacity.Operation{ID: "rcl_1", NodeID: "n1"}
 	type step struct {
-		do           string // claim, release
+		do           string // claim, release, answer (mark the agent's answer: terminated)
 		holder       string
 		at           time.Duration // since t0; a claim lasts a minute
 		wantConflict bool
 		wantTookOver bool
+		wantAnswered capacity.Outcome
 	}
 	tests := []struct {
 		name  string
@@ -33,6 +35,12 @@ func TestTerminateClaims(t *testing.T) {
 		{"another holder once it lapsed", []step{{do: "claim", holder: "a"}, {do: "claim", holder: "b", at: 61 * time.Second, wantTookOver: true},
 			{do: "claim", holder: "a", at: 62 * time.Second, wantConflict: true}}},
 		{"released by its holder: free", []step{{do: "claim", holder: "a"}, {do: "release", holder: "a"}, {do: "claim", holder: "b", at: time.Second}}},
+		{"the answer marked by the holder is read by the next holders", []step{{do: "claim", holder: "a"}, {do: "answer", holder: "a"},
+			{do: "claim", holder: "a", at: time.Second, wantAnswered: capacity.OutcomeTerminated},
+			{do: "claim", holder: "b", at: 62 * time.Second, wantTookOver: true, wantAnswered: capacity.OutcomeTerminated},
+			{do: "claim", holder: "c", at: 123 * time.Second, wantTookOver: true, wantAnswered: capacity.OutcomeTerminated}}},
+		{"an answer marked by another than the holder: refused", []step{{do: "claim", holder: "a"}, {do: "answer", holder: "b", wantConflict: true},
+			{do: "claim", holder: "b", at: 61 * time.Second, wantTookOver: true}}},
 		{"released by another: still held", []step{{do: "claim", holder: "a"}, {do: "release", holder: "b"}, {do: "claim", holder: "b", at: time.Second, wantConflict: true}}},
 	}
 	for _, tt := range tests {
@@ -43,9 +51,14 @@ func TestTerminateClaims(t *testing.T) {
 				now := t0.Add(s.at)
 				switch s.do {
 				case "claim":
-					tookOver, err := env.Store.ClaimTermination(ctx, op, "vm-1", s.holder, now, now.Add(time.Minute))
-					if errors.Is(err, capacity.ErrConflict) != s.wantConflict || (err != nil && !s.wantConflict) || tookOver != s.wantTookOver {
-						t.Fatalf("step %d (%s by %s): took over %v, err %v; want conflict %v, took over %v", i, s.do, s.holder, tookOver, err, s.wantConflict, s.wantTookOver)
+					claim, err := env.Store.ClaimTermination(ctx, op, "vm-1", s.holder, now, now.Add(time.Minute))
+					if errors.Is(err, capacity.ErrConflict) != s.wantConflict || (err != nil && !s.wantConflict) || claim.TookOver != s.wantTookOver || claim.Answered != s.wantAnswered {
+						t.Fatalf("step %d (%s by %s): %+v, err %v; want conflict %v, took over %v, answered %q", i, s.do, s.holder, claim, err, s.wantConflict, s.wantTookOver, s.wantAnswered)
+					}
+				case "answer":
+					err := env.Store.MarkClaimAnswered(ctx, op, "vm-1", s.holder, capacity.OutcomeTerminated)
+					if errors.Is(err, capacity.ErrConflict) != s.wantConflict || (err != nil && !s.wantConflict) {
+						t.Fatalf("step %d: answer by %s: %v; want conflict %v", i, s.holder, err, s.wantConflict)
 					}
 				case "release":
 					if err := env.Store.ReleaseTermination(ctx, op, "vm-1", s.holder); err != nil {
@@ -59,12 +72,12 @@ func TestTerminateClaims(t *testing.T) {
 
 // A claim whose answer was lost is retried by the SDK and meets itself: taken, not a conflict.
 func TestTerminateClaimWhoseAnswerWasLost(t *testing.T) {
-	inj := awsfault.New(1, awsfault.Rule{Operation: "PutItem", Fault: awsfault.AmbiguousTimeout, Rate: 1, Max: 1})
+	inj := awsfault.New(1, awsfault.Rule{Operation: "UpdateItem", Fault: awsfault.AmbiguousTimeout, Rate: 1, Max: 1})
 	env := dynamotest.New(t, dynamotest.Faults(inj)...)
 	now := time.Now().UTC()
 	op := capacity.Operation{ID: "rcl_1", NodeID: "n1"}
-	if tookOver, err := env.Store.ClaimTermination(context.Background(), op, "vm-1", "a", now, now.Add(time.Minute)); err != nil || tookOver {
-		t.Fatalf("took over %v, err %v; want the claim", tookOver, err)
+	if claim, err := env.Store.ClaimTermination(context.Background(), op, "vm-1", "a", now, now.Add(time.Minute)); err != nil || claim.TookOver {
+		t.Fatalf("claim %+v, err %v; want the claim", claim, err)
 	}
 	if inj.Counts()[awsfault.AmbiguousTimeout] != 1 {
 		t.Fatalf("faults %v: the answer was not lost, the test proves nothing", inj.Counts())
