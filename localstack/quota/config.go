@@ -23,6 +23,12 @@ type Config struct {
 	// throttle of CAPACITY_QUOTA_ENV): it replaces the template's on every stage, since the
 	// local template carries the local environment's throttle, not the modelled one's.
 	Stage *Throttle
+	// WarmWrite and WarmRead, if set, are the modelled environment's warm throughput of the
+	// state table and its indexes (cdk.json's scale.warmWriteUnits, warmReadUnits), and
+	// Reserved its functions' reserved concurrency by name (scale.apiConcurrency: "api",
+	// scale.terminateNodeConcurrency: "terminate-node"): they replace the template's, as Stage.
+	WarmWrite, WarmRead float64
+	Reserved            map[string]int
 	// DurationRatio is how many times longer a function's invocation takes on the local stack
 	// under load than on AWS (0: 1). Concurrency is rate times duration, and the scale divides
 	// only the rate: concurrency limits are divided by Scale/DurationRatio (at least 1).
@@ -82,6 +88,15 @@ func FromEnv(repoRoot string) (*Config, error) {
 		region = e.Region
 	}
 	c := &Config{Region: region, Scale: scale, Stage: e.Throttle, DurationRatio: DefaultDurationRatio}
+	if sc := e.Scale; sc != nil {
+		c.WarmWrite, c.WarmRead = sc.WarmWriteUnits, sc.WarmReadUnits
+		c.Reserved = map[string]int{}
+		for fn, n := range map[string]int{"api": sc.APIConcurrency, "terminate-node": sc.TerminateNodeConcurrency} {
+			if n > 0 {
+				c.Reserved[fn] = n
+			}
+		}
+	}
 	if s := os.Getenv(EnvDurationRatio); s != "" {
 		if c.DurationRatio, err = strconv.ParseFloat(s, 64); err != nil || c.DurationRatio < 1 {
 			return nil, fmt.Errorf("%s=%q: want a number, 1 or more", EnvDurationRatio, s)
@@ -122,6 +137,12 @@ func (c *Config) Validate() error {
 type environment struct {
 	Region   string    `json:"region"`
 	Throttle *Throttle `json:"throttle"`
+	Scale    *struct {
+		WarmWriteUnits           float64 `json:"warmWriteUnits"`
+		WarmReadUnits            float64 `json:"warmReadUnits"`
+		APIConcurrency           int     `json:"apiConcurrency"`
+		TerminateNodeConcurrency int     `json:"terminateNodeConcurrency"`
+	} `json:"scale"`
 }
 
 func environmentOf(cdkJSON, env string) (environment, error) {

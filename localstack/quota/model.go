@@ -6,8 +6,11 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/openrelay/capacity/shared/table"
 )
 
 // Resources is what the template sets that the quotas depend on.
@@ -102,7 +105,15 @@ func New(cfg Config, res Resources, logger *slog.Logger, now func() time.Time) (
 		}
 		m.stages[st.APIID+"/"+st.Name] = st
 	}
-	m.conc = newConcurrency(m.limit(rows[LambdaConcurrency].Bucket), res.Functions, m.limit)
+	fns := slices.Clone(res.Functions)
+	for i, f := range fns {
+		for base, n := range cfg.Reserved {
+			if f.Name == base || strings.HasSuffix(f.Name, "-"+base) {
+				fns[i].Reserved = n
+			}
+		}
+	}
+	m.conc = newConcurrency(m.limit(rows[LambdaConcurrency].Bucket), fns, m.limit)
 	return m, nil
 }
 
@@ -129,7 +140,27 @@ func (m *Model) limit(n float64) int {
 
 // bucket returns the bucket of quota id for key (a partition, a stage), made full at first use.
 func (m *Model) bucket(id ID, key string) *Bucket {
-	return m.bucketOf(id, key, m.rows[id].Bucket, m.rows[id].Refill)
+	size, rate := m.rows[id].Bucket, m.rows[id].Refill
+	if w := m.warmOf(id, key); w > 0 {
+		size, rate = w, w
+	}
+	return m.bucketOf(id, key, size, rate)
+}
+
+// warmOf is the modelled environment's warm throughput of a warm-throughput key ("table/index")
+// of the state table, 0 for DynamoDB's default.
+func (m *Model) warmOf(id ID, key string) float64 {
+	name, _, _ := strings.Cut(key, "/")
+	if !strings.HasSuffix(name, "-"+table.State.Suffix) {
+		return 0
+	}
+	switch id {
+	case DynamoWarmWrite:
+		return m.cfg.WarmWrite
+	case DynamoWarmRead:
+		return m.cfg.WarmRead
+	}
+	return 0
 }
 
 func (m *Model) bucketOf(id ID, key string, size, rate float64) *Bucket {

@@ -453,6 +453,36 @@ func TestStageThrottleIsTheModelledEnvironments(t *testing.T) {
 	}
 }
 
+func TestModelledEnvironmentsScaleSettingsReplaceTheTemplates(t *testing.T) {
+	cfg := Config{Region: "eu-west-1", Scale: 50, DurationRatio: 1, WarmWrite: 30000, WarmRead: 24000,
+		Reserved: map[string]int{"api": 300, "terminate-node": 200}}
+	m, err := New(cfg, Resources{Functions: []Function{{Name: "capacity-local-api"}, {Name: "capacity-local-terminate-node", Reserved: 5}, {Name: "capacity-local-events"}}}, nil, newClock().now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm := []struct {
+		id   ID
+		key  string
+		want float64
+	}{
+		{DynamoWarmWrite, "capacity-local-state/", 600},        // prod's 30,000 / 50
+		{DynamoWarmWrite, "capacity-local-state/byState", 600}, // its indexes too
+		{DynamoWarmRead, "capacity-local-state", 480},          // a scan's key: the table
+		{DynamoWarmWrite, "capacity-local-audit/", 80},         // another table: a new table's 4,000
+	}
+	for _, tc := range warm {
+		if b := m.bucket(tc.id, tc.key); b.Size() != tc.want || b.Rate() != tc.want {
+			t.Errorf("%s %s: bucket %v refill %v, want %v", tc.id, tc.key, b.Size(), b.Rate(), tc.want)
+		}
+	}
+	if m.conc.reserved["capacity-local-api"] != 6 || m.conc.reserved["capacity-local-terminate-node"] != 4 {
+		t.Errorf("reserved: %v, want prod's 300 and 200 at scale 50", m.conc.reserved)
+	}
+	if _, ok := m.conc.reserved["capacity-local-events"]; ok {
+		t.Error("a function prod reserves nothing for got a reservation")
+	}
+}
+
 func TestConcurrencyLimitsAllowForTheLocalDurations(t *testing.T) {
 	fns := Resources{Functions: []Function{{Name: "api", Reserved: 300}, {Name: "terminate-node", Reserved: 200}}}
 	cases := []struct {
@@ -482,7 +512,7 @@ func TestConcurrencyLimitsAllowForTheLocalDurations(t *testing.T) {
 
 func TestFromEnvReadsTheModelledEnvironment(t *testing.T) {
 	root := t.TempDir()
-	cdk := `{"context":{"environments":{"prod":{"region":"eu-west-1","throttle":{"rate":2500,"burst":5000}},"local":{"throttle":{"rate":100,"burst":200}}}}}`
+	cdk := `{"context":{"environments":{"prod":{"region":"eu-west-1","throttle":{"rate":2500,"burst":5000},"scale":{"warmWriteUnits":30000,"apiConcurrency":300}},"local":{"throttle":{"rate":100,"burst":200}}}}}`
 	if err := os.WriteFile(filepath.Join(root, "cdk.json"), []byte(cdk), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -495,7 +525,8 @@ func TestFromEnvReadsTheModelledEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Region != "eu-west-1" || c.Stage == nil || *c.Stage != (Throttle{Rate: 2500, Burst: 5000}) || c.DurationRatio != DefaultDurationRatio {
+	if c.Region != "eu-west-1" || c.Stage == nil || *c.Stage != (Throttle{Rate: 2500, Burst: 5000}) || c.DurationRatio != DefaultDurationRatio ||
+		c.WarmWrite != 30000 || c.WarmRead != 0 || len(c.Reserved) != 1 || c.Reserved["api"] != 300 {
 		t.Errorf("prod: %+v (stage %+v)", c, c.Stage)
 	}
 	t.Setenv(EnvDurationRatio, "1")
