@@ -6,8 +6,11 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/openrelay/capacity/shared/table"
 )
 
 // Resources is what the template sets that the quotas depend on.
@@ -97,9 +100,20 @@ func New(cfg Config, res Resources, logger *slog.Logger, now func() time.Time) (
 		m.tasks = append(m.tasks, tasks...)
 	}
 	for _, st := range res.Stages {
+		if cfg.Stage != nil {
+			st.Rate, st.Burst = cfg.Stage.Rate, cfg.Stage.Burst
+		}
 		m.stages[st.APIID+"/"+st.Name] = st
 	}
-	m.conc = newConcurrency(m.limit(rows[LambdaConcurrency].Bucket), res.Functions, m.limit)
+	fns := slices.Clone(res.Functions)
+	for i, f := range fns {
+		for base, n := range cfg.Reserved {
+			if f.Name == base || strings.HasSuffix(f.Name, "-"+base) {
+				fns[i].Reserved = n
+			}
+		}
+	}
+	m.conc = newConcurrency(m.limit(rows[LambdaConcurrency].Bucket), fns, m.limit)
 	return m, nil
 }
 
@@ -117,21 +131,53 @@ func (m *Model) applies(id ID) bool {
 	return len(m.cfg.Only) == 0 || slices.Contains(m.cfg.Only, id)
 }
 
-// limit scales a concurrency limit, keeping one at least.
-func (m *Model) limit(n float64) int { return max(1, int(math.Round(n/m.cfg.Scale))) }
+// limit scales a concurrency limit, keeping one at least. Concurrency is rate times duration:
+// the scale divides the rate, the local stack multiplies the duration by DurationRatio, so the
+// limit is divided by what is left of the scale (never by less than 1: never above AWS's).
+func (m *Model) limit(n float64) int {
+	return max(1, int(math.Round(n/math.Max(1, m.cfg.Scale/max(1, m.cfg.DurationRatio)))))
+}
 
 // bucket returns the bucket of quota id for key (a partition, a stage), made full at first use.
 func (m *Model) bucket(id ID, key string) *Bucket {
-	return m.bucketOf(id, key, m.rows[id].Bucket, m.rows[id].Refill)
+	size, rate := m.rows[id].Bucket, m.rows[id].Refill
+	if w := m.warmOf(id, key); w > 0 {
+		size, rate = w, w
+	}
+	return m.bucketOf(id, key, size, rate)
+}
+
+// warmOf is the modelled environment's warm throughput of a warm-throughput key ("table/index")
+// of the state table, 0 for DynamoDB's default.
+func (m *Model) warmOf(id ID, key string) float64 {
+	name, _, _ := strings.Cut(key, "/")
+	if !strings.HasSuffix(name, "-"+table.State.Suffix) {
+		return 0
+	}
+	switch id {
+	case DynamoWarmWrite:
+		return m.cfg.WarmWrite
+	case DynamoWarmRead:
+		return m.cfg.WarmRead
+	}
+	return 0
 }
 
 func (m *Model) bucketOf(id ID, key string, size, rate float64) *Bucket {
+	return m.bucketScaled(id, key, size, rate, true)
+}
+
+// bucketScaled is bucketOf with the scale applied or not (a quota only one reclaim meets).
+func (m *Model) bucketScaled(id ID, key string, size, rate float64, scale bool) *Bucket {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	k := string(id) + "|" + key
 	b, ok := m.buckets[k]
 	if !ok {
-		s, r := m.scaled(size, rate)
+		s, r := size, rate
+		if scale {
+			s, r = m.scaled(size, rate)
+		}
 		if !m.applies(id) {
 			s, r = math.Inf(1), math.Inf(1) // a quota not modelled: a bucket that never runs dry
 		}

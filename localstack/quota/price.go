@@ -1,6 +1,9 @@
 package quota
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"strings"
+)
 
 // price lists what a DynamoDB request costs: against the partition of each key it writes or
 // reads, in the base table and in each index whose key it writes, and against each table's
@@ -141,7 +144,21 @@ func (m *Model) tableCharges(warm, partition ID, action int, table, index, pk st
 	name := table + "/" + index
 	out := []charge{{warm, action, m.bucket(warm, name), units}}
 	if pk != "" {
-		out = append(out, charge{partition, action, m.bucket(partition, name+"/"+pk), units})
+		row := m.rows[partition]
+		b := m.bucketScaled(partition, name+"/"+pk, row.Bucket, row.Refill, SharedPartition(pk))
+		out = append(out, charge{partition, action, b, units})
 	}
 	return out
 }
+
+// nodeKeyPrefix begins every key that belongs to one node (shared/table: the state table's
+// items, a node's audit records, a reservation's list entries), as a "S:" key value.
+const nodeKeyPrefix = "S:NODE#"
+
+// SharedPartition reports whether a partition key (a key value, "S:...") is one the burst's
+// reclaims share, so that the scale factor divides its quota. A burst of N·s reclaims over N·s
+// nodes on AWS puts on each node's own partitions what a burst of N over N puts on them here:
+// those keep AWS's whole throughput. Every other key (the byState shards OPSTATE#..., the node
+// directory, an org's list, an API key's limiter item and its key items) takes s times the
+// load on AWS, so its quota is divided by s.
+func SharedPartition(pk string) bool { return !strings.HasPrefix(pk, nodeKeyPrefix) }

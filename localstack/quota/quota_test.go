@@ -239,10 +239,10 @@ func TestThrottlesReachTheSDKAsAWSErrors(t *testing.T) {
 		check         func(err error) string
 	}{
 		{"on-demand partition: ThrottlingException", func(cfg aws.Config) error {
-			_, err := dynamodb.NewFromConfig(cfg).PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String("state"), Item: item("NODE#1", "")})
+			_, err := dynamodb.NewFromConfig(cfg).PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String("state"), Item: item("KEY#1", "")})
 			return err
 		}, func(cfg aws.Config) error {
-			_, err := dynamodb.NewFromConfig(cfg).PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String("state"), Item: item("NODE#1", "")})
+			_, err := dynamodb.NewFromConfig(cfg).PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String("state"), Item: item("KEY#1", "")})
 			return err
 		}, func(err error) string {
 			var te *ddbtypes.ThrottlingException
@@ -392,6 +392,159 @@ func TestAPIStageThrottleAnswers429(t *testing.T) {
 	}
 	if m.Stats()[StageThrottle].Throttled != 1 {
 		t.Errorf("stats: %+v", m.Stats())
+	}
+}
+
+func TestScaleDividesOnlySharedPartitions(t *testing.T) {
+	m, err := New(Config{Region: "eu-west-1", Scale: 50}, Resources{Tables: testTables}, nil, newClock().now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		index, pk string
+		want      float64 // the partition's WCU bucket and refill
+	}{
+		{"", "S:NODE#n1", 1000},                    // one node's items: one reclaim's
+		{"", "S:NODE#n1#OP#o1", 1000},              // its operation
+		{"byList", "S:NODE#n1#RES#r1#OPS", 1000},   // its reservation's list
+		{"byState", "S:OPSTATE#pending_start", 20}, // a byState key every reclaim writes
+		{"byList", "S:NODES", 20},                  // the node directory
+		{"byList", "S:ORG#o#NODES", 20},            // an org's list
+		{"", "S:KEY#k1", 20},                       // an API key's limiter item
+	}
+	for _, tc := range cases {
+		c := m.writeCharges(0, "state", tc.index, tc.pk, 1)
+		b := c[len(c)-1].bucket
+		if c[len(c)-1].id != DynamoPartitionWrite || b.Size() != tc.want || b.Rate() != tc.want {
+			t.Errorf("%s %s: bucket %v refill %v, want %v", tc.index, tc.pk, b.Size(), b.Rate(), tc.want)
+		}
+		if w := c[0].bucket; w.Size() != 80 {
+			t.Errorf("%s %s: warm throughput %v, want 4000/50 (a table's is shared)", tc.index, tc.pk, w.Size())
+		}
+	}
+	// A 64-VM node's reclaim: about 140 WCU on its own partition in one transaction passes
+	// at once, as on AWS, where the shared index key's 20 WCU would not take it.
+	own := m.writeCharges(0, "state", "", "S:NODE#big", 140)
+	if !own[1].bucket.Take(140) {
+		t.Error("one reclaim's 140 WCU on its own node's partition was throttled")
+	}
+}
+
+func TestStageThrottleIsTheModelledEnvironments(t *testing.T) {
+	stages := Resources{Stages: []Stage{{APIID: "abc", Name: "local", Rate: 100, Burst: 200}}}
+	cases := []struct {
+		name      string
+		stage     *Throttle
+		size, ref float64
+	}{
+		{"the template's (local) when none is named", nil, 4, 2},
+		{"prod's over the template's", &Throttle{Rate: 2500, Burst: 5000}, 100, 50},
+	}
+	for _, tc := range cases {
+		m, err := New(Config{Region: "eu-west-1", Scale: 50, Stage: tc.stage}, stages, nil, newClock().now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := m.stages["abc/local"]
+		b := m.bucketOf(StageThrottle, "abc/local", st.Burst, st.Rate)
+		if b.Size() != tc.size || b.Rate() != tc.ref {
+			t.Errorf("%s: bucket %v refill %v, want %v and %v", tc.name, b.Size(), b.Rate(), tc.size, tc.ref)
+		}
+	}
+}
+
+func TestModelledEnvironmentsScaleSettingsReplaceTheTemplates(t *testing.T) {
+	cfg := Config{Region: "eu-west-1", Scale: 50, DurationRatio: 1, WarmWrite: 30000, WarmRead: 24000,
+		Reserved: map[string]int{"api": 300, "terminate-node": 200}}
+	m, err := New(cfg, Resources{Functions: []Function{{Name: "capacity-local-api"}, {Name: "capacity-local-terminate-node", Reserved: 5}, {Name: "capacity-local-events"}}}, nil, newClock().now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm := []struct {
+		id   ID
+		key  string
+		want float64
+	}{
+		{DynamoWarmWrite, "capacity-local-state/", 600},        // prod's 30,000 / 50
+		{DynamoWarmWrite, "capacity-local-state/byState", 600}, // its indexes too
+		{DynamoWarmRead, "capacity-local-state", 480},          // a scan's key: the table
+		{DynamoWarmWrite, "capacity-local-audit/", 80},         // another table: a new table's 4,000
+	}
+	for _, tc := range warm {
+		if b := m.bucket(tc.id, tc.key); b.Size() != tc.want || b.Rate() != tc.want {
+			t.Errorf("%s %s: bucket %v refill %v, want %v", tc.id, tc.key, b.Size(), b.Rate(), tc.want)
+		}
+	}
+	if m.conc.reserved["capacity-local-api"] != 6 || m.conc.reserved["capacity-local-terminate-node"] != 4 {
+		t.Errorf("reserved: %v, want prod's 300 and 200 at scale 50", m.conc.reserved)
+	}
+	if _, ok := m.conc.reserved["capacity-local-events"]; ok {
+		t.Error("a function prod reserves nothing for got a reservation")
+	}
+}
+
+func TestConcurrencyLimitsAllowForTheLocalDurations(t *testing.T) {
+	fns := Resources{Functions: []Function{{Name: "api", Reserved: 300}, {Name: "terminate-node", Reserved: 200}}}
+	cases := []struct {
+		ratio                  float64
+		api, terminate, others int
+	}{
+		{0, 6, 4, 10},        // durations as on AWS: every limit divided by the whole scale
+		{1, 6, 4, 10},        // the same, said
+		{10, 60, 40, 100},    // ten times longer: divided by 5
+		{50, 300, 200, 500},  // as long as the scale: AWS's own limits
+		{200, 300, 200, 500}, // longer still: never above AWS's
+	}
+	for _, tc := range cases {
+		m, err := New(Config{Region: "eu-west-1", Scale: 50, DurationRatio: tc.ratio}, fns, nil, newClock().now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.conc.reserved["api"] != tc.api || m.conc.reserved["terminate-node"] != tc.terminate || m.conc.unreserved != tc.others {
+			t.Errorf("ratio %v: api %d terminate %d pool %d, want %d %d %d", tc.ratio,
+				m.conc.reserved["api"], m.conc.reserved["terminate-node"], m.conc.unreserved, tc.api, tc.terminate, tc.others)
+		}
+	}
+	if _, err := New(Config{Region: "eu-west-1", Scale: 50, DurationRatio: 0.5}, fns, nil, nil); err == nil {
+		t.Error("a duration ratio below 1 was accepted")
+	}
+}
+
+func TestFromEnvReadsTheModelledEnvironment(t *testing.T) {
+	root := t.TempDir()
+	cdk := `{"context":{"environments":{"prod":{"region":"eu-west-1","throttle":{"rate":2500,"burst":5000},"scale":{"warmWriteUnits":30000,"apiConcurrency":300}},"local":{"throttle":{"rate":100,"burst":200}}}}}`
+	if err := os.WriteFile(filepath.Join(root, "cdk.json"), []byte(cdk), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(EnvScale, "50")
+	t.Setenv(EnvRegion, "")
+	t.Setenv(EnvEnv, "")
+	t.Setenv(EnvOnly, "")
+	t.Setenv(EnvDurationRatio, "")
+	c, err := FromEnv(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Region != "eu-west-1" || c.Stage == nil || *c.Stage != (Throttle{Rate: 2500, Burst: 5000}) || c.DurationRatio != DefaultDurationRatio ||
+		c.WarmWrite != 30000 || c.WarmRead != 0 || len(c.Reserved) != 1 || c.Reserved["api"] != 300 {
+		t.Errorf("prod: %+v (stage %+v)", c, c.Stage)
+	}
+	t.Setenv(EnvDurationRatio, "1")
+	if c, err := FromEnv(root); err != nil || c.DurationRatio != 1 {
+		t.Errorf("ratio 1: %+v %v", c, err)
+	}
+	t.Setenv(EnvDurationRatio, "0.5")
+	if _, err := FromEnv(root); err == nil {
+		t.Error("a ratio below 1 was accepted")
+	}
+	t.Setenv(EnvDurationRatio, "")
+	t.Setenv(EnvEnv, "local")
+	if _, err := FromEnv(root); err == nil {
+		t.Error("an environment without a region and no CAPACITY_QUOTA_REGION was accepted")
+	}
+	t.Setenv(EnvRegion, "us-east-1")
+	if c, err := FromEnv(root); err != nil || c.Region != "us-east-1" || c.Stage == nil || c.Stage.Rate != 100 {
+		t.Errorf("local in us-east-1: %+v %v", c, err)
 	}
 }
 
