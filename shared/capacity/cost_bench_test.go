@@ -290,6 +290,10 @@ func (m *unitMeter) reset() (units, costunits.Step) {
 	defer m.mu.Unlock()
 	u, c := m.cur, m.calls
 	m.cur, m.calls = units{}, costunits.Step{}
+	// A step's calls may run at once (a round's VMs), in an order that varies from run to run:
+	// sorted, units.json is the same on every run of the same code.
+	slices.SortStableFunc(c.Reads, func(a, b costunits.Read) int { return strings.Compare(fmt.Sprint(a), fmt.Sprint(b)) })
+	slices.SortStableFunc(c.Writes, func(a, b costunits.Write) int { return strings.Compare(fmt.Sprint(a), fmt.Sprint(b)) })
 	return u, c
 }
 
