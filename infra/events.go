@@ -12,7 +12,6 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdaeventsources"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsscheduler"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
@@ -172,28 +171,8 @@ func (s *CapacityStack) newOperationEventsFunction(state awsdynamodb.ITable) aws
 func (s *CapacityStack) newReclaimIntake(state, audit, keys awsdynamodb.ITable) {
 	name := stackname.Resource(s.Env, "reclaim-requests")
 	c := constructs.NewConstruct(s.Stack, jsii.String("ReclaimRequests"))
-	retention := awscdk.Duration_Days(jsii.Number(reclaimRequestRetentionDays))
-
-	s.ReclaimRequestsDeadLetters = awssqs.NewQueue(c, jsii.String("DeadLetterQueue"), &awssqs.QueueProps{
-		QueueName:       jsii.String(name + "-dlq"),
-		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
-		EnforceSSL:      jsii.Bool(true),
-		RetentionPeriod: retention,
-	})
-	s.ReclaimRequests = awssqs.NewQueue(c, jsii.String("Queue"), &awssqs.QueueProps{
-		QueueName:  jsii.String(name),
-		Encryption: awssqs.QueueEncryption_SQS_MANAGED,
-		EnforceSSL: jsii.Bool(true),
-		// A message's age counts from its first enqueue, in the dead-letter queue too: the
-		// same retention there leaves days to look at it after its last try.
-		RetentionPeriod: retention,
-		// Six times the function's timeout (AWS's advice for an SQS event source), so that a
-		// batch still in flight, and its retries of throttled polls, is not delivered twice.
-		VisibilityTimeout: awscdk.Duration_Seconds(jsii.Number(6 * reclaimEventsTimeoutSeconds)),
-		DeadLetterQueue: &awssqs.DeadLetterQueue{
-			Queue: s.ReclaimRequestsDeadLetters, MaxReceiveCount: jsii.Number(reclaimRequestMaxReceives),
-		},
-	})
+	s.ReclaimRequests, s.ReclaimRequestsDeadLetters = workQueue(c, name, reclaimRequestRetentionDays,
+		reclaimEventsTimeoutSeconds, reclaimRequestMaxReceives)
 
 	// Only accepted sources reach the queue; anything else put on the bus with this detail
 	// type matches no rule and is dropped by EventBridge.

@@ -313,29 +313,8 @@ func TestReclaimRequestQueues(t *testing.T) {
 			if n := len(tp.resources("AWS::SQS::Queue")); n != 4 {
 				t.Errorf("%d queues, want 4 (the intake's and the termination steps', each with its dead letters)", n)
 			}
-			name := "capacity-" + env + "-reclaim-requests"
-			qID, dlqID := queueID(t, tp, name), queueID(t, tp, name+"-dlq")
 			_, fn := functionByName(t, tp, env, "reclaim-events")
-			timeout := props(fn)["Timeout"].(float64)
-			if timeout != reclaimEventsTimeoutSeconds {
-				t.Errorf("reclaim-events Timeout %v, want %d", timeout, reclaimEventsTimeoutSeconds)
-			}
-			base := func(queue string) map[string]any {
-				return map[string]any{
-					"QueueName":              queue,
-					"SqsManagedSseEnabled":   true,
-					"MessageRetentionPeriod": float64(14 * 24 * 3600),
-					"Tags":                   []any{map[string]any{"Key": "env", "Value": env}, map[string]any{"Key": "project", "Value": "capacity"}},
-				}
-			}
-			wantQ := base(name)
-			wantQ["VisibilityTimeout"] = 6 * timeout
-			wantQ["RedrivePolicy"] = map[string]any{"deadLetterTargetArn": getAtt(dlqID, "Arn"), "maxReceiveCount": float64(5)}
-			for id, want := range map[string]map[string]any{qID: wantQ, dlqID: base(name + "-dlq")} {
-				if got := props(tp.resources("AWS::SQS::Queue")[id]); !reflect.DeepEqual(got, want) {
-					t.Errorf("queue %s\n got %s\nwant %s", id, toJSON(got), toJSON(want))
-				}
-			}
+			_, dlqID := checkWorkQueue(t, tp, env, "capacity-"+env+"-reclaim-requests", fn, reclaimEventsTimeoutSeconds, 14)
 			// The dead-letter queue's policy only refuses plain http: nothing sends to it but SQS's redrive.
 			_, pol := tp.one(t, "AWS::SQS::QueuePolicy", "Queues", []any{ref(dlqID)})
 			if got := props(pol)["PolicyDocument"].(map[string]any)["Statement"]; !reflect.DeepEqual(got, []any{denyInsecure(dlqID)}) {
@@ -493,4 +472,34 @@ func TestIntakeRoutesEveryInboundDetailType(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkWorkQueue checks the queue name and its dead-letter queue "<name>-dlq" as workQueue
+// makes them, consumed by fn: SQS-managed encryption, kept retentionDays, tagged, the
+// visibility timeout 6 times fn's timeout (which must be wantTimeout), dead-lettered after 5
+// receives. It returns the two queues' logical ids.
+func checkWorkQueue(t *testing.T, tp tmpl, env, name string, fn map[string]any, wantTimeout, retentionDays float64) (qID, dlqID string) {
+	t.Helper()
+	qID, dlqID = queueID(t, tp, name), queueID(t, tp, name+"-dlq")
+	timeout := props(fn)["Timeout"].(float64)
+	if timeout != wantTimeout {
+		t.Errorf("%s's consumer Timeout %v, want %v", name, timeout, wantTimeout)
+	}
+	base := func(queue string) map[string]any {
+		return map[string]any{
+			"QueueName":              queue,
+			"SqsManagedSseEnabled":   true,
+			"MessageRetentionPeriod": retentionDays * 24 * 3600,
+			"Tags":                   []any{map[string]any{"Key": "env", "Value": env}, map[string]any{"Key": "project", "Value": "capacity"}},
+		}
+	}
+	wantQ := base(name)
+	wantQ["VisibilityTimeout"] = 6 * timeout
+	wantQ["RedrivePolicy"] = map[string]any{"deadLetterTargetArn": getAtt(dlqID, "Arn"), "maxReceiveCount": float64(5)}
+	for id, want := range map[string]map[string]any{qID: wantQ, dlqID: base(name + "-dlq")} {
+		if got := props(tp.resources("AWS::SQS::Queue")[id]); !reflect.DeepEqual(got, want) {
+			t.Errorf("queue %s\n got %s\nwant %s", id, toJSON(got), toJSON(want))
+		}
+	}
+	return qID, dlqID
 }

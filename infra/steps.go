@@ -29,25 +29,8 @@ const (
 func (s *CapacityStack) newTerminationStepsQueue() {
 	name := stackname.Resource(s.Env, "termination-steps")
 	c := constructs.NewConstruct(s.Stack, jsii.String("TerminationStepQueue"))
-	retention := awscdk.Duration_Days(jsii.Number(terminationStepRetentionDays))
-	s.TerminationStepsDeadLetters = awssqs.NewQueue(c, jsii.String("DeadLetterQueue"), &awssqs.QueueProps{
-		QueueName:       jsii.String(name + "-dlq"),
-		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
-		EnforceSSL:      jsii.Bool(true),
-		RetentionPeriod: retention,
-	})
-	s.TerminationSteps = awssqs.NewQueue(c, jsii.String("Queue"), &awssqs.QueueProps{
-		QueueName:       jsii.String(name),
-		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
-		EnforceSSL:      jsii.Bool(true),
-		RetentionPeriod: retention,
-		// Six times the function's timeout (AWS's advice for an SQS event source): a batch
-		// still in flight is not delivered again.
-		VisibilityTimeout: awscdk.Duration_Seconds(jsii.Number(6 * terminationStepsTimeoutSeconds)),
-		DeadLetterQueue: &awssqs.DeadLetterQueue{
-			Queue: s.TerminationStepsDeadLetters, MaxReceiveCount: jsii.Number(terminationStepMaxReceives),
-		},
-	})
+	s.TerminationSteps, s.TerminationStepsDeadLetters = workQueue(c, name, terminationStepRetentionDays,
+		terminationStepsTimeoutSeconds, terminationStepMaxReceives)
 }
 
 // newTerminationStepsFunction creates termination-steps, which starts an Express run of each
@@ -83,4 +66,30 @@ func (s *CapacityStack) newTerminationStepsFunction() awslambda.Function {
 		}},
 	}))
 	return fn
+}
+
+// workQueue creates the queue name, consumed by a function of timeout consumerTimeout
+// seconds, and its dead-letter queue "<name>-dlq" (after maxReceives receives): both
+// encrypted by SQS, TLS only, keeping a message retentionDays. A message's age counts from
+// its first enqueue, in the dead-letter queue too: the same retention there leaves days to
+// look at it after its last try. The visibility timeout is six times the consumer's timeout
+// (AWS's advice for an SQS event source), so a batch still in flight, and its retries of
+// throttled polls, is not delivered twice.
+func workQueue(c constructs.Construct, name string, retentionDays, consumerTimeout, maxReceives float64) (queue, deadLetters awssqs.Queue) {
+	retention := awscdk.Duration_Days(jsii.Number(retentionDays))
+	deadLetters = awssqs.NewQueue(c, jsii.String("DeadLetterQueue"), &awssqs.QueueProps{
+		QueueName:       jsii.String(name + "-dlq"),
+		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
+		EnforceSSL:      jsii.Bool(true),
+		RetentionPeriod: retention,
+	})
+	queue = awssqs.NewQueue(c, jsii.String("Queue"), &awssqs.QueueProps{
+		QueueName:         jsii.String(name),
+		Encryption:        awssqs.QueueEncryption_SQS_MANAGED,
+		EnforceSSL:        jsii.Bool(true),
+		RetentionPeriod:   retention,
+		VisibilityTimeout: awscdk.Duration_Seconds(jsii.Number(6 * consumerTimeout)),
+		DeadLetterQueue:   &awssqs.DeadLetterQueue{Queue: deadLetters, MaxReceiveCount: jsii.Number(maxReceives)},
+	})
+	return queue, deadLetters
 }

@@ -17,29 +17,8 @@ func TestTerminationStepsQueue(t *testing.T) {
 	for _, env := range allEnvs {
 		t.Run(env, func(t *testing.T) {
 			tp := synth(t, env)
-			name := "capacity-" + env + "-termination-steps"
-			qID, dlqID := queueID(t, tp, name), queueID(t, tp, name+"-dlq")
 			fnID, fn := functionByName(t, tp, env, "termination-steps")
-			timeout := props(fn)["Timeout"].(float64)
-			if timeout != terminationStepsTimeoutSeconds {
-				t.Errorf("termination-steps Timeout %v, want %d", timeout, terminationStepsTimeoutSeconds)
-			}
-			base := func(queue string) map[string]any {
-				return map[string]any{
-					"QueueName":              queue,
-					"SqsManagedSseEnabled":   true,
-					"MessageRetentionPeriod": float64(4 * 24 * 3600),
-					"Tags":                   []any{map[string]any{"Key": "env", "Value": env}, map[string]any{"Key": "project", "Value": "capacity"}},
-				}
-			}
-			wantQ := base(name)
-			wantQ["VisibilityTimeout"] = 6 * timeout
-			wantQ["RedrivePolicy"] = map[string]any{"deadLetterTargetArn": getAtt(dlqID, "Arn"), "maxReceiveCount": float64(5)}
-			for id, want := range map[string]map[string]any{qID: wantQ, dlqID: base(name + "-dlq")} {
-				if got := props(tp.resources("AWS::SQS::Queue")[id]); !reflect.DeepEqual(got, want) {
-					t.Errorf("queue %s\n got %s\nwant %s", id, toJSON(got), toJSON(want))
-				}
-			}
+			qID, dlqID := checkWorkQueue(t, tp, env, "capacity-"+env+"-termination-steps", fn, terminationStepsTimeoutSeconds, 4)
 
 			_, sm := tp.one(t, "AWS::StepFunctions::StateMachine", "StateMachineName", "capacity-"+env+"-termination-express")
 			_, pol := tp.one(t, "AWS::SQS::QueuePolicy", "Queues", []any{ref(qID)})
