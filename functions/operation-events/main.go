@@ -1,11 +1,12 @@
 // Command operation-events is a task of the termination workflow: it publishes a reclaim
 // operation's events on the capacity bus. Phase "notice" (before the grace period) publishes
 // the eviction notices of the VMs still to terminate; phase "report" (after the terminations)
-// publishes each VM's outcome and, once the operation has ended, its end. Both derive the
-// events from the stored operation under stable ids, so Step Functions' retries and the
-// reconciler's restarts only repeat events consumers deduplicate; the report of an ended
-// operation goes out once per attempt, under a claim in the operation's partition (two runs
-// of the task at once: one publishes).
+// publishes each VM's outcome and, once every VM's is final, the operation's end, then writes
+// that end (completed or failed) on the operation. Both derive the events from the stored
+// operation under stable ids, so Step Functions' retries and the reconciler's restarts only
+// repeat events consumers deduplicate; the report of an operation's end goes out once per
+// attempt, under a claim in the operation's partition (two runs of the task at once: one
+// publishes and ends it), and a report of an operation already ended publishes nothing.
 //
 // Environment: envvar.OperationEvents.
 package main
@@ -32,6 +33,8 @@ func main() {
 		Logger:    logger,
 		// The end's report once per attempt, though a task is run twice (a duplicate delivery).
 		Claims: store,
+		// ReclaimTerminationTime, from the report's end write.
+		Metrics: s.Metrics(),
 	}
 	lambda.Start(handler(announcer, logger))
 }

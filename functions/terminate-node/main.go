@@ -41,12 +41,7 @@ func main() {
 		logger.Warn("AGENT_ALLOW_HTTP is set: plain http agent endpoints are accepted (local stack only)")
 	}
 	store := s.Store.Open(cfg)
-	term := &capacity.Terminator{
-		Store:   store,
-		Agent:   nodeAgent,
-		Logger:  logger,
-		Metrics: s.Metrics(),
-	}
+	term := &capacity.Terminator{Store: store, Agent: nodeAgent, Logger: logger}
 	notifier := &capacity.EvictionNotifier{Store: store, Agent: nodeAgent, Logger: logger, Budget: noticeBudget}
 	lambda.Start(dispatch(term, notifier, logger))
 }

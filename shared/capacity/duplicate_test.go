@@ -3,11 +3,13 @@ package capacity_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/openrelay/capacity/shared/awsfault"
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/capacitytest"
 )
@@ -70,17 +72,16 @@ func (m *endCounter) OperationEnded(context.Context, capacity.Operation, time.Ti
 }
 
 // The same round delivered twice at once, as two runs (two executions, so two holders): each
-// VM's agent is called once, each VM gets one outcome item, the operation ends once, and the
-// run that found a VM claimed neither calls nor fails it.
+// VM's agent is called once, each VM gets one outcome item, and the run that found a VM
+// claimed neither calls nor fails it. Neither ends the operation: its Report step does.
 func TestDuplicateRoundsAtOnceTerminateEachVMOnce(t *testing.T) {
 	env, op := eightVictims(t, nil)
 	g := newGate()
 	twice := 2 * int64(len(op.VMIDs))
 	store := &claimCounter{TerminationStore: env.Store, gate: g, want: twice}
 	agent := &capacitytest.Agent{}
-	ended := &endCounter{}
 	term := &capacity.Terminator{Store: store, Agent: heldAgent{Agent: agent, gate: g, entered: new(atomic.Int64), all: twice},
-		Concurrency: 8, Logger: quiet, Metrics: ended}
+		Concurrency: 8, Logger: quiet}
 
 	var wg sync.WaitGroup
 	reports := make([]*capacity.TerminationReport, 2)
@@ -121,8 +122,8 @@ func TestDuplicateRoundsAtOnceTerminateEachVMOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.State != capacity.OpCompleted || ended.ended.Load() != 1 {
-		t.Errorf("operation %s, ended %d times; want completed once", got.State, ended.ended.Load())
+	if got.State != capacity.OpTerminating || !got.Ended() || got.EndState() != capacity.OpCompleted {
+		t.Errorf("operation %s, every VM final %v; want terminating with every VM terminated, left to its Report", got.State, got.Ended())
 	}
 	outcomes := 0
 	for _, it := range env.Items(t, env.Store.Table) {
@@ -159,15 +160,13 @@ func TestBusyVMOnTheLastRoundIsLeftToItsHolder(t *testing.T) {
 	}
 }
 
-// failEnd makes the run die after its outcomes are written, before it ends the operation: a
-// run cut off at its time limit (Express stops the execution; the invocation it was in
-// finishes its writes, then nothing follows).
-type failEnd struct{ capacity.TerminationStore }
-
-var errCutOff = errors.New("run cut off")
-
-func (s failEnd) EndOperation(context.Context, capacity.Operation, capacity.OperationState, time.Time) error {
-	return errCutOff
+// reportStep runs the workflow's Report step of the operation's first attempt.
+func reportStep(t *testing.T, store capacity.TerminationStore, op *capacity.Operation) {
+	t.Helper()
+	a := &capacity.Announcer{Store: store, Claims: store.(capacity.ReportClaims), Logger: quiet}
+	if _, err := a.Report(context.Background(), op.NodeID, op.ID, 1); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // staleFirstRead answers the first GetOperation without outcomes, as a run that read the
@@ -185,8 +184,8 @@ func (s *staleFirstRead) GetOperation(ctx context.Context, nodeID, opID string) 
 	return op, err
 }
 
-// A run cut off after its terminations is finished by the next delivery, or by the
-// reconciler, without a second terminate call.
+// A run cut off after its terminations, before its Report step, is finished by the next
+// delivery of the step and its Report, or by the reconciler, without a second terminate call.
 func TestRoundCutOffIsFinishedWithoutASecondTerminate(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -196,6 +195,7 @@ func TestRoundCutOffIsFinishedWithoutASecondTerminate(t *testing.T) {
 			if _, err := term.Run(context.Background(), capacity.TerminationTask{ReclaimID: op.ID, NodeID: "n1", VMIDs: op.VMIDs, ExecutionARN: "arn:exec:2", MaxRounds: 5}); err != nil {
 				t.Fatal(err)
 			}
+			reportStep(t, store, op)
 		}},
 		{"a delivery that read the operation before the cut-off run's outcomes, after its claims lapsed", func(t *testing.T, store capacity.TerminationStore, term *capacity.Terminator, op *capacity.Operation) {
 			late := *term
@@ -205,9 +205,11 @@ func TestRoundCutOffIsFinishedWithoutASecondTerminate(t *testing.T) {
 			if _, err := late.Run(context.Background(), capacity.TerminationTask{ReclaimID: op.ID, NodeID: "n1", VMIDs: op.VMIDs, ExecutionARN: "arn:exec:2", MaxRounds: 5}); err != nil {
 				t.Fatal(err)
 			}
+			reportStep(t, store, op)
 		}},
 		{"the reconciler", func(t *testing.T, store capacity.TerminationStore, term *capacity.Terminator, op *capacity.Operation) {
-			r := &capacity.Reconciler{Store: store, Workflow: &capacitytest.Workflow{}, StartAfter: time.Nanosecond, StuckAfter: time.Hour, Logger: quiet}
+			r := &capacity.Reconciler{Store: store, Workflow: &capacitytest.Workflow{}, StartAfter: time.Nanosecond, StuckAfter: time.Hour, Logger: quiet,
+				Now: func() time.Time { return time.Now().Add(capacity.DefaultReportAfter) }} // the Report step never came
 			report, err := r.Run(context.Background())
 			if err != nil || len(report.Ended) != 1 {
 				t.Fatalf("reconciler: %+v, %v; want the operation ended", report, err)
@@ -218,9 +220,9 @@ func TestRoundCutOffIsFinishedWithoutASecondTerminate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			env, op := eightVictims(t, nil)
 			agent := &capacitytest.Agent{}
-			cut := &capacity.Terminator{Store: failEnd{env.Store}, Agent: agent, Logger: quiet}
+			cut := &capacity.Terminator{Store: env.Store, Agent: agent, Logger: quiet}
 			task := capacity.TerminationTask{ReclaimID: op.ID, NodeID: "n1", VMIDs: op.VMIDs, ExecutionARN: "arn:exec:1", MaxRounds: 5}
-			if _, err := cut.Run(context.Background(), task); !errors.Is(err, errCutOff) {
+			if _, err := cut.Run(context.Background(), task); err != nil { // then cut off: no Report step
 				t.Fatalf("cut-off run: %v", err)
 			}
 			tt.finish(t, env.Store, &capacity.Terminator{Store: env.Store, Agent: agent, Logger: quiet}, op)
@@ -270,53 +272,140 @@ func (p heldPublisher) Publish(ctx context.Context, events []capacity.Event) err
 	return p.Publisher.Publish(ctx, events)
 }
 
-// The report of an ended operation delivered twice at once goes out once; one whose publish
-// failed goes out on the retry; a later duplicate publishes nothing.
-func TestDuplicateReportsPublishOnce(t *testing.T) {
+// endWrites counts the end writes that landed.
+type endWrites struct {
+	capacity.TerminationStore
+	landed atomic.Int64
+}
+
+func (s *endWrites) EndOperation(ctx context.Context, op capacity.Operation, state capacity.OperationState, now time.Time) error {
+	err := s.TerminationStore.EndOperation(ctx, op, state, now)
+	if err == nil {
+		s.landed.Add(1)
+	}
+	return err
+}
+
+// The Report step of an operation whose VMs are all final, delivered twice at once: one
+// publish of the report (each VM's outcome and the end), one end write, the operation
+// completed, and its end reported once to the metrics; a later duplicate (long after the claim
+// lapsed) reads it ended and publishes nothing.
+func TestDuplicateReportsPublishAndEndOnce(t *testing.T) {
 	env, op := eightVictims(t, nil)
 	ctx := context.Background()
 	term := &capacity.Terminator{Store: env.Store, Agent: &capacitytest.Agent{}, Logger: quiet}
-	runWorkflow(t, term, op, 5)
+	rounds(t, term, op, 5)
 
-	t.Run("at once", func(t *testing.T) {
-		g := newGate()
-		claims := &claimReports{ReportClaims: env.Store, gate: g}
-		pub := &capacitytest.Publisher{}
-		a := &capacity.Announcer{Store: env.Store, Publisher: heldPublisher{Publisher: pub, gate: g, entered: new(atomic.Int64)}, Claims: claims, Logger: quiet}
-		var wg sync.WaitGroup
-		published := make([]int, 2)
-		for i := range 2 {
-			wg.Go(func() {
-				n, err := a.Report(ctx, "n1", op.ID, 1)
-				if err != nil {
-					t.Error(err)
-				}
-				published[i] = n
-			})
-		}
-		wg.Wait()
-		// Each VM's outcome and the operation's end, once.
-		if want := len(op.VMIDs) + 1; pub.Calls() != 1 || len(pub.Published()) != want || published[0]+published[1] != want {
-			t.Fatalf("%d publish calls, %d events (runs say %v); want 1 call of %d", pub.Calls(), len(pub.Published()), published, want)
-		}
-		again := &capacitytest.Publisher{}
-		b := &capacity.Announcer{Store: env.Store, Publisher: again, Claims: env.Store, Logger: quiet,
-			Now: func() time.Time { return time.Now().Add(time.Hour) }} // long after the claim lapsed: done is done
-		if n, err := b.Report(ctx, "n1", op.ID, 1); err != nil || n != 0 || again.Calls() != 0 {
-			t.Fatalf("a later duplicate published %d events (%d calls), %v; want nothing", n, again.Calls(), err)
-		}
-	})
+	g := newGate()
+	claims := &claimReports{ReportClaims: env.Store, gate: g}
+	pub := &capacitytest.Publisher{}
+	store := &endWrites{TerminationStore: env.Store}
+	ended := &endCounter{}
+	a := &capacity.Announcer{Store: store, Publisher: heldPublisher{Publisher: pub, gate: g, entered: new(atomic.Int64)},
+		Claims: claims, Metrics: ended, Logger: quiet}
+	var wg sync.WaitGroup
+	published := make([]int, 2)
+	for i := range 2 {
+		wg.Go(func() {
+			n, err := a.Report(ctx, "n1", op.ID, 1)
+			if err != nil {
+				t.Error(err)
+			}
+			published[i] = n
+		})
+	}
+	wg.Wait()
+	if want := len(op.VMIDs) + 1; pub.Calls() != 1 || len(pub.Published()) != want || published[0]+published[1] != want {
+		t.Fatalf("%d publish calls, %d events (runs say %v); want 1 call of %d", pub.Calls(), len(pub.Published()), published, want)
+	}
+	if store.landed.Load() != 1 || ended.ended.Load() != 1 {
+		t.Fatalf("%d end writes, %d ends reported; want 1 each", store.landed.Load(), ended.ended.Load())
+	}
+	got, err := env.Clean().GetOperation(ctx, "n1", op.ID)
+	if err != nil || got.State != capacity.OpCompleted {
+		t.Fatalf("operation %v, %v; want completed", got, err)
+	}
+	again := &capacitytest.Publisher{}
+	b := &capacity.Announcer{Store: store, Publisher: again, Claims: env.Store, Logger: quiet,
+		Now: func() time.Time { return time.Now().Add(time.Hour) }} // long after the claim lapsed: ended is reported
+	if n, err := b.Report(ctx, "n1", op.ID, 1); err != nil || n != 0 || again.Calls() != 0 || store.landed.Load() != 1 {
+		t.Fatalf("a later duplicate published %d events (%d calls), %v, %d end writes; want nothing", n, again.Calls(), err, store.landed.Load())
+	}
 }
 
-// A report whose publish failed releases its claim, so the task's retry publishes it.
+// A Report cut off after its publish, before its end write (the write refused: the only
+// UpdateItem of the report): the task fails, the operation stays terminating with every VM
+// final, and the retry publishes the same event ids and ends it. An end write whose answer was
+// lost (it landed; the SDK's retry meets the condition it already changed) is the task's
+// success.
+func TestReportCutOffBeforeItsEndIsEndedByTheRetry(t *testing.T) {
+	for _, tt := range []struct {
+		fault      awsfault.Fault
+		failsFirst bool
+	}{
+		{awsfault.AccessDenied, true},
+		{awsfault.AmbiguousTimeout, false},
+	} {
+		t.Run(string(tt.fault), func(t *testing.T) {
+			inj := awsfault.New(1, awsfault.Rule{Operation: "UpdateItem", Fault: tt.fault, Rate: 1, Max: 1})
+			env, op := eightVictims(t, inj)
+			ctx := context.Background()
+			clean := env.Clean()
+			rounds(t, &capacity.Terminator{Store: clean, Agent: &capacitytest.Agent{}, Logger: quiet}, op, 5)
+			pub := &capacitytest.Publisher{}
+			a := &capacity.Announcer{Store: env.Store, Publisher: pub, Claims: env.Store, Logger: quiet}
+			_, err := a.Report(ctx, "n1", op.ID, 1)
+			first := eventIDs(pub.Published())
+			if len(first) != len(op.VMIDs)+1 {
+				t.Fatalf("first report published %v; want every VM's outcome and the end", first)
+			}
+			if !tt.failsFirst {
+				if got, gerr := clean.GetOperation(ctx, "n1", op.ID); err != nil || gerr != nil || got.State != capacity.OpCompleted {
+					t.Fatalf("end write whose answer was lost: %v, then %v, %v; want success, completed", err, got, gerr)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("report whose end write failed succeeded; want the task to fail")
+			}
+			got, err := clean.GetOperation(ctx, "n1", op.ID)
+			if err != nil || got.State != capacity.OpTerminating || !got.Ended() {
+				t.Fatalf("after the cut-off report: %v, %v; want terminating with every VM final", got, err)
+			}
+			if n, err := a.Report(ctx, "n1", op.ID, 1); err != nil || n != len(first) {
+				t.Fatalf("retry: %d events, %v; want %d", n, err, len(first))
+			}
+			if again := eventIDs(pub.Published()[len(first):]); !slices.Equal(again, first) {
+				t.Errorf("retry published %v, want the same ids %v", again, first)
+			}
+			if got, err := clean.GetOperation(ctx, "n1", op.ID); err != nil || got.State != capacity.OpCompleted {
+				t.Fatalf("after the retry: %v, %v; want completed", got, err)
+			}
+		})
+	}
+}
+
+func eventIDs(events []capacity.Event) []string {
+	ids := make([]string, 0, len(events))
+	for _, e := range events {
+		ids = append(ids, e.ID)
+	}
+	return ids
+}
+
+// A report whose publish failed releases its claim and writes no end, so the task's retry
+// publishes it and ends the operation.
 func TestFailedReportIsPublishedOnRetry(t *testing.T) {
 	env, op := eightVictims(t, nil)
 	ctx := context.Background()
-	runWorkflow(t, &capacity.Terminator{Store: env.Store, Agent: &capacitytest.Agent{}, Logger: quiet}, op, 5)
+	rounds(t, &capacity.Terminator{Store: env.Store, Agent: &capacitytest.Agent{}, Logger: quiet}, op, 5)
 	pub := &capacitytest.Publisher{FailFirst: 1}
 	a := &capacity.Announcer{Store: env.Store, Publisher: pub, Claims: env.Store, Logger: quiet}
 	if _, err := a.Report(ctx, "n1", op.ID, 1); !errors.Is(err, capacitytest.ErrPublish) {
 		t.Fatalf("first try: %v, want the publisher's error", err)
+	}
+	if got, err := env.Clean().GetOperation(ctx, "n1", op.ID); err != nil || got.State != capacity.OpTerminating {
+		t.Fatalf("after a failed publish: %v, %v; want still terminating", got, err)
 	}
 	if n, err := a.Report(ctx, "n1", op.ID, 1); err != nil || n != len(op.VMIDs)+1 || len(pub.Published()) != n {
 		t.Fatalf("retry published %d (%d events), %v; want %d", n, len(pub.Published()), err, len(op.VMIDs)+1)

@@ -308,29 +308,40 @@ type OperationReader interface {
 	GetOperation(ctx context.Context, nodeID, opID string) (*Operation, error)
 }
 
+// ReportStore is what the Announcer reads and writes: the operation, and its end.
+type ReportStore interface {
+	OperationReader
+	// EndOperation moves an operation terminating at op's attempt to its end state;
+	// ErrConflict if it is no longer so (see TerminationStore).
+	EndOperation(ctx context.Context, op Operation, state OperationState, now time.Time) error
+}
+
 // Announcer publishes a reclaim operation's events from its termination workflow: the
 // notices before the grace period, the report after the terminations. Both read the
 // operation and derive the events from it, so a retried or restarted task publishes the same
-// events under the same ids.
+// events under the same ids. The report of an operation whose every VM is final ends it,
+// after publishing: the end write is what says the report went out.
 type Announcer struct {
-	Store     OperationReader
-	Publisher Publisher
+	Store     ReportStore
+	Publisher Publisher // nil: nothing published (a stack without a bus)
 	Logger    *slog.Logger
-	// Claims, if set, makes the report of an ended operation's attempt go out once: of two
-	// runs of the report at once (a duplicate delivery), the one holding its claim publishes.
+	// Claims, if set, makes the report of an operation's end go out once per attempt: of two
+	// runs of the report at once (a duplicate delivery, the reconciler), the one holding its
+	// claim publishes and ends the operation.
 	Claims ReportClaims
-	Now    func() time.Time
+	// Metrics is told of the operations this Announcer ends (nil: none).
+	Metrics Metrics
+	Now     func() time.Time
 }
 
 // ReportClaims is the store of report claims (shared/dynamo's Store).
 type ReportClaims interface {
 	// ClaimReport takes the report claim of op's attempt for holder until the time: it
-	// succeeds when there is none, a lapsed one not done, or holder's own; ErrConflict
-	// otherwise (another run reports it, or reported it).
+	// succeeds when there is none, a lapsed one, or holder's own; ErrConflict otherwise
+	// (another run is reporting it).
 	ClaimReport(ctx context.Context, op Operation, holder string, now, until time.Time) error
-	// ReportDone marks holder's claim done: the attempt was reported.
-	ReportDone(ctx context.Context, op Operation, holder string) error
-	// ReleaseReport drops holder's claim if not done (its publish failed; a retry reports).
+	// ReleaseReport drops holder's claim (its publish or its end write failed: a retry
+	// reports).
 	ReleaseReport(ctx context.Context, op Operation, holder string) error
 }
 
@@ -357,53 +368,143 @@ func (a *Announcer) Notify(ctx context.Context, nodeID, reclaimID string, attemp
 }
 
 // Report publishes what the operation's outcomes say (see OperationReport) and returns how
-// many events. Any attempt may: the events are derived from the operation as it is now and
-// their ids are stable, so a repeat only repeats events already published.
+// many events. For an operation of the task's attempt whose every VM is final it then ends
+// the operation (EndOperation), under the attempt's report claim: the events go first, so an
+// operation that reads ended was reported, and a later duplicate publishes nothing. If the end
+// write fails after the publish, the task fails and its retry (or the reconciler) publishes
+// the same events, under the same ids, and ends it. A report of an operation still running (a
+// VM left to another run's claim, a late task of an older attempt) publishes its VMs' outcomes
+// so far and writes nothing.
 func (a *Announcer) Report(ctx context.Context, nodeID, reclaimID string, attempt int) (int, error) {
 	op, err := a.Store.GetOperation(ctx, nodeID, reclaimID)
 	if err != nil {
 		return 0, fmt.Errorf("read operation %s: %w", reclaimID, err)
 	}
-	events := OperationReport(*op)
-	holder := ""
-	if a.Claims != nil && (op.State == OpCompleted || op.State == OpFailed) {
-		// The end's report: once per attempt. (A report of an operation still running, from
-		// a late task of an older attempt, repeats events the end's report carries again.)
-		holder = NewID()
-		now := time.Now().UTC()
-		if a.Now != nil {
-			now = a.Now().UTC()
-		}
-		until := now.Add(DefaultClaimFor)
-		if d, ok := ctx.Deadline(); ok {
-			until = d.UTC().Add(ClaimMargin)
-		}
-		err := a.Claims.ClaimReport(ctx, *op, holder, now, until)
-		if errors.Is(err, ErrConflict) {
-			a.logger().InfoContext(ctx, "operation report claimed by another run", "reclaim_id", reclaimID, "attempt", op.CurrentAttempt())
-			return 0, nil
-		}
-		if err != nil {
-			return 0, fmt.Errorf("claim report of %s: %w", reclaimID, err)
-		}
-	}
-	if err := publish(ctx, a.Publisher, events); err != nil {
-		if holder != "" {
-			if rerr := a.Claims.ReleaseReport(ctx, *op, holder); rerr != nil {
-				a.logger().WarnContext(ctx, "release of a report claim failed", "reclaim_id", reclaimID, "err", rerr)
-			}
-		}
-		return 0, fmt.Errorf("publish report of %s: %w", reclaimID, err)
-	}
-	if holder != "" {
-		if err := a.Claims.ReportDone(ctx, *op, holder); err != nil {
-			// Published: a retry would publish again (same ids), so no error for the task.
-			a.logger().WarnContext(ctx, "report published, but its claim not marked done", "reclaim_id", reclaimID, "err", err)
-		}
+	res, err := a.report(ctx, *op, max(1, attempt))
+	if err != nil {
+		return 0, err
 	}
 	a.logger().InfoContext(ctx, "operation report published", "reclaim_id", reclaimID, "node", nodeID,
-		"task_attempt", max(1, attempt), "attempt", op.CurrentAttempt(), "events", len(events))
+		"task_attempt", max(1, attempt), "attempt", op.CurrentAttempt(), "events", res.events, "ended", res.ended)
+	return res.events, nil
+}
+
+// reportResult is what a report did: events published, whether its end write landed, and
+// whether it failed at the publish.
+type reportResult struct {
+	events        int
+	ended         bool
+	publishFailed bool
+}
+
+// report reports the operation as read (see Report) for the task's attempt.
+func (a *Announcer) report(ctx context.Context, op Operation, attempt int) (reportResult, error) {
+	switch {
+	case op.State == OpTerminating && op.Ended() && attempt == op.CurrentAttempt():
+		return a.end(ctx, op)
+	case op.State == OpCompleted || op.State == OpFailed:
+		if a.Claims == nil || op.ReportClaimed {
+			return reportResult{}, nil // ended by its report (or the reconciler's, before failing it)
+		}
+		// Ended by a writer that published nothing (a version whose rounds wrote the end):
+		// its report, once.
+		n, err := a.publishOnce(ctx, op, a.now())
+		return reportResult{events: n, publishFailed: err != nil}, err
+	default:
+		events := OperationReport(op)
+		if err := publish(ctx, a.Publisher, events); err != nil {
+			return reportResult{publishFailed: true}, fmt.Errorf("publish report of %s: %w", op.ID, err)
+		}
+		return reportResult{events: len(events)}, nil
+	}
+}
+
+// end publishes the report of a terminating operation whose every VM is final, as it will
+// end, then writes its end, under the attempt's report claim.
+func (a *Announcer) end(ctx context.Context, op Operation) (reportResult, error) {
+	now := a.now()
+	ended := op
+	ended.State, ended.UpdatedAt = op.EndState(), now
+	holder, ok, err := a.claim(ctx, op, now)
+	if err != nil || !ok {
+		return reportResult{}, err
+	}
+	events := OperationReport(ended)
+	if err := publish(ctx, a.Publisher, events); err != nil {
+		a.release(ctx, op, holder)
+		return reportResult{publishFailed: true}, fmt.Errorf("publish report of %s: %w", op.ID, err)
+	}
+	err = a.Store.EndOperation(ctx, op, ended.State, now)
+	if errors.Is(err, ErrConflict) {
+		// Not terminating at this attempt any more: this write's own first try, whose answer
+		// was lost (only the claim's holder ends it).
+		a.logger().InfoContext(ctx, "operation ended since read", "reclaim_id", op.ID, "attempt", op.CurrentAttempt())
+		return reportResult{events: len(events)}, nil
+	}
+	if err != nil {
+		// Published but not ended: the retry publishes the same ids again and ends it.
+		a.release(ctx, op, holder)
+		return reportResult{events: len(events)}, fmt.Errorf("end operation %s as %s: %w", op.ID, ended.State, err)
+	}
+	a.logger().InfoContext(ctx, "reclaim operation ended", "reclaim_id", op.ID, "state", ended.State)
+	if a.Metrics != nil {
+		a.Metrics.OperationEnded(ctx, op, now)
+	}
+	return reportResult{events: len(events), ended: true}, nil
+}
+
+// publishOnce publishes the report of op (as it ends, or ended) under its attempt's report
+// claim (with Claims) and returns how many events: none when another run holds the claim.
+func (a *Announcer) publishOnce(ctx context.Context, op Operation, now time.Time) (int, error) {
+	holder, ok, err := a.claim(ctx, op, now)
+	if err != nil || !ok {
+		return 0, err
+	}
+	events := OperationReport(op)
+	if err := publish(ctx, a.Publisher, events); err != nil {
+		a.release(ctx, op, holder)
+		return 0, fmt.Errorf("publish report of %s: %w", op.ID, err)
+	}
 	return len(events), nil
+}
+
+// claim takes the report claim of op's attempt for a new holder, returned ("" without
+// Claims: nothing to release); ok is false when another run holds it.
+func (a *Announcer) claim(ctx context.Context, op Operation, now time.Time) (holder string, ok bool, err error) {
+	if a.Claims == nil {
+		return "", true, nil
+	}
+	holder = NewID()
+	until := now.Add(DefaultClaimFor)
+	if d, ok := ctx.Deadline(); ok {
+		until = d.UTC().Add(ClaimMargin)
+	}
+	err = a.Claims.ClaimReport(ctx, op, holder, now, until)
+	if errors.Is(err, ErrConflict) {
+		a.logger().InfoContext(ctx, "operation report claimed by another run", "reclaim_id", op.ID, "attempt", op.CurrentAttempt())
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("claim report of %s: %w", op.ID, err)
+	}
+	return holder, true, nil
+}
+
+// release drops holder's report claim after a failure, so that the retry reports at once.
+func (a *Announcer) release(ctx context.Context, op Operation, holder string) {
+	if holder == "" {
+		return
+	}
+	if err := a.Claims.ReleaseReport(ctx, op, holder); err != nil {
+		a.logger().WarnContext(ctx, "release of a report claim failed", "reclaim_id", op.ID, "err", err)
+	}
+}
+
+func (a *Announcer) now() time.Time {
+	if a.Now != nil {
+		return a.Now().UTC()
+	}
+	return time.Now().UTC()
 }
 
 func (a *Announcer) logger() *slog.Logger {
@@ -413,9 +514,9 @@ func (a *Announcer) logger() *slog.Logger {
 	return slog.Default()
 }
 
-// publish publishes the events, if any.
+// publish publishes the events, if any and if there is a bus.
 func publish(ctx context.Context, p Publisher, events []Event) error {
-	if len(events) == 0 {
+	if len(events) == 0 || p == nil {
 		return nil
 	}
 	return p.Publish(ctx, events)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"reflect"
 	"slices"
 	"testing"
@@ -136,8 +137,18 @@ func TestOperationReport(t *testing.T) {
 	}
 }
 
-// memOps is an OperationReader over operations in memory.
+// memOps is a ReportStore over operations in memory.
 type memOps map[string]capacity.Operation
+
+func (m memOps) EndOperation(_ context.Context, op capacity.Operation, state capacity.OperationState, now time.Time) error {
+	got, ok := m[op.ID]
+	if !ok || got.State != capacity.OpTerminating || got.CurrentAttempt() != op.CurrentAttempt() {
+		return capacity.ErrConflict
+	}
+	got.State, got.UpdatedAt = state, now
+	m[op.ID] = got
+	return nil
+}
 
 func (m memOps) GetOperation(_ context.Context, _, id string) (*capacity.Operation, error) {
 	op, ok := m[id]
@@ -153,6 +164,8 @@ func TestAnnouncer(t *testing.T) {
 	ops := memOps{
 		"rcl_1": reported(capacity.OpTerminating, 2, map[string]capacity.VMOutcome{
 			"va": {Outcome: capacity.OutcomeTerminated, At: t0, Attempt: 2}}),
+		"rcl_final": reported(capacity.OpTerminating, 1, map[string]capacity.VMOutcome{
+			"va": {Outcome: capacity.OutcomeTerminated, At: t0, Attempt: 1}, "vb": {Outcome: capacity.OutcomeTerminated, At: t0, Attempt: 1}}),
 		"rcl_done": reported(capacity.OpCompleted, 1, map[string]capacity.VMOutcome{
 			"va": {Outcome: capacity.OutcomeTerminated, At: t0, Attempt: 1}, "vb": {Outcome: capacity.OutcomeTerminated, At: t0, Attempt: 1}}),
 	}
@@ -166,22 +179,25 @@ func TestAnnouncer(t *testing.T) {
 		reclaimID string
 		attempt   int
 		err       error
-		want      int  // events published (and returned)
-		wantErr   bool // the task fails (Step Functions retries it)
-		calls     int  // Publish calls
+		want      int                     // events published (and returned)
+		wantErr   bool                    // the task fails (Step Functions retries it)
+		calls     int                     // Publish calls
+		state     capacity.OperationState // the operation's after
 	}{
-		{"notices of the current attempt", "notice", "rcl_1", 2, nil, 1, false, 1},
-		{"notices of an older attempt: none", "notice", "rcl_1", 1, nil, 0, false, 0},
-		{"notices of an ended operation: none to publish", "notice", "rcl_done", 1, nil, 0, false, 0},
-		{"notices not published: an error, none claimed", "notice", "rcl_1", 2, outage, 0, true, 1},
-		{"report", "report", "rcl_done", 1, nil, 3, false, 1},
-		{"report from an older attempt's task: the same events", "report", "rcl_1", 1, nil, 1, false, 1},
-		{"report not published: an error, none claimed", "report", "rcl_done", 1, outage, 0, true, 1},
-		{"operation not found", "report", "rcl_gone", 1, nil, 0, true, 0},
+		{"notices of the current attempt", "notice", "rcl_1", 2, nil, 1, false, 1, capacity.OpTerminating},
+		{"notices of an older attempt: none", "notice", "rcl_1", 1, nil, 0, false, 0, capacity.OpTerminating},
+		{"notices of an ended operation: none to publish", "notice", "rcl_done", 1, nil, 0, false, 0, capacity.OpCompleted},
+		{"notices not published: an error, none claimed", "notice", "rcl_1", 2, outage, 0, true, 1, capacity.OpTerminating},
+		{"report of every VM final: published, then ended", "report", "rcl_final", 1, nil, 3, false, 1, capacity.OpCompleted},
+		{"report of an ended operation: its report ended it, nothing", "report", "rcl_done", 1, nil, 0, false, 0, capacity.OpCompleted},
+		{"report from an older attempt's task: the same events, no end", "report", "rcl_1", 1, nil, 1, false, 1, capacity.OpTerminating},
+		{"report not published: an error, none claimed, not ended", "report", "rcl_final", 1, outage, 0, true, 1, capacity.OpTerminating},
+		{"operation not found", "report", "rcl_gone", 1, nil, 0, true, 0, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pub := &capacitytest.Publisher{Err: tt.err}
+			ops := maps.Clone(ops)
 			a := &capacity.Announcer{Store: ops, Publisher: pub, Logger: quiet}
 			run := a.Notify
 			if tt.phase == "report" {
@@ -196,6 +212,9 @@ func TestAnnouncer(t *testing.T) {
 			}
 			if tt.err != nil && !errors.Is(err, tt.err) {
 				t.Errorf("error %v does not wrap the publisher's", err)
+			}
+			if got := ops[tt.reclaimID].State; got != tt.state {
+				t.Errorf("operation %s after, want %s", got, tt.state)
 			}
 		})
 	}

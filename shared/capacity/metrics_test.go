@@ -125,12 +125,12 @@ func TestApplyingARetryIsRecorded(t *testing.T) {
 func TestEndingAnOperationReportsItsDurationOnce(t *testing.T) {
 	for _, tt := range []struct {
 		name       string
-		terminate  int  // concurrent rounds
+		reports    int  // concurrent Report steps
 		reconciler bool // and a reconciler run
 	}{
-		{"a round", 1, false},
-		{"two racing rounds", 2, false},
-		{"two rounds and the reconciler", 2, true},
+		{"a report", 1, false},
+		{"two racing reports", 2, false},
+		{"two reports and the reconciler", 2, true},
 		{"the reconciler", 0, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -150,14 +150,15 @@ func TestEndingAnOperationReportsItsDurationOnce(t *testing.T) {
 			}
 			m := &recordedMetrics{}
 			endAt := func() time.Time { return op.CreatedAt.Add(90 * time.Second) }
-			term := &capacity.Terminator{Store: env.Store, Agent: &capacitytest.Agent{}, Logger: quiet, Metrics: m, Now: endAt}
+			report := &capacity.Announcer{Store: env.Store, Claims: env.Store, Logger: quiet, Metrics: m, Now: endAt}
 			wf := &capacitytest.Workflow{}
 			_ = wf.Start(ctx, *op)
-			rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: 0, StuckAfter: time.Hour, Logger: quiet, Metrics: m, Now: endAt}
+			rec := &capacity.Reconciler{Store: env.Store, Workflow: wf, StartAfter: 0, StuckAfter: time.Hour, ReportAfter: 10 * time.Second,
+				Claims: env.Store, Logger: quiet, Metrics: m, Now: endAt}
 			var wg sync.WaitGroup
-			for range tt.terminate {
+			for range tt.reports {
 				wg.Go(func() {
-					if _, err := term.Run(ctx, capacity.TerminationTask{ReclaimID: op.ID, NodeID: "n1", VMIDs: op.VMIDs, ExecutionARN: "arn:x", MaxRounds: 3}); err != nil {
+					if _, err := report.Report(ctx, "n1", op.ID, 1); err != nil {
 						t.Error(err)
 					}
 				})
@@ -177,13 +178,18 @@ func TestEndingAnOperationReportsItsDurationOnce(t *testing.T) {
 	}
 }
 
-func TestTerminationRoundsReportTheEndOnce(t *testing.T) {
+func TestTheReportStepReportsTheEndOnce(t *testing.T) {
 	env, _, op := evicted(t)
 	m := &recordedMetrics{}
-	term := &capacity.Terminator{Store: env.Store, Agent: &capacitytest.Agent{FailFirst: map[string]int{"s1": 1}}, Logger: quiet, Metrics: m,
-		Now: func() time.Time { return op.CreatedAt.Add(2 * time.Second) }}
-	runWorkflow(t, term, op, 5)
-	runWorkflow(t, term, op, 5) // a re-run of the finished workflow ends nothing
+	endAt := func() time.Time { return op.CreatedAt.Add(2 * time.Second) }
+	term := &capacity.Terminator{Store: env.Store, Agent: &capacitytest.Agent{FailFirst: map[string]int{"s1": 1}}, Logger: quiet, Now: endAt}
+	report := &capacity.Announcer{Store: env.Store, Claims: env.Store, Logger: quiet, Metrics: m, Now: endAt}
+	for range 2 { // a re-run of the finished workflow ends nothing
+		rounds(t, term, op, 5)
+		if _, err := report.Report(context.Background(), "n1", op.ID, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if want := []time.Duration{2 * time.Second}; !reflect.DeepEqual(m.ended, want) {
 		t.Errorf("reported %v, want %v", m.ended, want)
 	}

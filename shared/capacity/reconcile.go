@@ -22,12 +22,12 @@ import (
 //     (UpdatedAt, its newest outcome) for AttemptBound, longer than an alive attempt takes,
 //     is restarted as the next attempt (RestartOperation, conditioned on the state and attempt
 //     read), at most MaxRestarts times; past that it fails with a reason;
-//   - a terminating operation whose VMs all have outcomes is ended, as a backstop to the
-//     workflow's own end;
+//   - a terminating operation whose VMs are all final and that has not changed for
+//     ReportAfter (its workflow's Report step was cut off, failed, or never came: a VM left
+//     to another run's claim on the last round) gets its report and its end, by the same
+//     Announcer.Report as the workflow's, under the attempt's report claim: once, even with
+//     two reconcilers or a late Report step at once;
 //   - a terminating operation past StuckAfter since it began is reported;
-//   - an operation ended in the last ReportWithin whose report claim is not done (its run was
-//     cut off between the end and the report, or the report failed) gets its report, once:
-//     under the report claim, which no late run and no other reconciler then takes;
 //   - a failed operation that still holds VMs (their termination failed, so they stay
 //     terminating and keep their units) HeldAfter after it failed is reported, until a
 //     re-drive or a force-end lets them go.
@@ -43,8 +43,11 @@ type Reconciler struct {
 	Workflow WorkflowInspector
 	// StartAfter: an operation younger than this (since it was created or re-driven, or its
 	// grace ended) may still be started by its API call or its scheduled step; older ones are
-	// started here. Also how long after an operation's end its report is left to its run.
+	// started here.
 	StartAfter time.Duration
+	// ReportAfter: a terminating operation whose VMs are all final and that has not changed
+	// for this long (default DefaultReportAfter) is reported and ended here.
+	ReportAfter time.Duration
 	// AttemptBound is longer than a whole attempt can take alive (default
 	// DefaultAttemptBound): an operation pending-start this long past StartAfter's start, or
 	// terminating without a change for this long, is restarted as the next attempt.
@@ -76,15 +79,11 @@ type Reconciler struct {
 	Metrics Metrics
 	// Publisher, if set, publishes an operation's report (see OperationReport) before this
 	// Reconciler ends or fails it: once ended, nothing else would report it. A publish that
-	// fails leaves the operation as it is for the next run. With Claims, it also publishes
-	// the reports that ended operations' runs left out.
+	// fails leaves the operation as it is for the next run.
 	Publisher Publisher
 	// Claims, if set, makes each report go out once (the attempt's report claim, shared with
-	// the workflow's report step); without them the reports of cut-off runs are not looked for.
+	// the workflow's report step).
 	Claims ReportClaims
-	// ReportWithin bounds how long after an operation's end its missing report is looked for
-	// (default DefaultReportWithin).
-	ReportWithin time.Duration
 }
 
 // ReconcileReport says what a run did.
@@ -101,11 +100,11 @@ type ReconcileReport struct {
 	// PublishFailed are operations due to be ended whose report could not be published:
 	// left as they were, for the next run.
 	PublishFailed []string
-	// Reported are ended operations whose report their run left out, published here.
+	// Reported are terminating operations with every VM final whose report their workflow
+	// left out, published here (and then ended: Ended).
 	Reported []string
 	// DrainCut: the run's time ran out before it had tried every pending-start operation
-	// due; the next run goes on from the oldest. Also set when the run left ended operations
-	// unchecked for their report (time or Batch spent).
+	// due; the next run goes on from the oldest.
 	DrainCut bool
 }
 
@@ -113,8 +112,10 @@ type ReconcileReport struct {
 // terminate-node timeout) each, with the retry waits and the platform retries of a task.
 const DefaultAttemptBound = 10 * time.Minute
 
-// DefaultReportWithin: an ended operation's missing report is looked for within the hour.
-const DefaultReportWithin = time.Hour
+// DefaultReportAfter is how long a terminating operation whose VMs are all final is left to
+// its workflow's Report step (which runs seconds after the last round) before the reconciler
+// reports and ends it.
+const DefaultReportAfter = 2 * time.Minute
 
 // DefaultStartRate is the drain's starts a second: two thirds of StartExecution's refill in
 // eu-west-1 (300 a second, bucket 1,300), so the API's own starts keep the rest.
@@ -150,7 +151,7 @@ func (r *Reconciler) Run(ctx context.Context) (*ReconcileReport, error) {
 	}
 	report := &ReconcileReport{}
 	errs := []error{r.drainPending(ctx, now, report), r.reconcileTerminating(ctx, now, batch, report)}
-	errs = append(errs, r.reportHeld(ctx, now, batch, report), r.reportEnded(ctx, now, batch, report))
+	errs = append(errs, r.reportHeld(ctx, now, batch, report))
 	return report, errors.Join(errs...)
 }
 
@@ -245,23 +246,23 @@ func (o Operation) Held() []string {
 
 func (r *Reconciler) reconcile(ctx context.Context, op Operation, now time.Time, report *ReconcileReport) error {
 	if op.State == OpTerminating && op.Ended() {
-		ended := op
-		ended.State, ended.UpdatedAt = op.EndState(), now
-		if !r.reported(ctx, ended, now, report) {
-			return nil
+		if now.Sub(op.LastChange()) < orDefault(r.ReportAfter, DefaultReportAfter) {
+			return nil // its Report step is due
 		}
-		err := r.Store.EndOperation(ctx, op, op.EndState(), now)
-		if errors.Is(err, ErrConflict) {
-			return nil // its workflow ended it meanwhile
+		res, err := r.announcer(now).report(ctx, op, op.CurrentAttempt())
+		if res.publishFailed {
+			report.PublishFailed = append(report.PublishFailed, op.ID)
 		}
 		if err != nil {
-			return fmt.Errorf("end operation %s: %w", op.ID, err)
+			return err
 		}
-		r.logger().WarnContext(ctx, "reclaim operation ended by the reconciler", "reclaim_id", op.ID, "node", op.NodeID, "state", op.EndState())
-		if r.Metrics != nil {
-			r.Metrics.OperationEnded(ctx, op, now)
+		if res.ended {
+			r.logger().WarnContext(ctx, "reclaim operation reported and ended by the reconciler (its Report step left it out)",
+				"reclaim_id", op.ID, "node", op.NodeID, "state", op.EndState(), "attempt", op.CurrentAttempt(),
+				"idle_s", int(now.Sub(op.LastChange()).Seconds()))
+			report.Reported = append(report.Reported, op.ID)
+			report.Ended = append(report.Ended, op.ID)
 		}
-		report.Ended = append(report.Ended, op.ID)
 		return nil
 	}
 	// No run of this attempt has changed it for longer than an alive attempt takes: its
@@ -379,60 +380,31 @@ func (r *Reconciler) restart(ctx context.Context, op Operation, why string, now 
 	return nil
 }
 
-// reported publishes the report of an operation about to be ended as ended says, and reports
-// whether the end may be written: with no Publisher, once the report is published, or when
-// its attempt's report is done already. The report goes first because its run is gone; a
-// report whose end write then loses is the same report its winner publishes, under the same
-// ids. With Claims it goes out under the attempt's report claim, so that the workflow's report
-// step, a second reconciler or a later run do not publish it again.
-func (r *Reconciler) reported(ctx context.Context, ended Operation, now time.Time, report *ReconcileReport) bool {
-	if r.Publisher == nil || ended.Reported {
-		return true
-	}
-	published, err := r.publishOnce(ctx, ended, now)
-	if err != nil {
-		r.logger().ErrorContext(ctx, "operation report not published; its end is left for the next run",
-			"reclaim_id", ended.ID, "node", ended.NodeID, "state", ended.State, "err", err)
-		report.PublishFailed = append(report.PublishFailed, ended.ID)
-		return false
-	}
-	return published
+// announcer is the Announcer the reconciler reports through: the workflow's Report step's,
+// on the reconciler's store, bus and clock.
+func (r *Reconciler) announcer(now time.Time) *Announcer {
+	return &Announcer{Store: r.Store, Publisher: r.Publisher, Claims: r.Claims, Metrics: r.Metrics, Logger: r.Logger,
+		Now: func() time.Time { return now }}
 }
 
-// publishOnce publishes the operation's report under its attempt's report claim (with
-// Claims): published is false when another run holds the claim or has reported it.
-func (r *Reconciler) publishOnce(ctx context.Context, op Operation, now time.Time) (published bool, err error) {
-	holder := ""
-	if r.Claims != nil {
-		holder = NewID()
-		until := now.Add(DefaultClaimFor)
-		if d, ok := ctx.Deadline(); ok {
-			until = d.UTC().Add(ClaimMargin)
-		}
-		err := r.Claims.ClaimReport(ctx, op, holder, now, until)
-		if errors.Is(err, ErrConflict) {
-			r.logger().InfoContext(ctx, "operation report claimed by another run", "reclaim_id", op.ID, "attempt", op.CurrentAttempt())
-			return false, nil
-		}
-		if err != nil {
-			return false, fmt.Errorf("claim report: %w", err)
-		}
+// reported publishes the report of an operation about to be failed as failed says, and
+// reports whether the fail may be written: with no Publisher, or once the report is
+// published. The report goes first because its run is gone; the fail write then marks it
+// published. With Claims it goes out under the attempt's report claim, so that a late Report
+// step or a second reconciler does not publish it at once too; a claim held by another run
+// leaves the operation for the next run.
+func (r *Reconciler) reported(ctx context.Context, failed Operation, now time.Time, report *ReconcileReport) bool {
+	if r.Publisher == nil {
+		return true
 	}
-	if err := publish(ctx, r.Publisher, OperationReport(op)); err != nil {
-		if holder != "" {
-			if rerr := r.Claims.ReleaseReport(ctx, op, holder); rerr != nil {
-				r.logger().WarnContext(ctx, "release of a report claim failed", "reclaim_id", op.ID, "err", rerr)
-			}
-		}
-		return false, err
+	n, err := r.announcer(now).publishOnce(ctx, failed, now)
+	if err != nil {
+		r.logger().ErrorContext(ctx, "operation report not published; its end is left for the next run",
+			"reclaim_id", failed.ID, "node", failed.NodeID, "state", failed.State, "err", err)
+		report.PublishFailed = append(report.PublishFailed, failed.ID)
+		return false
 	}
-	if holder != "" {
-		if err := r.Claims.ReportDone(ctx, op, holder); err != nil {
-			// Published: the claim lapses, and a later run may publish the same ids again.
-			r.logger().WarnContext(ctx, "report published, but its claim not marked done", "reclaim_id", op.ID, "err", err)
-		}
-	}
-	return true, nil
+	return n > 0
 }
 
 // movedTo reports whether the operation, read again, is as want says: after a conditional

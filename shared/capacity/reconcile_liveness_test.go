@@ -224,24 +224,25 @@ func TestReconcilerFailsAnIdleOperationOnceItsRestartsAreSpent(t *testing.T) {
 	}
 }
 
-// cutOffBeforeReport is evicted's operation completed by its rounds at committed, its run cut
-// off before its report step.
+// cutOffBeforeReport is evicted's operation whose rounds terminated every VM at committed,
+// its run cut off before its Report step: terminating, every VM final.
 func cutOffBeforeReport(t *testing.T) (*dynamotest.Env, *capacity.Operation) {
 	t.Helper()
 	env, _, op := evicted(t)
 	term := &capacity.Terminator{Store: env.Store, Agent: &capacitytest.Agent{}, Logger: quiet, Now: func() time.Time { return committed }}
-	runWorkflow(t, term, op, 5)
+	rounds(t, term, op, 5)
 	got, err := env.Store.GetOperation(context.Background(), "n1", op.ID)
-	if err != nil || got.State != capacity.OpCompleted || got.Reported {
-		t.Fatalf("operation %+v, %v: want completed, unreported", got, err)
+	if err != nil || got.State != capacity.OpTerminating || !got.Ended() {
+		t.Fatalf("operation %+v, %v: want terminating, every VM final", got, err)
 	}
 	return env, got
 }
 
-// The report of an operation whose run was cut off between its end and its report is
-// published by the reconciler once: by one of two reconcilers running at once, not again by
-// a later check, nor by the run's report step delivered late.
-func TestReconcilerPublishesTheReportACutOffRunLeftOutOnce(t *testing.T) {
+// A terminating operation whose VMs are all final and whose Report step never came is
+// reported and ended by the reconciler once it has not changed for about 2 minutes: by one of
+// two reconcilers running at once, not again by a later run, nor by the run's Report step
+// delivered late.
+func TestReconcilerReportsAndEndsWhatACutOffRunLeftOutOnce(t *testing.T) {
 	env, op := cutOffBeforeReport(t)
 	ctx := context.Background()
 	pub := &capacitytest.Publisher{}
@@ -251,17 +252,17 @@ func TestReconcilerPublishesTheReportACutOffRunLeftOutOnce(t *testing.T) {
 		rec.Publisher, rec.Claims = pub, env.Store
 		return rec
 	}
-	// Within START_AFTER of the end its report step may still run: not looked at.
-	if report, err := reconciler(committed.Add(20 * time.Second)).Run(ctx); err != nil || len(report.Reported) != 0 || pub.Calls() != 0 {
-		t.Fatalf("young end: %+v, %v, %d publishes", report, err, pub.Calls())
+	// Within 2 minutes of its last outcome its Report step may still run: left to it.
+	if report, err := reconciler(committed.Add(time.Minute)).Run(ctx); err != nil || len(report.Reported)+len(report.Ended) != 0 || pub.Calls() != 0 {
+		t.Fatalf("young: %+v, %v, %d publishes", report, err, pub.Calls())
 	}
 	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		reported []string
+		wg              sync.WaitGroup
+		mu              sync.Mutex
+		reported, ended []string
 	)
 	for range 2 {
-		rec := reconciler(committed.Add(45 * time.Second))
+		rec := reconciler(committed.Add(2*time.Minute + 5*time.Second))
 		wg.Go(func() {
 			report, err := rec.Run(ctx)
 			if err != nil {
@@ -269,20 +270,21 @@ func TestReconcilerPublishesTheReportACutOffRunLeftOutOnce(t *testing.T) {
 				return
 			}
 			mu.Lock()
-			reported = append(reported, report.Reported...)
+			reported, ended = append(reported, report.Reported...), append(ended, report.Ended...)
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
 	want := []string{"Spot VM Terminated " + op.ID + "/vm/s1/1", "Spot VM Terminated " + op.ID + "/vm/s2/1", "Reclaim Operation Completed " + op.ID + "/end/1"}
-	if !slices.Equal(reported, []string{op.ID}) || !slices.Equal(ids(pub.Published()), want) {
-		t.Fatalf("reported by %v, published %v: want once, %v", reported, ids(pub.Published()), want)
+	if !slices.Equal(reported, []string{op.ID}) || !slices.Equal(ended, []string{op.ID}) || !slices.Equal(ids(pub.Published()), want) {
+		t.Fatalf("reported by %v, ended by %v, published %v: want once, %v", reported, ended, ids(pub.Published()), want)
 	}
-	// Its later checks, and the report step delivered late, publish nothing more.
-	for _, age := range []time.Duration{2*time.Minute + 45*time.Second, 40*time.Minute + 45*time.Second} {
-		if report, err := reconciler(committed.Add(age)).Run(ctx); err != nil || len(report.Reported) != 0 {
-			t.Fatalf("check at %s: %+v, %v", age, report, err)
-		}
+	if got, err := env.Store.GetOperation(ctx, "n1", op.ID); err != nil || got.State != capacity.OpCompleted {
+		t.Fatalf("operation %+v, %v: want completed", got, err)
+	}
+	// Later runs, and the Report step delivered late, publish nothing more.
+	if report, err := reconciler(committed.Add(5 * time.Minute)).Run(ctx); err != nil || len(report.Reported) != 0 {
+		t.Fatalf("later run: %+v, %v", report, err)
 	}
 	late := &capacity.Announcer{Store: env.Store, Publisher: pub, Claims: env.Store, Logger: quiet, Now: func() time.Time { return committed.Add(time.Hour) }}
 	if n, err := late.Report(ctx, "n1", op.ID, 1); err != nil || n != 0 {
@@ -293,20 +295,20 @@ func TestReconcilerPublishesTheReportACutOffRunLeftOutOnce(t *testing.T) {
 	}
 }
 
-// Which ended operations the reconciler reports: only one whose report is not done, that
-// ended between START_AFTER and REPORT_WITHIN ago, and only at its check ages.
+// Which terminating operations with every VM final the reconciler reports and ends: only one
+// its Report step left out (not one the step ended), once it has not changed for 2 minutes,
+// however long the reconciler was down; never restarted (its VMs are final).
 func TestReconcilerReportsOnlyWhatIsMissing(t *testing.T) {
 	tests := []struct {
 		name     string
-		reported bool          // its report step ran
-		at       time.Duration // the reconciler's run after the end
+		reported bool          // its Report step ran
+		at       time.Duration // the reconciler's run after the last outcome
 		want     bool
 	}{
-		{name: "reported by its run", reported: true, at: 45 * time.Second},
-		{name: "missing, first check", at: 45 * time.Second, want: true},
-		{name: "missing, missed the first checks (reconciler down)", at: 20*time.Minute + 30*time.Second + 10*time.Second, want: true},
-		{name: "missing, between checks", at: 4*time.Minute + 30*time.Second},
-		{name: "missing, past REPORT_WITHIN", at: time.Hour + time.Minute},
+		{name: "reported by its run", reported: true, at: 3 * time.Minute},
+		{name: "missing, young: left to its Report step", at: 90 * time.Second},
+		{name: "missing, idle 2 minutes", at: 2*time.Minute + time.Second, want: true},
+		{name: "missing, idle past the attempt bound (reconciler down)", at: 3 * time.Hour, want: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -326,8 +328,15 @@ func TestReconcilerReportsOnlyWhatIsMissing(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if len(report.Restarted) != 0 {
+				t.Fatalf("restarted %v", report.Restarted)
+			}
 			if got := slices.Equal(report.Reported, []string{op.ID}) && pub.Calls() == 1; got != tt.want || (!tt.want && pub.Calls() != 0) {
 				t.Fatalf("report %+v, %d publishes: want published %v", report, pub.Calls(), tt.want)
+			}
+			got, err := env.Store.GetOperation(ctx, "n1", op.ID)
+			if ended := err == nil && got.State == capacity.OpCompleted; ended != (tt.want || tt.reported) {
+				t.Fatalf("operation %+v, %v: ended %v, want %v", got, err, ended, tt.want || tt.reported)
 			}
 		})
 	}

@@ -99,7 +99,8 @@ type TerminationStore interface {
 	// is returned: an outcome is never dropped.
 	RecordOutcome(ctx context.Context, op Operation, vmID string, out VMOutcome) error
 	// EndOperation moves an operation terminating at op's attempt to its end state;
-	// ErrConflict if it is no longer so (another writer ended it first).
+	// ErrConflict if it is no longer so (another writer ended it first). A completed
+	// operation leaves the byState listing (OperationsInState never lists it).
 	EndOperation(ctx context.Context, op Operation, state OperationState, now time.Time) error
 	// RestartOperation moves an operation still in op.State at op's attempt to pending-start
 	// at the next attempt, with one more restart; ErrConflict if it changed since read.
@@ -116,9 +117,6 @@ type TerminationStore interface {
 	// a cursor it returned ("": from the oldest). It returns the cursor of the next page, ""
 	// when none is left.
 	OperationsInState(ctx context.Context, state OperationState, before time.Time, after string, limit int) ([]Operation, string, error)
-	// OperationsInStateBetween lists as OperationsInState does, only the operations that
-	// entered the state at or after since (an end state: that ended then).
-	OperationsInStateBetween(ctx context.Context, state OperationState, since, before time.Time, after string, limit int) ([]Operation, string, error)
 	// ClaimTermination takes the VM's terminate claim for holder until the time: it succeeds
 	// when the VM has no claim, an expired one (until before now) or holder's own; ErrConflict
 	// when another holder's claim is live. Two runs of one step at once (a duplicate
@@ -177,8 +175,9 @@ type VMFailure struct {
 }
 
 // Terminator carries out a node's share of a reclaim operation: it asks the node's agent to
-// terminate each VM, records each VM as terminated (which frees its units), and ends the
-// operation when every VM has an outcome. Running it again for the same task does no harm.
+// terminate each VM, records each VM as terminated (which frees its units) and its outcome.
+// It does not end the operation: the workflow's Report step does, after publishing the
+// report (Announcer.Report). Running it again for the same task does no harm.
 type Terminator struct {
 	Store TerminationStore
 	Agent Agent
@@ -186,8 +185,6 @@ type Terminator struct {
 	Concurrency int
 	Now         func() time.Time
 	Logger      *slog.Logger
-	// Metrics is told of the operations this Terminator ends (nil: none).
-	Metrics Metrics
 	// ClaimFor is how long a VM's terminate claim lasts when the context has no deadline
 	// (default DefaultClaimFor). With one (a Lambda invocation's), the claim lasts until the
 	// deadline plus ClaimMargin: past it the holder can no longer be calling the agent.
@@ -307,27 +304,10 @@ func (t *Terminator) Run(ctx context.Context, task TerminationTask) (*Terminatio
 			return nil, r.storeErr
 		}
 	}
+	// Done: every VM of this node has an outcome (or is left to its claim's holder). The
+	// workflow's Report step then reads every outcome item and, once all are final, ends the
+	// operation after publishing its report; a round never writes the end.
 	report.Done = len(report.Next.VMIDs) == 0
-	// Read every outcome item (strongly consistent) after this round's writes: whichever
-	// branch wrote the last outcome sees them all, so the operation is always ended, without
-	// a shared counter that a lost write could leave short.
-	ended, err := t.Store.GetOperation(ctx, task.NodeID, task.ReclaimID)
-	if err != nil {
-		return nil, fmt.Errorf("read operation %s: %w", task.ReclaimID, err)
-	}
-	if ended.State == OpTerminating && ended.CurrentAttempt() == op.CurrentAttempt() && ended.Ended() {
-		endedAt := t.now()
-		err := t.Store.EndOperation(ctx, *ended, ended.EndState(), endedAt)
-		if err != nil && !errors.Is(err, ErrConflict) {
-			return nil, fmt.Errorf("end operation %s: %w", op.ID, err)
-		}
-		t.logger().InfoContext(ctx, "reclaim operation ended", "reclaim_id", op.ID, "state", ended.EndState())
-		// Only the writer whose end write succeeded reports it, so it is reported once (a
-		// conflict: a racing round or the reconciler ended it and reports it).
-		if err == nil && t.Metrics != nil {
-			t.Metrics.OperationEnded(ctx, *ended, endedAt)
-		}
-	}
 	return report, nil
 }
 

@@ -34,6 +34,17 @@ func TestTerminationUnderFaults(t *testing.T) {
 				wg.Go(func() { runRetrying(t, term, task, 3) })
 			}
 			wg.Wait()
+			// The Report step, retried like the state machine's task, ends it.
+			report := &capacity.Announcer{Store: env.Store, Logger: quiet}
+			var err error
+			for range 4 {
+				if _, err = report.Report(context.Background(), "n1", op.ID, 1); err == nil {
+					break
+				}
+			}
+			if err != nil {
+				t.Fatalf("report failed 4 times: %v", err)
+			}
 
 			clean := env.Clean()
 			ctx := context.Background()

@@ -40,8 +40,20 @@ func evicted(t *testing.T) (*dynamotest.Env, *capacity.Service, *capacity.Operat
 	return env, svc, op
 }
 
-// runWorkflow plays the state machine: rounds until done or out of rounds.
+// runWorkflow plays the state machine: rounds until done or out of rounds, then the Report
+// step (no bus), which ends the operation once every VM is final.
 func runWorkflow(t *testing.T, term *capacity.Terminator, op *capacity.Operation, maxRounds int) []*capacity.TerminationReport {
+	t.Helper()
+	reports := rounds(t, term, op, maxRounds)
+	report := &capacity.Announcer{Store: term.Store, Logger: quiet}
+	if _, err := report.Report(context.Background(), op.NodeID, op.ID, reports[len(reports)-1].Next.Attempt); err != nil {
+		t.Fatal(err)
+	}
+	return reports
+}
+
+// rounds plays the state machine's rounds until done or out of rounds, without its Report.
+func rounds(t *testing.T, term *capacity.Terminator, op *capacity.Operation, maxRounds int) []*capacity.TerminationReport {
 	t.Helper()
 	task := capacity.TerminationTask{ReclaimID: op.ID, NodeID: op.NodeID, VMIDs: op.VMIDs, ExecutionARN: "arn:exec:" + op.ID, MaxRounds: maxRounds}
 	var reports []*capacity.TerminationReport

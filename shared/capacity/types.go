@@ -306,9 +306,9 @@ type Operation struct {
 	// Expiring: the store will let the operation expire. Only a completed one should, but
 	// failed ones ended before that rule still do (the reconciler keeps them).
 	Expiring bool `json:"-"`
-	// Reported: the report claim of its current attempt is done (see ReportClaims): its end
-	// was reported.
-	Reported bool `json:"-"`
+	// ReportClaimed: the report claim of its current attempt was taken (see ReportClaims),
+	// and is kept (a day): an ended operation with one was reported by the run that ended it.
+	ReportClaimed bool `json:"-"`
 }
 
 // Victim is a VM a reclaim evicted, as it was at commit.

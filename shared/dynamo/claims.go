@@ -19,7 +19,7 @@ import (
 // Claims in an operation's partition (pk OP#<node>#<op>): sk CLAIM#<vm>, a VM's terminate
 // claim, and sk REPORT#<attempt>, an attempt's report claim. Each is taken by one conditional
 // PutItem, so that of two runs of one step at once (a duplicate delivery) one acts. The
-// operation read ignores them.
+// operation read notes whether its attempt's report claim exists (Operation.ReportClaimed).
 const (
 	typeClaim    = "claim"
 	prefixClaim  = "CLAIM#"
@@ -32,10 +32,10 @@ const (
 
 // claimKeptFor is how long a claim stays after its lease: a run holds it while it may be
 // live (its lease, minutes at most); after that the outcome is what every run reads, and a
-// claim gone reads as free. A report claim's Done stops a second report of the attempt; the
-// only later reporters are a duplicate delivery and the reconciler, which acts on an ended
-// operation within the hour (DefaultHeldAfter), well inside a day. A
-// report run later than that would publish the same events under the same ids again.
+// claim gone reads as free. An ended operation whose report claim exists was reported by the
+// run that ended it, so a later report of it publishes nothing; the only later reporters are
+// a duplicate delivery and a late task of the workflow, minutes at most, well inside a day.
+// A report run later than that would publish the same events under the same ids again.
 const claimKeptFor = 24 * time.Hour
 
 // claimItem is a claim: who holds it and until when (epoch milliseconds, compared in the
@@ -107,23 +107,13 @@ func (s *Store) ReleaseTermination(ctx context.Context, op capacity.Operation, v
 }
 
 // ClaimReport takes the report claim of op's attempt (see capacity.ReportClaims): free when
-// absent, or lapsed and not done.
+// absent, or lapsed and not done (Done: set by versions before the end write marked the
+// report published; such a claim is never taken again).
 func (s *Store) ClaimReport(ctx context.Context, op capacity.Operation, holder string, now, until time.Time) error {
 	free := expression.Name(attrUntilMs).LessThan(expression.Value(now.UnixMilli())).
 		And(expression.Name(attrDone).Equal(expression.Value(false)))
 	_, err := s.claim(ctx, op, reportSK(op), holder, until, free)
 	return err
-}
-
-// ReportDone marks holder's report claim done, so that no later run reports the attempt again.
-func (s *Store) ReportDone(ctx context.Context, op capacity.Operation, holder string) error {
-	k := itemKey(opPK(op.NodeID, op.ID), reportSK(op))
-	cond := expression.Name(attrHolder).Equal(expression.Value(holder))
-	upd := expression.Set(expression.Name(attrDone), expression.Value(true))
-	if _, err := s.updateItem(ctx, k, cond, upd, types.ReturnValueNone); err != nil {
-		return fmt.Errorf("mark report of operation %s done: %w", op.ID, classify(err))
-	}
-	return nil
 }
 
 // retryRelease gives a release more attempts than other writes: a claim left behind keeps
@@ -169,7 +159,7 @@ func (s *Store) claim(ctx context.Context, op capacity.Operation, sk, holder str
 	return prev != "" && prev != holder, nil
 }
 
-// ReleaseReport drops holder's report claim unless it is done.
+// ReleaseReport drops holder's report claim (unless done, by an earlier version).
 func (s *Store) ReleaseReport(ctx context.Context, op capacity.Operation, holder string) error {
 	cond := expression.Name(attrHolder).Equal(expression.Value(holder)).And(expression.Name(attrDone).Equal(expression.Value(false)))
 	expr, err := expression.NewBuilder().WithCondition(cond).Build()

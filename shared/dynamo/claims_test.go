@@ -110,14 +110,8 @@ func TestReportClaims(t *testing.T) {
 	if err := claim("c", 2*time.Minute); err != nil {
 		t.Fatalf("after b released it: %v", err)
 	}
-	if err := env.Store.ReportDone(ctx, op, "c"); err != nil {
-		t.Fatal(err)
-	}
-	if err := env.Store.ReleaseReport(ctx, op, "c"); err != nil {
-		t.Fatal(err)
-	}
-	if err := claim("d", time.Hour); !errors.Is(err, capacity.ErrConflict) {
-		t.Fatalf("after the report was done (and a late release): %v, want a conflict", err)
+	if err := claim("d", 2*time.Minute+time.Second); !errors.Is(err, capacity.ErrConflict) {
+		t.Fatalf("while c's claim is live: %v, want a conflict", err)
 	}
 	op.Attempt = 2 // a re-drive's attempt reports for itself
 	if err := claim("d", time.Hour); err != nil {
@@ -125,10 +119,11 @@ func TestReportClaims(t *testing.T) {
 	}
 }
 
-// The operation read says whether its current attempt's report is done (the reconciler's
-// check for a report a cut-off run left out): not while only claimed, and not for an attempt
-// after the reported one (a re-drive's).
-func TestOperationReadSaysWhetherItsAttemptWasReported(t *testing.T) {
+// The operation read says whether its current attempt's report claim was taken (the report
+// of an operation ended with one was published by the run that ended it): taken and kept,
+// yes, released (its publish failed), no; and not for an attempt after the claimed one (a
+// re-drive's).
+func TestOperationReadSaysWhetherItsAttemptsReportWasClaimed(t *testing.T) {
 	ctx := context.Background()
 	env := dynamotest.New(t)
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
@@ -136,31 +131,37 @@ func TestOperationReadSaysWhetherItsAttemptWasReported(t *testing.T) {
 	if err := env.Store.PutOperation(ctx, op); err != nil {
 		t.Fatal(err)
 	}
-	reported := func() bool {
+	claimed := func() bool {
 		t.Helper()
 		got, err := env.Store.GetOperation(ctx, "n1", "rcl_1")
 		if err != nil {
 			t.Fatal(err)
 		}
-		return got.Reported
+		return got.ReportClaimed
+	}
+	if claimed() {
+		t.Fatal("claimed before any claim")
 	}
 	if err := env.Store.ClaimReport(ctx, op, "a", now, now.Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if reported() {
-		t.Fatal("reported while only claimed")
-	}
-	if err := env.Store.ReportDone(ctx, op, "a"); err != nil {
+	if err := env.Store.ReleaseReport(ctx, op, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if !reported() {
-		t.Fatal("not reported after its claim was done")
+	if claimed() {
+		t.Fatal("claimed after its claim was released")
+	}
+	if err := env.Store.ClaimReport(ctx, op, "b", now, now.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if !claimed() {
+		t.Fatal("not claimed after its claim was taken")
 	}
 	op.Attempt = 2
 	if err := env.Store.PutOperation(ctx, op); err != nil {
 		t.Fatal(err)
 	}
-	if reported() {
-		t.Fatal("attempt 2 reported by attempt 1's claim")
+	if claimed() {
+		t.Fatal("attempt 2 claimed by attempt 1's claim")
 	}
 }

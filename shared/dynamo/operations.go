@@ -34,7 +34,7 @@ func (s *Store) GetOperation(ctx context.Context, nodeID, opID string) (*capacit
 	var op *capacity.Operation
 	outcomes := map[string]capacity.VMOutcome{}
 	notices := map[string]capacity.VMNotice{}
-	reported := map[string]bool{} // report claims done, by sort key
+	reportClaims := map[string]bool{} // report claims taken, by sort key
 	stats := capacity.CallStatsFrom(ctx)
 	for page := dynamodb.NewQueryPaginator(s.Client, in); page.HasMorePages(); {
 		out, err := page.NextPage(ctx)
@@ -70,11 +70,7 @@ func (s *Store) GetOperation(ctx context.Context, nodeID, opID string) (*capacit
 				notices[it.VMID] = it.notice()
 			case typeClaim:
 				if sk := attr(item, attrSK); strings.HasPrefix(sk, prefixReport) {
-					var it claimItem
-					if err := attributevalue.UnmarshalMap(item, &it); err != nil {
-						return nil, fmt.Errorf("decode report claim of operation %s: %w", opID, err)
-					}
-					reported[sk] = it.Done
+					reportClaims[sk] = true
 				}
 			}
 		}
@@ -84,7 +80,7 @@ func (s *Store) GetOperation(ctx context.Context, nodeID, opID string) (*capacit
 	}
 	// The outcomes folded at an end, updated by the items (never older than their copies).
 	op.Outcomes = mergeOutcomes(op.Outcomes, outcomes)
-	op.Reported = reported[reportSK(*op)]
+	op.ReportClaimed = reportClaims[reportSK(*op)]
 	if len(notices) > 0 {
 		op.Notices = notices
 	}
@@ -210,11 +206,10 @@ func (s *Store) RecordOutcome(ctx context.Context, op capacity.Operation, vmID s
 	return nil
 }
 
-// EndOperation moves an operation terminating at op's attempt, with its outcomes, to its end state (and, in the
-// byState index, under that state, sorted by the time it ended). Exactly one caller wins;
-// the caller decided from the outcome items it read. A completed operation expires a
-// retention after its end; a failed one keeps VMs terminating, so it never expires (see
-// endUpdate) until they are let go.
+// EndOperation moves an operation terminating at op's attempt, with its outcomes, to its end
+// state (see endUpdate). Exactly one caller wins; the caller decided from the outcome items it
+// read. A completed operation expires a retention after its end; a failed one keeps VMs
+// terminating, so it never expires (see endUpdate) until they are let go.
 func (s *Store) EndOperation(ctx context.Context, op capacity.Operation, state capacity.OperationState, now time.Time) error {
 	upd := s.endUpdate(op, state, now)
 	if _, err := s.updateItem(ctx, operationKey(op), stateAt(capacity.OpTerminating, op), upd, types.ReturnValueNone); err != nil {
@@ -229,21 +224,29 @@ func (s *Store) EndOperation(ctx context.Context, op capacity.Operation, state c
 }
 
 // endUpdate moves the operation to an end state with op's outcomes folded into it (what the
-// end decided from), listed under it in the byState index by the time it ended (the reconciler reads failed ones oldest first). Only a completed
-// operation gets an expiry: a failed one still holds the units of the VMs whose termination
-// failed (they stay terminating), and if it expired, nothing could re-drive or end it and
-// those units would never free. So it loses any expiry (one an earlier end or re-drive set)
-// until a later end or a force-end completes it.
+// end decided from).
+//
+// A completed operation leaves the byState index (gsi1pk/gsi1sk removed): nothing lists
+// completed operations (the reconciler reads pending-start, terminating and failed ones), and
+// the index projects every attribute, so an entry would be a second copy of the item for its
+// whole retention. It expires a retention after its end.
+//
+// A failed one is listed under its state by the time it ended (the reconciler reads failed
+// ones oldest first, for the VMs they hold). It gets no expiry: it still holds the units of
+// the VMs whose termination failed (they stay terminating), and if it expired, nothing could
+// re-drive or end it and those units would never free. So it loses any expiry (one an earlier
+// end or re-drive set) until a later end or a force-end completes it.
 func (s *Store) endUpdate(op capacity.Operation, state capacity.OperationState, now time.Time) expression.UpdateBuilder {
 	upd := expression.Set(expression.Name(attrState), expression.Value(state)).
 		Set(expression.Name(attrOutcomes), expression.Value(foldOutcomes(op.Outcomes))).
-		Set(expression.Name(attrUpdatedAt), expression.Value(now)).
-		Set(expression.Name(attrGSI1PK), expression.Value(opStatePK(state, op.ID))).
-		Set(expression.Name(attrGSI1SK), expression.Value(opStateSKAt(now, op.ID)))
+		Set(expression.Name(attrUpdatedAt), expression.Value(now))
 	if state == capacity.OpCompleted {
-		return upd.Set(expression.Name(attrExpiresAt), expression.Value(expiry(now.Add(s.retention()))))
+		return upd.Set(expression.Name(attrExpiresAt), expression.Value(expiry(now.Add(s.retention())))).
+			Remove(expression.Name(attrGSI1PK)).Remove(expression.Name(attrGSI1SK))
 	}
-	return upd.Remove(expression.Name(attrExpiresAt))
+	return upd.Set(expression.Name(attrGSI1PK), expression.Value(opStatePK(state, op.ID))).
+		Set(expression.Name(attrGSI1SK), expression.Value(opStateSKAt(now, op.ID))).
+		Remove(expression.Name(attrExpiresAt))
 }
 
 // RestartOperation moves the operation, still in op.State at op's attempt, to pending-start
