@@ -160,11 +160,11 @@ func TestBusyVMOnTheLastRoundIsLeftToItsHolder(t *testing.T) {
 	}
 }
 
-// reportStep runs the workflow's Report step of the operation's first attempt.
-func reportStep(t *testing.T, store capacity.TerminationStore, op *capacity.Operation) {
+// reportStep runs the workflow's Report step of the operation's attempt (no bus).
+func reportStep(t *testing.T, store capacity.TerminationStore, op *capacity.Operation, attempt int) {
 	t.Helper()
 	a := &capacity.Announcer{Store: store, Claims: store.(capacity.ReportClaims), Logger: quiet}
-	if _, err := a.Report(context.Background(), op.NodeID, op.ID, 1); err != nil {
+	if _, err := a.Report(context.Background(), op.NodeID, op.ID, attempt); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -195,7 +195,7 @@ func TestRoundCutOffIsFinishedWithoutASecondTerminate(t *testing.T) {
 			if _, err := term.Run(context.Background(), capacity.TerminationTask{ReclaimID: op.ID, NodeID: "n1", VMIDs: op.VMIDs, ExecutionARN: "arn:exec:2", MaxRounds: 5}); err != nil {
 				t.Fatal(err)
 			}
-			reportStep(t, store, op)
+			reportStep(t, store, op, 1)
 		}},
 		{"a delivery that read the operation before the cut-off run's outcomes, after its claims lapsed", func(t *testing.T, store capacity.TerminationStore, term *capacity.Terminator, op *capacity.Operation) {
 			late := *term
@@ -205,7 +205,7 @@ func TestRoundCutOffIsFinishedWithoutASecondTerminate(t *testing.T) {
 			if _, err := late.Run(context.Background(), capacity.TerminationTask{ReclaimID: op.ID, NodeID: "n1", VMIDs: op.VMIDs, ExecutionARN: "arn:exec:2", MaxRounds: 5}); err != nil {
 				t.Fatal(err)
 			}
-			reportStep(t, store, op)
+			reportStep(t, store, op, 1)
 		}},
 		{"the reconciler", func(t *testing.T, store capacity.TerminationStore, term *capacity.Terminator, op *capacity.Operation) {
 			r := &capacity.Reconciler{Store: store, Workflow: &capacitytest.Workflow{}, StartAfter: time.Nanosecond, StuckAfter: time.Hour, Logger: quiet,

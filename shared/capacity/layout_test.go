@@ -144,6 +144,7 @@ func TestEveryWriteStaysOnOneNode(t *testing.T) {
 		if r, err := (&capacity.Terminator{Store: env.Store, Agent: &capacitytest.Agent{}, Logger: quiet}).Run(ctx, task); err != nil || !r.Done {
 			t.Fatalf("re-driven round = %+v, %v", r, err)
 		}
+		reportStep(t, env.Store, op, 2)
 		if op, err = env.Store.GetOperation(ctx, node, op.ID); err != nil || op.State != capacity.OpCompleted {
 			t.Fatalf("operation %+v, %v: want completed after the re-drive", op, err)
 		}

@@ -106,18 +106,31 @@ func (m *model) stepTerminate(t *rapid.T) {
 		if !same(rep.Next.VMIDs, next) || rep.Done != (len(next) == 0) {
 			m.mismatch("%s: next %v done %v, model next %v", what, rep.Next.VMIDs, rep.Done, next)
 		}
-		if len(op.unfinished()) == 0 {
-			op.state = capacity.OpCompleted
-			for _, out := range op.outcomes {
-				if out.outcome == capacity.OutcomeFailed {
-					op.state = capacity.OpFailed
-				}
-			}
-		}
 		if rep.Done {
+			m.reportStep(t, op)
 			return
 		}
 		task = rep.Next
+	}
+}
+
+// reportStep runs the workflow's Report step after the last round, unless the run was cut off
+// before it (the operation then stays terminating, every VM final, until a later run's Report
+// or the reconciler): the step, not the rounds, ends an operation whose VMs are all final.
+func (m *model) reportStep(t *rapid.T, op *mOp) {
+	if chance(t, 25, "report cut off") {
+		return
+	}
+	a := &capacity.Announcer{Store: m.store, Claims: m.store, Now: func() time.Time { return m.clock }, Logger: quiet}
+	_, err := a.Report(m.ctx, op.node, op.id, op.attempt)
+	m.expectOK(fmt.Sprintf("report of %s (attempt %d)", op.id, op.attempt), err)
+	if len(op.unfinished()) == 0 {
+		op.state = capacity.OpCompleted
+		for _, out := range op.outcomes {
+			if out.outcome == capacity.OutcomeFailed {
+				op.state = capacity.OpFailed
+			}
+		}
 	}
 }
 

@@ -78,6 +78,7 @@ func TestRedriveRerunsWhatFailed(t *testing.T) {
 	if r, err := term.Run(ctx, task); err != nil || !r.Done {
 		t.Fatalf("round = %+v, %v", r, err)
 	}
+	reportStep(t, env.Store, op, 2)
 	got, _ := env.Store.GetOperation(ctx, "n1", op.ID)
 	if got.State != capacity.OpCompleted || got.Outcomes["s2"].Outcome != capacity.OutcomeTerminated ||
 		!reflect.DeepEqual(got.Outcomes["s1"], op.Outcomes["s1"]) {
@@ -142,6 +143,7 @@ func TestLateBranchOfAnOldAttemptDoesNothing(t *testing.T) {
 	} else if r2, err := term.Run(ctx, capacity.TerminationTask{ReclaimID: op.ID, NodeID: "n1", VMIDs: []string{"s2"}, ExecutionARN: "arn:2", Attempt: 2, Round: 1, MaxRounds: 3}); err != nil || !r2.Done {
 		t.Fatalf("new attempt: %+v %+v %v", r, r2, err)
 	}
+	reportStep(t, env.Store, op, 2)
 	got, _ := env.Store.GetOperation(ctx, "n1", op.ID)
 	if got.State != capacity.OpCompleted || got.Outcomes["s2"].Outcome != capacity.OutcomeTerminated {
 		t.Fatalf("operation = %+v", got)

@@ -149,7 +149,7 @@ func TestPermanentAgentErrorIsFinalAtOnce(t *testing.T) {
 }
 
 // Two branches of one operation running at once (as a Map over nodes would, or a retried
-// task) end it exactly once and terminate each VM once.
+// task) terminate each VM once; the Report step after them ends it.
 func TestConcurrentBranchesEndTheOperationOnce(t *testing.T) {
 	env, _, op := evicted(t)
 	agent := &capacitytest.Agent{}
@@ -169,6 +169,7 @@ func TestConcurrentBranchesEndTheOperationOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	reportStep(t, env.Store, op, 1)
 	got, _ := env.Store.GetOperation(context.Background(), "n1", op.ID)
 	if got.State != capacity.OpCompleted || len(got.Outcomes) != 2 {
 		t.Fatalf("operation = %+v", got)
@@ -298,6 +299,7 @@ func TestNoOutcomeIsLostUnderConflictsAndThrottling(t *testing.T) {
 			runRetrying(t, term, capacity.TerminationTask{ReclaimID: op.ID, NodeID: "n1", VMIDs: op.VMIDs, ExecutionARN: "arn:x", MaxRounds: 5}, 3)
 
 			clean := env.Clean()
+			reportStep(t, clean, op, 1)
 			got, err := clean.GetOperation(context.Background(), "n1", op.ID)
 			if err != nil {
 				t.Fatal(err)

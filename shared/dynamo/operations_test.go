@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/openrelay/capacity/shared/awsfault"
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/dynamo"
@@ -298,5 +300,43 @@ func TestRestartAndFailConditionOnTheAttemptRead(t *testing.T) {
 	}
 	if ops, _, _ := clean.OperationsInState(ctx, capacity.OpPendingStart, at.Add(time.Hour), "", 10); len(ops) != 0 {
 		t.Fatalf("a failed operation is still listed pending-start: %+v", ops)
+	}
+}
+
+// A completed operation leaves the byState index (its item loses gsi1pk/gsi1sk, so the index
+// holds no copy of it for its retention, and no listing finds it); a failed one stays, under
+// its end state's key, where the reconciler lists the failed operations that hold VMs.
+func TestOnlyAFailedOperationStaysInTheByStateIndex(t *testing.T) {
+	for _, state := range []capacity.OperationState{capacity.OpCompleted, capacity.OpFailed} {
+		t.Run(string(state), func(t *testing.T) {
+			ctx := context.Background()
+			env, clean, op := committed(t, nil)
+			at := t0.Add(2 * time.Hour)
+			if err := clean.BeginTermination(ctx, op, "arn:x", at); err != nil {
+				t.Fatal(err)
+			}
+			if err := clean.EndOperation(ctx, op, state, at); err != nil {
+				t.Fatal(err)
+			}
+			indexed, found := false, false
+			for _, it := range env.Items(t, clean.Table) {
+				if ty, ok := it["type"].(*types.AttributeValueMemberS); ok && ty.Value == "operation" {
+					_, pk := it["gsi1pk"]
+					_, sk := it["gsi1sk"]
+					indexed, found = pk || sk, true
+				}
+			}
+			if !found {
+				t.Fatal("no operation item")
+			}
+			listed, _, err := clean.OperationsInState(ctx, state, at.Add(time.Hour), "", 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := state == capacity.OpFailed
+			if indexed != want || (len(listed) == 1) != want {
+				t.Fatalf("ended %s: indexed %v, listed %d; want indexed and listed %v", state, indexed, len(listed), want)
+			}
+		})
 	}
 }
