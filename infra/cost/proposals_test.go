@@ -44,22 +44,6 @@ func is(attrs map[string]int, what string) bool {
 }
 
 var proposals = []proposal{
-	{"byState holds only operations in progress: the end removes gsi1pk/gsi1sk", func(d *Design, c *Case, a *Assumptions) {
-		// The reconciler reads pending_start, terminating and failed operations only; a
-		// completed one leaves the index (a delete of its entry instead of a move).
-		for _, st := range c.Steps {
-			for i, w := range st.Writes {
-				if is(w.After, "operation") && slices.Contains(w.Changed, "expiresAt") && w.Before != nil {
-					st.Writes[i].After = without(w.After, "gsi1pk", "gsi1sk")
-				}
-			}
-		}
-		for i, it := range c.Stored {
-			if is(it.Attributes, "operation") {
-				c.Stored[i].Attributes = without(it.Attributes, "gsi1pk", "gsi1sk")
-			}
-		}
-	}},
 	{"no begin write: the API's transaction writes the operation as terminating with its execution's name (the name is the reclaim id and attempt), and the reconciler's no-progress bound covers a start that failed", func(d *Design, c *Case, a *Assumptions) {
 		for name, st := range c.Steps {
 			var keep []Write
