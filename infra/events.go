@@ -134,7 +134,8 @@ func (s *CapacityStack) newBusPolicy() {
 
 // newOperationEventsFunction creates operation-events, the workflow task that publishes a
 // reclaim operation's eviction notices (phase notice) and its outcome events (phase report).
-// It derives both from the operation's items; the one thing it writes is the report's claim.
+// It derives both from the operation's items; it writes the report's claim and, after the
+// report, the operation's end.
 func (s *CapacityStack) newOperationEventsFunction(state awsdynamodb.ITable) awslambda.Function {
 	fn := s.goFunction(goFunctionSpec{Function: envvar.OperationEvents,
 		Timeout: awscdk.Duration_Seconds(jsii.Number(30)),
@@ -142,8 +143,9 @@ func (s *CapacityStack) newOperationEventsFunction(state awsdynamodb.ITable) aws
 			envvar.StateTable: state.TableName(), envvar.EventBusName: s.Bus.EventBusName(),
 		}})
 	// The operation item and its outcome items, read; the report's claim item (REPORT#<attempt>,
-	// in the operation's partition) taken, marked done or released, so that of two runs of
-	// the report at once one publishes. Operation partitions only: never a node,
+	// in the operation's partition) taken or released, so that of two runs of the report at
+	// once one publishes; the operation item's end (UpdateItem) after the report, and a
+	// failed one's notice items kept (UpdateItem). Operation partitions only: never a node,
 	// reservation, VM or idempotency item.
 	allow(fn, "StateTableRead", state, "dynamodb:GetItem", "dynamodb:Query")
 	fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{

@@ -199,7 +199,7 @@ func TestRolePermissions(t *testing.T) {
 				}},
 				{"operation-events", map[string][]string{
 					stateArn: {"dynamodb:GetItem", "dynamodb:Query"},
-					// The report's claim, in operation partitions only.
+					// The report's claim and the operation's end after it, in operation partitions only.
 					stateArn + " if " + toJSON(map[string]any{"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": []any{"NODE#*#OP#*"}}}): {"dynamodb:DeleteItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
 					busArn:                      publish,
 					ownLogs("operation-events"): logWrite,

@@ -85,7 +85,8 @@ func (s *CapacityStack) newTerminateNodeFunction() awslambda.Function {
 //	TerminateNode (terminate-node, one round)    -> AllTerminated?
 //	AllTerminated?  $.done == true -> Report, else ScheduleRetry
 //	ScheduleRetry (sqs:sendMessage: the next round, DelaySeconds = retryWait) -> Scheduled
-//	Report (operation-events, phase report: the VMs' outcomes and the operation's end; result discarded)
+//	Report (operation-events, phase report: the VMs' outcomes and the operation's end, then the
+//	    end written on the operation; result discarded)
 //	Scheduled (Succeed)
 //
 // terminate-node gets the task (terminateNodePayload) and returns the same shape with vmIds =

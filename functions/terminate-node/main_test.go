@@ -133,8 +133,9 @@ func TestSampleTask(t *testing.T) {
 	if sim.State(demo.NodeID, "vm-spot-1") != "terminated" || sim.State(demo.NodeID, "vm-res-1") != "running" {
 		t.Error("the agent did not terminate exactly the victims")
 	}
+	// Every VM final, the operation still terminating: the workflow's Report step ends it.
 	op, err := env.Store.GetOperation(ctx, demo.NodeID, f.reclaimID)
-	if err != nil || op.State != capacity.OpCompleted || op.ExecutionARN != task.ExecutionARN {
+	if err != nil || op.State != capacity.OpTerminating || !op.Ended() || op.ExecutionARN != task.ExecutionARN {
 		t.Fatalf("operation = %+v, %v", op, err)
 	}
 }
