@@ -18,7 +18,7 @@ import (
 
 // newReconcilerFunction creates the reconciler, which starts again the workflows that a
 // crash, a throttle or a lost step left unstarted, restarts the operations that made no
-// progress, and publishes the reports that cut-off runs left out.
+// progress, and reports and ends the operations whose Report step a cut-off run left out.
 func (s *CapacityStack) newReconcilerFunction() awslambda.Function {
 	state := s.table(table.State)
 	fn := s.goFunction(goFunctionSpec{Function: envvar.Reconciler,
@@ -53,8 +53,8 @@ func (s *CapacityStack) newReconcilerFunction() awslambda.Function {
 		}},
 	}))
 	allowStateMachine(fn, "StartTermination", s.Termination, "states:StartExecution")
-	// Publishes an operation's report before it ends or fails the operation itself, and the
-	// reports that ended operations' runs left out.
+	// Publishes an operation's report before it ends or fails the operation itself (an
+	// operation whose Report step never came, one whose restarts are spent).
 	s.allowPutEvents(fn)
 	return fn
 }

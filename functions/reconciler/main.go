@@ -1,9 +1,9 @@
 // Command reconciler runs on a schedule (every minute in AWS; `make invoke FN=reconciler`
 // locally): it starts again the termination workflows that a throttle, a crash or a lost
 // message left unstarted, restarts (a bounded number of times) the operations whose attempt
-// made no progress for longer than an attempt takes, ends operations whose outcomes are all
-// recorded, publishes the reports that cut-off runs left out, and reports stuck ones and
-// failed ones that still hold VMs. It never asks Step Functions what became of a run.
+// made no progress for longer than an attempt takes, reports and ends the operations whose
+// VMs are all final but whose Report step never came (a run cut off), and reports stuck ones
+// and failed ones that still hold VMs. It never asks Step Functions what became of a run.
 package main
 
 import (
@@ -80,7 +80,8 @@ type Result struct {
 	Held []string `json:"held"`
 	// PublishFailed: operations whose report was not published (next run, or next check).
 	PublishFailed []string `json:"publishFailed"`
-	// Reported: ended operations whose run left their report out, published here.
+	// Reported: operations with every VM final whose Report step never came, reported (and
+	// then ended: Ended) here.
 	Reported []string `json:"reported"`
 	// DrainCut: the run's time ran out before every due pending-start operation was tried.
 	DrainCut bool `json:"drainCut"`

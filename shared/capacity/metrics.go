@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Metrics receives what the service, the Terminator and the Reconciler did, for an adapter to
+// Metrics receives what the service, the Announcer and the Reconciler did, for an adapter to
 // publish (shared/emf: CloudWatch metrics). The domain decides what happened, so the counts
 // mean the same wherever they are published; the adapter only names and writes them. A nil
 // Metrics records nothing (tests, the benchmark floor). Implementations are called
@@ -14,8 +14,8 @@ type Metrics interface {
 	// Call is called once per capacity call (reclaim, release, place, retry), at its end.
 	Call(ctx context.Context, c CallOutcome)
 	// OperationEnded is called once per reclaim operation ended with every VM's outcome
-	// recorded, by the writer whose end write succeeded (a Terminator round or the
-	// Reconciler), with the time it ended: op.CreatedAt to endedAt is how long the
+	// recorded, by the writer whose end write succeeded (the Report step's Announcer, run by
+	// the workflow or the Reconciler), with the time it ended: op.CreatedAt to endedAt is how long the
 	// terminations of a committed reclaim took.
 	OperationEnded(ctx context.Context, op Operation, endedAt time.Time)
 }
