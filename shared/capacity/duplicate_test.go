@@ -335,18 +335,21 @@ func TestDuplicateReportsPublishAndEndOnce(t *testing.T) {
 
 // A Report cut off after its publish, before its end write (the write refused: the only
 // UpdateItem of the report): the task fails, the operation stays terminating with every VM
-// final, and the retry publishes the same event ids and ends it. An end write whose answer was
-// lost (it landed; the SDK's retry meets the condition it already changed) is the task's
-// success.
+// final, and the task's retry, or the reconciler 2 minutes later, publishes the same event ids
+// and ends it. An end write whose answer was lost (it landed; the SDK's retry meets the
+// condition it already changed) is the task's success.
 func TestReportCutOffBeforeItsEndIsEndedByTheRetry(t *testing.T) {
 	for _, tt := range []struct {
+		name       string
 		fault      awsfault.Fault
 		failsFirst bool
+		reconciler bool // the reconciler finishes it, not the task's retry
 	}{
-		{awsfault.AccessDenied, true},
-		{awsfault.AmbiguousTimeout, false},
+		{"end refused, the retry", awsfault.AccessDenied, true, false},
+		{"end refused, the reconciler", awsfault.AccessDenied, true, true},
+		{"end landed, its answer lost", awsfault.AmbiguousTimeout, false, false},
 	} {
-		t.Run(string(tt.fault), func(t *testing.T) {
+		t.Run(tt.name, func(t *testing.T) {
 			inj := awsfault.New(1, awsfault.Rule{Operation: "UpdateItem", Fault: tt.fault, Rate: 1, Max: 1})
 			env, op := eightVictims(t, inj)
 			ctx := context.Background()
@@ -372,14 +375,21 @@ func TestReportCutOffBeforeItsEndIsEndedByTheRetry(t *testing.T) {
 			if err != nil || got.State != capacity.OpTerminating || !got.Ended() {
 				t.Fatalf("after the cut-off report: %v, %v; want terminating with every VM final", got, err)
 			}
-			if n, err := a.Report(ctx, "n1", op.ID, 1); err != nil || n != len(first) {
+			if tt.reconciler {
+				r := &capacity.Reconciler{Store: env.Store, Workflow: &capacitytest.Workflow{}, Publisher: pub, Claims: env.Store,
+					StartAfter: time.Nanosecond, StuckAfter: time.Hour, Logger: quiet,
+					Now: func() time.Time { return time.Now().Add(capacity.DefaultReportAfter) }}
+				if report, err := r.Run(ctx); err != nil || !slices.Equal(report.Ended, []string{op.ID}) {
+					t.Fatalf("reconciler: %+v, %v; want it ended", report, err)
+				}
+			} else if n, err := a.Report(ctx, "n1", op.ID, 1); err != nil || n != len(first) {
 				t.Fatalf("retry: %d events, %v; want %d", n, err, len(first))
 			}
 			if again := eventIDs(pub.Published()[len(first):]); !slices.Equal(again, first) {
-				t.Errorf("retry published %v, want the same ids %v", again, first)
+				t.Errorf("then published %v, want the same ids %v", again, first)
 			}
 			if got, err := clean.GetOperation(ctx, "n1", op.ID); err != nil || got.State != capacity.OpCompleted {
-				t.Fatalf("after the retry: %v, %v; want completed", got, err)
+				t.Fatalf("after: %v, %v; want completed", got, err)
 			}
 		})
 	}
