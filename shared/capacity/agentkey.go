@@ -35,6 +35,25 @@ type AgentKeyOpener interface {
 	OpenAgentKey(ctx context.Context, nodeID string, sealed []byte) ([]byte, error)
 }
 
+// ResealedAgentKey is a node's agent key of generation Gen as the terminating function keeps
+// it after its first KMS Decrypt: Sealed again under a key derived from the agent master
+// secret, which only that function can read, and bound to the node, the generation and the
+// KMS-sealed form it was opened from (shared/agent.Resealer). Opening it costs no KMS call; a
+// rotation (a new KMS-sealed form) makes it useless. At is when it was made.
+type ResealedAgentKey struct {
+	Gen    int64
+	Sealed []byte
+	At     time.Time
+}
+
+// ResealedAgentKeyStore keeps one resealed agent key per node: the latest generation's.
+// Only the terminating function writes it; LoadNode returns it to that function alone.
+type ResealedAgentKeyStore interface {
+	// PutResealedAgentKey stores r as node nodeID's resealed key, replacing one of the same or
+	// an earlier generation; one of a later generation stays (an error wrapping ErrConflict).
+	PutResealedAgentKey(ctx context.Context, nodeID string, r ResealedAgentKey) error
+}
+
 // AgentKeyRotation asks for a new key for a node's agent.
 type AgentKeyRotation struct {
 	NodeID, Reason, IdempotencyKey string
