@@ -13,7 +13,8 @@ import (
 // moves on when the key is rotated (by an operator, or because the node changed owner). The
 // service stores it sealed: the internet-facing api function seals a key it has just made and
 // hands it out once, but can open no stored key, so compromising it yields no existing node's
-// key; only the terminating function opens them (see shared/kmsseal).
+// key; only the terminating function opens them (see shared/kmsseal), with KMS once per key
+// generation, and then from the copy it resealed under the agent master secret (ResealedAgentKey).
 
 // AgentKeyBytes is the length of a node agent's key.
 const AgentKeyBytes = 32
