@@ -95,8 +95,9 @@ func agentKeysKeyID(t *testing.T, tp tmpl) string {
 // TestApiCannotOpenAgentKeys: the internet-facing api function can seal a new node's agent key
 // but obtain no existing one: no action of its role decrypts or re-encrypts under the agent
 // keys' KMS key or reads any secret, the key's policy denies it those actions whatever its role
-// says, and of all the stack's roles only terminate-node's may Decrypt (agent keys only). The
-// key rotates and is kept with the stack's data.
+// says, of all the stack's roles only terminate-node's may Decrypt (agent keys only), and only
+// it may read any secret (the agent master secret, under which it reseals the keys it opened:
+// shared/agent.Resealer). The key rotates and is kept with the stack's data.
 func TestApiCannotOpenAgentKeys(t *testing.T) {
 	for _, env := range []string{"local", "prod"} {
 		t.Run(env, func(t *testing.T) {
@@ -117,6 +118,9 @@ func TestApiCannotOpenAgentKeys(t *testing.T) {
 						switch {
 						case id == apiRole && (strings.HasPrefix(a, "secretsmanager:") || strings.HasPrefix(a, "kms:") && a != "kms:Encrypt"):
 							t.Errorf("api role: %s on %s", a, res)
+						case strings.HasPrefix(a, "secretsmanager:") && id != tnRole:
+							// Resealed agent keys open under a key derived from the master secret.
+							t.Errorf("role %s: %s on %s; only terminate-node may read the agent master secret", id, a, res)
 						case strings.HasPrefix(a, "kms:") && id != apiRole && !(id == tnRole && a == "kms:Decrypt"):
 							t.Errorf("role %s: %s on %s; only terminate-node may open agent keys", id, a, res)
 						case slices.Contains(opening, a) && !strings.Contains(res, `"`+keyID+`"`):

@@ -160,6 +160,8 @@ func TestRolePermissions(t *testing.T) {
 					`"*"`:             traceWrite,
 				}},
 				{"terminate-node", map[string][]string{
+					// PutItem covers the node's resealed agent key too (NODE#<id>/NODE#AGENTKEY):
+					// resealing needs no action more.
 					stateArn:                  {"dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
 					masterSecretArn:           {"secretsmanager:GetSecretValue"},
 					agentKeys:                 {"kms:Decrypt"},

@@ -53,13 +53,15 @@ func (s *CapacityStack) newTerminateNodeFunction() awslambda.Function {
 	fn := s.goFunction(goFunctionSpec{Function: envvar.TerminateNode, MemoryMB: 256,
 		Timeout: awscdk.Duration_Seconds(jsii.Number(60)), Environment: env})
 	// Reads the agent master secret at run time (current and previous versions), for nodes
-	// still at key generation 0; nothing else in Secrets Manager. Opens the nodes' sealed keys.
+	// still at key generation 0 and to reseal the keys it opened; nothing else in Secrets
+	// Manager. Opens the nodes' sealed keys (once per key generation: then the resealed form).
 	allowOn(fn, "AgentMasterSecretRead", s.agentMasterSecretARN, "secretsmanager:GetSecretValue")
 	allowAgentKeys(fn, "AgentKeysOpen", s.AgentKeysKey, "kms:Decrypt")
 	// Reads the operation and the node, moves each terminated VM from the node's decision
 	// partition to its history (one transaction: a conditional delete and a put), moves the
-	// operation on with conditional updates, and puts each VM's outcome item (a conditional
-	// put of its own). No audit access.
+	// operation on with conditional updates, puts each VM's outcome item (a conditional put
+	// of its own) and each node's resealed agent key (a conditional put: never over a later
+	// generation's). No audit access.
 	allow(fn, "StateTable", state, "dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:DeleteItem")
 	return fn
 }

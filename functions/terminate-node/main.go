@@ -5,6 +5,10 @@
 // operation's terminateAfter so that the termination never waits on a slow agent, and
 // records each one's fate.
 //
+// A node's KMS-sealed key is opened with KMS once per key generation: then resealed under a key
+// derived from the agent master secret and stored on the node (agent.Resealer), where every
+// later round, in any instance, opens it without KMS.
+//
 // Environment: APP_ENV (the metrics' Environment); STATE_TABLE; AGENT_KEYS_KMS_KEY_ID, the KMS
 // key the nodes' agent keys are sealed under (this function alone may open them);
 // AGENT_MASTER_SECRET_ID, the Secrets Manager secret (name or ARN) the keys of nodes still at
@@ -27,6 +31,7 @@ import (
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/config"
 	"github.com/openrelay/capacity/shared/config/envvar"
+	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/kmsseal"
 	"github.com/openrelay/capacity/shared/secrets"
 	"github.com/openrelay/capacity/shared/stepfn"
@@ -36,14 +41,23 @@ func main() {
 	s, logger, cfg := config.Start(envvar.TerminateNode, readSettings)
 	masters := secrets.New(secretsmanager.NewFromConfig(cfg), s.agentMasterSecretID)
 	client := &agent.Client{AllowHTTP: s.allowHTTP, Timeout: s.agentTimeout}
-	nodeAgent := agent.NodeAgent{Client: client, Opener: kmsseal.New(kms.NewFromConfig(cfg), s.agentKeysKMSKeyID), Legacy: agent.Derived{Masters: masters}}
+	store := s.Store.Open(cfg)
+	nodeAgent := newNodeAgent(client, store, kmsseal.New(kms.NewFromConfig(cfg), s.agentKeysKMSKeyID), masters, logger)
 	if s.allowHTTP {
 		logger.Warn("AGENT_ALLOW_HTTP is set: plain http agent endpoints are accepted (local stack only)")
 	}
-	store := s.Store.Open(cfg)
 	term := &capacity.Terminator{Store: store, Agent: nodeAgent, Logger: logger}
 	notifier := &capacity.EvictionNotifier{Store: store, Agent: nodeAgent, Logger: logger, Budget: noticeBudget}
 	lambda.Start(dispatch(term, notifier, logger))
+}
+
+// newNodeAgent is the function's agent: it signs with each node's own key, opened by sealer
+// (KMS) once per key generation, then from the resealed form it stores with store, whose node
+// reads it makes return that form (this function alone can open it).
+func newNodeAgent(client *agent.Client, store *dynamo.Store, sealer *kmsseal.Sealer, masters agent.MasterSecrets, logger *slog.Logger) agent.NodeAgent {
+	store.ReadResealedAgentKeys = true
+	return agent.NodeAgent{Client: client, Opener: sealer, Legacy: agent.Derived{Masters: masters},
+		Resealer: &agent.Resealer{KMS: sealer, Masters: masters, Store: store, Logger: logger}}
 }
 
 // settings are the function's configuration (envvar.TerminateNode).

@@ -11,6 +11,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/openrelay/capacity/shared/agent"
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/config/envvar"
+	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 	"github.com/openrelay/capacity/shared/kmsseal"
 	"github.com/openrelay/capacity/shared/secrets"
@@ -39,7 +41,27 @@ type fixture struct {
 	env       *dynamotest.Env
 	sim       *agentsim.Sim
 	agent     agent.NodeAgent // the Agent as main wires it
+	store     *dynamo.Store   // the function's store, as main wires it (env.Store is the api's)
+	kms       *decrypts       // the function's KMS client
+	keyID     string          // the agent keys' KMS key
+	masters   agent.MasterSecrets
 	reclaimID string
+}
+
+// decrypts is a KMS client that counts Decrypt calls.
+type decrypts struct {
+	kmsseal.API
+	n atomic.Int32
+}
+
+func (d *decrypts) Decrypt(ctx context.Context, in *kms.DecryptInput, opts ...func(*kms.Options)) (*kms.DecryptOutput, error) {
+	d.n.Add(1)
+	return d.API.Decrypt(ctx, in, opts...)
+}
+
+// instance is the function's agent as a fresh Lambda instance has it: nothing opened yet.
+func (f *fixture) instance() agent.NodeAgent {
+	return newNodeAgent(f.agent.Client, f.store, kmsseal.New(f.kms, f.keyID), f.masters, quiet)
 }
 
 func newFixture(t *testing.T, endpoint func(sim *agentsim.Sim) string) *fixture {
@@ -73,8 +95,11 @@ func newFixtureWith(t *testing.T, endpoint func(sim *agentsim.Sim) string, node 
 	if err != nil {
 		t.Fatal(err)
 	}
-	sealer := kmsseal.New(kc, aws.ToString(key.KeyMetadata.KeyId))
-	nodeAgent := agent.NodeAgent{Client: client, Opener: sealer, Legacy: agent.Derived{Masters: secrets.New(sm, aws.ToString(created.ARN))}}
+	counted := &decrypts{API: kc}
+	sealer := kmsseal.New(counted, aws.ToString(key.KeyMetadata.KeyId))
+	masters := secrets.New(sm, aws.ToString(created.ARN))
+	store := *env.Store
+	nodeAgent := newNodeAgent(client, &store, sealer, masters, quiet)
 	data := demo.Seed(time.Now())
 	data.Nodes[0].AgentEndpoint = sim.Endpoint(demo.NodeID)
 	if endpoint != nil {
@@ -97,7 +122,8 @@ func newFixtureWith(t *testing.T, endpoint func(sim *agentsim.Sim) string, node 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{env: env, sim: sim, agent: nodeAgent, reclaimID: res.ReclaimID}
+	return &fixture{env: env, sim: sim, agent: nodeAgent, store: &store, kms: counted, keyID: aws.ToString(key.KeyMetadata.KeyId),
+		masters: masters, reclaimID: res.ReclaimID}
 }
 
 // task is events/terminate-node-task.json for the fixture's reclaim.
@@ -152,7 +178,7 @@ func TestForgedAnswersAreNotTakenAsDone(t *testing.T) {
 	}))
 	t.Cleanup(forger.Close)
 	f := newFixture(t, func(*agentsim.Sim) string { return forger.URL + "/" + demo.NodeID })
-	out, err := handler(&capacity.Terminator{Store: f.env.Store, Agent: f.agent, Logger: quiet}, quiet)(ctx, f.task(t))
+	out, err := handler(&capacity.Terminator{Store: f.store, Agent: f.agent, Logger: quiet}, quiet)(ctx, f.task(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +210,7 @@ func TestPlainHTTPEndpointRefusedOutsideLocal(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t, nil)
 	f.agent.Client.AllowHTTP = false
-	out, err := handler(&capacity.Terminator{Store: f.env.Store, Agent: f.agent, Logger: quiet}, quiet)(ctx, f.task(t))
+	out, err := handler(&capacity.Terminator{Store: f.store, Agent: f.agent, Logger: quiet}, quiet)(ctx, f.task(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +284,7 @@ func TestNodeKeyGenerations(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			out, err := handler(&capacity.Terminator{Store: f.env.Store, Agent: f.agent, Logger: quiet}, quiet)(ctx, f.task(t))
+			out, err := handler(&capacity.Terminator{Store: f.store, Agent: f.agent, Logger: quiet}, quiet)(ctx, f.task(t))
 			if err != nil {
 				t.Fatal(err)
 			}

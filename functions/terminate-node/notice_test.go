@@ -59,8 +59,8 @@ func TestNoticePhase(t *testing.T) {
 			if tc.agent != nil {
 				tc.agent(f.sim)
 			}
-			term := &capacity.Terminator{Store: f.env.Store, Agent: f.agent, Logger: quiet}
-			notifier := &capacity.EvictionNotifier{Store: f.env.Store, Agent: f.agent, Logger: quiet, Budget: noticeBudget}
+			term := &capacity.Terminator{Store: f.store, Agent: f.agent, Logger: quiet}
+			notifier := &capacity.EvictionNotifier{Store: f.store, Agent: f.agent, Logger: quiet, Budget: noticeBudget}
 			run := dispatch(term, notifier, quiet)
 			start := time.Now()
 			out, err := run(ctx, task)

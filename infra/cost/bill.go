@@ -37,6 +37,13 @@ type Assumptions struct {
 	// hands to one invocation of its function, on average: 1 when reclaims come one at a
 	// time, up to the mapping's batch size in a burst.
 	QueueBatch float64
+	// AgentKeyDecrypts is the KMS Decrypts of a node's agent key per reclaim. terminate-node
+	// opens a node's KMS-sealed key with KMS once per key generation (its first open after a
+	// rotation) and stores it resealed under the agent master secret, which every later open,
+	// in any instance, uses instead (shared/agent.Resealer): 0 for a typical reclaim in steady
+	// state. (Within the 10 minutes after a rotation the previous generation is opened with
+	// KMS too, once per instance: rare, and not a typical reclaim.)
+	AgentKeyDecrypts float64
 	// Run is what a typical run's data says at the workflow's choices and waits, for each
 	// execution of the reclaim in turn: 0 is the one the API call starts, 1 the next one (a
 	// queue's consumer starts it when the message comes due), and so on.
@@ -61,6 +68,7 @@ var Typical = Assumptions{
 	ExpressMemoryMB:   64,
 	ExpressStateMS:    10,
 	QueueBatch:        1,
+	AgentKeyDecrypts:  0,
 	// The step of the Express design (shared/stepfn.Input): the API starts step "first" with
 	// the grace left as its delay; the queue brings step "round" when it is due.
 	Run: func(c Case, execution int) Run {
@@ -312,11 +320,11 @@ func Price(d Design, u Case, p Prices, a Assumptions) (Bill, error) {
 	}
 
 	// EventBridge, KMS.
-	events, kmsCalls := 0, 0
+	events, keyOpens := 0, 0
 	for _, st := range u.Steps {
 		events += st.Events
 		if st.AgentCalls > 0 || st.AgentNotices > 0 {
-			kmsCalls++ // the node's agent key opened, once per invocation that calls the agent
+			keyOpens++ // the node's agent key opened, once per invocation that calls the agent
 		}
 	}
 	add("EventBridge", "custom events published", plural(float64(events), "event"), float64(events)*p.EventBridgeEvent.USD)
@@ -382,7 +390,9 @@ func Price(d Design, u Case, p Prices, a Assumptions) (Bill, error) {
 		add("DynamoDB", "point-in-time recovery of those items", fmt.Sprintf("%.2e GB-months", pitrGBMonths), pitrGBMonths*p.DynamoPITR.USD)
 	}
 
-	add("KMS", "Decrypt of the node's agent key (an instance's first call for the node)", plural(float64(kmsCalls), "request"), float64(kmsCalls)*p.KMSRequest.USD)
+	add("KMS", "Decrypt of the node's agent key: once per key generation, then opened resealed",
+		fmt.Sprintf("%s (%s opening it resealed)", plural(a.AgentKeyDecrypts, "request"), plural(float64(keyOpens), "invocation")),
+		a.AgentKeyDecrypts*p.KMSRequest.USD)
 
 	// CloudWatch Logs.
 	accessBytes := float64(api.AccessLogBytes)

@@ -128,9 +128,10 @@ func Markdown(cols []Column, p Prices, a Assumptions) string {
 		"X-Ray records %g%% of traces (its default rule past one a second); items without a TTL stored %g months; "+
 		"an Express execution spends %g ms in each state beside its tasks' functions and is billed at %d MB; "+
 		"a queue's event source mapping receives %g message a batch; "+
+		"a node's agent key costs a KMS Decrypt once per key generation (its first open after a rotation; every later open, in any instance, opens the form terminate-node resealed under the agent master secret): %g per reclaim; "+
 		"a typical run: %s.\n",
 		kv(a.DurationMS), kvInt(a.AppLogBytes), a.PlatformLogBytes, a.StateLogEnvelope, a.StateDataBytes,
-		a.XRaySampled*100, a.KeptForGoodMonths, a.ExpressStateMS, a.ExpressMemoryMB, a.QueueBatch, runText(a))
+		a.XRaySampled*100, a.KeptForGoodMonths, a.ExpressStateMS, a.ExpressMemoryMB, a.QueueBatch, a.AgentKeyDecrypts, runText(a))
 	return b.String()
 }
 

@@ -19,7 +19,8 @@ import (
 // reclaim's terminations run, before the agent has the new key: every VM is still terminated
 // once (the service falls back on the previous key while the agent refuses the new one).
 // Once the new key is installed the service needs no fallback, the agent accepts the old key
-// for the overlap only, and a change of owner rotates the key again.
+// for the overlap only, and a change of owner rotates the key again, which terminate-node
+// stores resealed once it has opened it.
 func TestAgentKeyRotationWhileTerminationsRun(t *testing.T) {
 	ctx := context.Background()
 	node := newNode(t, func(s *dynamo.Seed) {
@@ -125,5 +126,16 @@ func TestAgentKeyRotationWhileTerminationsRun(t *testing.T) {
 	n, err := store.GetNode(ctx, node)
 	if err != nil || n.AgentKeyGen != 2 || bytes.Contains(n.AgentKey, key2) || !slices.Equal(n.UnitIDs, demo.Seed(time.Now()).Nodes[0].UnitIDs) {
 		t.Fatalf("stored node %+v, %v", n, err)
+	}
+	// terminate-node opened generation 2 with KMS and stored it resealed, where its own node
+	// reads find it (the api's leave it out).
+	own := *store
+	own.ReadResealedAgentKeys = true
+	st, err := own.LoadNode(ctx, node, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := st.Node.ResealedAgentKey; r == nil || r.Gen != 2 || bytes.Contains(r.Sealed, key2) {
+		t.Fatalf("resealed agent key %+v, want generation 2's", r)
 	}
 }

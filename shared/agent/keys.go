@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/openrelay/capacity/shared/capacity"
 )
 
 // KeyInfoPrefix is the HKDF info of a node key, followed by the node id. It names the version,
@@ -130,6 +132,12 @@ type Stored struct {
 	RotatedAt          time.Time
 	Overlap            time.Duration    // 0: DefaultKeyOverlap
 	Now                func() time.Time // nil: time.Now
+	// Resealer, when set, opens generation Gen (from Resealed, the node's resealed key, when
+	// that is of Gen): one KMS Decrypt per generation instead of one per instance. The
+	// previous generation, needed only during the overlap after a rotation, is opened by
+	// Opener (KMS) as before.
+	Resealer *Resealer
+	Resealed *capacity.ResealedAgentKey
 }
 
 // NodeKeys opens the node's current key and, within the overlap, its previous one.
@@ -140,10 +148,16 @@ func (s Stored) NodeKeys(ctx context.Context, nodeID string) (KeySet, error) {
 		}
 		return s.Legacy.NodeKeys(ctx, nodeID)
 	}
-	if s.Opener == nil {
+	if s.Opener == nil && s.Resealer == nil {
 		return KeySet{}, errors.New("no opener of sealed agent keys")
 	}
-	cur, err := s.Opener.OpenAgentKey(ctx, nodeID, s.Sealed)
+	var cur []byte
+	var err error
+	if s.Resealer != nil {
+		cur, err = s.Resealer.Open(ctx, nodeID, s.Gen, s.Sealed, s.Resealed)
+	} else {
+		cur, err = s.Opener.OpenAgentKey(ctx, nodeID, s.Sealed)
+	}
 	if err != nil {
 		return KeySet{}, fmt.Errorf("key generation %d: %w", s.Gen, err)
 	}
@@ -160,7 +174,11 @@ func (s Stored) NodeKeys(ctx context.Context, nodeID string) (KeySet, error) {
 	}
 	switch {
 	case len(s.PrevSealed) > 0:
-		if set.Fallback, err = s.Opener.OpenAgentKey(ctx, nodeID, s.PrevSealed); err != nil {
+		opener := s.Opener
+		if opener == nil {
+			opener = s.Resealer.KMS
+		}
+		if set.Fallback, err = opener.OpenAgentKey(ctx, nodeID, s.PrevSealed); err != nil {
 			return KeySet{}, fmt.Errorf("key generation %d: %w", s.Gen-1, err)
 		}
 	case s.Gen == 1 && s.Legacy != nil:

@@ -13,6 +13,9 @@ type NodeAgent struct {
 	Client *Client
 	Opener Opener // opens a node's sealed keys
 	Legacy Keys   // a generation-0 node's keys, derived from the master secret
+	// Resealer, when set, opens a node's current generation from its resealed form (the
+	// node's ResealedAgentKey, as LoadNode read it), with a KMS Decrypt only the first time.
+	Resealer *Resealer
 }
 
 // Terminate terminates vmID on node through its agent; true when the agent no longer knew it.
@@ -25,5 +28,6 @@ func (a NodeAgent) Terminate(ctx context.Context, node capacity.Node, vmID strin
 
 func (a NodeAgent) keysOf(n capacity.Node) Stored {
 	return Stored{Opener: a.Opener, Legacy: a.Legacy, Gen: n.AgentKeyGen, Sealed: n.AgentKey,
-		PrevSealed: n.PrevAgentKey, RotatedAt: n.AgentKeyRotatedAt, Overlap: capacity.AgentKeyOverlap}
+		PrevSealed: n.PrevAgentKey, RotatedAt: n.AgentKeyRotatedAt, Overlap: capacity.AgentKeyOverlap,
+		Resealer: a.Resealer, Resealed: n.ResealedAgentKey}
 }

@@ -13,7 +13,8 @@ import (
 // moves on when the key is rotated (by an operator, or because the node changed owner). The
 // service stores it sealed: the internet-facing api function seals a key it has just made and
 // hands it out once, but can open no stored key, so compromising it yields no existing node's
-// key; only the terminating function opens them (see shared/kmsseal).
+// key; only the terminating function opens them (see shared/kmsseal), with KMS once per key
+// generation, and then from the copy it resealed under the agent master secret (ResealedAgentKey).
 
 // AgentKeyBytes is the length of a node agent's key.
 const AgentKeyBytes = 32
@@ -33,6 +34,25 @@ type AgentKeySealer interface {
 // AgentKeyOpener opens what AgentKeySealer sealed for the same node.
 type AgentKeyOpener interface {
 	OpenAgentKey(ctx context.Context, nodeID string, sealed []byte) ([]byte, error)
+}
+
+// ResealedAgentKey is a node's agent key of generation Gen as the terminating function keeps
+// it after its first KMS Decrypt: Sealed again under a key derived from the agent master
+// secret, which only that function can read, and bound to the node, the generation and the
+// KMS-sealed form it was opened from (shared/agent.Resealer). Opening it costs no KMS call; a
+// rotation (a new KMS-sealed form) makes it useless. At is when it was made.
+type ResealedAgentKey struct {
+	Gen    int64
+	Sealed []byte
+	At     time.Time
+}
+
+// ResealedAgentKeyStore keeps one resealed agent key per node: the latest generation's.
+// Only the terminating function writes it; LoadNode returns it to that function alone.
+type ResealedAgentKeyStore interface {
+	// PutResealedAgentKey stores r as node nodeID's resealed key, replacing one of the same or
+	// an earlier generation; one of a later generation stays (an error wrapping ErrConflict).
+	PutResealedAgentKey(ctx context.Context, nodeID string, r ResealedAgentKey) error
 }
 
 // AgentKeyRotation asks for a new key for a node's agent.

@@ -125,6 +125,9 @@ type Node struct {
 	// current one.
 	PrevAgentKey      []byte `json:"-"`
 	AgentKeyRotatedAt time.Time
+	// ResealedAgentKey is the terminating function's resealed copy of a generation of the key
+	// (nil when there is none, and always in the api function, whose reads leave it out).
+	ResealedAgentKey *ResealedAgentKey `json:"-"`
 }
 
 // AuditHead is the last record of an audit hash chain: its Seq and Hash (zero: no record yet),

@@ -23,6 +23,8 @@ import (
 //	NODE#<nodeId>           MEMBER#<org>  org was named the owner or in a reservation's orgs (gsi2:
 //	                                      ORG#<org>#NODES); never removed, checked when read
 //	NODE#<nodeId>           NODE          the node and ledger: every capacity write bumps its Version
+//	NODE#<nodeId>           NODE#AGENTKEY the node's agent key resealed by the terminating function
+//	                                      (resealed.go): written by it alone, read by it alone
 //	NODE#<nodeId>           RES#<id>      a reservation
 //	NODE#<nodeId>           VM#<id>       a live VM (running or terminating)
 //	NODE#<nodeId>#HIST      VM#<id>       a terminated VM (TTL: terminated + retention)

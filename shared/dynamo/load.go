@@ -16,7 +16,8 @@ import (
 
 // LoadNode reads the node's decision partition with one strongly consistent Query: the node,
 // its reservations and its live VMs (the key condition sk >= "NODE" skips the idempotency
-// records, which sort before; terminated VMs and operations live under other keys). The
+// records, which sort before; terminated VMs and operations live under other keys), and for a
+// Store with ReadResealedAgentKeys the node's resealed agent key. The
 // caller's own idempotency record, when a scope is given, is one consistent GetItem run
 // alongside. Items and bytes read go to the context's CallStats.
 func (s *Store) LoadNode(ctx context.Context, nodeID, idempotencyScope string) (*capacity.NodeState, error) {
@@ -60,6 +61,7 @@ func (s *Store) queryNode(ctx context.Context, nodeID string) (*capacity.NodeSta
 	}
 	st := &capacity.NodeState{}
 	found := false
+	var resealed *capacity.ResealedAgentKey
 	stats := capacity.CallStatsFrom(ctx)
 	for page := dynamodb.NewQueryPaginator(s.Client, in); page.HasMorePages(); {
 		out, err := page.NextPage(ctx)
@@ -68,6 +70,16 @@ func (s *Store) queryNode(ctx context.Context, nodeID string) (*capacity.NodeSta
 		}
 		for _, item := range out.Items {
 			stats.AddRead(1, ItemSize(item))
+			if attr(item, attrType) == typeResealedAgentKey {
+				if s.ReadResealedAgentKeys {
+					var it resealedAgentKeyItem
+					if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+						return nil, fmt.Errorf("decode resealed agent key of node %s: %w", nodeID, err)
+					}
+					resealed = it.resealed()
+				}
+				continue
+			}
 			ok, err := addItem(st, item)
 			if err != nil {
 				return nil, fmt.Errorf("decode item of node %s: %w", nodeID, err)
@@ -78,6 +90,7 @@ func (s *Store) queryNode(ctx context.Context, nodeID string) (*capacity.NodeSta
 	if !found {
 		return nil, capacity.Errorf(capacity.CodeNotFound, "node %s not found", nodeID)
 	}
+	st.Node.ResealedAgentKey = resealed
 	return st, nil
 }
 

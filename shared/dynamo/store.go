@@ -35,6 +35,10 @@ type Store struct {
 	// Retention is how long terminated VMs and ended operations (with their outcomes) are
 	// kept before TTL deletes them: DefaultRetention when zero, never less than MinRetention.
 	Retention time.Duration
+	// ReadResealedAgentKeys: LoadNode returns the node's resealed agent key (Node.ResealedAgentKey).
+	// Only the terminating function's store sets it, the one function that can open it; any
+	// other's reads leave the item out.
+	ReadResealedAgentKeys bool
 }
 
 const (
