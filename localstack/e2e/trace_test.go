@@ -71,9 +71,9 @@ func waitForLines(t *testing.T, path string, keep func(map[string]any) bool, wan
 
 // A reclaim through the API is one trace: every log line the api function wrote for it
 // carries the invocation's trace id, and so does its metric line (Reclaims 1 with its
-// victims); the terminations it started report how long they took.
+// victims); the operation it started reports how long it took when its Report step ends it.
 func TestReclaimLogsAndMetricsCarryTheTrace(t *testing.T) {
-	apiLog, termLog := functionLog(t, "api"), functionLog(t, "terminate-node")
+	apiLog, eventsLog := functionLog(t, "api"), functionLog(t, "operation-events")
 	node := newNode(t, nil)
 	r := call(t, http.MethodPost, reclaimPath(node), keyOwner, map[string]any{"unitIds": []string{"gpu-2", "gpu-3"}})
 	if r.Status != http.StatusOK {
@@ -114,8 +114,8 @@ func TestReclaimLogsAndMetricsCarryTheTrace(t *testing.T) {
 		t.Errorf("metric line %v, want Reclaims 1, ReclaimVictims %d, Environment local", metric, victims)
 	}
 
-	// The workflow's rounds end the operation and report how long it took, once.
-	ended := waitForLines(t, termLog, func(l map[string]any) bool {
+	// The Report step ends the operation and reports how long it took, once.
+	ended := waitForLines(t, eventsLog, func(l map[string]any) bool {
 		return l["reclaim_id"] == body["reclaimId"] && l["_aws"] != nil
 	}, func(ls []map[string]any) bool { return len(ls) > 0 })
 	if ms, ok := ended[0]["ReclaimTerminationTime"].(float64); !ok || ms < 0 || len(ended) != 1 {
