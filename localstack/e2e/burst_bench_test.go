@@ -487,17 +487,23 @@ func quotaSince(before, after map[quota.ID]quota.Stats) map[quota.ID]quota.Stats
 // awaitBurstOps waits until every operation of the burst has ended, and returns the ended
 // ones (those not ended by the deadline are missing).
 func awaitBurstOps(ctx context.Context, b *testing.B, ops map[string]string, deadline time.Time) []capacity.Operation {
+	// Read by key: a completed operation leaves the byState index.
+	ended := map[string]capacity.Operation{}
 	for {
-		var ended []capacity.Operation
-		for _, state := range []capacity.OperationState{capacity.OpCompleted, capacity.OpFailed} {
-			for _, op := range operationsIn(ctx, b, state) {
-				if _, ok := ops[op.ID]; ok {
-					ended = append(ended, op)
-				}
+		for id, node := range ops {
+			if _, ok := ended[id]; ok {
+				continue
+			}
+			op, err := store.GetOperation(ctx, node, id)
+			if err != nil {
+				b.Fatalf("operation %s of node %s: %v", id, node, err)
+			}
+			if op != nil && (op.State == capacity.OpCompleted || op.State == capacity.OpFailed) {
+				ended[id] = *op
 			}
 		}
 		if len(ended) == len(ops) || time.Now().After(deadline) {
-			return ended
+			return slices.Collect(maps.Values(ended))
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
