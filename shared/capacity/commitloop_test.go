@@ -296,3 +296,36 @@ func TestScheduleWithAnUnknownOutcomeIsSentAgainTheSame(t *testing.T) {
 		t.Errorf("%d scheduled, want 1", n)
 	}
 }
+
+// A scheduled reclaim (under an Idempotency-Key) whose first write's outcome is unknown is
+// sent again the same; when the first lands late, after its check said it had not, the
+// repeat loses to it. The call answers the scheduled reclaim that landed, and its schedule is
+// still live: the repeat's loss deletes no schedule the accepted scheduled reclaim needs, and
+// it fires.
+func TestScheduleRepeatLosingToTheFirstKeepsItsSchedule(t *testing.T) {
+	env, svc, fs, clock := schedWorld(t)
+	w := scripting(env, svc)
+	// The first write times out unapplied and its check finds nothing; the repeat then loses
+	// to the first, which lands just before it.
+	w.script["CreateScheduled"] = []scripted{unknownUnsent, {err: capacity.ErrConflict, applied: true}}
+	w.script["Landed"] = []scripted{{}}
+	ctx := context.Background()
+	req := reclaim("u1")
+	req.IdempotencyKey = "k-late"
+	res, err := svc.ScheduleReclaim(ctx, owner, req, clock.Add(time.Hour), capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Scheduled.ID
+	if w.count("CreateScheduled") != 2 || !slices.Equal(fs.Live(), []string{id}) {
+		t.Fatalf("%d writes; live schedules %v (deleted %v), want %s's live", w.count("CreateScheduled"), fs.Live(), fs.deleted, id)
+	}
+	if n := auditsOf(t, env, capacity.ActionScheduleReclaim); n != 1 {
+		t.Errorf("%d scheduled, want 1", n)
+	}
+	// The schedule fires at its time, and the reclaim runs.
+	*clock = clock.Add(time.Hour)
+	if fired, err := svc.FireScheduledReclaim(ctx, "n1", "r1", id, capacity.RequestMeta{}); err != nil || !slices.Equal(fired.Terminated, []string{"s1"}) {
+		t.Fatalf("firing = %+v, %v", fired, err)
+	}
+}
