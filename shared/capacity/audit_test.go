@@ -218,6 +218,11 @@ func TestVerifyTamperings(t *testing.T) {
 			s.before = AuditHead{Seq: 3, Hash: s.recs[3].Hash, Start: s.before.Start}
 			s.after = s.before
 		}, ChainBeyondHead, 4},
+		{"a record past the head rewritten and rehashed, the head read after naming the original", func(s *state) {
+			s.recs[5].Reason = "nothing happened"
+			s.recs[5].Hash = HashAuditRecord(s.recs[5])
+			s.before = AuditHead{Seq: 3, Hash: s.recs[3].Hash, Start: s.before.Start}
+		}, ChainBeyondHead, 4},
 		{"head rolled back, a record past it rewritten", func(s *state) {
 			s.recs[5].Reason = "nothing happened"
 			s.before = AuditHead{Seq: 3, Hash: s.recs[3].Hash, Start: s.before.Start}

@@ -3,6 +3,7 @@ package capacity_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -21,6 +22,10 @@ type scriptedWrites struct {
 	mu     sync.Mutex
 	script map[string][]scripted
 	calls  map[string]int
+	// readsFail, if set, fails every read of the node (LoadNode) once a write was sent: the
+	// reads after a write, as a throttling burst that outlasts the SDK's retries.
+	readsFail error
+	wrote     bool
 }
 
 // scripted is one call's outcome: err, after the call ran (applied: a lost answer) or without
@@ -43,6 +48,7 @@ func every(o scripted) []scripted { return slices.Repeat([]scripted{o}, 40) }
 func (w *scriptedWrites) run(method string, call func() error) error {
 	w.mu.Lock()
 	w.calls[method]++
+	w.wrote = w.wrote || !checks[method]
 	q := w.script[method]
 	var o *scripted
 	if len(q) > 0 {
@@ -58,6 +64,19 @@ func (w *scriptedWrites) run(method string, call func() error) error {
 		}
 	}
 	return o.err
+}
+
+// checks are the scripted methods that read: the others write.
+var checks = map[string]bool{"Landed": true, "GetKey": true}
+
+func (w *scriptedWrites) LoadNode(ctx context.Context, nodeID, scope string) (*capacity.NodeState, error) {
+	w.mu.Lock()
+	fail := w.wrote && w.readsFail != nil
+	w.mu.Unlock()
+	if fail {
+		return nil, fmt.Errorf("query partition of node %s: %w", nodeID, w.readsFail)
+	}
+	return w.Store.LoadNode(ctx, nodeID, scope)
 }
 
 func (w *scriptedWrites) count(method string) int {
@@ -119,6 +138,8 @@ type loopWrite struct {
 	// detours: its losses are told real or not by what changed, and a scripted loss changes
 	// nothing (see TestOnlyRealRacesSpendTheBudget), so every-conflict does not apply.
 	detours bool
+	// readsNode: its rounds read the node (LoadNode), which scriptedWrites.readsFail fails.
+	readsNode bool
 	// swept: the write is a reservation cancel's sweep, whose failures are logged, not answered.
 	swept bool
 	// setup makes the world the call runs in, and names what the call acts on (a scheduled
@@ -168,19 +189,19 @@ func withKey(t *testing.T) (*dynamotest.Env, *capacity.Service, string) {
 var cancelR1 = capacity.ReservationChange{NodeID: "n1", ReservationID: "r1"}
 
 var loopWrites = []loopWrite{
-	{name: "reclaim", method: "Commit", action: capacity.ActionReclaim, check: "Landed", detours: true, setup: inWorld,
+	{name: "reclaim", readsNode: true, method: "Commit", action: capacity.ActionReclaim, check: "Landed", detours: true, setup: inWorld,
 		call: func(ctx context.Context, svc *capacity.Service, _ string) (any, error) {
 			return svc.Reclaim(ctx, owner, reclaim("u1"), capacity.RequestMeta{})
 		}},
-	{name: "reservation cancel", method: "CommitOperator", action: capacity.ActionReservationCancel, check: "Landed", setup: inWorld,
+	{name: "reservation cancel", readsNode: true, method: "CommitOperator", action: capacity.ActionReservationCancel, check: "Landed", setup: inWorld,
 		call: func(ctx context.Context, svc *capacity.Service, _ string) (any, error) {
 			return svc.CancelReservation(ctx, op, cancelR1, capacity.RequestMeta{})
 		}},
-	{name: "schedule reclaim", method: "CreateScheduled", action: capacity.ActionScheduleReclaim, check: "Landed", setup: withSchedules,
+	{name: "schedule reclaim", readsNode: true, method: "CreateScheduled", action: capacity.ActionScheduleReclaim, check: "Landed", setup: withSchedules,
 		call: func(ctx context.Context, svc *capacity.Service, _ string) (any, error) {
 			return svc.ScheduleReclaim(ctx, owner, reclaim("u1"), svc.Now().Add(time.Hour), capacity.RequestMeta{})
 		}},
-	{name: "scheduled reclaim cancel", method: "UpdateScheduled", action: capacity.ActionCancelScheduledReclaim, check: "Landed", setup: withScheduled,
+	{name: "scheduled reclaim cancel", readsNode: true, method: "UpdateScheduled", action: capacity.ActionCancelScheduledReclaim, check: "Landed", setup: withScheduled,
 		call: func(ctx context.Context, svc *capacity.Service, id string) (any, error) {
 			return svc.CancelScheduledReclaim(ctx, owner, "n1", "r1", id, capacity.RequestMeta{})
 		}},
@@ -189,7 +210,7 @@ var loopWrites = []loopWrite{
 		call: func(ctx context.Context, svc *capacity.Service, _ string) (any, error) {
 			return svc.CancelReservation(ctx, op, cancelR1, capacity.RequestMeta{})
 		}},
-	{name: "re-drive", method: "RedriveOperation", action: capacity.ActionRetry, check: "Landed", setup: withFailedOp,
+	{name: "re-drive", readsNode: true, method: "RedriveOperation", action: capacity.ActionRetry, check: "Landed", setup: withFailedOp,
 		call: func(ctx context.Context, svc *capacity.Service, id string) (any, error) {
 			return svc.Redrive(ctx, owner, "n1", "r1", id, capacity.RequestMeta{})
 		}},
@@ -216,6 +237,8 @@ func TestEveryWriteGoesThroughOneLoop(t *testing.T) {
 		name   string
 		script []scripted // the write's
 		checks []scripted // the check's, when the write has one scripted here
+		// readsFail fails every read of the node after the first write (writes that read it).
+		readsFail error
 		// deadline, if set, is the call's (within RetryPolicy.Margin).
 		deadline time.Duration
 		writes   int           // the write sent this often
@@ -231,17 +254,26 @@ func TestEveryWriteGoesThroughOneLoop(t *testing.T) {
 		{name: "outcome unknown, applied, its check throttled twice", script: []scripted{unknownLanded},
 			checks: []scripted{throttledWrite, throttledWrite}, writes: 1, landed: 1},
 		{name: "outcome unknown every round", script: every(unknownUnsent), writes: attempts, code: capacity.CodeInternal, unknown: true},
+		// After a write of unknown outcome, neither a failed read nor a throttled last round
+		// answers "throttled, nothing was applied": the write may have landed.
+		{name: "outcome unknown, not applied, every read after it failed", script: []scripted{unknownUnsent},
+			readsFail: capacity.ErrThrottled, writes: 1, code: capacity.CodeInternal, unknown: true},
+		{name: "outcome unknown, applied, every read after it failed", script: []scripted{unknownLanded},
+			readsFail: capacity.ErrThrottled, writes: 1, landed: 1},
+		{name: "outcome unknown, then throttled to the last round", script: append([]scripted{unknownUnsent}, every(throttledWrite)...),
+			writes: attempts, code: capacity.CodeInternal, unknown: true},
 		{name: "lost a race near the deadline", script: every(lostRace), deadline: 300 * time.Millisecond, writes: 1,
 			code: capacity.CodeConcurrentModification},
 	} {
 		for _, lw := range loopWrites {
-			if lw.detours && tc.name == "lost every race" || tc.checks != nil && lw.check == "" {
+			if lw.detours && tc.name == "lost every race" || tc.checks != nil && lw.check == "" || tc.readsFail != nil && !lw.readsNode {
 				continue
 			}
 			t.Run(tc.name+"/"+lw.name, func(t *testing.T) {
 				env, svc, id := lw.setup(t)
 				w := scripting(env, svc)
 				w.script[lw.method] = tc.script
+				w.readsFail = tc.readsFail
 				if tc.checks != nil {
 					w.script[lw.check] = tc.checks
 				}
@@ -294,5 +326,38 @@ func TestScheduleWithAnUnknownOutcomeIsSentAgainTheSame(t *testing.T) {
 	}
 	if n := auditsOf(t, env, capacity.ActionScheduleReclaim); n != 1 {
 		t.Errorf("%d scheduled, want 1", n)
+	}
+}
+
+// A scheduled reclaim (under an Idempotency-Key) whose first write's outcome is unknown is
+// sent again the same; when the first lands late, after its check said it had not, the
+// repeat loses to it. The call answers the scheduled reclaim that landed, and its schedule is
+// still live: the repeat's loss deletes no schedule the accepted scheduled reclaim needs, and
+// it fires.
+func TestScheduleRepeatLosingToTheFirstKeepsItsSchedule(t *testing.T) {
+	env, svc, fs, clock := schedWorld(t)
+	w := scripting(env, svc)
+	// The first write times out unapplied and its check finds nothing; the repeat then loses
+	// to the first, which lands just before it.
+	w.script["CreateScheduled"] = []scripted{unknownUnsent, {err: capacity.ErrConflict, applied: true}}
+	w.script["Landed"] = []scripted{{}}
+	ctx := context.Background()
+	req := reclaim("u1")
+	req.IdempotencyKey = "k-late"
+	res, err := svc.ScheduleReclaim(ctx, owner, req, clock.Add(time.Hour), capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Scheduled.ID
+	if w.count("CreateScheduled") != 2 || !slices.Equal(fs.Live(), []string{id}) {
+		t.Fatalf("%d writes; live schedules %v (deleted %v), want %s's live", w.count("CreateScheduled"), fs.Live(), fs.deleted, id)
+	}
+	if n := auditsOf(t, env, capacity.ActionScheduleReclaim); n != 1 {
+		t.Errorf("%d scheduled, want 1", n)
+	}
+	// The schedule fires at its time, and the reclaim runs.
+	*clock = clock.Add(time.Hour)
+	if fired, err := svc.FireScheduledReclaim(ctx, "n1", "r1", id, capacity.RequestMeta{}); err != nil || !slices.Equal(fired.Terminated, []string{"s1"}) {
+		t.Fatalf("firing = %+v, %v", fired, err)
 	}
 }

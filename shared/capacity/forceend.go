@@ -35,8 +35,9 @@ type ForceEndResult struct {
 
 // ForceEnd is one force-end's writes, part of an OperatorCommit. Each conditions on what
 // the decision read: the operation still failed at its attempt, the VM's outcome absent or a
-// failure, and the VM terminating for the operation at its version (or, VM nil, absent from
-// the node's live VMs).
+// failure, the VM terminating for the operation at its version (or, VM nil, absent from
+// the node's live VMs), and, when it does not complete the operation, the other VMs still
+// without a success (a concurrent force-end need not move the node's version).
 type ForceEnd struct {
 	Operation Operation // as read, with its outcomes
 	VMID      string

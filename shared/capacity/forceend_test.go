@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/openrelay/capacity/shared/capacity"
+	"github.com/openrelay/capacity/shared/capacitytest"
+	"github.com/openrelay/capacity/shared/dynamo"
 	"github.com/openrelay/capacity/shared/dynamo/dynamotest"
 )
 
@@ -275,5 +278,96 @@ func TestForceEndOfAVMNoLongerLiveRecordsAlreadyGone(t *testing.T) {
 	if res.Outcome != capacity.OutcomeAlreadyGone || stored.State != capacity.OpCompleted ||
 		stored.Outcomes["s2"].Outcome != capacity.OutcomeAlreadyGone || stored.Outcomes["s2"].Reason != "terminated, outcome lost" {
 		t.Fatalf("result %+v, stored %+v", res, stored)
+	}
+}
+
+// failedOnBoth is failedOp with both VMs' agents failing for good: the operation failed on s1
+// and s2.
+func failedOnBoth(t *testing.T) (*dynamotest.Env, *capacity.Service, *capacity.Operation) {
+	t.Helper()
+	env, svc, o := evicted(t)
+	agent := &capacitytest.Agent{Permanent: map[string]bool{"s1": true, "s2": true}}
+	runWorkflow(t, &capacity.Terminator{Store: env.Store, Agent: agent, Logger: quiet}, o, 3)
+	got, err := env.Store.GetOperation(context.Background(), "n1", o.ID)
+	if err != nil || got.State != capacity.OpFailed || got.Outcomes["s1"].Outcome != capacity.OutcomeFailed || got.Outcomes["s2"].Outcome != capacity.OutcomeFailed {
+		t.Fatalf("operation = %+v, %v", got, err)
+	}
+	svc.Workflow = &capacitytest.Workflow{}
+	return env, svc, got
+}
+
+// An operation completes only with its last VM: ending one VM while another's termination has
+// failed leaves the operation failed (still holding the other VM and its units); ending the
+// other then completes it.
+func TestForceEndCompletesOnlyWithTheLastVM(t *testing.T) {
+	env, svc, failed := failedOnBoth(t)
+	ctx := context.Background()
+	first, err := svc.ForceEnd(ctx, op, forceEnd(failed.ID, "s1", "node wiped", ""), capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, _ := env.Store.GetOperation(ctx, "n1", failed.ID)
+	if first.Ended || first.Operation.State != capacity.OpFailed || stored.State != capacity.OpFailed || stored.Outcomes["s2"].Outcome != capacity.OutcomeFailed {
+		t.Fatalf("after ending s1 while s2 has failed: answer %+v, stored %+v; want the operation still failed", first, stored)
+	}
+	if vm := liveVM(t, env.Store, "s2"); vm == nil || vm.State != capacity.VMTerminating {
+		t.Fatalf("s2 = %+v, want still terminating", vm)
+	}
+	last, err := svc.ForceEnd(ctx, op, forceEnd(failed.ID, "s2", "node wiped", ""), capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, _ = env.Store.GetOperation(ctx, "n1", failed.ID)
+	if !last.Ended || stored.State != capacity.OpCompleted {
+		t.Fatalf("after ending s2 too: answer %+v, stored %+v; want completed", last, stored)
+	}
+	checkInvariants(t, env, "n1", t0)
+}
+
+// beforeOperatorCommit runs once() before the first operator commit: a write that lands
+// between the call's read and its commit.
+type beforeOperatorCommit struct {
+	*dynamo.Store
+	once func()
+	done atomic.Bool
+}
+
+func (b *beforeOperatorCommit) CommitOperator(ctx context.Context, c capacity.OperatorCommit) (capacity.AuditHead, error) {
+	if !b.done.Swap(true) {
+		b.once()
+	}
+	return b.Store.CommitOperator(ctx, c)
+}
+
+// Two force-ends at once, of the operation's two VMs, neither live any more (so neither
+// moves the node's version): each decided on the other's failure, so neither alone would
+// complete the operation. The one that commits second conditions on what it read, loses,
+// reads again and completes it: the operation does not stay failed with every VM ended.
+func TestConcurrentForceEndsCompleteTheOperation(t *testing.T) {
+	env, svc, failed := failedOnBoth(t)
+	ctx := context.Background()
+	for _, vm := range []string{"s1", "s2"} {
+		if err := env.Store.MarkTerminated(ctx, *failed, vm, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := *svc
+	var second *capacity.ForceEndResult
+	svc.Store = &beforeOperatorCommit{Store: env.Store, once: func() {
+		var err error
+		if second, err = other.ForceEnd(ctx, op, forceEnd(failed.ID, "s2", "node wiped", ""), capacity.RequestMeta{}); err != nil {
+			t.Errorf("the other force-end: %v", err)
+		}
+	}}
+	first, err := svc.ForceEnd(ctx, op, forceEnd(failed.ID, "s1", "node wiped", ""), capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, _ := env.Store.GetOperation(ctx, "n1", failed.ID)
+	if stored.State != capacity.OpCompleted || stored.Outcomes["s1"].Outcome != capacity.OutcomeAlreadyGone || stored.Outcomes["s2"].Outcome != capacity.OutcomeAlreadyGone {
+		t.Fatalf("operation after both = %+v; want completed with both VMs already gone", stored)
+	}
+	if second == nil || second.Ended || !first.Ended {
+		t.Errorf("answers: first %+v, second %+v; want the first, which lost and read again, to end it", first, second)
 	}
 }

@@ -144,7 +144,8 @@ type writer[S, C any] struct {
 // RetryPolicy.Detours of them are retried on top. Before each read after a lost write the call
 // waits a full-jitter backoff, so that calls that lost together spread out, and no such round
 // starts within RetryPolicy.Margin of the call's deadline. A throttled write pauses
-// (RetryPolicy.ThrottlePause) and goes again; the call answers throttled if its last round was.
+// (RetryPolicy.ThrottlePause) and goes again; the call answers throttled if its last round was
+// and no write of unknown outcome is pending (then the outcome is unknown, not "nothing applied").
 // Every write conditions on exactly what its own round read.
 //
 // A write whose outcome is unknown (ErrAmbiguous: a timeout or server error, possibly after it
@@ -282,7 +283,11 @@ func commitRounds[S, C any](s *Service, ctx context.Context, w writer[S, C],
 	case errors.Is(last, ErrThrottled) && len(pending) == 0:
 		return nil, errThrottled()
 	case errors.Is(last, ErrAmbiguous) || len(pending) > 0:
-		// Not applied as of the check; every later write conditions on what it reads.
+		// Not applied as of the check; every later write conditions on what it reads. A last
+		// round throttled does not make the pending write's outcome "nothing was applied".
+		if !errors.Is(last, ErrAmbiguous) {
+			last = fmt.Errorf("%v: %w", last, ErrAmbiguous)
+		}
 		return nil, fmt.Errorf("%s write: outcome still unknown after %d rounds: %w", w.kind, rounds, last)
 	}
 	if detours > 0 {

@@ -858,3 +858,27 @@ func scheduledDue(t *testing.T) (*dynamotest.Env, *capacity.Service, string) {
 	*clock = clock.Add(time.Hour)
 	return env, svc, res.Scheduled.ID
 }
+
+// TestThrottledFiringRunsAgain: a firing whose reclaim is throttled in every round answers
+// throttled (the event path retries it) and leaves the scheduled reclaim scheduled, not
+// refused: the next firing runs the reclaim.
+func TestThrottledFiringRunsAgain(t *testing.T) {
+	env, svc, id := scheduledDue(t)
+	ctx := context.Background()
+	w := scripting(env, svc)
+	w.script["Commit"] = every(throttledWrite)
+	if _, err := svc.FireScheduledReclaim(ctx, "n1", "r1", id, capacity.RequestMeta{EventID: "ev-1"}); capacity.ErrorCode(err) != capacity.CodeThrottled {
+		t.Fatalf("firing under throttling: %v, want throttled", err)
+	}
+	if sr, _ := env.Store.GetScheduled(ctx, "n1", id); sr.State != capacity.ScheduledPending {
+		t.Fatalf("after a throttled firing the scheduled reclaim is %s (%s), want still scheduled", sr.State, sr.Code)
+	}
+	w.script["Commit"] = nil
+	fired, err := svc.FireScheduledReclaim(ctx, "n1", "r1", id, capacity.RequestMeta{EventID: "ev-1"})
+	if err != nil || !slices.Equal(fired.Terminated, []string{"s1"}) {
+		t.Fatalf("the firing again = %+v, %v; want the reclaim of u1 (s1 evicted)", fired, err)
+	}
+	if sr, _ := env.Store.GetScheduled(ctx, "n1", id); sr.State != capacity.ScheduledCompleted || sr.ReclaimID != fired.ReclaimID {
+		t.Errorf("after the firing again: %+v", sr)
+	}
+}

@@ -284,7 +284,7 @@ func (s *Store) ListReservations(ctx context.Context, nodeID string, limit int, 
 // terminating for the operation at its version moves to the node's history as terminated
 // (or, no longer live, is checked absent); its outcome replaces nothing but a failure; the
 // operation is still failed at its attempt, and when this outcome is its last, completes
-// with an expiry and its outcomes folded into it.
+// with an expiry and its outcomes folded into it, else the other VMs still lack a success.
 func (s *Store) forceEndItems(fe capacity.ForceEnd) ([]types.TransactWriteItem, error) {
 	op := fe.Operation
 	now := fe.Outcome.At
@@ -317,6 +317,18 @@ func (s *Store) forceEndItems(fe capacity.ForceEnd) ([]types.TransactWriteItem, 
 		return nil, err
 	}
 	if !fe.Complete {
+		// What kept it from completing the operation, as read: the other VMs without a
+		// success. A force-end of one of them landing first fails this one, which, moving
+		// no version, would otherwise go again on the new audit head (transactAtHead) and
+		// leave the operation failed with every VM ended.
+		for _, id := range op.VMIDs {
+			if o, ok := op.Outcomes[id]; id == fe.VMID || ok && o.Outcome != capacity.OutcomeFailed {
+				continue
+			}
+			if err := add(s.check(outcomeKey(op, id), expression.Name(attrPK).AttributeNotExists().Or(failed))); err != nil {
+				return nil, err
+			}
+		}
 		return items, add(s.check(operationKey(op), stateAt(capacity.OpFailed, op)))
 	}
 	// The end folds every outcome, this one too, into the operation, which keeps them for

@@ -112,6 +112,15 @@ func TestTakeRate(t *testing.T) {
 	}
 }
 
+// untilDeadline is a timeout that ends no sooner than the test binary does (its -timeout;
+// a day without one).
+func untilDeadline(t *testing.T) time.Duration {
+	if d, ok := t.Deadline(); ok {
+		return time.Until(d) + time.Minute
+	}
+	return 24 * time.Hour
+}
+
 type rateMetrics struct {
 	mu                 sync.Mutex
 	limited, unchecked int
@@ -138,8 +147,12 @@ func TestRateLimiterOnStore(t *testing.T) {
 	before := tables(t, env)
 	now := time.Unix(1_800_000_000, 0)
 	metrics := &rateMetrics{}
+	// The limiter's own timeout would let a write slower than it through unchecked (fail
+	// open, TestRateLimiterFailsOpen): a flood of 20 on a loaded machine then admitted more
+	// than the burst. Here no write may time out before the test itself would: the answers
+	// depend on the writes, not on how fast the machine gives them.
 	l := &capacity.RateLimiter{Store: env.Store, Limit: capacity.RateLimit{PerSecond: 1, Burst: 5},
-		Now: func() time.Time { return now }, Metrics: metrics}
+		Now: func() time.Time { return now }, Metrics: metrics, Timeout: untilDeadline(t)}
 	ctx := context.Background()
 	a := capacity.Principal{KeyID: "key-a", RateLimit: &capacity.RateLimit{PerSecond: 0.5, Burst: 2}}
 	var wg sync.WaitGroup
