@@ -21,17 +21,9 @@ import (
 // rarely): the page's records are then read from the table by key.
 func (s *Store) ReservationAudit(ctx context.Context, nodeID, reservationID string, limit int, cursor string) ([]capacity.AuditRecord, string, error) {
 	resKey := auditResKey(capacity.AuditRecord{NodeID: nodeID, ReservationID: reservationID})
-	start, err := decodeCursor(cursor, nodePK(nodeID))
+	start, err := decodeCursor(cursor, reservationAuditShape(nodeID, reservationID))
 	if err != nil {
 		return nil, "", err
-	}
-	if start != nil {
-		// A cursor of another reservation's trail is refused. The index key is set from the
-		// request: the emulator leaves it out of LastEvaluatedKey, which AWS requires back.
-		if k := attr(start, table.AuditByReservationKey); k != "" && k != resKey {
-			return nil, "", capacity.Errorf(capacity.CodeInvalidRequest, "invalid cursor")
-		}
-		start[table.AuditByReservationKey] = &types.AttributeValueMemberS{Value: resKey}
 	}
 	expr, err := expression.NewBuilder().
 		WithKeyCondition(expression.Key(table.AuditByReservationKey).Equal(expression.Value(resKey))).Build()
@@ -52,7 +44,22 @@ func (s *Store) ReservationAudit(ctx context.Context, nodeID, reservationID stri
 	if err != nil {
 		return nil, "", err
 	}
-	return decodeAuditPage(items, out.LastEvaluatedKey, what)
+	var last map[string]types.AttributeValue
+	if len(out.LastEvaluatedKey) > 0 && len(out.Items) > 0 {
+		// The cursor is the last entry's keys, the index's with the table's, as AWS's
+		// LastEvaluatedKey is; the emulator's lacks the index key.
+		e := out.Items[len(out.Items)-1]
+		last = map[string]types.AttributeValue{attrPK: e[attrPK], attrSK: e[attrSK], table.AuditByReservationKey: e[table.AuditByReservationKey]}
+	}
+	return decodeAuditPage(items, last, what)
+}
+
+// reservationAuditShape is the key of a cursor of a reservation's trail: an entry of its
+// index partition, with the table's keys and the index's, as AWS's LastEvaluatedKey of an
+// index is.
+func reservationAuditShape(nodeID, reservationID string) keyShape {
+	return keyShape{attrPK: equal(nodePK(nodeID)), attrSK: isAuditSK,
+		table.AuditByReservationKey: equal(auditResKey(capacity.AuditRecord{NodeID: nodeID, ReservationID: reservationID}))}
 }
 
 // auditBatch is the most keys one BatchGetItem reads (DynamoDB's limit).
@@ -104,6 +111,10 @@ func (s *Store) auditRecordsByKey(ctx context.Context, entries []map[string]type
 // order. It writes nothing (a calls chain not begun reads as empty).
 func (s *Store) NodeAudit(ctx context.Context, nodeID string, chain capacity.NodeChain, limit int, cursor string) (capacity.AuditHead, []capacity.AuditRecord, string, error) {
 	ref := s.nodeChainHead(nodeID, chain)
+	start, err := decodeCursor(cursor, chainShape(ref.auditPK)) // before any read
+	if err != nil {
+		return capacity.AuditHead{}, nil, "", err
+	}
 	head, exists, err := s.readHead(ctx, ref)
 	if err != nil {
 		return head, nil, "", err
@@ -111,27 +122,31 @@ func (s *Store) NodeAudit(ctx context.Context, nodeID string, chain capacity.Nod
 	if !exists {
 		return head, nil, "", capacity.Errorf(capacity.CodeNotFound, "node %s not found", nodeID)
 	}
-	recs, next, err := s.chainRecords(ctx, ref.auditPK, limit, cursor)
+	recs, next, err := s.chainRecords(ctx, ref.auditPK, limit, start)
 	return head, recs, next, err
 }
 
 // KeyAudit reads the key-management chain's head, then a page of its records in chain order.
 func (s *Store) KeyAudit(ctx context.Context, limit int, cursor string) (capacity.AuditHead, []capacity.AuditRecord, string, error) {
+	start, err := decodeCursor(cursor, chainShape(keysAuditPK))
+	if err != nil {
+		return capacity.AuditHead{}, nil, "", err
+	}
 	head, _, err := s.readHead(ctx, s.keysHead())
 	if err != nil {
 		return head, nil, "", err
 	}
-	recs, next, err := s.chainRecords(ctx, keysAuditPK, limit, cursor)
+	recs, next, err := s.chainRecords(ctx, keysAuditPK, limit, start)
 	return head, recs, next, err
 }
 
+// chainShape is the key of a cursor of the chain whose records are in audit partition pk.
+func chainShape(pk string) keyShape { return keyShape{attrPK: equal(pk), attrSK: isAuditSK} }
+
 // chainRecords reads a page of an audit partition in key order, which is chain order:
-// unchained records (<time>#<id>) sort before SEQ#, and seqs are zero-padded.
-func (s *Store) chainRecords(ctx context.Context, pk string, limit int, cursor string) ([]capacity.AuditRecord, string, error) {
-	start, err := decodeCursor(cursor, pk)
-	if err != nil {
-		return nil, "", err
-	}
+// unchained records (<time>#<id>) sort before SEQ#, and seqs are zero-padded. start is the
+// page's start key (decodeCursor with chainShape), nil for the first.
+func (s *Store) chainRecords(ctx context.Context, pk string, limit int, start map[string]types.AttributeValue) ([]capacity.AuditRecord, string, error) {
 	expr, err := expression.NewBuilder().WithKeyCondition(expression.Key(attrPK).Equal(expression.Value(pk))).Build()
 	if err != nil {
 		return nil, "", fmt.Errorf("build audit query: %w", err)
