@@ -15,51 +15,69 @@ import (
 	"github.com/openrelay/capacity/shared/table"
 )
 
-// ReservationAudit returns a page of the records about a reservation, newest first, from the
+// ReservationAudit returns a page of a reservation's records on one of its node's chains
+// (its changes, or the calls about it that changed nothing), newest first, from the
 // byReservation index (eventually consistent: a record just written may be missing). The index
 // holds the records' keys only (a reclaim's record would be stored twice, for good, to be read
 // rarely): the page's records are then read from the table by key.
-func (s *Store) ReservationAudit(ctx context.Context, nodeID, reservationID string, limit int, cursor string) ([]capacity.AuditRecord, string, error) {
-	resKey := auditResKey(capacity.AuditRecord{NodeID: nodeID, ReservationID: reservationID})
-	start, err := decodeCursor(cursor, reservationAuditShape(nodeID, reservationID))
+func (s *Store) ReservationAudit(ctx context.Context, nodeID, reservationID string, chain capacity.NodeChain, limit int, cursor string) ([]capacity.AuditRecord, string, error) {
+	trail, pk := reservationTrail(nodeID, reservationID, chain), s.nodeChainHead(nodeID, chain).auditPK
+	start, err := decodeCursor(cursor, reservationAuditShape(nodeID, reservationID, chain))
 	if err != nil {
 		return nil, "", err
 	}
+	// Only the chain's own records: calls records written before the trails were apart carry
+	// the changes trail's key (docs/compatibility.md), and are skipped there.
 	expr, err := expression.NewBuilder().
-		WithKeyCondition(expression.Key(table.AuditByReservationKey).Equal(expression.Value(resKey))).Build()
+		WithKeyCondition(expression.Key(table.AuditByReservationKey).Equal(expression.Value(trail))).
+		WithFilter(expression.Name(attrPK).Equal(expression.Value(pk))).Build()
 	if err != nil {
 		return nil, "", fmt.Errorf("build audit query: %w", err)
 	}
 	what := "reservation " + reservationID
-	out, err := s.Client.Query(ctx, &dynamodb.QueryInput{
-		TableName: aws.String(s.AuditTable), IndexName: aws.String(table.AuditByReservationIndex),
-		KeyConditionExpression: expr.KeyCondition(), ExpressionAttributeNames: expr.Names(),
-		ExpressionAttributeValues: expr.Values(), ScanIndexForward: aws.Bool(false),
-		Limit: aws.Int32(int32(limit)), ExclusiveStartKey: start,
-	})
-	if err != nil {
-		return nil, "", fmt.Errorf("query audit of %s: %w", what, classify(err))
+	var entries []map[string]types.AttributeValue
+	for range maxTrailQueries {
+		out, err := s.Client.Query(ctx, &dynamodb.QueryInput{
+			TableName: aws.String(s.AuditTable), IndexName: aws.String(table.AuditByReservationIndex),
+			KeyConditionExpression: expr.KeyCondition(), FilterExpression: expr.Filter(), ExpressionAttributeNames: expr.Names(),
+			ExpressionAttributeValues: expr.Values(), ScanIndexForward: aws.Bool(false),
+			Limit: aws.Int32(int32(limit - len(entries))), ExclusiveStartKey: start,
+		})
+		if err != nil {
+			return nil, "", fmt.Errorf("query audit of %s: %w", what, classify(err))
+		}
+		entries = append(entries, out.Items...)
+		start = nil
+		if len(out.LastEvaluatedKey) > 0 {
+			// The next start is the last entry read (shown or skipped), with the index's key,
+			// as AWS's LastEvaluatedKey of an index is; the emulator's lacks it.
+			start = map[string]types.AttributeValue{attrPK: out.LastEvaluatedKey[attrPK], attrSK: out.LastEvaluatedKey[attrSK],
+				table.AuditByReservationKey: &types.AttributeValueMemberS{Value: trail}}
+		}
+		if start == nil || len(entries) == limit {
+			break
+		}
 	}
-	items, err := s.auditRecordsByKey(ctx, out.Items, what)
+	items, err := s.auditRecordsByKey(ctx, entries, what)
 	if err != nil {
 		return nil, "", err
 	}
-	var last map[string]types.AttributeValue
-	if len(out.LastEvaluatedKey) > 0 && len(out.Items) > 0 {
-		// The cursor is the last entry's keys, the index's with the table's, as AWS's
-		// LastEvaluatedKey is; the emulator's lacks the index key.
-		e := out.Items[len(out.Items)-1]
-		last = map[string]types.AttributeValue{attrPK: e[attrPK], attrSK: e[attrSK], table.AuditByReservationKey: e[table.AuditByReservationKey]}
-	}
-	return decodeAuditPage(items, last, what)
+	return decodeAuditPage(items, start, what)
 }
 
-// reservationAuditShape is the key of a cursor of a reservation's trail: an entry of its
-// index partition, with the table's keys and the index's, as AWS's LastEvaluatedKey of an
-// index is.
-func reservationAuditShape(nodeID, reservationID string) keyShape {
-	return keyShape{attrPK: equal(nodePK(nodeID)), attrSK: isAuditSK,
-		table.AuditByReservationKey: equal(auditResKey(capacity.AuditRecord{NodeID: nodeID, ReservationID: reservationID}))}
+// maxTrailQueries bounds the index queries one page of a reservation's trail reads to fill
+// itself past skipped entries: past it the page is answered short, with a cursor.
+const maxTrailQueries = 5
+
+// reservationAuditShape is the key of a cursor of a reservation's trail on a chain: an entry
+// of its index partition, with the table's keys and the index's, as AWS's LastEvaluatedKey of
+// an index is. The changes trail's may name a calls record it skipped.
+func reservationAuditShape(nodeID, reservationID string, chain capacity.NodeChain) keyShape {
+	pk := equal(callsPK(nodeID))
+	if chain == capacity.ChainChanges {
+		pk = func(v string) bool { return v == nodePK(nodeID) || v == callsPK(nodeID) }
+	}
+	return keyShape{attrPK: pk, attrSK: isAuditSK, table.AuditByReservationKey: equal(reservationTrail(nodeID, reservationID, chain))}
 }
 
 // auditBatch is the most keys one BatchGetItem reads (DynamoDB's limit).

@@ -28,7 +28,11 @@ func TestForgedCursorsAreRefusedBeforeAnyRead(t *testing.T) {
 	}
 	lists := []list{
 		{"reservation audit", func(c string) error {
-			_, _, err := env.Store.ReservationAudit(ctx, "n1", "r1", 2, c)
+			_, _, err := env.Store.ReservationAudit(ctx, "n1", "r1", capacity.ChainChanges, 2, c)
+			return err
+		}},
+		{"reservation calls", func(c string) error {
+			_, _, err := env.Store.ReservationAudit(ctx, "n1", "r1", capacity.ChainCalls, 2, c)
 			return err
 		}},
 		{"node changes chain", func(c string) error {

@@ -22,7 +22,7 @@ func TestCursorRoundTrip(t *testing.T) {
 		{"chained record", map[string]types.AttributeValue{"pk": s("NODE#n1"), "sk": s(seqSK(7))}, chainShape("NODE#n1")},
 		{"unchained record", map[string]types.AttributeValue{"pk": s("NODE#n1"), "sk": s("2026-01-02T03:04:05.123Z#rec1")}, chainShape("NODE#n1")},
 		{"index entry", map[string]types.AttributeValue{"pk": s("NODE#n1"), "sk": s(seqSK(1)), table.AuditByReservationKey: s("NODE#n1#RES#r1")},
-			reservationAuditShape("n1", "r1")},
+			reservationAuditShape("n1", "r1", capacity.ChainChanges)},
 		{"scheduled reclaim", map[string]types.AttributeValue{"pk": s("NODE#n1#SCHED#s1"), "sk": s("SCHED"), "gsi1pk": s("NODE#n1#RES#r1#SCHED"), "gsi1sk": s("2026-01-02T03:04:05Z#s1")},
 			schedCursorShape("n1", "r1")},
 	}
@@ -69,7 +69,7 @@ func TestCursorEncodeRefusesNonString(t *testing.T) {
 // ValidationException (a 500).
 func TestCursorDecodeInvalid(t *testing.T) {
 	b64 := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
-	chain, res, sched := chainShape("NODE#n1"), reservationAuditShape("n1", "r1"), schedCursorShape("n1", "r1")
+	chain, res, sched := chainShape("NODE#n1"), reservationAuditShape("n1", "r1", capacity.ChainChanges), schedCursorShape("n1", "r1")
 	tests := []struct {
 		name, cursor string
 		shape        keyShape
