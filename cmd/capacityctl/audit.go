@@ -17,13 +17,13 @@ const verifyPageSize = 100
 func auditList(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
 	node, res := reservationFlags(fs)
 	keys := fs.Bool("keys", false, "the key-management chain instead of a node's")
-	chain := fs.String("chain", "", "with --node: changes (the default: every call that changed the node) or calls (dry runs, refusals, replays)")
+	chain := fs.String("chain", "", "with --node (and --reservation): changes (the default: every call that changed the node or reservation) or calls (dry runs, refusals, replays)")
 	limit, cursor := pageFlags(fs)
 	if err := a.parseFlags(fs, args); err != nil {
 		return err
 	}
-	if (*node == "") == !*keys || (*keys && *res != "") || (*chain != "" && (*node == "" || *res != "")) {
-		return usageErr(fs, "name --node N (with --reservation R for one reservation's records, or --chain) or --keys")
+	if (*node == "") == !*keys || (*keys && *res != "") || (*chain != "" && *node == "") {
+		return usageErr(fs, "name --node N (with --reservation R for one reservation's records, and --chain) or --keys")
 	}
 	c, err := a.client(ctx)
 	if err != nil {
@@ -31,7 +31,7 @@ func auditList(ctx context.Context, a *app, fs *flag.FlagSet, args []string) err
 	}
 	page := client.Page{Limit: *limit, Cursor: *cursor}
 	if *res != "" {
-		out, meta, err := c.ListReservationAudit(ctx, *node, *res, page)
+		out, meta, err := c.ListReservationAudit(ctx, *node, *res, *chain, page)
 		if err != nil {
 			return err
 		}

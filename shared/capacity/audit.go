@@ -246,8 +246,9 @@ func nodeChain(name NodeChain) (NodeChain, error) {
 
 // AuditStore reads the audit trail. Implementations: shared/dynamo.Store.
 type AuditStore interface {
-	// ReservationAudit returns a page of the records about a reservation, newest first.
-	ReservationAudit(ctx context.Context, nodeID, reservationID string, limit int, cursor string) ([]AuditRecord, string, error)
+	// ReservationAudit returns a page of a reservation's records on one of its node's chains
+	// (its changes, or the calls about it that changed nothing), newest first.
+	ReservationAudit(ctx context.Context, nodeID, reservationID string, chain NodeChain, limit int, cursor string) ([]AuditRecord, string, error)
 	// NodeAudit reads the head of one of the node's chains (not_found if the node does not
 	// exist), then a page of its records in chain order: unchained ones by time, then by seq.
 	NodeAudit(ctx context.Context, nodeID string, chain NodeChain, limit int, cursor string) (AuditHead, []AuditRecord, string, error)
@@ -278,10 +279,12 @@ func (s *Service) auditStore() (AuditStore, error) {
 	return as, nil
 }
 
-// ListReservationAudit returns a page of the records about a reservation, newest first, to
-// those who may move its capacity: an operator, the node's owner or a managing org. Anyone
-// else gets the reservation's single 404.
-func (s *Service) ListReservationAudit(ctx context.Context, p Principal, nodeID, reservationID string, page PageRequest) (*AuditPage, error) {
+// ListReservationAudit returns a page of a reservation's records, newest first: on chain ""
+// or changes its changes (each call that changed it), on calls the calls about it that
+// changed nothing (dry runs, refusals, replays, by whoever made them), to those who may move
+// its capacity: an operator, the node's owner or a managing org. Anyone else gets the
+// reservation's single 404.
+func (s *Service) ListReservationAudit(ctx context.Context, p Principal, nodeID, reservationID string, chain NodeChain, page PageRequest) (*AuditPage, error) {
 	r, access, err := s.visibleReservation(ctx, p, nodeID, reservationID)
 	if err != nil {
 		return nil, err
@@ -289,8 +292,11 @@ func (s *Service) ListReservationAudit(ctx context.Context, p Principal, nodeID,
 	if access != AccessManage {
 		return nil, notFound()
 	}
+	if chain, err = nodeChain(chain); err != nil {
+		return nil, err
+	}
 	read, err := s.readAudit(page, "reservation "+r.ID, func(as AuditStore, limit int) (AuditHead, []AuditRecord, string, error) {
-		recs, next, err := as.ReservationAudit(ctx, nodeID, r.ID, limit, page.Cursor)
+		recs, next, err := as.ReservationAudit(ctx, nodeID, r.ID, chain, limit, page.Cursor)
 		return AuditHead{}, recs, next, err
 	})
 	if err != nil {

@@ -20,6 +20,10 @@ type NodeDirectory interface {
 	// org was named the owner or in a reservation's allowed or managing orgs (it may no longer
 	// be: the caller checks), and whether more follow.
 	MemberNodeIDs(ctx context.Context, orgID, afterID string, limit int) ([]string, bool, error)
+	// NamedOn reports whether org was ever named on the node (the entry MemberNodeIDs lists),
+	// with one small read that costs the same whether the node exists or not. False means the
+	// org sees nothing there.
+	NamedOn(ctx context.Context, nodeID, orgID string) (bool, error)
 	// ReservationOperations returns up to limit reclaim operations of the reservation, newest
 	// first (by CreatedAt, then id), strictly after the position before (nil: from the
 	// newest), in one of states (none: any), with their outcomes, and whether more follow.

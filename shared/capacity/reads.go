@@ -141,6 +141,20 @@ func (s *Service) ListReservations(ctx context.Context, p Principal, nodeID stri
 	if err != nil {
 		return nil, err
 	}
+	if !p.Operator {
+		// An org never named on the node (neither its owner nor in a reservation's orgs) sees
+		// nothing there: its 404 costs one small read, the same as for a node that does not
+		// exist, rather than the node's partition, whose size its time would tell.
+		if dir, ok := s.Store.(NodeDirectory); ok {
+			named, err := dir.NamedOn(ctx, nodeID, p.OrgID)
+			if err != nil {
+				return nil, fmt.Errorf("list reservations of node %s: %w", nodeID, err)
+			}
+			if !named {
+				return nil, nodeNotFound()
+			}
+		}
+	}
 	ops, n, err := s.readNode(ctx, nodeID)
 	if err != nil {
 		return nil, err

@@ -98,7 +98,7 @@ func TestRoutes(t *testing.T) {
 			"GET", "/dev/v1/nodes/node-1/audit", "limit=100", nil, "",
 			`{"head":{"seq":1,"hash":"h"},"records":[]}`, `{"head":{"seq":1,"hash":"h"},"records":[]}`},
 		{"reservation audit", func(c *client.Client) (any, *client.Meta, error) {
-			return c.ListReservationAudit(ctx, "node-1", "res-1", client.Page{})
+			return c.ListReservationAudit(ctx, "node-1", "res-1", "", client.Page{})
 		}, "GET", "/dev/v1/nodes/node-1/reservations/res-1/audit", "", nil, "", `{"records":[]}`, `{"records":[]}`},
 		{"key audit", func(c *client.Client) (any, *client.Meta, error) { return c.ListKeyAudit(ctx, client.Page{}) },
 			"GET", "/dev/v1/keys/audit", "", nil, "", `{"head":{"seq":0,"hash":""},"records":[]}`, `{"head":{"seq":0,"hash":""},"records":[]}`},

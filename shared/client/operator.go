@@ -90,9 +90,20 @@ func (c *Client) ReaffirmReservation(ctx context.Context, node, res, reason stri
 	return call[wire.ReservationAnswerJSON](ctx, c, http.MethodPost, reservationPath(node, res)+"/reaffirm", nil, reasonBody{reason}, opt)
 }
 
-// ListReservationAudit reads one page of a reservation's audit records, newest first.
-func (c *Client) ListReservationAudit(ctx context.Context, node, res string, page Page) (*wire.AuditPageJSON, *Meta, error) {
-	return call[wire.AuditPageJSON](ctx, c, http.MethodGet, reservationPath(node, res)+"/audit", page.query(), nil, Options{})
+// ListReservationAudit reads one page of a reservation's audit records, newest first: chain
+// "changes" (or "": the service's default) its changes, "calls" the calls about it that
+// changed nothing.
+func (c *Client) ListReservationAudit(ctx context.Context, node, res, chain string, page Page) (*wire.AuditPageJSON, *Meta, error) {
+	return call[wire.AuditPageJSON](ctx, c, http.MethodGet, reservationPath(node, res)+"/audit", chainQuery(page, chain), nil, Options{})
+}
+
+// chainQuery is a page's query with the chain named, if one is.
+func chainQuery(page Page, chain string) url.Values {
+	q := page.query()
+	if chain != "" {
+		q.Set("chain", chain)
+	}
+	return q
 }
 
 // ListScheduledReclaims reads one page of a reservation's scheduled reclaims, in order of at.
@@ -103,11 +114,7 @@ func (c *Client) ListScheduledReclaims(ctx context.Context, node, res string, pa
 // ListNodeAudit reads one page of one of a node's audit chains ("changes", "calls"; "": the
 // service's default, changes), in chain order.
 func (c *Client) ListNodeAudit(ctx context.Context, node, chain string, page Page) (*wire.AuditChainPageJSON, *Meta, error) {
-	q := page.query()
-	if chain != "" {
-		q.Set("chain", chain)
-	}
-	return call[wire.AuditChainPageJSON](ctx, c, http.MethodGet, nodePath(node)+"/audit", q, nil, Options{})
+	return call[wire.AuditChainPageJSON](ctx, c, http.MethodGet, nodePath(node)+"/audit", chainQuery(page, chain), nil, Options{})
 }
 
 // ListKeyAudit reads one page of the key-management audit chain.

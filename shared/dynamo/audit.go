@@ -258,7 +258,7 @@ func (s *Store) startPin(ctx context.Context, ref headRef, head capacity.AuditHe
 		if next == "" {
 			break
 		}
-		if in.ExclusiveStartKey, err = decodeCursor(next, ref.auditPK); err != nil {
+		if in.ExclusiveStartKey, err = decodeCursor(next, chainShape(ref.auditPK)); err != nil {
 			return nil, err
 		}
 	}

@@ -58,7 +58,7 @@ func TestReservationTrailReadsWholeRecordsFromAKeysOnlyIndex(t *testing.T) {
 		var got []int64
 		page := capacity.PageRequest{Limit: limit}
 		for {
-			p, err := svc.ListReservationAudit(ctx, auditOwner, "n1", "r1", page)
+			p, err := svc.ListReservationAudit(ctx, auditOwner, "n1", "r1", "", page)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -15,44 +15,69 @@ import (
 	"github.com/openrelay/capacity/shared/table"
 )
 
-// ReservationAudit returns a page of the records about a reservation, newest first, from the
+// ReservationAudit returns a page of a reservation's records on one of its node's chains
+// (its changes, or the calls about it that changed nothing), newest first, from the
 // byReservation index (eventually consistent: a record just written may be missing). The index
 // holds the records' keys only (a reclaim's record would be stored twice, for good, to be read
 // rarely): the page's records are then read from the table by key.
-func (s *Store) ReservationAudit(ctx context.Context, nodeID, reservationID string, limit int, cursor string) ([]capacity.AuditRecord, string, error) {
-	resKey := auditResKey(capacity.AuditRecord{NodeID: nodeID, ReservationID: reservationID})
-	start, err := decodeCursor(cursor, nodePK(nodeID))
+func (s *Store) ReservationAudit(ctx context.Context, nodeID, reservationID string, chain capacity.NodeChain, limit int, cursor string) ([]capacity.AuditRecord, string, error) {
+	trail, pk := reservationTrail(nodeID, reservationID, chain), s.nodeChainHead(nodeID, chain).auditPK
+	start, err := decodeCursor(cursor, reservationAuditShape(nodeID, reservationID, chain))
 	if err != nil {
 		return nil, "", err
 	}
-	if start != nil {
-		// A cursor of another reservation's trail is refused. The index key is set from the
-		// request: the emulator leaves it out of LastEvaluatedKey, which AWS requires back.
-		if k := attr(start, table.AuditByReservationKey); k != "" && k != resKey {
-			return nil, "", capacity.Errorf(capacity.CodeInvalidRequest, "invalid cursor")
-		}
-		start[table.AuditByReservationKey] = &types.AttributeValueMemberS{Value: resKey}
-	}
+	// Only the chain's own records: calls records written before the trails were apart carry
+	// the changes trail's key (docs/compatibility.md), and are skipped there.
 	expr, err := expression.NewBuilder().
-		WithKeyCondition(expression.Key(table.AuditByReservationKey).Equal(expression.Value(resKey))).Build()
+		WithKeyCondition(expression.Key(table.AuditByReservationKey).Equal(expression.Value(trail))).
+		WithFilter(expression.Name(attrPK).Equal(expression.Value(pk))).Build()
 	if err != nil {
 		return nil, "", fmt.Errorf("build audit query: %w", err)
 	}
 	what := "reservation " + reservationID
-	out, err := s.Client.Query(ctx, &dynamodb.QueryInput{
-		TableName: aws.String(s.AuditTable), IndexName: aws.String(table.AuditByReservationIndex),
-		KeyConditionExpression: expr.KeyCondition(), ExpressionAttributeNames: expr.Names(),
-		ExpressionAttributeValues: expr.Values(), ScanIndexForward: aws.Bool(false),
-		Limit: aws.Int32(int32(limit)), ExclusiveStartKey: start,
-	})
-	if err != nil {
-		return nil, "", fmt.Errorf("query audit of %s: %w", what, classify(err))
+	var entries []map[string]types.AttributeValue
+	for range maxTrailQueries {
+		out, err := s.Client.Query(ctx, &dynamodb.QueryInput{
+			TableName: aws.String(s.AuditTable), IndexName: aws.String(table.AuditByReservationIndex),
+			KeyConditionExpression: expr.KeyCondition(), FilterExpression: expr.Filter(), ExpressionAttributeNames: expr.Names(),
+			ExpressionAttributeValues: expr.Values(), ScanIndexForward: aws.Bool(false),
+			Limit: aws.Int32(int32(limit - len(entries))), ExclusiveStartKey: start,
+		})
+		if err != nil {
+			return nil, "", fmt.Errorf("query audit of %s: %w", what, classify(err))
+		}
+		entries = append(entries, out.Items...)
+		start = nil
+		if len(out.LastEvaluatedKey) > 0 {
+			// The next start is the last entry read (shown or skipped), with the index's key,
+			// as AWS's LastEvaluatedKey of an index is; the emulator's lacks it.
+			start = map[string]types.AttributeValue{attrPK: out.LastEvaluatedKey[attrPK], attrSK: out.LastEvaluatedKey[attrSK],
+				table.AuditByReservationKey: &types.AttributeValueMemberS{Value: trail}}
+		}
+		if start == nil || len(entries) == limit {
+			break
+		}
 	}
-	items, err := s.auditRecordsByKey(ctx, out.Items, what)
+	items, err := s.auditRecordsByKey(ctx, entries, what)
 	if err != nil {
 		return nil, "", err
 	}
-	return decodeAuditPage(items, out.LastEvaluatedKey, what)
+	return decodeAuditPage(items, start, what)
+}
+
+// maxTrailQueries bounds the index queries one page of a reservation's trail reads to fill
+// itself past skipped entries: past it the page is answered short, with a cursor.
+const maxTrailQueries = 5
+
+// reservationAuditShape is the key of a cursor of a reservation's trail on a chain: an entry
+// of its index partition, with the table's keys and the index's, as AWS's LastEvaluatedKey of
+// an index is. The changes trail's may name a calls record it skipped.
+func reservationAuditShape(nodeID, reservationID string, chain capacity.NodeChain) keyShape {
+	pk := equal(callsPK(nodeID))
+	if chain == capacity.ChainChanges {
+		pk = func(v string) bool { return v == nodePK(nodeID) || v == callsPK(nodeID) }
+	}
+	return keyShape{attrPK: pk, attrSK: isAuditSK, table.AuditByReservationKey: equal(reservationTrail(nodeID, reservationID, chain))}
 }
 
 // auditBatch is the most keys one BatchGetItem reads (DynamoDB's limit).
@@ -104,6 +129,10 @@ func (s *Store) auditRecordsByKey(ctx context.Context, entries []map[string]type
 // order. It writes nothing (a calls chain not begun reads as empty).
 func (s *Store) NodeAudit(ctx context.Context, nodeID string, chain capacity.NodeChain, limit int, cursor string) (capacity.AuditHead, []capacity.AuditRecord, string, error) {
 	ref := s.nodeChainHead(nodeID, chain)
+	start, err := decodeCursor(cursor, chainShape(ref.auditPK)) // before any read
+	if err != nil {
+		return capacity.AuditHead{}, nil, "", err
+	}
 	head, exists, err := s.readHead(ctx, ref)
 	if err != nil {
 		return head, nil, "", err
@@ -111,27 +140,31 @@ func (s *Store) NodeAudit(ctx context.Context, nodeID string, chain capacity.Nod
 	if !exists {
 		return head, nil, "", capacity.Errorf(capacity.CodeNotFound, "node %s not found", nodeID)
 	}
-	recs, next, err := s.chainRecords(ctx, ref.auditPK, limit, cursor)
+	recs, next, err := s.chainRecords(ctx, ref.auditPK, limit, start)
 	return head, recs, next, err
 }
 
 // KeyAudit reads the key-management chain's head, then a page of its records in chain order.
 func (s *Store) KeyAudit(ctx context.Context, limit int, cursor string) (capacity.AuditHead, []capacity.AuditRecord, string, error) {
+	start, err := decodeCursor(cursor, chainShape(keysAuditPK))
+	if err != nil {
+		return capacity.AuditHead{}, nil, "", err
+	}
 	head, _, err := s.readHead(ctx, s.keysHead())
 	if err != nil {
 		return head, nil, "", err
 	}
-	recs, next, err := s.chainRecords(ctx, keysAuditPK, limit, cursor)
+	recs, next, err := s.chainRecords(ctx, keysAuditPK, limit, start)
 	return head, recs, next, err
 }
 
+// chainShape is the key of a cursor of the chain whose records are in audit partition pk.
+func chainShape(pk string) keyShape { return keyShape{attrPK: equal(pk), attrSK: isAuditSK} }
+
 // chainRecords reads a page of an audit partition in key order, which is chain order:
-// unchained records (<time>#<id>) sort before SEQ#, and seqs are zero-padded.
-func (s *Store) chainRecords(ctx context.Context, pk string, limit int, cursor string) ([]capacity.AuditRecord, string, error) {
-	start, err := decodeCursor(cursor, pk)
-	if err != nil {
-		return nil, "", err
-	}
+// unchained records (<time>#<id>) sort before SEQ#, and seqs are zero-padded. start is the
+// page's start key (decodeCursor with chainShape), nil for the first.
+func (s *Store) chainRecords(ctx context.Context, pk string, limit int, start map[string]types.AttributeValue) ([]capacity.AuditRecord, string, error) {
 	expr, err := expression.NewBuilder().WithKeyCondition(expression.Key(attrPK).Equal(expression.Value(pk))).Build()
 	if err != nil {
 		return nil, "", fmt.Errorf("build audit query: %w", err)

@@ -282,7 +282,7 @@ func TestListReservationAudit(t *testing.T) {
 	var got []int64
 	page := capacity.PageRequest{Limit: 2}
 	for {
-		p, err := svc.ListReservationAudit(ctx, auditOwner, "n1", "r1", page)
+		p, err := svc.ListReservationAudit(ctx, auditOwner, "n1", "r1", "", page)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -298,18 +298,18 @@ func TestListReservationAudit(t *testing.T) {
 		t.Errorf("seqs %v, want newest first [3 2 1]", got)
 	}
 	mgr := capacity.Principal{KeyID: "k-m", OrgID: "mgr", Permissions: []string{capacity.PermRead}}
-	if _, err := svc.ListReservationAudit(ctx, mgr, "n1", "r1", capacity.PageRequest{}); err != nil {
+	if _, err := svc.ListReservationAudit(ctx, mgr, "n1", "r1", "", capacity.PageRequest{}); err != nil {
 		t.Errorf("managing org: %v", err)
 	}
 	for _, p := range []capacity.Principal{
 		{KeyID: "k-a", OrgID: "aud", Permissions: []string{capacity.PermRead}},
 		{KeyID: "k-x", OrgID: "stranger", Permissions: []string{capacity.PermRead}},
 	} {
-		if _, err := svc.ListReservationAudit(ctx, p, "n1", "r1", capacity.PageRequest{}); capacity.ErrorCode(err) != capacity.CodeNotFound {
+		if _, err := svc.ListReservationAudit(ctx, p, "n1", "r1", "", capacity.PageRequest{}); capacity.ErrorCode(err) != capacity.CodeNotFound {
 			t.Errorf("%s: %v, want not_found", p.OrgID, err)
 		}
 	}
-	if _, err := svc.ListReservationAudit(ctx, auditOwner, "n1", "r1", capacity.PageRequest{Cursor: "garbage"}); capacity.ErrorCode(err) != capacity.CodeInvalidRequest {
+	if _, err := svc.ListReservationAudit(ctx, auditOwner, "n1", "r1", "", capacity.PageRequest{Cursor: "garbage"}); capacity.ErrorCode(err) != capacity.CodeInvalidRequest {
 		t.Errorf("garbage cursor: %v", err)
 	}
 	if _, err := svc.ListNodeAudit(ctx, auditOwner, "n1", "", capacity.PageRequest{}); capacity.ErrorCode(err) != capacity.CodeNotFound {
@@ -441,7 +441,7 @@ func TestReadsWriteNothing(t *testing.T) {
 		{"node", func() error { _, err := svc.GetNode(ctx, auditOp, "n1"); return err }},
 		{"reservations", func() error { _, err := svc.ListReservations(ctx, auditOp, "n1", capacity.PageRequest{}); return err }},
 		{"reservation audit", func() error {
-			_, err := svc.ListReservationAudit(ctx, auditOwner, "n1", "r1", capacity.PageRequest{})
+			_, err := svc.ListReservationAudit(ctx, auditOwner, "n1", "r1", "", capacity.PageRequest{})
 			return err
 		}},
 		{"changes chain", func() error {

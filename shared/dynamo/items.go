@@ -41,8 +41,9 @@ import (
 //
 // The audit table: pk NODE#<nodeId> (APIKEYS for key management), sk SEQ#<seq, 20 digits>
 // for a record of the node's hash chain, <time>#<auditId> for one outside it (written before
-// chains existed, or for a node that does not exist); resKey NODE#<nodeId>#RES#<id> on records
-// about a reservation (the byReservation index); append-only. The chain's head is the node
+// chains existed, or for a node that does not exist); pk NODE#<nodeId>#CALLS for the node's
+// calls chain; resKey NODE#<nodeId>#RES#<id> on records about a reservation (the byReservation
+// index), ...#CALLS on those of the calls chain (reservationTrail); append-only. The chain's head is the node
 // item's AuditSeq and AuditHead (for keys: the keys table's item APIKEYS/AUDITHEAD).
 //
 // The keys table: pk APIKEY#<sha256>, sk APIKEY: an API key, by the hash of its secret;

@@ -187,6 +187,23 @@ func (s *Store) MemberNodeIDs(ctx context.Context, orgID, afterID string, limit 
 	return out, more, err
 }
 
+// NamedOn reads the org's membership entry on the node with one strongly consistent GetItem
+// of its key alone: the same one small read whether the node exists or not.
+func (s *Store) NamedOn(ctx context.Context, nodeID, orgID string) (bool, error) {
+	out, err := s.Client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.Table), Key: itemKey(nodePK(nodeID), prefixMember+orgID), ConsistentRead: aws.Bool(true),
+		ProjectionExpression: aws.String("#pk"), ExpressionAttributeNames: map[string]string{"#pk": attrPK},
+	})
+	if err != nil {
+		return false, fmt.Errorf("read membership of org %s on node %s: %w", orgID, nodeID, classify(err))
+	}
+	if out.Item == nil {
+		return false, nil
+	}
+	capacity.CallStatsFrom(ctx).AddRead(1, ItemSize(out.Item))
+	return true, nil
+}
+
 // queryList reads up to limit entries of a node list (sort key: node id) after afterID, and
 // whether more follow. The start is a key condition, not an ExclusiveStartKey: the emulator
 // would start one that names no item from the top. Ids are of capacity.ValidID's characters,

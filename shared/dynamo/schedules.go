@@ -232,28 +232,35 @@ func (s *Store) GetScheduled(ctx context.Context, nodeID, id string) (*capacity.
 	return &sr, nil
 }
 
+// schedCursorShape is the key of a cursor of a reservation's scheduled reclaims: a scheduled
+// reclaim of that list, with the table's keys and the index's.
+func schedCursorShape(nodeID, reservationID string) keyShape {
+	return keyShape{
+		attrPK: func(v string) bool {
+			id, ok := strings.CutPrefix(v, schedPK(nodeID, ""))
+			return ok && capacity.ValidID(id)
+		},
+		attrSK:     equal(skScheduled),
+		attrGSI1PK: equal(schedListPK(nodeID, reservationID)),
+		attrGSI1SK: func(v string) bool {
+			at, id, _ := strings.Cut(v, "#")
+			t, err := time.Parse(time.RFC3339, at)
+			return err == nil && t.UTC().Format(time.RFC3339) == at && capacity.ValidID(id)
+		},
+	}
+}
+
 // ListScheduled returns a page of the reservation's scheduled reclaims in order of at, from
 // the byState index (eventually consistent: one just created may take a moment to appear).
 func (s *Store) ListScheduled(ctx context.Context, nodeID, reservationID string, limit int, cursor string) ([]capacity.ScheduledReclaim, string, error) {
 	listPK := schedListPK(nodeID, reservationID)
-	start, err := decodeCursor(cursor, "")
+	start, err := decodeCursor(cursor, schedCursorShape(nodeID, reservationID))
 	if err != nil {
 		return nil, "", err
 	}
-	if start != nil {
-		// A cursor must name a scheduled reclaim of this list. The index key is set from the
-		// request: the emulator leaves it out of LastEvaluatedKey, which AWS requires back.
-		invalid := capacity.Errorf(capacity.CodeInvalidRequest, "invalid cursor")
-		if !strings.HasPrefix(attr(start, attrPK), nodePK(nodeID)+"#SCHED#") || attr(start, attrSK) != skScheduled {
-			return nil, "", invalid
-		}
-		if k := attr(start, attrGSI1PK); k != "" && k != listPK {
-			return nil, "", invalid
-		}
-		start[attrGSI1PK] = &types.AttributeValueMemberS{Value: listPK}
-		if attr(start, attrGSI1SK) == "" {
-			return nil, "", invalid
-		}
+	if start != nil && !strings.HasSuffix(attr(start, attrGSI1SK), "#"+strings.TrimPrefix(attr(start, attrPK), schedPK(nodeID, ""))) {
+		// Its index sort key is its own: both end in the scheduled reclaim's id.
+		return nil, "", capacity.Errorf(capacity.CodeInvalidRequest, "invalid cursor")
 	}
 	expr, err := expression.NewBuilder().WithKeyCondition(expression.Key(attrGSI1PK).Equal(expression.Value(listPK))).Build()
 	if err != nil {

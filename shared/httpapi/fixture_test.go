@@ -428,8 +428,8 @@ func (f *fakeService) RevokeKey(_ context.Context, p capacity.Principal, req cap
 	return orEmpty(f.key, f.err), f.err
 }
 
-func (f *fakeService) ListReservationAudit(_ context.Context, p capacity.Principal, nodeID, reservationID string, page capacity.PageRequest) (*capacity.AuditPage, error) {
-	f.record(call{Method: "ListReservationAudit", Principal: p, NodeID: nodeID, ResID: reservationID, opCall: opCall{Page: page}})
+func (f *fakeService) ListReservationAudit(_ context.Context, p capacity.Principal, nodeID, reservationID string, chain capacity.NodeChain, page capacity.PageRequest) (*capacity.AuditPage, error) {
+	f.record(call{Method: "ListReservationAudit", Principal: p, NodeID: nodeID, ResID: reservationID, opCall: opCall{Page: page, Chain: chain}})
 	return orEmpty(f.auditPage, f.err), f.err
 }
 

@@ -54,7 +54,7 @@ type Service interface {
 	SelfKey(ctx context.Context, p capacity.Principal) (*capacity.CallerKey, error)
 
 	// Audit trail.
-	ListReservationAudit(ctx context.Context, p capacity.Principal, nodeID, reservationID string, page capacity.PageRequest) (*capacity.AuditPage, error)
+	ListReservationAudit(ctx context.Context, p capacity.Principal, nodeID, reservationID string, chain capacity.NodeChain, page capacity.PageRequest) (*capacity.AuditPage, error)
 	ListNodeAudit(ctx context.Context, p capacity.Principal, nodeID string, chain capacity.NodeChain, page capacity.PageRequest) (*capacity.AuditChainPage, error)
 	ListKeyAudit(ctx context.Context, p capacity.Principal, page capacity.PageRequest) (*capacity.AuditChainPage, error)
 }

@@ -329,11 +329,12 @@ func (h *Handler) listReservationAudit(w http.ResponseWriter, r *http.Request, p
 	if err := capacity.AdmitReservationRead(p, r.PathValue("nodeId"), r.PathValue("id")); err != nil {
 		return err
 	}
-	page, err := pageOf(r.URL.Query())
+	// chain: changes (the default) or calls, those about the reservation that changed nothing.
+	page, err := pageOf(r.URL.Query(), "chain")
 	if err != nil {
 		return err
 	}
-	res, err := h.Service.ListReservationAudit(r.Context(), p, r.PathValue("nodeId"), r.PathValue("id"), page)
+	res, err := h.Service.ListReservationAudit(r.Context(), p, r.PathValue("nodeId"), r.PathValue("id"), capacity.NodeChain(r.URL.Query().Get("chain")), page)
 	if err != nil {
 		return err
 	}

@@ -142,10 +142,10 @@ func TestListQuery(t *testing.T) {
 			})
 		}
 		t.Run(list+"?chain=calls", func(t *testing.T) {
-			// Only a node's audit has two chains to choose from.
+			// Only a node's audit and a reservation's have two chains to choose from.
 			svc := &fakeService{}
 			w := req{method: http.MethodGet, path: list + "?chain=calls", auth: opAuth}.do(t, newHandler(svc))
-			if list != "/v1/nodes/n1/audit" {
+			if list != "/v1/nodes/n1/audit" && list != reservationPath+"/audit" {
 				problem(t, w, 400, httpapi.CodeMalformedRequest)
 				assertNoCalls(t, svc)
 			} else if calls := svc.Calls(); w.Code != 200 || len(calls) != 1 || calls[0].Chain != capacity.ChainCalls {

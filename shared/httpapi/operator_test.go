@@ -302,6 +302,17 @@ func TestOperatorRoutes(t *testing.T) {
 			},
 		},
 		{
+			name:       "reservation audit: the calls about it",
+			q:          req{method: http.MethodGet, path: reservationPath + "/audit?chain=calls"},
+			canned:     opResults{auditPage: &capacity.AuditPage{}},
+			wantMethod: "ListReservationAudit", wantStatus: 200,
+			check: func(t *testing.T, c call, body []byte) {
+				if c.ResID != "r1" || c.Chain != capacity.ChainCalls {
+					t.Errorf("call %+v, answer %s", c, body)
+				}
+			},
+		},
+		{
 			name:       "node audit: head and records",
 			q:          req{method: http.MethodGet, path: "/v1/nodes/n1/audit?cursor=x", auth: opAuth},
 			canned:     opResults{chainPage: &capacity.AuditChainPage{Head: capacity.AuditHead{Seq: 1, Hash: "h1"}, Records: []capacity.AuditRecord{testRecord}}},

@@ -46,7 +46,8 @@ const (
 // them: chained records by seq, after the unchained ones keyed by time).
 const (
 	AuditByReservationIndex = "byReservation"
-	// AuditByReservationKey holds NODE#<nodeId>#RES#<reservationId> on records about a reservation.
+	// AuditByReservationKey holds NODE#<nodeId>#RES#<reservationId> on records about a
+	// reservation, with #CALLS after it on those of the node's calls chain.
 	AuditByReservationKey = "resKey"
 )
 
