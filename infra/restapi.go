@@ -93,7 +93,7 @@ func (s *CapacityStack) newApiFunction(maxPendingScheduled int, rate capacity.Ra
 	// Seals the agent keys it makes, and can open none: no kms:Decrypt here, no read of the
 	// master secret, and the key's policy denies this role Decrypt (denyAgentKeysOpen), so
 	// whoever takes over the internet-facing function obtains no existing node's key.
-	allowAgentKeys(fn, "AgentKeysSeal", s.AgentKeysKey, "kms:Encrypt")
+	s.allowAgentKeys(fn, "AgentKeysSeal", "kms:Encrypt")
 	s.denyAgentKeysOpen(fn)
 	allowStateMachine(fn, "StartTermination", s.Termination, "states:StartExecution")
 	s.allowScheduling(fn)
