@@ -235,6 +235,11 @@ func (s *CapacityStack) newAlarms() {
 			"failed: throttled, timed out or refused). See docs/operating.md, \"When the rate limit is not checked\".", rateUncheckedAlarmCalls),
 		s.serviceMetric(emf.MetricRateLimitUnchecked, "Sum", alarmEvaluateEvery),
 		awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD, rateUncheckedAlarmCalls, 1, 1)
+	s.atLeastOnce("intake-records-refused",
+		"reclaim-events refused records the intake queue did not hand out (their receipt handle is not one it holds): "+
+			"something invoked the function directly. Its ERROR log lines ('not received from the intake queue') name each "+
+			"message; CloudTrail's Lambda data events (Invoke), where enabled, say who.",
+		s.serviceMetric(emf.MetricIntakeRecordsRefused, "Sum", alarmEvaluateEvery))
 	s.alarmOnDeadLetters(s.ReclaimRequestsDeadLetters, "reclaim-requests")
 	// A step dead-lettered is a round that never ran: its operation makes no progress (the
 	// reconciler runs it as the next attempt), and the message says which.
