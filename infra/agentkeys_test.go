@@ -166,3 +166,80 @@ func TestApiCannotOpenAgentKeys(t *testing.T) {
 		})
 	}
 }
+
+// TestAgentKeysKeyPolicy: the agent keys' key policy names everyone who may use the key, and
+// delegates no use to IAM: the account may administer the key (so it stays manageable) but
+// neither seal nor open with it, the api role may only seal, terminate-node's role and the
+// environment's break-glass role (cdk.json agentKeysBreakGlassRole) may only open, each for
+// agent keys only. The master secret's policy denies its value to every principal but
+// terminate-node's role and the break-glass role.
+func TestAgentKeysKeyPolicy(t *testing.T) {
+	for _, env := range []string{"local", "prod"} {
+		t.Run(env, func(t *testing.T) {
+			tp := synth(t, env)
+			account := map[string]string{"local": "000000000000", "prod": "333333333333"}[env]
+			breakGlass := "arn:aws:iam::" + account + ":role/capacity-agent-keys-break-glass"
+			_, api := functionByName(t, tp, env, "api")
+			_, tn := functionByName(t, tp, env, "terminate-node")
+			apiRole, tnRole := getAtt(roleOf(t, api, "Role"), "Arn"), getAtt(roleOf(t, tn, "Role"), "Arn")
+			root := map[string]any{"Fn::Join": []any{"", []any{"arn:", ref("AWS::Partition"), ":iam::", ref("AWS::AccountId"), ":root"}}}
+			agentKeysOnly := " if " + toJSON(map[string]any{
+				"Null":         map[string]any{"kms:EncryptionContext:nodeId": "false"},
+				"StringEquals": map[string]any{"kms:EncryptionContext:purpose": "capacity-agent-key"},
+			})
+
+			key := tp.resources("AWS::KMS::Key")[agentKeysKeyID(t, tp)]
+			allowed := map[string][]string{}
+			for _, st := range asList(props(key)["KeyPolicy"].(map[string]any)["Statement"]) {
+				st := st.(map[string]any)
+				if st["Effect"] != "Allow" {
+					continue
+				}
+				who := toJSON(st["Principal"])
+				if c := st["Condition"]; c != nil {
+					who += " if " + toJSON(c)
+				}
+				for _, a := range asList(st["Action"]) {
+					allowed[who] = append(allowed[who], a.(string))
+				}
+			}
+			for k := range allowed {
+				slices.Sort(allowed[k])
+			}
+			want := map[string][]string{
+				toJSON(map[string]any{"AWS": root}):                       agentKeysAdminActions,
+				toJSON(map[string]any{"AWS": apiRole}) + agentKeysOnly:    {"kms:Encrypt"},
+				toJSON(map[string]any{"AWS": tnRole}) + agentKeysOnly:     {"kms:Decrypt"},
+				toJSON(map[string]any{"AWS": breakGlass}) + agentKeysOnly: {"kms:Decrypt"},
+			}
+			if !reflect.DeepEqual(allowed, want) {
+				t.Errorf("key policy allows\n got %v\nwant %v", allowed, want)
+			}
+			for _, a := range agentKeysAdminActions {
+				if strings.Contains(a, "*") || slices.Contains([]string{"kms:Decrypt", "kms:Encrypt", "kms:CreateGrant"}, a) ||
+					strings.HasPrefix(a, "kms:ReEncrypt") || strings.HasPrefix(a, "kms:GenerateDataKey") {
+					t.Errorf("the account may %s with the key", a)
+				}
+			}
+
+			if n := len(tp.resources("AWS::SecretsManager::ResourcePolicy")); n != 1 {
+				t.Fatalf("%d secret policies, want 1", n)
+			}
+			for _, p := range tp.resources("AWS::SecretsManager::ResourcePolicy") {
+				p := props(p)
+				if !reflect.DeepEqual(p["SecretId"], ref(agentMasterSecretID(t, tp, env))) || p["BlockPublicPolicy"] != true {
+					t.Errorf("secret policy on %s, BlockPublicPolicy %v", toJSON(p["SecretId"]), p["BlockPublicPolicy"])
+				}
+				got := toJSON(p["ResourcePolicy"].(map[string]any)["Statement"])
+				wantSt := toJSON([]any{map[string]any{
+					"Action": "secretsmanager:GetSecretValue", "Effect": "Deny", "Principal": map[string]any{"AWS": "*"}, "Resource": "*",
+					"Condition": map[string]any{"StringNotEquals": map[string]any{"aws:PrincipalArn": []any{tnRole, breakGlass}}},
+					"Sid":       "OnlyItsReadersGetTheValue",
+				}})
+				if got != wantSt {
+					t.Errorf("secret policy\n got %s\nwant %s", got, wantSt)
+				}
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -58,6 +59,10 @@ type EnvConfig struct {
 		RetryWaitSeconds float64 `json:"retryWaitSeconds,omitempty"`
 	} `json:"termination,omitempty"`
 	AgentMasterSecret string `json:"agentMasterSecret,omitempty"`
+	// The role that may open agent keys and read the agent master secret besides
+	// terminate-node, in the environment's account; it must exist before the deploy.
+	// Required outside local.
+	AgentKeysBreakGlassRole string `json:"agentKeysBreakGlassRole,omitempty"`
 	// Optional alarm thresholds (defaults DefaultAlarm*): the API's 5xx rate (a fraction of
 	// requests) and p99 latency (ms).
 	Alarms *struct {
@@ -182,7 +187,8 @@ func (c EnvConfig) props(env string) (CapacityStackProps, []error) {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	p := CapacityStackProps{Env: env, Account: c.Account, Region: c.Region, LogLevel: c.LogLevel,
-		AlarmSubscription: c.AlarmSubscription, AgentMasterSecretName: c.AgentMasterSecret}
+		AlarmSubscription: c.AlarmSubscription, AgentMasterSecretName: c.AgentMasterSecret,
+		AgentKeysBreakGlassRole: c.AgentKeysBreakGlassRole}
 	if err := ValidateEnv(env); err != nil {
 		errs = append(errs, err)
 	}
@@ -207,6 +213,15 @@ func (c EnvConfig) props(env string) (CapacityStackProps, []error) {
 		}
 		if c.AlarmSubscription == "" {
 			bad("alarmSubscription is required (an email address or an https endpoint)")
+		}
+		if c.AgentKeysBreakGlassRole == "" {
+			bad("agentKeysBreakGlassRole is required: the ARN of an existing role that may open agent keys in an emergency")
+		}
+	}
+	if r := c.AgentKeysBreakGlassRole; r != "" {
+		account := cmp.Or(c.Account, LocalAccount)
+		if m := roleARN.FindStringSubmatch(r); m == nil || m[1] != account {
+			bad("agentKeysBreakGlassRole %q: want the ARN of an IAM role in account %s", r, account)
 		}
 	}
 	if c.AlarmSubscription != "" && !validSubscription(c.AlarmSubscription) {

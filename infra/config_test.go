@@ -13,7 +13,7 @@ func TestStackPropsFor(t *testing.T) {
 	const good = `{
 		"local": {"throttle": {"rate": 100, "burst": 200}, "eventPrincipals": [], "retention": {"historyDays": 400, "logDays": 7}, "logLevel": "info"},
 		"prod": {"account": "123456789012", "region": "eu-west-1", "throttle": {"rate": 500, "burst": 1000},
-			"alarmSubscription": "ops@example.com",
+			"alarmSubscription": "ops@example.com", "agentKeysBreakGlassRole": "arn:aws:iam::123456789012:role/break-glass",
 			"eventPrincipals": [{"source": "openrelay.scheduler", "orgId": "platform", "operator": true, "permissions": ["reservation.capacity"],
 				"senderRoles": ["arn:aws:iam::123456789012:role/scheduler"]}],
 			"retention": {"historyDays": 400, "logDays": 90}, "logLevel": "warn", "termination": {"rounds": 3}}
@@ -52,6 +52,10 @@ func TestStackPropsFor(t *testing.T) {
 		{"missing event principals", "prod", prodWithout("eventPrincipals"), "eventPrincipals is required"},
 		{"missing retention", "prod", prodWithout("retention"), "retention.historyDays and retention.logDays are required"},
 		{"missing log level", "prod", prodWithout("logLevel"), "logLevel is required"},
+		// The key policy and the secret's name who may open agent keys besides terminate-node.
+		{"missing break-glass role", "prod", prodWithout("agentKeysBreakGlassRole"), "agentKeysBreakGlassRole is required"},
+		{"break-glass role of another account", "prod", edit("prod", `{"account": "123456789012", "region": "eu-west-1", "throttle": {"rate": 1, "burst": 1}, "alarmSubscription": "ops@example.com", "agentKeysBreakGlassRole": "arn:aws:iam::999999999999:role/bg", "eventPrincipals": [], "retention": {"historyDays": 90, "logDays": 7}, "logLevel": "info"}`), `agentKeysBreakGlassRole "arn:aws:iam::999999999999:role/bg": want the ARN of an IAM role in account 123456789012`},
+		{"break-glass user", "local", edit("local", `{"throttle": {"rate": 1, "burst": 1}, "agentKeysBreakGlassRole": "arn:aws:iam::000000000000:user/bg", "eventPrincipals": [], "retention": {"historyDays": 90, "logDays": 7}, "logLevel": "info"}`), "want the ARN of an IAM role"},
 		{"misspelt key", "local", edit("local", `{"throttle": {"rate": 1, "burst": 1}, "eventPrincipals": [], "retention": {"historyDays": 90, "logDays": 7}, "logLevel": "info", "logLvl": "x"}`), `unknown field "logLvl"`},
 		// The workflow runs one node's rounds: a setting of how many nodes at once is refused.
 		{"removed termination concurrency", "local", edit("local", `{"throttle": {"rate": 1, "burst": 1}, "eventPrincipals": [], "retention": {"historyDays": 90, "logDays": 7}, "logLevel": "info", "termination": {"concurrency": 8}}`), `unknown field "concurrency"`},
@@ -144,7 +148,7 @@ func TestStackPropsFor(t *testing.T) {
 	principalsBlock := func(env, principals string) any {
 		block := `{"throttle": {"rate": 1, "burst": 1}, "retention": {"historyDays": 90, "logDays": 7}, "logLevel": "info", "eventPrincipals": ` + principals
 		if env == "prod" {
-			block += `, "account": "123456789012", "region": "eu-west-1", "alarmSubscription": "ops@example.com"`
+			block += `, "account": "123456789012", "region": "eu-west-1", "alarmSubscription": "ops@example.com", "agentKeysBreakGlassRole": "arn:aws:iam::123456789012:role/bg"`
 		}
 		return edit(env, block+`}`)
 	}

@@ -96,7 +96,8 @@ func resourceNames(t *testing.T, tp tmpl, env string) map[string]string {
 }
 
 // synthesisedIAM is what the roles of env's stack may do, as rows of the docs' table: a resource named by
-// resourceNames, followed by ", if " and the condition keys when the grant is conditioned; a
+// resourceNames, followed by ", if " and the condition keys when the grant is conditioned,
+// after "denied: " for a role's explicit Deny; a
 // function's own log group is "own log group". Every function's common grants (its own log
 // group, X-Ray) are checked here and left out, for the table's "every function" rows.
 func synthesisedIAM(t *testing.T, tp tmpl, env string, common map[string][]string) map[iamRow][]string {
@@ -104,6 +105,7 @@ func synthesisedIAM(t *testing.T, tp tmpl, env string, common map[string][]strin
 	names := resourceNames(t, tp, env)
 	name := func(key, ownLogs string) string {
 		res, cond, conditioned := strings.Cut(key, " if ")
+		res, denied := strings.CutPrefix(res, "deny ")
 		n, ok := names[res]
 		if res == ownLogs {
 			n, ok = "own log group", true
@@ -114,6 +116,9 @@ func synthesisedIAM(t *testing.T, tp tmpl, env string, common map[string][]strin
 		}
 		if conditioned {
 			n += ", if " + strings.Join(conditionKeys(t, cond), ", ")
+		}
+		if denied {
+			n = "denied: " + n
 		}
 		return n
 	}

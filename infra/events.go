@@ -229,6 +229,8 @@ func (s *CapacityStack) newReclaimIntake(state, audit, keys awsdynamodb.ITable) 
 			envvar.EventPrincipals: jsii.String(s.eventPrincipalsJSON()),
 			// Where a genuine request comes from: the function refuses any other.
 			envvar.IntakeQueueARN: s.ReclaimRequests.QueueArn(), envvar.EventAccount: awscdk.Aws_ACCOUNT_ID(),
+			// Where each record's receipt handle is proven (ChangeMessageVisibilityBatch).
+			envvar.IntakeQueueURL: s.ReclaimRequests.QueueUrl(),
 			// A scheduled reclaim's firing reads the key that scheduled it (see below).
 			envvar.KeysTable: keys.TableName(),
 		}})
@@ -237,6 +239,19 @@ func (s *CapacityStack) newReclaimIntake(state, audit, keys awsdynamodb.ITable) 
 	fn.AddEventSource(awslambdaeventsources.NewSqsEventSource(s.ReclaimRequests, &awslambdaeventsources.SqsEventSourceProps{
 		BatchSize:               jsii.Number(reclaimRequestBatchSize),
 		ReportBatchItemFailures: jsii.Bool(true),
+	}))
+	// Only the function's role may receive from the queue (its event source mapping polls as
+	// that role), so only a receive of its own makes a receipt handle the queue recognises:
+	// reclaim-events proves each record's handle before acting (eventapi.QueueReceipts), and
+	// a record made up by a direct lambda:InvokeFunction has none. An explicit Deny: no
+	// identity policy of the account (sqs:* on *) can override it.
+	s.ReclaimRequests.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String("OnlyReclaimEventsReceives"),
+		Effect:     awsiam.Effect_DENY,
+		Principals: &[]awsiam.IPrincipal{awsiam.NewAnyPrincipal()},
+		Actions:    jsii.Strings("sqs:ReceiveMessage"),
+		Resources:  &[]*string{s.ReclaimRequests.QueueArn()},
+		Conditions: &map[string]any{"ArnNotEquals": map[string]any{"aws:PrincipalArn": []*string{fn.Role().RoleArn()}}},
 	}))
 	// The same reclaim as the api function's (the query, the transaction's item actions, the
 	// read-back of a commit's own audit record after a lost answer, the workflow start), a

@@ -209,6 +209,22 @@ func checkIntakeQueuePolicy(t *testing.T, tp tmpl, qID string, ruleIDs ...string
 		})
 	}
 	wantStatements = append(wantStatements, denyAllBut(qID, rules))
+	// Only reclaim-events' role (its event source mapping's poller) receives, so only a real
+	// receive makes the receipt handles the function proves before acting.
+	var role any // Fn::GetAtt of reclaim-events' role
+	for _, r := range tp.resources("AWS::Lambda::Function") {
+		if n, _ := props(r)["FunctionName"].(string); strings.HasSuffix(n, "-reclaim-events") {
+			role = props(r)["Role"]
+		}
+	}
+	wantStatements = append(wantStatements, map[string]any{
+		"Action":    "sqs:ReceiveMessage",
+		"Condition": map[string]any{"ArnNotEquals": map[string]any{"aws:PrincipalArn": []any{role}}},
+		"Effect":    "Deny",
+		"Principal": map[string]any{"AWS": "*"},
+		"Resource":  getAtt(qID, "Arn"),
+		"Sid":       "OnlyReclaimEventsReceives",
+	})
 	if got := props(pol)["PolicyDocument"].(map[string]any)["Statement"]; !reflect.DeepEqual(got, wantStatements) {
 		t.Errorf("queue policy\n got %s\nwant %s", toJSON(got), toJSON(wantStatements))
 	}
@@ -502,4 +518,35 @@ func checkWorkQueue(t *testing.T, tp tmpl, env, name string, fn map[string]any, 
 		}
 	}
 	return qID, dlqID
+}
+
+// TestReclaimEventsInvokers: what the template proves of who runs reclaim-events. Its one
+// trigger is the intake queue's event source mapping, which needs no resource policy (Lambda
+// polls as the function's own role), and the function has none: no AWS::Lambda::Permission
+// lets a service or another account invoke it. A principal of the account whose identity
+// policy allows lambda:InvokeFunction can still invoke it (a function's resource policy can
+// deny nobody): what it sends acts on nothing, as the function proves each record's receipt
+// with the queue, and only its role may receive from the queue (TestReclaimRequestRule).
+func TestReclaimEventsInvokers(t *testing.T) {
+	for _, env := range []string{"local", "prod"} {
+		t.Run(env, func(t *testing.T) {
+			tp := synth(t, env)
+			fnID, _ := functionByName(t, tp, env, "reclaim-events")
+			for id, p := range tp.resources("AWS::Lambda::Permission") {
+				if strings.Contains(toJSON(props(p)["FunctionName"]), `"`+fnID+`"`) {
+					t.Errorf("permission %s lets %s invoke reclaim-events", id, toJSON(props(p)["Principal"]))
+				}
+			}
+			var sources []string
+			for _, m := range tp.resources("AWS::Lambda::EventSourceMapping") {
+				if reflect.DeepEqual(props(m)["FunctionName"], ref(fnID)) {
+					sources = append(sources, toJSON(props(m)["EventSourceArn"]))
+				}
+			}
+			want := []string{toJSON(getAtt(queueID(t, tp, "capacity-"+env+"-reclaim-requests"), "Arn"))}
+			if !slices.Equal(sources, want) {
+				t.Errorf("reclaim-events' event sources %v, want the intake queue %v", sources, want)
+			}
+		})
+	}
 }

@@ -75,6 +75,7 @@ func TestWorkerFunctions(t *testing.T) {
 					"STATE_MACHINE_ARN": ref(stateMachineID(t, tp, env)), "EVENT_BUS_NAME": ref(eventBusID(t, tp, env)),
 					"EVENT_PRINCIPALS": "[]", "EVENT_ACCOUNT": ref("AWS::AccountId"),
 					"INTAKE_QUEUE_ARN": getAtt(queueID(t, tp, "capacity-"+env+"-reclaim-requests"), "Arn"),
+					"INTAKE_QUEUE_URL": ref(queueID(t, tp, "capacity-"+env+"-reclaim-requests")),
 				}},
 				{"operation-events", 30, map[string]any{"STATE_TABLE": state, "EVENT_BUS_NAME": ref(eventBusID(t, tp, env))}},
 				{"termination-steps", 30, map[string]any{

@@ -68,7 +68,7 @@ func rolePermissions(t *testing.T, tp tmpl, roleID, service string, starOK ...st
 
 	got := map[string][]string{}
 	for _, s := range stmts {
-		if s["Effect"] != "Allow" || s["NotAction"] != nil || s["NotResource"] != nil {
+		if s["Effect"] != "Allow" && s["Effect"] != "Deny" || s["NotAction"] != nil || s["NotResource"] != nil {
 			t.Errorf("unexpected statement shape %s", toJSON(s))
 		}
 		for _, res := range asList(s["Resource"]) {
@@ -82,6 +82,9 @@ func rolePermissions(t *testing.T, tp tmpl, roleID, service string, starOK ...st
 					t.Errorf("wildcard resource %s for %s", r, a)
 				}
 				key := toJSON(res)
+				if s["Effect"] == "Deny" { // a role's explicit Deny narrows what it allows
+					key = "deny " + key
+				}
 				if c := s["Condition"]; c != nil {
 					key += " if " + toJSON(c)
 				}
@@ -136,8 +139,11 @@ func TestRolePermissions(t *testing.T) {
 			}
 			cases := []roleCase{
 				{"api", map[string][]string{
-					// DeleteItem: a force-end moves its VM to the node's history.
-					stateArn: {"dynamodb:ConditionCheckItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
+					stateArn: {"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
+					// DeleteItem: a force-end moves its VM from the node's decision partition
+					// (NODE#<id>) to its history, and no delete reaches any other partition.
+					stateArn + " if " + toJSON(map[string]any{"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": []any{"NODE#*"}}}):            {"dynamodb:DeleteItem"},
+					"deny " + stateArn + " if " + toJSON(map[string]any{"ForAnyValue:StringLike": map[string]any{"dynamodb:LeadingKeys": []any{"NODE#*#*"}}}): {"dynamodb:DeleteItem"},
 					// Append, read back a commit's own record after a lost answer (Store.Landed),
 					// list a node's audit (Query) and a reservation's (its keys-only index, then
 					// the page's records by BatchGetItem).

@@ -227,6 +227,19 @@ func (s *CapacityStack) newAlarms() {
 		"The reconciler gave up starting the workflow of reclaim operations (attempts exhausted): their VMs are not being terminated. "+
 			"Look at the reconciler's logs (StartExecution errors) and fail or re-drive the operations.",
 		s.serviceMetric(emf.MetricReclaimStartsExhausted, "Sum", 5))
+	// The limiter fails open (a call goes on unchecked when its bucket's write fails), so a
+	// key hammering its own bucket into throttling would go unlimited unseen. A blip lets a
+	// few calls through; a run of them is the limiter down.
+	s.alarm("rate-limit-unchecked",
+		fmt.Sprintf("At least %d API calls in 5 minutes went through without their key's rate limit checked (the limits table write "+
+			"failed: throttled, timed out or refused). See docs/operating.md, \"When the rate limit is not checked\".", rateUncheckedAlarmCalls),
+		s.serviceMetric(emf.MetricRateLimitUnchecked, "Sum", alarmEvaluateEvery),
+		awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD, rateUncheckedAlarmCalls, 1, 1)
+	s.atLeastOnce("intake-records-refused",
+		"reclaim-events refused records the intake queue did not hand out (their receipt handle is not one it holds): "+
+			"something invoked the function directly. Its ERROR log lines ('not received from the intake queue') name each "+
+			"message; CloudTrail's Lambda data events (Invoke), where enabled, say who.",
+		s.serviceMetric(emf.MetricIntakeRecordsRefused, "Sum", alarmEvaluateEvery))
 	s.alarmOnDeadLetters(s.ReclaimRequestsDeadLetters, "reclaim-requests")
 	// A step dead-lettered is a round that never ran: its operation makes no progress (the
 	// reconciler runs it as the next attempt), and the message says which.
@@ -248,6 +261,9 @@ func (s *CapacityStack) newAlarms() {
 		s.ReclaimRequests.MetricApproximateAgeOfOldestMessage(every(alarmEvaluateEvery, "Maximum")),
 		awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD, reclaimRequestMaxAgeSeconds, 1, 1)
 }
+
+// rateUncheckedAlarmCalls is how many calls let through unchecked in 5 minutes alarm.
+const rateUncheckedAlarmCalls = 10
 
 // terminationStepMaxAgeSeconds is the age of the oldest queued termination step that alarms.
 const terminationStepMaxAgeSeconds = 20 * 60

@@ -247,6 +247,10 @@ func wantAlarms(env string) map[string]wantAlarm {
 		"held-reclaims":            {"Capacity", "HeldReclaimOperations", "Maximum", 300, 1, 1, ge, 1},
 		"reclaim-restarts":         {"Capacity", "RestartedReclaimOperations", "Sum", 900, 1, 1, ge, 1},
 		"reclaim-starts-exhausted": {"Capacity", "ReclaimStartsExhausted", "Sum", 300, 1, 1, ge, 1},
+		// The limiter failing open: 10 calls let through unchecked in 5 minutes.
+		"rate-limit-unchecked": {"Capacity", "RateLimitUnchecked", "Sum", 300, 1, 1, ge, 10},
+		// A record reclaim-events refused as not received from its queue: a direct invoke.
+		"intake-records-refused": {"Capacity", "IntakeRecordsRefused", "Sum", 300, 1, 1, ge, 1},
 		// The intake's dead-letter queue on its first message; its queue when a request waits 45 minutes.
 		"reclaim-requests-dead-letters": {"AWS/SQS", "ApproximateNumberOfMessagesVisible", "Maximum", 300, 1, 1, ge, 1},
 		"reclaim-requests-age":          {"AWS/SQS", "ApproximateAgeOfOldestMessage", "Maximum", 300, 1, 1, ge, 2700},

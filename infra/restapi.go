@@ -5,6 +5,7 @@ import (
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigateway"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
@@ -51,11 +52,23 @@ func (s *CapacityStack) newApiFunction(maxPendingScheduled int, rate capacity.Ra
 	fn := s.goFunction(goFunctionSpec{Function: envvar.API, Environment: env})
 	// TransactWriteItems is authorised per item action (Put/Update/ConditionCheck/Delete).
 	// Nodes, reservations and their topology changes are writes of the same kinds; the node
-	// item also carries its audit chain's head. DeleteItem: an operator's force-end moves the
-	// VM it ends from the node's decision partition to its history (a conditional delete and a
-	// put in its transaction), as terminate-node does for the VMs it terminates.
+	// item also carries its audit chain's head.
 	allow(fn, "StateTable", state,
-		"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem", "dynamodb:DeleteItem")
+		"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem")
+	// DeleteItem: an operator's force-end moves the VM it ends from the node's decision
+	// partition to its history (a conditional delete and a put in its transaction), and the
+	// api deletes nothing else. IAM cannot name a sort key, so the reach is the partition:
+	// NODE#<id> and nothing under it (no operation, outcome, claim, history or audit item),
+	// nor any list, key or schedule partition.
+	deleteIn := func(sid string, effect awsiam.Effect, cond, pattern string) {
+		fn.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid: jsii.String(sid), Effect: effect, Actions: jsii.Strings("dynamodb:DeleteItem"),
+			Resources:  &[]*string{state.TableArn()},
+			Conditions: &map[string]any{cond: map[string]any{"dynamodb:LeadingKeys": []string{pattern}}},
+		}))
+	}
+	deleteIn("StateTableForceEndDelete", awsiam.Effect_ALLOW, "ForAllValues:StringLike", table.NodePartitions)
+	deleteIn("StateTableNoDeleteUnderNodes", awsiam.Effect_DENY, "ForAnyValue:StringLike", table.NodeSubPartitions)
 	// Appends only (no Update or Delete). GetItem and Query: after a commit whose answer was
 	// lost, the service reads the commit's own audit record to learn whether it landed; and
 	// the audit of a node (the table) and of a reservation (its index, keys only: BatchGetItem
@@ -80,7 +93,7 @@ func (s *CapacityStack) newApiFunction(maxPendingScheduled int, rate capacity.Ra
 	// Seals the agent keys it makes, and can open none: no kms:Decrypt here, no read of the
 	// master secret, and the key's policy denies this role Decrypt (denyAgentKeysOpen), so
 	// whoever takes over the internet-facing function obtains no existing node's key.
-	allowAgentKeys(fn, "AgentKeysSeal", s.AgentKeysKey, "kms:Encrypt")
+	s.allowAgentKeys(fn, "AgentKeysSeal", "kms:Encrypt")
 	s.denyAgentKeysOpen(fn)
 	allowStateMachine(fn, "StartTermination", s.Termination, "states:StartExecution")
 	s.allowScheduling(fn)

@@ -64,6 +64,10 @@ type CapacityStackProps struct {
 	// AgentMasterSecretName names an existing Secrets Manager secret to derive the node agents'
 	// keys from. Empty: the stack creates capacity/<env>/agent-master (generated).
 	AgentMasterSecretName string
+	// AgentKeysBreakGlassRole is the ARN of the role that may open agent keys and read the
+	// master secret besides terminate-node (an operator's, for an emergency); it must exist
+	// before the deploy. Empty: none.
+	AgentKeysBreakGlassRole string
 	// Account and Region, when set, are the stack's env (deployed environments). Empty: the
 	// stack is environment-agnostic, as local must be.
 	Account, Region string
@@ -156,6 +160,7 @@ type CapacityStack struct {
 	// agentMasterSecretID is how terminate-node reads the agent master secret; its ARN
 	// (a pattern, for an existing secret) is what terminate-node's grant names.
 	agentMasterSecretID, agentMasterSecretARN *string
+	agentKeysBreakGlassRole                   string
 
 	alarmScope    constructs.Construct
 	alarmApi      struct{ errorRate, p99Millis float64 }
@@ -182,7 +187,7 @@ func NewCapacityStack(scope constructs.Construct, props CapacityStackProps) (s *
 
 	s = newStack(scope, props)
 	s.newTables()
-	s.newAgentKeys(props.AgentMasterSecretName)
+	s.newAgentKeys(props.AgentMasterSecretName, props.AgentKeysBreakGlassRole)
 	// Functions: one goFunction call each, then its grants. The workflow comes between the
 	// terminate-node function (its task) and the functions that start it.
 	s.TerminateNodeFunction = s.newTerminateNodeFunction()

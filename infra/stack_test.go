@@ -79,7 +79,13 @@ func synth(t *testing.T, env string) tmpl {
 	}
 	ctx := cdkJSONContext(t)
 	app := awscdk.NewApp(&awscdk.AppProps{Context: &ctx})
-	s, err := NewCapacityStack(app, CapacityStackProps{Env: env, AssetRoot: testAssetRoot})
+	props := CapacityStackProps{Env: env, AssetRoot: testAssetRoot}
+	// The environment's break-glass role, as cdk.json gives it (the rest of its settings
+	// would tie the stack to an account).
+	if p, err := StackPropsFor(ctx[EnvironmentsContextKey], env); err == nil {
+		props.AgentKeysBreakGlassRole = p.AgentKeysBreakGlassRole
+	}
+	s, err := NewCapacityStack(app, props)
 	if err != nil {
 		t.Fatalf("NewCapacityStack(%q): %v", env, err)
 	}

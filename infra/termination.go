@@ -56,7 +56,8 @@ func (s *CapacityStack) newTerminateNodeFunction() awslambda.Function {
 	// still at key generation 0 and to reseal the keys it opened; nothing else in Secrets
 	// Manager. Opens the nodes' sealed keys (once per key generation: then the resealed form).
 	allowOn(fn, "AgentMasterSecretRead", s.agentMasterSecretARN, "secretsmanager:GetSecretValue")
-	allowAgentKeys(fn, "AgentKeysOpen", s.AgentKeysKey, "kms:Decrypt")
+	s.allowAgentKeys(fn, "AgentKeysOpen", "kms:Decrypt")
+	s.restrictAgentMasterSecret(fn)
 	// Reads the operation and the node, moves each terminated VM from the node's decision
 	// partition to its history (one transaction: a conditional delete and a put), moves the
 	// operation on with conditional updates, puts each VM's outcome item (a conditional put

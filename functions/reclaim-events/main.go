@@ -11,11 +11,13 @@ import (
 	"log/slog"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/config"
 	"github.com/openrelay/capacity/shared/config/envvar"
 	"github.com/openrelay/capacity/shared/dynamo"
+	"github.com/openrelay/capacity/shared/emf"
 	"github.com/openrelay/capacity/shared/eventapi"
 )
 
@@ -27,6 +29,7 @@ func main() {
 	store := s.Store.Open(cfg)
 	h := newHandler(store, config.Workflow(cfg, s.stateMachineARN), s.Metrics(), config.Bus(cfg, s.origin.Bus), s.principals, logger)
 	h.Origin = s.origin
+	h.Receipts = &eventapi.QueueReceipts{Client: sqs.NewFromConfig(cfg), QueueURL: s.queueURL}
 	lambda.Start(h.Handle)
 }
 
@@ -37,6 +40,7 @@ type settings struct {
 	stateMachineARN string
 	principals      capacity.EventPrincipals
 	origin          eventapi.Origin // where a genuine request comes from
+	queueURL        string          // the intake queue, which proves each record's receipt
 }
 
 // readSettings reads the function's configuration; errors go to e.
@@ -47,6 +51,7 @@ func readSettings(e *envvar.Env) settings {
 		stateMachineARN: envvar.StateMachineARN.Get(e),
 		origin: eventapi.Origin{QueueARN: envvar.IntakeQueueARN.Get(e), Account: envvar.EventAccount.Get(e),
 			Region: envvar.Region.Get(e), Bus: envvar.EventBusName.Get(e)},
+		queueURL: envvar.IntakeQueueURL.Get(e),
 	}
 	if principals := envvar.EventPrincipals.Get(e); principals != "" {
 		var err error
@@ -58,13 +63,14 @@ func readSettings(e *envvar.Env) settings {
 }
 
 // newHandler wires the store, workflow and bus into the event API.
-func newHandler(store *dynamo.Store, workflow capacity.Workflow, metrics capacity.Metrics, bus capacity.Publisher, principals capacity.EventPrincipals, logger *slog.Logger) *eventapi.Handler {
+func newHandler(store *dynamo.Store, workflow capacity.Workflow, metrics *emf.Recorder, bus capacity.Publisher, principals capacity.EventPrincipals, logger *slog.Logger) *eventapi.Handler {
 	return &eventapi.Handler{
 		Service: &capacity.Service{
 			Store: store, Schedules: store, CreatorKeys: store, Workflow: workflow, Logger: logger, Metrics: metrics,
 		},
 		Publisher:  bus,
 		Principals: principals,
+		Refusals:   metrics,
 		Logger:     logger,
 	}
 }

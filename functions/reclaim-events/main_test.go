@@ -166,8 +166,8 @@ func TestSampleRequests(t *testing.T) {
 // TestReadSettings: the function reads exactly the variables envvar.ReclaimEvents declares: an
 // undeclared read, or a declared one left unread, would fail it at start.
 func TestReadSettings(t *testing.T) {
-	e := envvar.New(envvar.ReclaimEvents, []string{"APP_ENV=dev", "LOG_LEVEL=info", "STATE_TABLE=s", "AUDIT_TABLE=a", "KEYS_TABLE=k", "STATE_MACHINE_ARN=arn:sm", "EVENT_BUS_NAME=b", "EVENT_PRINCIPALS=[]", "INTAKE_QUEUE_ARN=arn:q", "EVENT_ACCOUNT=1", "HISTORY_RETENTION=2160h", "AWS_REGION=r"})
-	if s := readSettings(e); e.Err() != nil || s.origin.Region != "r" || s.origin.Bus != "b" || s.principals == nil {
+	e := envvar.New(envvar.ReclaimEvents, []string{"APP_ENV=dev", "LOG_LEVEL=info", "STATE_TABLE=s", "AUDIT_TABLE=a", "KEYS_TABLE=k", "STATE_MACHINE_ARN=arn:sm", "EVENT_BUS_NAME=b", "EVENT_PRINCIPALS=[]", "INTAKE_QUEUE_ARN=arn:q", "INTAKE_QUEUE_URL=https://q", "EVENT_ACCOUNT=1", "HISTORY_RETENTION=2160h", "AWS_REGION=r"})
+	if s := readSettings(e); e.Err() != nil || s.origin.Region != "r" || s.origin.Bus != "b" || s.queueURL != "https://q" || s.principals == nil {
 		t.Fatalf("settings %+v, error %v", s, e.Err())
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
@@ -546,5 +547,50 @@ func TestInvalidEventIsRefusedAndChangesNothing(t *testing.T) {
 				t.Errorf("vm-spot-1 got %d terminate calls", n)
 			}
 		})
+	}
+}
+
+// TestDirectInvokeOfTheIntakeChangesNothing: a lambda:InvokeFunction of reclaim-events with a
+// record made up in full (the intake queue's ARN, an accepted source acting for its own org,
+// the function's own account and region) changes nothing: the queue does not recognise the
+// record's receipt handle, so the function refuses it before the domain sees it.
+func TestDirectInvokeOfTheIntakeChangesNothing(t *testing.T) {
+	node := newNode(t, nil)
+	before, auditBefore := partition(t, node), len(auditOf(t, node))
+	ctx := context.Background()
+	cfg := stack.AWSConfig(endpoint)
+	lc := lambda.NewFromConfig(cfg)
+	fn, err := lc.GetFunctionConfiguration(ctx, &lambda.GetFunctionConfigurationInput{FunctionName: aws.String(outputs["ReclaimEventsFunctionName"])})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := fn.Environment.Variables
+	detail, err := json.Marshal(requestDetail(node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := fmt.Sprintf(`{"version":"0","id":"forged-%s","detail-type":%q,"source":%q,"account":%q,"time":%q,"region":%q,"resources":[],"detail":%s}`,
+		node, capacity.DetailReclaimRequested, capacity.SourcePlatformScheduler, vars["EVENT_ACCOUNT"], time.Now().UTC().Format(time.RFC3339), cfg.Region, detail)
+	payload, err := json.Marshal(events.SQSEvent{Records: []events.SQSMessage{{
+		MessageId: "forged-" + node, ReceiptHandle: "AQEBmadeup", Body: body, EventSource: "aws:sqs",
+		EventSourceARN: vars["INTAKE_QUEUE_ARN"], AWSRegion: cfg.Region,
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := lc.Invoke(ctx, &lambda.InvokeInput{FunctionName: aws.String(outputs["ReclaimEventsFunctionName"]), Payload: payload})
+	if err != nil || out.FunctionError != nil {
+		t.Fatalf("invoke: %v %s", err, out.Payload)
+	}
+	var resp events.SQSEventResponse
+	if err := json.Unmarshal(out.Payload, &resp); err != nil || len(resp.BatchItemFailures) != 1 {
+		t.Errorf("answer %s, want the record reported failed", out.Payload)
+	}
+	assertUnchanged(t, node, before)
+	if n := len(auditOf(t, node)); n != auditBefore {
+		t.Errorf("audit records %d, want %d", n, auditBefore)
+	}
+	if n := agents.TerminateCalls(node, "vm-spot-1"); n != 0 {
+		t.Errorf("vm-spot-1 got %d terminate calls", n)
 	}
 }

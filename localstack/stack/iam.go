@@ -68,6 +68,9 @@ func iamSetup(t *template, res *resolver) (iamcheck.Setup, error) {
 				doc = map[string]any{"Statement": []any{st}}
 			}
 			err = addResourcePolicy(&setup, id, fmt.Sprintf("arn:%s:events:%s:%s:event-bus/%s", partition, region, accountID, bus), doc)
+		case "AWS::SecretsManager::ResourcePolicy":
+			secret, _ := p["SecretId"].(string) // the secret's ARN (its Ref) when the stack made it
+			err = addResourcePolicy(&setup, id, secret, p["ResourcePolicy"])
 		case "AWS::SQS::QueuePolicy":
 			urls, _ := p["Queues"].([]any)
 			for _, u := range urls {
@@ -88,6 +91,7 @@ var iamTypes = map[string]bool{
 	"AWS::IAM::Policy": true, "AWS::IAM::ManagedPolicy": true, "AWS::Lambda::Function": true,
 	"AWS::DynamoDB::Table": true, "AWS::DynamoDB::GlobalTable": true,
 	"AWS::KMS::Key": true, "AWS::Events::EventBusPolicy": true, "AWS::SQS::QueuePolicy": true,
+	"AWS::SecretsManager::ResourcePolicy": true,
 }
 
 // addRole records a role with its inline policies; attached managed policies of the

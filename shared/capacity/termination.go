@@ -272,7 +272,7 @@ func (t *Terminator) Run(ctx context.Context, task TerminationTask) (*Terminatio
 		return nil, fmt.Errorf("read node %s: %w", task.NodeID, err)
 	}
 	last := report.Next.Round >= task.MaxRounds
-	results := t.terminateAll(ctx, st.Node, op, task.VMIDs)
+	results := t.terminateAll(ctx, st, op, task.VMIDs)
 
 	for _, r := range results {
 		switch {
@@ -320,10 +320,16 @@ type vmResult struct {
 }
 
 // terminateAll terminates the VMs with bounded concurrency and records each final outcome.
-func (t *Terminator) terminateAll(ctx context.Context, node Node, op *Operation, vmIDs []string) []vmResult {
+// Only a VM whose own record is terminating for the operation is sent the kill: the
+// operation's list alone is not trusted (see notTerminating).
+func (t *Terminator) terminateAll(ctx context.Context, st *NodeState, op *Operation, vmIDs []string) []vmResult {
 	limit := t.Concurrency
 	if limit <= 0 {
 		limit = 8
+	}
+	live := make(map[string]VM, len(st.VMs))
+	for _, vm := range st.VMs {
+		live[vm.ID] = vm
 	}
 	results := make([]vmResult, len(vmIDs))
 	holder := NewID() // this run's: a duplicate run of the step holds another
@@ -342,15 +348,41 @@ func (t *Terminator) terminateAll(ctx context.Context, node Node, op *Operation,
 			}
 			continue
 		}
+		if vm, ok := live[vmID]; !ok || vm.State != VMTerminating || vm.ReclaimID != op.ID {
+			results[i] = t.notTerminating(ctx, op, vmID)
+			continue
+		}
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			results[i] = t.claimAndTerminate(ctx, node, op, vmID, holder)
+			results[i] = t.claimAndTerminate(ctx, st.Node, op, vmID, holder)
 		}()
 	}
 	wg.Wait()
 	return results
+}
+
+// notTerminating answers a VM the operation lists whose live record is not terminating for
+// the operation, without calling its agent: a forged or stale operation item could list any
+// VM, and the commit that makes a VM the operation's marks the VM's own record. A VM the
+// operation already terminated (an earlier run moved it to the history, then lost its
+// outcome write) is recorded as terminated; any other is a final failure of that VM.
+func (t *Terminator) notTerminating(ctx context.Context, op *Operation, vmID string) vmResult {
+	now := t.now()
+	err := t.Store.MarkTerminated(ctx, *op, vmID, now)
+	if errors.Is(err, ErrConflict) {
+		t.logger().WarnContext(ctx, "VM listed by the operation is not terminating for it; not terminated", "reclaim_id", op.ID, "vm", vmID, "err", err)
+		return vmResult{vmID: vmID, err: Errorf(CodeInvalidTransition, "VM %s is not terminating for operation %s; not terminated", vmID, op.ID)}
+	}
+	if err != nil {
+		return vmResult{vmID: vmID, storeErr: fmt.Errorf("read VM %s: %w", vmID, err)}
+	}
+	out := VMOutcome{Outcome: OutcomeTerminated, At: now, Attempt: op.CurrentAttempt()}
+	if err := t.Store.RecordOutcome(ctx, *op, vmID, out); err != nil {
+		return vmResult{vmID: vmID, storeErr: fmt.Errorf("record outcome of VM %s: %w", vmID, err)}
+	}
+	return vmResult{vmID: vmID}
 }
 
 // claimAndTerminate terminates the VM under its terminate claim: only the run that holds the

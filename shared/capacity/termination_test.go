@@ -10,6 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/openrelay/capacity/shared/awsfault"
 	"github.com/openrelay/capacity/shared/capacity"
 	"github.com/openrelay/capacity/shared/capacitytest"
@@ -514,5 +519,95 @@ func TestVMWhoseRecordCannotBeMarkedFailsAlone(t *testing.T) {
 	if got.State != capacity.OpFailed || got.Outcomes["s1"].Outcome != capacity.OutcomeTerminated ||
 		got.Outcomes["s2"].Outcome != capacity.OutcomeFailed || !strings.Contains(got.Outcomes["s2"].Error, "cannot be marked terminated") {
 		t.Fatalf("operation = %+v", got)
+	}
+}
+
+// forgeVMIDs rewrites the operation item's VM list, as a writer of the table who forged it
+// would.
+func forgeVMIDs(t *testing.T, env *dynamotest.Env, op *capacity.Operation, vmIDs []string) {
+	t.Helper()
+	for _, it := range env.Items(t, env.Store.Table) {
+		if attrString(it["type"]) != "operation" || attrString(it["ID"]) != op.ID {
+			continue
+		}
+		upd, err := expression.NewBuilder().WithUpdate(expression.Set(expression.Name("VMIDs"), expression.Value(vmIDs))).Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = env.Plain.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{
+			TableName: aws.String(env.Store.Table), Key: map[string]types.AttributeValue{"pk": it["pk"], "sk": it["sk"]},
+			UpdateExpression: upd.Update(), ExpressionAttributeNames: upd.Names(), ExpressionAttributeValues: upd.Values(),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Fatalf("no item of operation %s", op.ID)
+}
+
+// An operation item that lists VMs their own records do not make its own (a forged or stale
+// item) sends no kill for them: only the VMs terminating for the operation are terminated,
+// the others fail with an outcome that says why and keep running.
+func TestTerminationKillsOnlyVMsTerminatingForTheOperation(t *testing.T) {
+	env, svc := world(t)
+	ctx := context.Background()
+	if _, err := svc.Place(ctx, sched, capacity.PlacementRequest{NodeID: "n1", VMID: "s2", OrgID: "buyer", Tier: capacity.TierSpot, UnitIDs: []string{"u2"}}, capacity.RequestMeta{}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := svc.Reclaim(ctx, owner, reclaim("u1"), capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := svc.Reclaim(ctx, owner, reclaim("u2"), capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := env.Store.GetOperation(ctx, "n1", res.ReclaimID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forgeVMIDs(t, env, op, []string{"s1", "s2", "v0", "ghost"})
+	if op, err = env.Store.GetOperation(ctx, "n1", res.ReclaimID); err != nil {
+		t.Fatal(err)
+	}
+	agent := &capacitytest.Agent{}
+	runWorkflow(t, &capacity.Terminator{Store: env.Store, Agent: agent, Logger: quiet}, op, 3)
+
+	got, err := env.Store.GetOperation(ctx, "n1", op.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := env.Store.LoadNode(ctx, "n1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := map[string]capacity.VM{}
+	for _, vm := range st.VMs {
+		state[vm.ID] = vm
+	}
+	for _, tc := range []struct {
+		name, vm  string
+		calls     int
+		outcome   capacity.Outcome
+		liveState capacity.VMState // "" : not live any more
+		reclaimID string
+	}{
+		{name: "terminating for this operation", vm: "s1", calls: 1, outcome: capacity.OutcomeTerminated},
+		{name: "terminating for another operation", vm: "s2", outcome: capacity.OutcomeFailed, liveState: capacity.VMTerminating, reclaimID: other.ReclaimID},
+		{name: "running", vm: "v0", outcome: capacity.OutcomeFailed, liveState: capacity.VMRunning},
+		{name: "unknown", vm: "ghost", outcome: capacity.OutcomeFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if n := agent.Calls(tc.vm); n != tc.calls {
+				t.Errorf("agent calls for %s = %d, want %d", tc.vm, n, tc.calls)
+			}
+			if o := got.Outcomes[tc.vm]; o.Outcome != tc.outcome {
+				t.Errorf("outcome of %s = %+v, want %s", tc.vm, o, tc.outcome)
+			}
+			if vm := state[tc.vm]; vm.State != tc.liveState || vm.ReclaimID != tc.reclaimID {
+				t.Errorf("record of %s = %s for %q, want %s for %q", tc.vm, vm.State, vm.ReclaimID, tc.liveState, tc.reclaimID)
+			}
+		})
 	}
 }

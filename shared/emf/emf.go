@@ -41,6 +41,7 @@ const (
 	MetricReclaimDryRuns               = "ReclaimDryRuns"
 	MetricRateLimited                  = "RateLimited"
 	MetricRateLimitUnchecked           = "RateLimitUnchecked"
+	MetricIntakeRecordsRefused         = "IntakeRecordsRefused"
 	MetricReclaimTerminationTime       = "ReclaimTerminationTime"
 	MetricStartedReclaimOperations     = "StartedReclaimOperations"
 	MetricRestartedReclaimOperations   = "RestartedReclaimOperations"
@@ -56,7 +57,7 @@ const (
 // MetricNames are the names of every metric the Recorder writes.
 var MetricNames = []string{
 	MetricRefusals, MetricReclaims, MetricReclaimVictims, MetricReclaimDryRuns, MetricRateLimited,
-	MetricRateLimitUnchecked, MetricReclaimTerminationTime, MetricStartedReclaimOperations,
+	MetricRateLimitUnchecked, MetricIntakeRecordsRefused, MetricReclaimTerminationTime, MetricStartedReclaimOperations,
 	MetricRestartedReclaimOperations, MetricStartFailedReclaimOperations, MetricEndedByReconciler,
 	MetricReportedByReconciler, MetricReclaimStartsExhausted, MetricStuckReclaimOperations, MetricHeldReclaimOperations, MetricHeldVMs,
 }
@@ -123,6 +124,13 @@ func (r *Recorder) RateLimited(ctx context.Context, keyID string) {
 // (RateLimitUnchecked).
 func (r *Recorder) RateUnchecked(ctx context.Context, keyID string) {
 	r.Put(ctx, nil, map[string]any{"key_id": keyID}, Metric{MetricRateLimitUnchecked, Count, 1})
+}
+
+// IntakeRecordRefused records a record reclaim-events refused because the intake queue did
+// not recognise its receipt handle: something invoked the function directly
+// (IntakeRecordsRefused; the message id is a property).
+func (r *Recorder) IntakeRecordRefused(ctx context.Context, messageID string) {
+	r.Put(ctx, nil, map[string]any{"message_id": messageID}, Metric{MetricIntakeRecordsRefused, Count, 1})
 }
 
 // OperationEnded records ReclaimTerminationTime: from the reclaim's commit to the end of its

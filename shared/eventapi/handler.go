@@ -35,7 +35,12 @@ type Handler struct {
 	Principals capacity.EventPrincipals
 	// Origin is where a genuine request comes from; records from anywhere else do not act.
 	Origin Origin
-	Logger *slog.Logger
+	// Receipts proves each record was received from the intake queue (nil: not checked, in
+	// tests that build records by hand); a record it does not prove is refused, and
+	// Refusals counts it (IntakeRecordsRefused).
+	Receipts Receipts
+	Refusals RefusalMetrics
+	Logger   *slog.Logger
 	// Now is replaceable for tests.
 	Now func() time.Time
 }
@@ -47,17 +52,46 @@ type Handler struct {
 // acknowledged.
 func (h *Handler) Handle(ctx context.Context, batch events.SQSEvent) (events.SQSEventResponse, error) {
 	var resp events.SQSEventResponse
+	retry := func(rec events.SQSMessage) {
+		resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
+	}
+	var ours []events.SQSMessage
 	for _, rec := range batch.Records {
-		if ctx.Err() != nil { // out of time: leave the rest to the queue
-			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
-			continue
-		}
 		if err := h.Origin.checkQueue(rec); err != nil {
 			// Not our queue: nothing in it may act, and it is not ours to delete. It goes back
 			// to its queue (and that queue's dead letters); the error log and the function's
 			// error metric say something is mapped to this function that should not be.
 			h.logger().ErrorContext(ctx, "record refused", "message_id", rec.MessageId, "err", err)
-			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
+			retry(rec)
+			continue
+		}
+		ours = append(ours, rec)
+	}
+	received, err := h.checkReceipts(ctx, ours)
+	if err != nil { // nothing proven: every record waits for another delivery
+		h.logger().ErrorContext(ctx, "receipts not checked; the batch will be retried", "err", err)
+		for _, rec := range ours {
+			retry(rec)
+		}
+		return resp, nil
+	}
+	for i, rec := range ours {
+		if err := received[i]; err != nil {
+			// A record the queue never handed out (a direct invoke) must not act, whatever
+			// its fields claim; a genuine one the queue no longer holds comes again.
+			if errors.Is(err, ErrNotReceived) {
+				h.logger().ErrorContext(ctx, "record refused: not received from the intake queue", "message_id", rec.MessageId, "err", err)
+				if h.Refusals != nil {
+					h.Refusals.IntakeRecordRefused(ctx, rec.MessageId)
+				}
+			} else {
+				h.logger().WarnContext(ctx, "receipt not checked; the record will be retried", "message_id", rec.MessageId, "err", err)
+			}
+			retry(rec)
+			continue
+		}
+		if ctx.Err() != nil { // out of time: leave the rest to the queue
+			retry(rec)
 			continue
 		}
 		if err := h.record(ctx, rec); err != nil {
@@ -66,6 +100,19 @@ func (h *Handler) Handle(ctx context.Context, batch events.SQSEvent) (events.SQS
 		}
 	}
 	return resp, nil
+}
+
+// RefusalMetrics counts the records refused for not coming from the intake queue.
+type RefusalMetrics interface {
+	IntakeRecordRefused(ctx context.Context, messageID string)
+}
+
+// checkReceipts proves the records' receipt (all nil without Receipts).
+func (h *Handler) checkReceipts(ctx context.Context, recs []events.SQSMessage) ([]error, error) {
+	if h.Receipts == nil || len(recs) == 0 {
+		return make([]error, len(recs)), nil
+	}
+	return h.Receipts.Check(ctx, recs)
 }
 
 // request is one decoded record.

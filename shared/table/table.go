@@ -21,6 +21,16 @@ const (
 // dynamodb:LeadingKeys condition keeps the reconciler to these partitions.
 const OperationPartitions = "NODE#*#OP#*"
 
+// NodePartitions matches every partition key under a node, NODE#<nodeId> and the ones that
+// extend it (NODE#<nodeId>#OP#..., #HIST, #CALLS, #SCHED#...); NodeSubPartitions matches only
+// the extended ones. Ids hold no '#', so allowing the first and denying the second leaves a
+// node's decision partition (its node, reservation, VM and idempotency items) alone: the
+// api role deletes there only (a force-end's VM).
+const (
+	NodePartitions    = "NODE#*"
+	NodeSubPartitions = "NODE#*#*"
+)
+
 // Secondary index on the state table: items that must be found without knowing their own
 // partition: reclaim operations by state (the reconciler: e.g. those still waiting for their
 // workflow to start), and a reservation's scheduled reclaims (the api: their list).

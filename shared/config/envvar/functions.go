@@ -62,6 +62,8 @@ var (
 	EventPrincipals = Text{spec{"EVENT_PRINCIPALS", Stack}}
 	// IntakeQueueARN and EventAccount are where a genuine request comes from.
 	IntakeQueueARN = Text{spec{"INTAKE_QUEUE_ARN", Stack}}
+	// IntakeQueueURL is the same queue, which proves each record's receipt handle.
+	IntakeQueueURL = Text{spec{"INTAKE_QUEUE_URL", Stack}}
 	EventAccount   = Text{spec{"EVENT_ACCOUNT", Stack}}
 )
 
@@ -130,7 +132,7 @@ var (
 	Floor           = function("floor", StateMachineARN)
 	OperationEvents = function("operation-events", StateTable, EventBusName)
 	ReclaimEvents   = function("reclaim-events", StateTable, AuditTable, KeysTable, StateMachineARN, EventBusName,
-		EventPrincipals, IntakeQueueARN, EventAccount, HistoryRetention)
+		EventPrincipals, IntakeQueueARN, IntakeQueueURL, EventAccount, HistoryRetention)
 	Reconciler = function("reconciler", StateTable, StateMachineARN, HistoryRetention, EventBusName,
 		StartAfter, StuckAfter, HeldAfter, StartRate)
 	TerminateNode = function("terminate-node", StateTable, AgentMasterSecretID, AgentKeysKMSKeyID, AgentTimeout,

@@ -22,6 +22,7 @@ func WriteEveryKind(ctx context.Context, r *emf.Recorder) {
 	}
 	r.RateLimited(ctx, "key")
 	r.RateUnchecked(ctx, "key")
+	r.IntakeRecordRefused(ctx, "msg-1")
 	now := time.Now()
 	r.OperationEnded(ctx, capacity.Operation{ID: "rcl_1", CreatedAt: now}, now)
 	r.Reconciled(ctx, &capacity.ReconcileReport{})
