@@ -148,6 +148,8 @@ func commands() []command {
 			[]string{"capacityctl nodes put --node node-1 --owner org-acme --units gpu-0,gpu-1,gpu-2,gpu-3 --agent-endpoint https://node-1.agents.example.com"}},
 		{"nodes", "rotate-key", "--node N [--reason TEXT]", "give the node's agent a new key (printed once; the previous one works 10 more minutes)", nodesRotateKey,
 			[]string{"capacityctl nodes rotate-key --node node-1 --reason 'agent host replaced'"}},
+		{"nodes", "end-overlap", "--node N [--reason TEXT]", "stop using the node agent's previous key now, before its 10 minutes are over (after a leak of it)", nodesEndOverlap,
+			[]string{"capacityctl nodes end-overlap --node node-1 --reason 'old key leaked'"}},
 		{"nodes", "get", "--node N", "show a node", nodesGet, []string{"capacityctl nodes get --node node-1", "capacityctl -o json nodes get --node node-1"}},
 		{"reservations", "create", "--node N --units U,... --allowed-orgs O,... [--managing-orgs O,...] [--id ID] [--status active|pending] [--starts TIME] [--ends TIME] [--contract REF] [--reason TEXT]", "create a reservation", reservationsCreate,
 			[]string{"capacityctl reservations create --node node-1 --id res-acme --units gpu-0,gpu-1,gpu-2 --allowed-orgs org-acme --managing-orgs org-acme --ends 2027-01-01T00:00:00Z"}},

@@ -288,6 +288,24 @@ func nodesRotateKey(ctx context.Context, a *app, fs *flag.FlagSet, args []string
 	})
 }
 
+func nodesEndOverlap(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
+	node := fs.String("node", "", "node id")
+	reason, idem := writeFlags(fs)
+	c, err := a.connect(ctx, fs, args, "node")
+	if err != nil {
+		return err
+	}
+	res, meta, err := c.EndAgentKeyOverlap(ctx, *node, *reason, client.Options{IdempotencyKey: *idem})
+	if err != nil {
+		return err
+	}
+	return a.emit(meta, func(w io.Writer) {
+		fmt.Fprintf(w, "node\t%s\n", res.NodeID)
+		fmt.Fprintf(w, "agent key gen\t%d\n", res.AgentKeyGen)
+		fmt.Fprintf(w, "previous key until\t%s\n", res.PreviousValidUntil)
+	})
+}
+
 func nodesGet(ctx context.Context, a *app, fs *flag.FlagSet, args []string) error {
 	node := fs.String("node", "", "node id")
 	c, err := a.connect(ctx, fs, args, "node")

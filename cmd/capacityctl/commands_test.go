@@ -116,6 +116,34 @@ func TestScheduledList(t *testing.T) {
 	}
 }
 
+// TestNodesEndOverlap: end-overlap posts the reason to the node's end-overlap route with an
+// Idempotency-Key and prints until when the previous key was used.
+func TestNodesEndOverlap(t *testing.T) {
+	var got []string
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var b map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&b); err != nil || r.Method != http.MethodPost || r.URL.Path != "/dev/v1/nodes/node-1/agent-key/end-overlap" {
+			t.Errorf("%s %s: %v", r.Method, r.URL.Path, err)
+		}
+		reason, _ := b["reason"].(string)
+		got = append(got, reason+" "+r.Header.Get("Idempotency-Key"))
+		_, _ = io.WriteString(w, `{"nodeId":"node-1","agentKeyGen":3,"previousValidUntil":"2026-11-01T00:02:00Z"}`)
+	}))
+	defer api.Close()
+	res := runCLI(t, api, "", nil, "nodes", "end-overlap", "--node", "node-1", "--reason", "old key leaked", "--idempotency-key", "e1")
+	if res.code != 0 {
+		t.Fatalf("exit %d: %s", res.code, res.err)
+	}
+	for _, w := range []string{"agent key gen       3", "previous key until  2026-11-01T00:02:00Z"} {
+		if !strings.Contains(res.stdout, w) {
+			t.Errorf("output lacks %q:\n%s", w, res.stdout)
+		}
+	}
+	if !slices.Equal(got, []string{"old key leaked e1"}) {
+		t.Errorf("requests %q, want the reason and the Idempotency-Key", got)
+	}
+}
+
 // TestNodesRotateKey: rotate-key posts the reason to the node's rotate route with an
 // Idempotency-Key and prints the new key once; a replay prints that it was shown.
 func TestNodesRotateKey(t *testing.T) {

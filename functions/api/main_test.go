@@ -392,3 +392,42 @@ func TestOpenAPIServersURLIsWhereTheAPIIs(t *testing.T) {
 		})
 	}
 }
+
+// TestReadWithoutDatabaseAnswersUnavailable: a read whose every attempt gets no answer from
+// DynamoDB (the connection refused, or no answer in time), after the SDK's retries, answers
+// 503 unavailable with Retry-After, not 500: the caller may retry, and nothing was changed.
+func TestReadWithoutDatabaseAnswersUnavailable(t *testing.T) {
+	ctx := context.Background()
+	for _, fault := range []awsfault.Fault{awsfault.ConnectionRefused, awsfault.AmbiguousTimeout} {
+		for _, tc := range []struct{ name, secret, path, op string }{
+			{"get reservation", demo.OwnerSecret, "/v1/nodes/" + demo.NodeID + "/reservations/" + demo.ReservationID, "Query"},
+			{"list reclaims", demo.OwnerSecret, "/v1/nodes/" + demo.NodeID + "/reservations/" + demo.ReservationID + "/reclaims", "Query"},
+			{"list nodes", demo.OperatorSecret, "/v1/nodes", "Query"},
+			{"list keys", demo.OperatorSecret, "/v1/keys", "Scan"},
+		} {
+			t.Run(string(fault)+"/"+tc.name, func(t *testing.T) {
+				// Every attempt of the route's own read fails; the key's lookup (GetItem) goes through.
+				inj := awsfault.New(1, awsfault.Rule{Operation: tc.op, Fault: fault, Rate: 1})
+				env := dynamotest.New(t, dynamotest.WithAPIOptions(inj.APIOption))
+				if err := env.Store.Put(ctx, demo.Seed(time.Now())); err != nil { // writes only
+					t.Fatal(err)
+				}
+				adapter := newAdapter(env.Store, nil, scheduling{}, emf.New(io.Discard, "local"), time.Minute, agentConfig{}, nil, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+				resp, err := adapter.ProxyWithContext(ctx, events.APIGatewayProxyRequest{HTTPMethod: "GET", Path: tc.path,
+					Headers: map[string]string{"Authorization": "Bearer " + tc.secret}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var p struct{ Code string }
+				_ = json.Unmarshal([]byte(resp.Body), &p)
+				retryAfter := resp.MultiValueHeaders["Retry-After"]
+				if resp.StatusCode != 503 || p.Code != "unavailable" || !slices.Equal(retryAfter, []string{"1"}) {
+					t.Errorf("GET %s: %d %q, Retry-After %q; want 503 unavailable, Retry-After 1: %s", tc.path, resp.StatusCode, p.Code, retryAfter, resp.Body)
+				}
+				if inj.Count(fault) < 2 {
+					t.Errorf("%d faults injected: the SDK did not retry the read", inj.Count(fault))
+				}
+			})
+		}
+	}
+}

@@ -229,7 +229,8 @@ func TestPlainHTTPEndpointRefusedOutsideLocal(t *testing.T) {
 
 // TestNodeKeyGenerations: terminate-node signs with the node's own sealed key, falls back on
 // the previous generation only while the agent refuses the new one and only within the
-// overlap after a rotation, and never on a key sealed for another node.
+// overlap after a rotation (not once an operator ended it), and never on a key sealed for
+// another node.
 func TestNodeKeyGenerations(t *testing.T) {
 	gen1, gen2 := []byte(strings.Repeat("1", 32)), []byte(strings.Repeat("2", 32))
 	seal := func(t *testing.T, s *kmsseal.Sealer, node string, key []byte) []byte {
@@ -266,6 +267,17 @@ func TestNodeKeyGenerations(t *testing.T) {
 		{"first rotation of a derived key, a minute ago, not installed: the derived key still works", func(t *testing.T, n *capacity.Node, s *kmsseal.Sealer) {
 			n.AgentKeyGen, n.AgentKey, n.AgentKeyRotatedAt = 1, seal(t, s, n.ID, gen1), time.Now().Add(-time.Minute)
 		}, nil, nil, true, false},
+		{"rotated a minute ago, overlap ended by an operator: the previous key is never used", func(t *testing.T, n *capacity.Node, s *kmsseal.Sealer) {
+			n.AgentKeyGen, n.AgentKey, n.PrevAgentKey, n.AgentKeyRotatedAt = 2, seal(t, s, n.ID, gen2), seal(t, s, n.ID, gen1), time.Now().Add(-time.Minute)
+			n.AgentKeyOverlapEndedGen = 2
+		}, gen1, nil, false, true},
+		{"first rotation of a derived key, overlap ended by an operator: the derived key is never used", func(t *testing.T, n *capacity.Node, s *kmsseal.Sealer) {
+			n.AgentKeyGen, n.AgentKey, n.AgentKeyRotatedAt, n.AgentKeyOverlapEndedGen = 1, seal(t, s, n.ID, gen1), time.Now().Add(-time.Minute), 1
+		}, nil, nil, false, true},
+		{"overlap of an earlier generation ended, rotated again a minute ago: the previous key works", func(t *testing.T, n *capacity.Node, s *kmsseal.Sealer) {
+			n.AgentKeyGen, n.AgentKey, n.PrevAgentKey, n.AgentKeyRotatedAt = 2, seal(t, s, n.ID, gen2), seal(t, s, n.ID, gen1), time.Now().Add(-time.Minute)
+			n.AgentKeyOverlapEndedGen = 1
+		}, gen1, nil, true, false},
 		{"a key sealed for another node", func(t *testing.T, n *capacity.Node, s *kmsseal.Sealer) {
 			n.AgentKeyGen, n.AgentKey = 1, seal(t, s, "node-other", gen1)
 		}, gen1, nil, false, false},

@@ -122,6 +122,7 @@ const authMatrix = `
 | putNode | - | 404 | 404 | 404 | 200 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 401 | 401 | 401 | 401 | · | · | · |
 | setTopology | - | 404 | 404 | 404 | 200 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 401 | 401 | 401 | 401 | dropped | 200 | dropped |
 | rotateAgentKey | - | 404 | 404 | 404 | 200 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 401 | 401 | 401 | 401 | · | · | · |
+| endAgentKeyOverlap | - | 404 | 404 | 404 | 200 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 401 | 401 | 401 | 401 | · | · | · |
 | listNodeAudit | - | 404 | 404 | 404 | 404 | 404 | 404 | 200 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 401 | 401 | 401 | 401 | · | · | · |
 | createReservation | - | 404 | 404 | 404 | 404 | 201 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 401 | 401 | 401 | 401 | · | · | · |
 | cancelReservation | active | 404 | 404 | 404 | 404 | 200 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 401 | 401 | 401 | 401 | · | · | · |
@@ -450,7 +451,7 @@ func (f *matrixFixture) request(op string) (method, path string, body any) {
 			"endsAt": now.Add(24 * time.Hour).Format(time.RFC3339), "allowedOrgIds": []string{demo.OrgAudience}, "reason": reason}
 	case "createKey":
 		body = map[string]any{"orgId": demo.OrgPlatform, "operator": true, "permissions": []string{capacity.PermKeyManage}, "description": reason}
-	case "rotateAgentKey", "cancelReservation", "reaffirmReservation", "forceEndVM", "revokeKey":
+	case "rotateAgentKey", "endAgentKeyOverlap", "cancelReservation", "reaffirmReservation", "forceEndVM", "revokeKey":
 		body = map[string]any{"reason": reason}
 	}
 	return r.Method, path, body

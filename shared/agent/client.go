@@ -188,21 +188,24 @@ func (cl call) do(ctx context.Context, method, baseURL, rel string, reqBody []by
 	if err != nil {
 		return fail(0, false, fmt.Errorf("building url: %w", err))
 	}
-	status, body, err := cl.send(ctx, method, u, reqBody, keys.Current, append([][]byte{keys.Current}, keys.Previous...))
-	if err == nil && status == http.StatusUnauthorized && len(keys.Fallback) > 0 {
-		// The agent does not know the current key yet (rotated, not yet installed): within
-		// the overlap, the previous generation once more, and only its answer counts.
-		return cl.send(ctx, method, u, reqBody, keys.Fallback, [][]byte{keys.Fallback})
+	status, body, heldFallback, err := cl.send(ctx, method, u, reqBody, keys.Current, append([][]byte{keys.Current}, keys.Previous...), keys.Fallback)
+	if err == nil && status == http.StatusUnauthorized && heldFallback {
+		// The agent proved, by signing its 401 with it, that it holds the previous generation
+		// and not the current one yet (rotated, not yet installed): within the overlap, the
+		// previous generation once more, and only its answer counts. An unsigned or otherwise
+		// signed 401 (a forger on the path) is no reason to sign with the key rotated away.
+		status, body, _, err = cl.send(ctx, method, u, reqBody, keys.Fallback, [][]byte{keys.Fallback}, nil)
 	}
 	return status, body, err
 }
 
 // send signs one request, with body (nil for none), with key and reads the whole answer,
-// accepting a 200 or 404 only when signed with one of accept.
-func (cl call) send(ctx context.Context, method string, u *url.URL, reqBody, key []byte, accept [][]byte) (int, []byte, error) {
+// accepting a 200 or 404 only when signed with one of accept. held reports whether the answer
+// is a 401 signed with holds (the agent holds that key); always false for a nil holds.
+func (cl call) send(ctx context.Context, method string, u *url.URL, reqBody, key []byte, accept [][]byte, holds []byte) (int, []byte, bool, error) {
 	c := cl.c
-	fail := func(status int, retryable bool, err error) (int, []byte, error) {
-		return 0, nil, cl.fail(status, retryable, err)
+	fail := func(status int, retryable bool, err error) (int, []byte, bool, error) {
+		return 0, nil, false, cl.fail(status, retryable, err)
 	}
 	timeout := c.Timeout
 	if timeout <= 0 {
@@ -246,18 +249,23 @@ func (cl call) send(ctx context.Context, method string, u *url.URL, reqBody, key
 	if len(body) > maxResponseBytes {
 		return fail(resp.StatusCode, false, fmt.Errorf("answer over %d bytes", maxResponseBytes))
 	}
-	if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusNotFound {
-		skew := c.MaxSkew
-		if skew <= 0 {
-			skew = DefaultMaxSkew
-		}
-		if err := VerifyAnswer(resp.Header, cl.nodeID, accept, resp.StatusCode, req.Header.Get(HeaderNonce), body, now(), skew); err != nil {
+	skew := c.MaxSkew
+	if skew <= 0 {
+		skew = DefaultMaxSkew
+	}
+	nonce := req.Header.Get(HeaderNonce)
+	switch resp.StatusCode {
+	case http.StatusOK, http.StatusNotFound:
+		if err := VerifyAnswer(resp.Header, cl.nodeID, accept, resp.StatusCode, nonce, body, now(), skew); err != nil {
 			// Retryable: a forger on the path may be gone next round, and the VM must never be
 			// taken as terminated on an answer its agent did not give.
 			return fail(resp.StatusCode, true, err)
 		}
+	case http.StatusUnauthorized:
+		held := len(holds) > 0 && VerifyAnswer(resp.Header, cl.nodeID, [][]byte{holds}, resp.StatusCode, nonce, body, now(), skew) == nil
+		return resp.StatusCode, body, held, nil
 	}
-	return resp.StatusCode, body, nil
+	return resp.StatusCode, body, false, nil
 }
 
 func (cl call) contractError(status int, err error) error {

@@ -51,23 +51,27 @@ func TestRotateKeyOverlap(t *testing.T) {
 }
 
 // TestClientFallsBackOnlyWithinTheOverlap: a client whose node key was rotated signs with the
-// new key; an agent that refuses it (it has only the old key) is asked once more under the
-// Fallback key, and only when there is one. The fallback's answer must be signed with the
-// fallback key: an answer signed with the new key to it is not taken.
+// new key; an agent that refuses it with a 401 signed with the old key (it holds only that
+// one) is asked once more under the Fallback key, and only when there is one. A 401 that does
+// not prove the agent holds the old key (unsigned, or signed with another key) is not a reason
+// to sign with it: the call fails for good at once, as any 401 does. The fallback's answer
+// must be signed with the fallback key: an answer signed with the new key to it is not taken.
 func TestClientFallsBackOnlyWithinTheOverlap(t *testing.T) {
 	oldKey, newKey := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32)
 	tests := []struct {
 		name      string
 		agentKeys [][]byte
+		unsigned  bool // the agent's 401s carry no signature (an agent before signed refusals, or a forger)
 		set       KeySet
 		wantCalls int
 		wantErr   bool
 		wantFinal bool
 	}{
-		{"agent has the new key", [][]byte{newKey}, KeySet{Current: newKey, Fallback: oldKey}, 1, false, false},
-		{"agent has only the old key, within the overlap", [][]byte{oldKey}, KeySet{Current: newKey, Fallback: oldKey}, 2, false, false},
-		{"agent has only the old key, after the overlap", [][]byte{oldKey}, KeySet{Current: newKey}, 1, true, true},
-		{"agent has neither", [][]byte{bytes.Repeat([]byte{9}, 32)}, KeySet{Current: newKey, Fallback: oldKey}, 2, true, true},
+		{"agent has the new key", [][]byte{newKey}, false, KeySet{Current: newKey, Fallback: oldKey}, 1, false, false},
+		{"agent has only the old key, within the overlap", [][]byte{oldKey}, false, KeySet{Current: newKey, Fallback: oldKey}, 2, false, false},
+		{"agent has only the old key, after the overlap", [][]byte{oldKey}, false, KeySet{Current: newKey}, 1, true, true},
+		{"agent has neither", [][]byte{bytes.Repeat([]byte{9}, 32)}, false, KeySet{Current: newKey, Fallback: oldKey}, 1, true, true},
+		{"unsigned 401 within the overlap", [][]byte{oldKey}, true, KeySet{Current: newKey, Fallback: oldKey}, 1, true, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -78,6 +82,10 @@ func TestClientFallsBackOnlyWithinTheOverlap(t *testing.T) {
 				mu.Lock()
 				calls++
 				mu.Unlock()
+				if tc.unsigned && v.Verify(r, nil) != nil {
+					WriteError(w, http.StatusUnauthorized, "unauthorized")
+					return
+				}
 				v.Middleware(http.HandlerFunc(terminated)).ServeHTTP(w, r)
 			}))
 			t.Cleanup(srv.Close)
@@ -95,13 +103,15 @@ func TestClientFallsBackOnlyWithinTheOverlap(t *testing.T) {
 		})
 	}
 
-	// Someone on the path answers the new key's request with 401 and the fallback's with a
-	// "terminated" signed under the new key: not taken.
+	// Someone on the path who holds the old key (a former owner) refuses the new key's request
+	// with a 401 signed with it, and answers the fallback's with a "terminated" signed under
+	// the new key: not taken.
 	forger := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// It holds the old key: it refuses the new one's request and forges the answer to
-		// the fallback's, under the new key.
 		if NewVerifier(testNode, oldKey).Verify(r, nil) != nil {
-			WriteError(w, http.StatusUnauthorized, "unauthorized")
+			body := []byte(`{"error":"unauthorized"}`)
+			SignAnswer(w.Header(), testNode, oldKey, http.StatusUnauthorized, r.Header.Get(HeaderNonce), body, time.Now())
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write(body)
 			return
 		}
 		body := []byte(`{"vmId":"vm-1","state":"terminated","alreadyGone":false}`)

@@ -123,7 +123,8 @@ type Opener interface {
 // key, sealed, and the previous generation's (PrevSealed; nil when that is generation 0),
 // rotated at RotatedAt. Generation 0 is the key Legacy derives from the agent master secret
 // (nodes registered before per-node keys). The previous generation is the Fallback until
-// Overlap after RotatedAt, and never after.
+// Overlap after RotatedAt, and never after, nor once an operator ended the overlap
+// (OverlapEnded).
 type Stored struct {
 	Opener             Opener
 	Legacy             Keys
@@ -131,6 +132,7 @@ type Stored struct {
 	Sealed, PrevSealed []byte
 	RotatedAt          time.Time
 	Overlap            time.Duration    // 0: DefaultKeyOverlap
+	OverlapEnded       bool             // an operator ended this generation's overlap early
 	Now                func() time.Time // nil: time.Now
 	// Resealer, when set, opens generation Gen (from Resealed, the node's resealed key, when
 	// that is of Gen): one KMS Decrypt per generation instead of one per instance. The
@@ -169,7 +171,7 @@ func (s Stored) NodeKeys(ctx context.Context, nodeID string) (KeySet, error) {
 	if overlap <= 0 {
 		overlap = DefaultKeyOverlap
 	}
-	if s.RotatedAt.IsZero() || !now().Before(s.RotatedAt.Add(overlap)) {
+	if s.OverlapEnded || s.RotatedAt.IsZero() || !now().Before(s.RotatedAt.Add(overlap)) {
 		return set, nil
 	}
 	switch {

@@ -29,5 +29,6 @@ func (a NodeAgent) Terminate(ctx context.Context, node capacity.Node, vmID strin
 func (a NodeAgent) keysOf(n capacity.Node) Stored {
 	return Stored{Opener: a.Opener, Legacy: a.Legacy, Gen: n.AgentKeyGen, Sealed: n.AgentKey,
 		PrevSealed: n.PrevAgentKey, RotatedAt: n.AgentKeyRotatedAt, Overlap: capacity.AgentKeyOverlap,
-		Resealer: a.Resealer, Resealed: n.ResealedAgentKey}
+		OverlapEnded: n.AgentKeyGen > 0 && n.AgentKeyOverlapEndedGen == n.AgentKeyGen,
+		Resealer:     a.Resealer, Resealed: n.ResealedAgentKey}
 }

@@ -171,7 +171,9 @@ func (v *Verifier) verify(r *http.Request, body []byte) ([]byte, error) {
 // MaxBodyBytes, else 413), answers 401 {"error": …} to a request that fails Verify, and gives
 // next the request with its body restored. It signs next's answer (status and body, with the
 // key that signed the request and its nonce), so the service can tell it from a forgery; next's
-// answer is therefore buffered and sent when next returns. Refusals are not signed.
+// answer is therefore buffered and sent when next returns. A 401 is signed with the agent's
+// current key (the first of Keys), so that it proves which key the agent holds; other refusals
+// are not signed.
 func (v *Verifier) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		limit := v.MaxBodyBytes
@@ -194,7 +196,15 @@ func (v *Verifier) Middleware(next http.Handler) http.Handler {
 				v.Logger.Warn("agent request refused", "node", v.NodeID, "method", r.Method, "path", r.URL.EscapedPath(),
 					"remote", r.RemoteAddr, "error", err.Error())
 			}
-			WriteError(w, http.StatusUnauthorized, "unauthorized: "+err.Error())
+			aw := &answerWriter{w: w, header: http.Header{}}
+			WriteError(aw, http.StatusUnauthorized, "unauthorized: "+err.Error())
+			// Signed with the key this agent holds, when it holds one: the proof the service
+			// asks for before it signs with the key it rotated away (see Client), which an
+			// unsigned or forged 401 cannot give.
+			if held := v.current(); held != nil {
+				SignAnswer(aw.header, v.NodeID, held, aw.status, r.Header.Get(HeaderNonce), aw.body.Bytes(), v.now())
+			}
+			aw.send()
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -207,10 +217,20 @@ func (v *Verifier) Middleware(next http.Handler) http.Handler {
 			aw.status = http.StatusOK
 		}
 		SignAnswer(aw.header, v.NodeID, key, aw.status, r.Header.Get(HeaderNonce), aw.body.Bytes(), v.now())
-		maps.Copy(w.Header(), aw.header)
-		w.WriteHeader(aw.status)
-		_, _ = w.Write(aw.body.Bytes()) // the status is sent; a failed write means the caller left
+		aw.send()
 	})
+}
+
+// current is the agent's current key (the first non-empty of Keys), or nil.
+func (v *Verifier) current() []byte {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, k := range v.Keys {
+		if len(k) > 0 {
+			return k
+		}
+	}
+	return nil
 }
 
 // answerWriter holds an answer until it is complete, so that it can be signed. It supports
@@ -225,6 +245,13 @@ type answerWriter struct {
 }
 
 func (a *answerWriter) Header() http.Header { return a.header }
+
+// send writes the held answer.
+func (a *answerWriter) send() {
+	maps.Copy(a.w.Header(), a.header)
+	a.w.WriteHeader(a.status)
+	_, _ = a.w.Write(a.body.Bytes()) // the status is sent; a failed write means the caller left
+}
 
 func (a *answerWriter) WriteHeader(status int) {
 	if a.status == 0 {

@@ -18,9 +18,12 @@ import (
 	"io"
 	"log/slog"
 	"math/rand"
+	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"sync"
+	"syscall"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
@@ -55,6 +58,10 @@ const (
 	// retry meets the state the first attempt left). A 500 with nothing applied behind it
 	// reads the same to the caller, so the injector gives the harder case.
 	InternalServerError Fault = "InternalServerError"
+	// ConnectionRefused: the attempt never reaches the service (the dial is refused, as when
+	// an endpoint is down): nothing is applied, and the caller gets the transport error the
+	// HTTP client reports, which the SDK retries.
+	ConnectionRefused Fault = "ConnectionRefused"
 	// ExecutionAlreadyExists: StartExecution answers as AWS does when an execution of that
 	// name has already closed (names stay taken for 90 days). The name is then closed for
 	// good: every later StartExecution of it gets the same answer and DescribeExecution of it
@@ -74,7 +81,7 @@ const (
 	AccessDenied Fault = "AccessDenied"
 )
 
-var faults = []Fault{TransactionConflict, ProvisionedThroughputExceeded, Throttling, AmbiguousTimeout, InternalServerError,
+var faults = []Fault{TransactionConflict, ProvisionedThroughputExceeded, Throttling, AmbiguousTimeout, InternalServerError, ConnectionRefused,
 	ExecutionAlreadyExists, StartThrottling, ExecutionLimitExceeded, AccessDenied}
 
 // Rule injects Fault into a share Rate (0..1) of the attempts of an operation.
@@ -179,6 +186,15 @@ func (i *Injector) handle(ctx context.Context, in middleware.DeserializeInput, n
 	if !ok {
 		return next.HandleDeserialize(ctx, in)
 	}
+	if f == ConnectionRefused {
+		i.record(ctx, f, op)
+		return middleware.DeserializeOutput{RawResponse: &smithyhttp.Response{Response: &http.Response{
+				Header: http.Header{}, Body: http.NoBody,
+			}}}, middleware.Metadata{}, &smithyhttp.RequestSendError{Err: &url.Error{
+				Op: "Post", URL: requestURL(req), Err: &net.OpError{Op: "dial", Net: "tcp",
+					Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)},
+			}}
+	}
 	if f == AmbiguousTimeout || f == InternalServerError {
 		out, md, err := next.HandleDeserialize(ctx, in)
 		r, ok := out.RawResponse.(*smithyhttp.Response)
@@ -194,10 +210,7 @@ func (i *Injector) handle(ctx context.Context, in middleware.DeserializeInput, n
 			return i.errorResponse(500, map[string]any{"__type": "com.amazonaws.dynamodb.v20120810#InternalServerError",
 				"message": "Internal server error"}), md, nil
 		}
-		u := ""
-		if req != nil && req.URL != nil {
-			u = req.URL.String()
-		}
+		u := requestURL(req)
 		// What net/http returns when the answer does not come back in time, wrapped as the
 		// SDK's transport handler wraps it.
 		return middleware.DeserializeOutput{RawResponse: &smithyhttp.Response{Response: &http.Response{
@@ -208,6 +221,13 @@ func (i *Injector) handle(ctx context.Context, in middleware.DeserializeInput, n
 	}
 	i.record(ctx, f, op)
 	return i.answer(service, op, params, f, variant), middleware.Metadata{}, nil
+}
+
+func requestURL(req *smithyhttp.Request) string {
+	if req != nil && req.URL != nil {
+		return req.URL.String()
+	}
+	return ""
 }
 
 func (i *Injector) record(ctx context.Context, f Fault, op string) {
@@ -243,7 +263,7 @@ func applies(f Fault, service, op string) bool {
 		return service == dynamodb.ServiceID && (isTransact(op) || isItemWrite(op))
 	case ProvisionedThroughputExceeded:
 		return service == dynamodb.ServiceID && isData(op)
-	case Throttling, AmbiguousTimeout, AccessDenied:
+	case Throttling, AmbiguousTimeout, AccessDenied, ConnectionRefused:
 		return true
 	case InternalServerError:
 		return service == dynamodb.ServiceID && (op == "TransactWriteItems" || isItemWrite(op))

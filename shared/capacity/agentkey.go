@@ -150,6 +150,42 @@ func (s *Service) RotateAgentKey(ctx context.Context, p Principal, req AgentKeyR
 	})
 }
 
+// EndAgentKeyOverlap ends the overlap of the node's current key generation now: from then on
+// the previous generation is never tried again (terminate-node signs only with the current
+// key), as after a leak of the previous key. It is recorded in the node's audit trail; ending
+// an overlap that is over (or was never begun) changes no key and is recorded all the same.
+// Operators holding node.manage only (anyone else: the node's 404).
+func (s *Service) EndAgentKeyOverlap(ctx context.Context, p Principal, req AgentKeyRotation, meta RequestMeta) (*AgentKeyResult, error) {
+	if !p.CanOperate(PermNodeManage) || !ValidID(req.NodeID) {
+		return nil, nodeNotFound()
+	}
+	key, kerr := keyed(p, meta, req.IdempotencyKey, fingerprintOf(ActionAgentKeyOverlapEnd, req))
+	return runOp(s, ctx, opCall[AgentKeyResult]{
+		rec:     s.opAudit(p, meta, ActionAgentKeyOverlapEnd, req.NodeID, "", nil, req.Reason),
+		invalid: cmp.Or(req.Validate(), kerr),
+		key:     key,
+		missing: nodeNotFound,
+		decide: func(st *NodeState, _ *AuditRecord, now time.Time) (*OperatorCommit, *AgentKeyResult, error) {
+			c, r := DecideAgentKeyOverlapEnd(st, now)
+			return c, r, nil
+		},
+	})
+}
+
+// DecideAgentKeyOverlapEnd marks the node read's current generation as one whose overlap is
+// over; the answer's PreviousValidUntil is when it ended (now, or earlier if it had).
+func DecideAgentKeyOverlapEnd(st *NodeState, now time.Time) (*OperatorCommit, *AgentKeyResult) {
+	n := st.Node
+	until := now
+	if end := n.AgentKeyRotatedAt.Add(AgentKeyOverlap); n.AgentKeyOverlapEndedGen != n.AgentKeyGen && end.Before(now) {
+		until = end
+	}
+	n.AgentKeyOverlapEndedGen = n.AgentKeyGen
+	n.Version++
+	return &OperatorCommit{Node: st.Node, NewNode: &n},
+		&AgentKeyResult{NodeID: n.ID, Gen: n.AgentKeyGen, PreviousValidUntil: until, Node: n}
+}
+
 // DecideAgentKeyRotate moves the node read to the next key generation, sealed.
 func DecideAgentKeyRotate(st *NodeState, sealed []byte, now time.Time) (*OperatorCommit, *AgentKeyResult) {
 	n := st.Node

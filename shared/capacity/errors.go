@@ -67,6 +67,11 @@ const (
 	// retrying after a moment is safe (503 with Retry-After).
 	CodeThrottled Code = "throttled"
 
+	// CodeUnavailable: the database did not answer a read (connection refused or broken, or no
+	// answer in time) after the SDK's retries; retrying after a moment is safe (503 with
+	// Retry-After). A write whose outcome is unknown never answers it (see ErrorCode).
+	CodeUnavailable Code = "unavailable"
+
 	// CodeRateLimited: the calling API key is over its rate limit; nothing was written for
 	// the call (a capacity call's read, run beside the limiter, is discarded), and
 	// Error.RetryAfter says when one would be admitted (429).
@@ -105,14 +110,20 @@ func Errorf(code Code, format string, args ...any) *Error {
 
 // ErrorCode returns the code of the application error in err's chain, or CodeInternal. A
 // store error the database kept throttling (ErrThrottled), on any read or write, is
-// CodeThrottled: nothing was applied and retrying later is safe.
+// CodeThrottled: nothing was applied and retrying later is safe; a read the database did not
+// answer (ErrUnavailable) is CodeUnavailable. An error that also says a write's outcome is
+// unknown (ErrAmbiguous) is neither, whatever a check after it met: the write may have landed.
 func ErrorCode(err error) Code {
 	var e *Error
 	switch {
 	case errors.As(err, &e):
 		return e.Code
+	case errors.Is(err, ErrAmbiguous):
+		return CodeInternal
 	case errors.Is(err, ErrThrottled):
 		return CodeThrottled
+	case errors.Is(err, ErrUnavailable):
+		return CodeUnavailable
 	}
 	return CodeInternal
 }
@@ -123,8 +134,12 @@ func ErrorMessage(err error) string {
 	switch {
 	case errors.As(err, &e):
 		return e.Message
+	case errors.Is(err, ErrAmbiguous):
+		return "internal error" // as ErrorCode: whatever a check after the write met
 	case errors.Is(err, ErrThrottled):
 		return errThrottled().Message
+	case errors.Is(err, ErrUnavailable):
+		return "the database did not answer; retry in a moment"
 	}
 	return "internal error"
 }
@@ -148,6 +163,11 @@ func nodeNotFound() *Error { return Errorf(CodeNotFound, "node not found") }
 // capacity (after the SDK's own retries): nothing was applied. ErrorCode maps it to
 // CodeThrottled.
 var ErrThrottled = errors.New("throttled: nothing was applied")
+
+// ErrUnavailable is returned (wrapped) by Store methods when a read got no answer from the
+// database (connection refused or broken, or no answer in time) after the SDK's retries: it
+// changed nothing. ErrorCode maps it to CodeUnavailable.
+var ErrUnavailable = errors.New("the database did not answer")
 
 // ErrAmbiguous is returned (wrapped) by Store.Commit when the write may or may not have been
 // applied (a timeout or server error on some attempt, which may have landed even if a later

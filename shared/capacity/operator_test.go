@@ -948,3 +948,57 @@ func TestViolationsOfTheLifecycle(t *testing.T) {
 }
 
 var t0Plus1h = t0.Add(time.Hour)
+
+// TestEndAgentKeyOverlap: an operator ends the overlap of a node's key generation early (after a
+// leak of the previous key): the node records the generation whose previous key is never used
+// again, the call is audited, a replay answers the same, and nobody else can (404, nothing
+// written). A later rotation begins a new overlap.
+func TestEndAgentKeyOverlap(t *testing.T) {
+	env, svc := world(t)
+	svc.AgentKeySealer = &testSealer{}
+	ctx := context.Background()
+	if _, err := svc.PutNode(ctx, op, capacity.NodeRequest{NodeID: "n2", OwnerOrgID: "acme", UnitIDs: []string{"g0"}, AgentEndpoint: "https://n2"}, capacity.RequestMeta{}); err != nil {
+		t.Fatal(err)
+	}
+	rot, err := svc.RotateAgentKey(ctx, op, capacity.AgentKeyRotation{NodeID: "n2"}, capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := stateItems(t, env)
+	for _, p := range []capacity.Principal{
+		{OrgID: "acme", Permissions: []string{capacity.PermCapacity, capacity.PermRead, capacity.PermPlace}}, // the owner
+		{OrgID: "platform", Operator: true, Permissions: []string{capacity.PermCapacity, capacity.PermRead}}, // no node.manage
+	} {
+		if _, err := svc.EndAgentKeyOverlap(ctx, p, capacity.AgentKeyRotation{NodeID: "n2"}, capacity.RequestMeta{}); code(err) != capacity.CodeNotFound {
+			t.Errorf("end by %s: %v, want not_found", p.OrgID, err)
+		}
+	}
+	if !reflect.DeepEqual(stateItems(t, env), before) {
+		t.Fatal("a refused end wrote")
+	}
+
+	req := capacity.AgentKeyRotation{NodeID: "n2", Reason: "previous key leaked", IdempotencyKey: "end-1"}
+	res, err := svc.EndAgentKeyOverlap(ctx, op, req, capacity.RequestMeta{})
+	if err != nil || res.Gen != rot.Gen || !res.PreviousValidUntil.Equal(svc.Now()) || res.AgentKey != nil {
+		t.Fatalf("end = %+v, %v; want generation %d, previous key until now", res, err, rot.Gen)
+	}
+	n, err := env.Store.GetNode(ctx, "n2")
+	if err != nil || n.AgentKeyOverlapEndedGen != rot.Gen || n.AgentKeyGen != rot.Gen || !bytes.Equal(n.AgentKey, sealedFor("n2", rot.AgentKey)) {
+		t.Fatalf("stored = %+v, %v; want the overlap of generation %d ended, the key unchanged", n, err, rot.Gen)
+	}
+	if again, err := svc.EndAgentKeyOverlap(ctx, op, req, capacity.RequestMeta{}); err != nil || !again.Replayed || again.Gen != rot.Gen {
+		t.Fatalf("replay = %+v, %v", again, err)
+	}
+	// A later rotation moves past the generation whose overlap was ended.
+	next, err := svc.RotateAgentKey(ctx, op, capacity.AgentKeyRotation{NodeID: "n2"}, capacity.RequestMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := env.Store.GetNode(ctx, "n2"); err != nil || n.AgentKeyGen != next.Gen || n.AgentKeyOverlapEndedGen == n.AgentKeyGen {
+		t.Fatalf("after a new rotation: %+v, %v; want a new overlap", n, err)
+	}
+	want := []string{"node.agent-key.end-overlap:ok", "node.agent-key.end-overlap:replayed", "node.agent-key.rotate:ok", "node.agent-key.rotate:ok", "node.put:ok"}
+	if got := opAudits(t, env); !reflect.DeepEqual(got, want) {
+		t.Errorf("audit = %v, want %v", got, want)
+	}
+}

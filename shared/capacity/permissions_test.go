@@ -78,6 +78,10 @@ var operatorCalls = map[string]func(ctx context.Context, svc *capacity.Service, 
 		_, err := svc.RotateAgentKey(ctx, p, capacity.AgentKeyRotation{NodeID: "n1", Reason: "r"}, capacity.RequestMeta{})
 		return err
 	},
+	"endAgentKeyOverlap": func(ctx context.Context, svc *capacity.Service, p capacity.Principal) error {
+		_, err := svc.EndAgentKeyOverlap(ctx, p, capacity.AgentKeyRotation{NodeID: "n1", Reason: "r"}, capacity.RequestMeta{})
+		return err
+	},
 	"forceEndVM": func(ctx context.Context, svc *capacity.Service, p capacity.Principal) error {
 		_, err := svc.ForceEnd(ctx, p, capacity.ForceEndRequest{NodeID: "n1", ReservationID: "r1", ReclaimID: permReclaimID, VMID: "s1", Reason: "gone"}, capacity.RequestMeta{})
 		return err

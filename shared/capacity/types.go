@@ -125,6 +125,10 @@ type Node struct {
 	// current one.
 	PrevAgentKey      []byte `json:"-"`
 	AgentKeyRotatedAt time.Time
+	// AgentKeyOverlapEndedGen is the generation whose overlap an operator ended early (after a
+	// leak of the previous key): while it is AgentKeyGen, the previous generation is never
+	// tried. A rotation moves AgentKeyGen past it. 0: none ended.
+	AgentKeyOverlapEndedGen int64
 	// ResealedAgentKey is the terminating function's resealed copy of a generation of the key
 	// (nil when there is none, and always in the api function, whose reads leave it out).
 	ResealedAgentKey *ResealedAgentKey `json:"-"`
@@ -507,4 +511,5 @@ const (
 	ActionReservationReaffirm = "reservation.reaffirm"
 	ActionTopologySet         = "topology.set"
 	ActionAgentKeyRotate      = "node.agent-key.rotate"
+	ActionAgentKeyOverlapEnd  = "node.agent-key.end-overlap"
 )

@@ -33,6 +33,12 @@ func (c *Client) RotateAgentKey(ctx context.Context, node, reason string, opt Op
 	return call[wire.AgentKeyAnswerJSON](ctx, c, http.MethodPost, nodePath(node)+"/agent-key/rotate", nil, reasonBody{reason}, opt)
 }
 
+// EndAgentKeyOverlap ends the overlap of the node's current agent key now: the previous key
+// is never used again (after a leak of it).
+func (c *Client) EndAgentKeyOverlap(ctx context.Context, node, reason string, opt Options) (*wire.AgentKeyAnswerJSON, *Meta, error) {
+	return call[wire.AgentKeyAnswerJSON](ctx, c, http.MethodPost, nodePath(node)+"/agent-key/end-overlap", nil, reasonBody{reason}, opt)
+}
+
 // GetNode reads a node.
 func (c *Client) GetNode(ctx context.Context, node string) (*wire.NodeGetJSON, *Meta, error) {
 	return call[wire.NodeGetJSON](ctx, c, http.MethodGet, nodePath(node), nil, nil, Options{})

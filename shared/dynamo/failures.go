@@ -4,25 +4,58 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/openrelay/capacity/shared/capacity"
 )
 
 // classify marks an error of a call that DynamoDB refused for capacity with
-// capacity.ErrThrottled (nothing was applied; the caller answers 503 throttled, not 500).
+// capacity.ErrThrottled (nothing was applied; the caller answers 503 throttled, not 500), and
+// a read that got no answer (after the SDK's retries) with capacity.ErrUnavailable (503
+// unavailable). A write that got no answer is left as it is: it may have been applied.
 func classify(err error) error {
-	if throttled(err) {
+	switch {
+	case throttled(err):
 		return fmt.Errorf("%w: %w", capacity.ErrThrottled, err)
+	case unanswered(err) && readOnly(err):
+		return fmt.Errorf("%w: %w", capacity.ErrUnavailable, err)
 	}
 	return err
+}
+
+// unanswered reports whether the call failed in transport: the connection was refused or
+// broke, or no answer came in time. Not the caller's own context ending (smithy's
+// CanceledError), which is no sign of the database's health.
+func unanswered(err error) bool {
+	var send *smithyhttp.RequestSendError
+	var timeout *awshttp.ResponseTimeoutError
+	return errors.As(err, &send) || errors.As(err, &timeout) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// readOnly reports whether err is of an operation that writes nothing, so that its failure
+// changed nothing whatever the transport did.
+func readOnly(err error) bool {
+	var op *smithy.OperationError
+	if !errors.As(err, &op) {
+		return false
+	}
+	switch op.OperationName {
+	case "GetItem", "BatchGetItem", "Query", "Scan", "TransactGetItems":
+		return true
+	}
+	return false
 }
 
 // throttled reports whether DynamoDB refused a transaction for capacity, which applies

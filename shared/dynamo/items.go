@@ -142,6 +142,8 @@ type nodeItem struct {
 	AgentKey          []byte     `dynamodbav:"AgentKey,omitempty"`
 	PrevAgentKey      []byte     `dynamodbav:"PrevAgentKey,omitempty"`
 	AgentKeyRotatedAt *time.Time `dynamodbav:"AgentKeyRotatedAt,omitempty"`
+	// The generation whose overlap an operator ended early (absent: none).
+	AgentKeyOverlapEndedGen int64 `dynamodbav:"AgentKeyOverlapEndedGen,omitempty"`
 }
 
 func newNodeItem(n capacity.Node) nodeItem {
@@ -151,6 +153,7 @@ func newNodeItem(n capacity.Node) nodeItem {
 		UnitIDs: n.UnitIDs, Version: n.Version, AuditSeq: n.AuditHead.Seq, AuditHead: n.AuditHead.Hash,
 		AuditStartCount: n.AuditHead.Start.Unchained, AuditStartDigest: n.AuditHead.Start.Digest,
 		AgentKeyGen: n.AgentKeyGen, AgentKey: n.AgentKey, PrevAgentKey: n.PrevAgentKey, AgentKeyRotatedAt: optTime(n.AgentKeyRotatedAt),
+		AgentKeyOverlapEndedGen: n.AgentKeyOverlapEndedGen,
 	}
 }
 
@@ -168,6 +171,7 @@ func (i nodeItem) node() capacity.Node {
 		UnitIDs: i.UnitIDs, Version: i.Version, AuditHead: capacity.AuditHead{Seq: i.AuditSeq, Hash: i.AuditHead,
 			Start: capacity.ChainStart{Unchained: i.AuditStartCount, Digest: i.AuditStartDigest}},
 		AgentKeyGen: i.AgentKeyGen, AgentKey: i.AgentKey, PrevAgentKey: i.PrevAgentKey, AgentKeyRotatedAt: derefTime(i.AgentKeyRotatedAt),
+		AgentKeyOverlapEndedGen: i.AgentKeyOverlapEndedGen,
 	}
 }
 

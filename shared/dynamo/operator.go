@@ -35,6 +35,7 @@ const (
 	attrAgentKey          = "AgentKey"
 	attrPrevAgentKey      = "PrevAgentKey"
 	attrAgentKeyRotatedAt = "AgentKeyRotatedAt"
+	attrAgentKeyEndedGen  = "AgentKeyOverlapEndedGen"
 )
 
 // LoadNodeOrNew is LoadNode for a write that may create the node: a missing node answers an
@@ -121,10 +122,13 @@ func (s *Store) CommitOperator(ctx context.Context, c capacity.OperatorCommit) (
 }
 
 // setAgentKey adds the agent key's attributes to u when n moved to another generation than
-// was read. Only SETs (the emulator drops the SET part of an update that also REMOVEs): a
+// was read, and the generation whose overlap was ended when that changed. Only SETs (the emulator drops the SET part of an update that also REMOVEs): a
 // previous key is absent only at generation 1, whose previous is the derived key, and then
 // the attribute is absent already.
 func setAgentKey(u expression.UpdateBuilder, read, n capacity.Node) expression.UpdateBuilder {
+	if n.AgentKeyOverlapEndedGen != read.AgentKeyOverlapEndedGen {
+		u = u.Set(expression.Name(attrAgentKeyEndedGen), expression.Value(n.AgentKeyOverlapEndedGen))
+	}
 	if n.AgentKeyGen == read.AgentKeyGen {
 		return u
 	}

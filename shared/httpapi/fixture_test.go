@@ -403,6 +403,11 @@ func (f *fakeService) RotateAgentKey(_ context.Context, p capacity.Principal, re
 	return orEmpty(f.rotation, f.err), f.err
 }
 
+func (f *fakeService) EndAgentKeyOverlap(_ context.Context, p capacity.Principal, req capacity.AgentKeyRotation, meta capacity.RequestMeta) (*capacity.AgentKeyResult, error) {
+	f.record(call{Method: "EndAgentKeyOverlap", Principal: p, NodeID: req.NodeID, Meta: meta, opCall: opCall{Rotation: req}})
+	return orEmpty(f.rotation, f.err), f.err
+}
+
 func (f *fakeService) ListReservations(_ context.Context, p capacity.Principal, nodeID string, page capacity.PageRequest) (*capacity.ReservationPage, error) {
 	f.record(call{Method: "ListReservations", Principal: p, NodeID: nodeID, opCall: opCall{Page: page}})
 	return orEmpty(f.resPage, f.err), f.err

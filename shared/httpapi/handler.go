@@ -39,6 +39,7 @@ type Service interface {
 	ForceEnd(ctx context.Context, p capacity.Principal, req capacity.ForceEndRequest, meta capacity.RequestMeta) (*capacity.ForceEndResult, error)
 	SetTopology(ctx context.Context, p capacity.Principal, req capacity.TopologyRequest, meta capacity.RequestMeta) (*capacity.TopologyResult, error)
 	RotateAgentKey(ctx context.Context, p capacity.Principal, req capacity.AgentKeyRotation, meta capacity.RequestMeta) (*capacity.AgentKeyResult, error)
+	EndAgentKeyOverlap(ctx context.Context, p capacity.Principal, req capacity.AgentKeyRotation, meta capacity.RequestMeta) (*capacity.AgentKeyResult, error)
 	ListReservations(ctx context.Context, p capacity.Principal, nodeID string, page capacity.PageRequest) (*capacity.ReservationPage, error)
 
 	// The node view.
@@ -133,6 +134,7 @@ func (h *Handler) handlers() map[string]handlerFunc {
 		"getNode":                h.getNode,
 		"setTopology":            h.setTopology,
 		"rotateAgentKey":         h.rotateAgentKey,
+		"endAgentKeyOverlap":     h.endAgentKeyOverlap,
 		"listNodeAudit":          h.listNodeAudit,
 		"listReservations":       h.listReservations,
 		"createReservation":      h.createReservation,

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -191,8 +192,20 @@ func (h *Handler) putNode(w http.ResponseWriter, r *http.Request, p capacity.Pri
 // rotateAgentKey gives the node's agent a new key, answered once; the body ({reason}) may be
 // left out.
 func (h *Handler) rotateAgentKey(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID string) error {
+	return h.agentKeyCall(w, r, p, reqID, "rotateAgentKey", h.Service.RotateAgentKey)
+}
+
+// endAgentKeyOverlap ends the overlap of the node's current agent key now (the previous key
+// is never used again); the body ({reason}) may be left out.
+func (h *Handler) endAgentKeyOverlap(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID string) error {
+	return h.agentKeyCall(w, r, p, reqID, "endAgentKeyOverlap", h.Service.EndAgentKeyOverlap)
+}
+
+// agentKeyCall runs an operator call on a node's agent key whose body is an optional reason.
+func (h *Handler) agentKeyCall(w http.ResponseWriter, r *http.Request, p capacity.Principal, reqID, operation string,
+	call func(context.Context, capacity.Principal, capacity.AgentKeyRotation, capacity.RequestMeta) (*capacity.AgentKeyResult, error)) error {
 	nodeID := r.PathValue("nodeId")
-	if err := admitOperator(p, "rotateAgentKey", "node", nodeID); err != nil {
+	if err := admitOperator(p, operation, "node", nodeID); err != nil {
 		return err
 	}
 	var body ReasonBody
@@ -200,7 +213,7 @@ func (h *Handler) rotateAgentKey(w http.ResponseWriter, r *http.Request, p capac
 		return err
 	}
 	req := capacity.AgentKeyRotation{NodeID: nodeID, Reason: body.Reason, IdempotencyKey: r.Header.Get("Idempotency-Key")}
-	res, err := h.Service.RotateAgentKey(r.Context(), p, req, meta(reqID))
+	res, err := call(r.Context(), p, req, meta(reqID))
 	if err != nil {
 		return err
 	}

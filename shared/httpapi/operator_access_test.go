@@ -30,6 +30,7 @@ var operatorBodyRoutes = []struct {
 	{http.MethodPost, "/v1/keys/key-1/revoke", map[string]string{"reason": `"r"`}},
 	{http.MethodPost, reservationPath + "/reclaims/rcl-1/vms/vm-1/force-end", map[string]string{"reason": `"node wiped, ticket OPS-1"`}},
 	{http.MethodPost, "/v1/nodes/n1/agent-key/rotate", map[string]string{"reason": `"r"`}},
+	{http.MethodPost, "/v1/nodes/n1/agent-key/end-overlap", map[string]string{"reason": `"r"`}},
 }
 
 // TestOperatorRoutesAre404ForOthers: a caller without the operator flag gets one 404, before

@@ -104,6 +104,23 @@ func TestOperatorRoutes(t *testing.T) {
 			},
 		},
 		{
+			name: "end agent key overlap: 200, the generation and when the previous key stopped",
+			q: req{method: http.MethodPost, path: "/v1/nodes/n1/agent-key/end-overlap", auth: opAuth, header: map[string]string{"Idempotency-Key": "k8"},
+				body: `{"reason":"old key leaked"}`},
+			canned:     opResults{rotation: &capacity.AgentKeyResult{NodeID: "n1", Gen: 4, PreviousValidUntil: t0}},
+			wantMethod: "EndAgentKeyOverlap", wantStatus: 200,
+			check: func(t *testing.T, c call, body []byte) {
+				if want := (capacity.AgentKeyRotation{NodeID: "n1", Reason: "old key leaked", IdempotencyKey: "k8"}); c.Rotation != want {
+					t.Errorf("request %+v, want %+v", c.Rotation, want)
+				}
+				var a wire.AgentKeyAnswerJSON
+				decodeStrict(t, body, &a)
+				if a.AgentKey != "" || a.AgentKeyGen != 4 || a.PreviousValidUntil != t0.UTC().Format(time.RFC3339) {
+					t.Errorf("answer %s", body)
+				}
+			},
+		},
+		{
 			name:       "put node updates: 200, no Location, no agentKey",
 			q:          req{method: http.MethodPut, path: "/v1/nodes/n1", auth: opAuth, body: `{"ownerOrgId":"owner2","unitIds":["u0"],"agentEndpoint":"https://a"}`},
 			canned:     opResults{nodeRes: &capacity.NodeResult{Node: testNode}},

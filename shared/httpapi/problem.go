@@ -52,7 +52,7 @@ func StatusOf(code capacity.Code) int {
 		return http.StatusUnprocessableEntity
 	case capacity.CodeRateLimited:
 		return http.StatusTooManyRequests
-	case capacity.CodeThrottled:
+	case capacity.CodeThrottled, capacity.CodeUnavailable:
 		return http.StatusServiceUnavailable
 	case capacity.CodeSchedulingUnavailable:
 		return http.StatusNotImplemented
@@ -167,7 +167,7 @@ func writeProblem(w http.ResponseWriter, p Problem) {
 		h.Set("Retry-After", strconv.Itoa(p.retryAfter)) // whole seconds (RFC 9110 10.2.3)
 	}
 	if p.Status == http.StatusServiceUnavailable && h.Get("Retry-After") == "" {
-		h.Set("Retry-After", "1") // throttling clears in about a second
+		h.Set("Retry-After", "1") // throttling, or a refused connection, clears in about a second
 	}
 	if p.Status == http.StatusUnauthorized && h.Get("WWW-Authenticate") == "" {
 		h.Set("WWW-Authenticate", `Bearer realm="openrelay"`)

@@ -49,6 +49,7 @@ func TestEveryErrorCodeMapsToItsStatus(t *testing.T) {
 		{capacity.CodeSchedulingUnavailable, 501},
 		{capacity.CodeRateLimited, 429},
 		{capacity.CodeThrottled, 503},
+		{capacity.CodeUnavailable, 503},
 		{capacity.CodeInvalidRequest, 422},
 		{capacity.CodeUnitsNotReserved, 422},
 		{capacity.CodeUnknownUnits, 422},

@@ -55,6 +55,7 @@ var All = []Route{
 	{"PUT", "/v1/nodes/{nodeId}", "putNode", true, NodeManage},
 	{"PUT", "/v1/nodes/{nodeId}/topology", "setTopology", true, NodeManage},
 	{"POST", "/v1/nodes/{nodeId}/agent-key/rotate", "rotateAgentKey", true, NodeManage},
+	{"POST", "/v1/nodes/{nodeId}/agent-key/end-overlap", "endAgentKeyOverlap", true, NodeManage},
 	{"GET", "/v1/nodes/{nodeId}/audit", "listNodeAudit", true, AuditRead},
 	{"POST", "/v1/nodes/{nodeId}/reservations", "createReservation", true, ReservationManage},
 	{"POST", "/v1/nodes/{nodeId}/reservations/{id}/cancel", "cancelReservation", true, ReservationManage},
