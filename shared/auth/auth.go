@@ -16,6 +16,8 @@ import (
 // functions it is dynamo.Keys: a table the api function may only read.
 type KeyStore interface {
 	LookupKey(ctx context.Context, hash string) (*capacity.APIKey, error)
+	// LookupKeyConsistent is LookupKey with a strongly consistent read (AuthenticateFresh).
+	LookupKeyConsistent(ctx context.Context, hash string) (*capacity.APIKey, error)
 }
 
 // Toucher records that a key was used (dynamo.Keys: an UpdateItem of its LastUsedAt that
@@ -78,6 +80,18 @@ func (a *Authenticator) now() time.Time {
 // Authenticate returns the principal for an Authorization header value, or an
 // unauthenticated error.
 func (a *Authenticator) Authenticate(ctx context.Context, header string) (capacity.Principal, error) {
+	return a.authenticate(ctx, header, false)
+}
+
+// AuthenticateFresh is Authenticate past the cache: the key is read strongly consistently,
+// and the cache takes what was read. The routes that grant (a key's creation, an agent key
+// handed out) use it, so that a key revoked a moment ago cannot mint what would outlive it
+// while this instance still caches it as valid.
+func (a *Authenticator) AuthenticateFresh(ctx context.Context, header string) (capacity.Principal, error) {
+	return a.authenticate(ctx, header, true)
+}
+
+func (a *Authenticator) authenticate(ctx context.Context, header string, fresh bool) (capacity.Principal, error) {
 	scheme, secret, ok := strings.Cut(header, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
 		return capacity.Principal{}, capacity.Errorf(capacity.CodeUnauthenticated, "an API key is required: Authorization: Bearer <key>")
@@ -97,7 +111,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, header string) (capaci
 		return capacity.Principal{}, capacity.Errorf(capacity.CodeUnauthenticated, "%s", msg)
 	}
 	hash := Hash(secret)
-	key, err := a.lookup(ctx, hash)
+	key, err := a.lookup(ctx, hash, fresh)
 	if err != nil {
 		return capacity.Principal{}, fmt.Errorf("authenticate: %w", err)
 	}
@@ -166,8 +180,16 @@ func (a *Authenticator) touch(ctx context.Context, hash, keyID string, now time.
 	}()
 }
 
-func (a *Authenticator) lookup(ctx context.Context, hash string) (*capacity.APIKey, error) {
+func (a *Authenticator) lookup(ctx context.Context, hash string, fresh bool) (*capacity.APIKey, error) {
 	now := a.now()
+	if fresh {
+		key, err := a.Keys.LookupKeyConsistent(ctx, hash)
+		if err != nil {
+			return nil, err
+		}
+		a.remember(hash, key, now)
+		return key, nil
+	}
 	a.mu.Lock()
 	c, ok := a.cache[hash]
 	a.mu.Unlock()
@@ -178,13 +200,19 @@ func (a *Authenticator) lookup(ctx context.Context, hash string) (*capacity.APIK
 	if err != nil {
 		return nil, err
 	}
-	if a.TTL > 0 {
-		a.mu.Lock()
-		if a.cache == nil || len(a.cache) >= maxCached {
-			a.cache = make(map[string]cached)
-		}
-		a.cache[hash] = cached{key: key, fetched: now}
-		a.mu.Unlock()
-	}
+	a.remember(hash, key, now)
 	return key, nil
+}
+
+// remember caches what a lookup of hash found at now.
+func (a *Authenticator) remember(hash string, key *capacity.APIKey, now time.Time) {
+	if a.TTL <= 0 {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cache == nil || len(a.cache) >= maxCached {
+		a.cache = make(map[string]cached)
+	}
+	a.cache[hash] = cached{key: key, fetched: now}
 }

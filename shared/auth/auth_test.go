@@ -332,6 +332,10 @@ func (f failingKeys) LookupKey(context.Context, string) (*capacity.APIKey, error
 	return nil, errors.New("unexpected lookup")
 }
 
+func (f failingKeys) LookupKeyConsistent(ctx context.Context, h string) (*capacity.APIKey, error) {
+	return f.LookupKey(ctx, h)
+}
+
 // A mistyped, truncated or otherwise malformed ocap_ key, and any key of the retired ork_
 // format, is refused without a table read.
 func TestMalformedKeyIsRefusedWithoutLookup(t *testing.T) {

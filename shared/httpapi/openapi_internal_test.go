@@ -176,6 +176,10 @@ func (d denyAuth) Authenticate(context.Context, string) (capacity.Principal, err
 	return capacity.Principal{}, capacity.Errorf(capacity.CodeUnauthenticated, "no")
 }
 
+func (d denyAuth) AuthenticateFresh(ctx context.Context, h string) (capacity.Principal, error) {
+	return d.Authenticate(ctx, h)
+}
+
 // TestServeOpenAPI: GET /v1/openapi.json answers the document without a key, its server URL
 // the base path the API is served under (as is at the host's root).
 func TestServeOpenAPI(t *testing.T) {
