@@ -88,8 +88,8 @@ type Handler struct {
 	// a new random id.
 	RequestID func(*http.Request) string
 	// BasePath returns the path the API is served under, before its routes (API Gateway's
-	// stage, "/prod"); the served OpenAPI document names it as its server. Default: "" (the
-	// API at the host's root).
+	// stage, "/prod"); problem type URIs are built on it. Default: "" (the API at the host's
+	// root).
 	BasePath func(*http.Request) string
 }
 
