@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -362,18 +363,21 @@ func (s *switchable) Decrypt(ctx context.Context, in *kms.DecryptInput, opts ...
 	return s.allowed.Decrypt(ctx, in, opts...)
 }
 
-// TestOpenAPIServersURLIsWhereTheAPIIs: the served document's server is the base path API
-// Gateway serves the API under, so that a client taking its base URL from the document reaches
-// the API: the stage on the execute-api domain, a base path mapping on a custom domain.
+// TestOpenAPIServersURLIsWhereTheAPIIs: the served document's server, resolved against the
+// URL the client fetched it from, is the API's base, so that a client taking its base URL from
+// the document reaches the API: the stage on the execute-api domain, a base path mapping on a
+// custom domain, the host's root, and the local stack's path form (which the function sees as
+// the stage alone).
 func TestOpenAPIServersURLIsWhereTheAPIIs(t *testing.T) {
 	adapter := newAdapter(dynamotest.New(t).Store, nil, scheduling{}, emf.New(io.Discard, "local"), time.Minute, agentConfig{}, nil, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 	for _, tc := range []struct {
-		name, stage, contextPath, want string
+		name, stage, contextPath, base string
 	}{
-		{"execute-api domain", "prod", "/prod/v1/openapi.json", "/prod"},
-		{"custom domain, base path mapping", "prod", "/capacity/v1/openapi.json", "/capacity"},
-		{"custom domain at the root", "prod", "/v1/openapi.json", "/"},
-		{"context path without the route: the stage", "dev", "", "/dev"},
+		{"execute-api domain", "prod", "/prod/v1/openapi.json", "https://x.execute-api.eu-west-1.amazonaws.com/prod"},
+		{"custom domain, base path mapping", "prod", "/capacity/v1/openapi.json", "https://api.example.com/capacity"},
+		{"custom domain at the root", "prod", "/v1/openapi.json", "https://api.example.com"},
+		{"context path without the route: the stage", "dev", "", "https://x.execute-api.eu-west-1.amazonaws.com/dev"},
+		{"the local stack's path form", "local", "/local/v1/openapi.json", "http://127.0.0.1:4566/restapis/x/local/_user_request_"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, err := adapter.ProxyWithContext(context.Background(), events.APIGatewayProxyRequest{
@@ -386,8 +390,19 @@ func TestOpenAPIServersURLIsWhereTheAPIIs(t *testing.T) {
 			var doc struct {
 				Servers []struct{ URL string } `json:"servers"`
 			}
-			if err := json.Unmarshal([]byte(resp.Body), &doc); err != nil || len(doc.Servers) != 1 || doc.Servers[0].URL != tc.want {
-				t.Fatalf("servers %+v (%v), want one at %q", doc.Servers, err, tc.want)
+			if err := json.Unmarshal([]byte(resp.Body), &doc); err != nil || len(doc.Servers) != 1 {
+				t.Fatalf("servers %+v (%v), want one", doc.Servers, err)
+			}
+			fetched, err := url.Parse(tc.base + "/v1/openapi.json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref, err := url.Parse(doc.Servers[0].URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := fetched.ResolveReference(ref).String(); strings.TrimSuffix(got, "/") != tc.base {
+				t.Errorf("server %q fetched from %s resolves to %s, want %s", ref, fetched, got, tc.base)
 			}
 		})
 	}

@@ -16,6 +16,8 @@ import (
 // functions it is dynamo.Keys: a table the api function may only read.
 type KeyStore interface {
 	LookupKey(ctx context.Context, hash string) (*capacity.APIKey, error)
+	// LookupKeyConsistent is LookupKey with a strongly consistent read (AuthenticateFresh).
+	LookupKeyConsistent(ctx context.Context, hash string) (*capacity.APIKey, error)
 }
 
 // Toucher records that a key was used (dynamo.Keys: an UpdateItem of its LastUsedAt that
@@ -41,7 +43,13 @@ func NewSecret() string {
 }
 
 // Authenticator resolves bearer keys, caching lookups (hits and misses) for TTL. A revoked
-// key therefore keeps working for up to TTL in a warm function instance.
+// key therefore keeps working for up to TTL in a warm function instance (except on the
+// granting routes: AuthenticateFresh).
+//
+// Hits and misses are cached apart, each bounded: the checksum of a key is public (CRC32), so
+// anyone can make well-formed bearers that name no key, and each new one costs a read. Kept
+// apart, such bearers fill only the miss cache, never evicting a real key (whose next call
+// would cost a read too), and a junk bearer repeated costs no read within TTL.
 type Authenticator struct {
 	Keys KeyStore
 	TTL  time.Duration
@@ -55,8 +63,10 @@ type Authenticator struct {
 	TouchTimeout time.Duration
 	Logger       *slog.Logger
 
-	mu      sync.Mutex
-	cache   map[string]cached
+	mu    sync.Mutex
+	cache map[string]cached // keys found, by hash
+	// misses: when a lookup of the hash (found nothing) was made, by hash.
+	misses  map[string]time.Time
 	touched map[string]time.Time // by hash: when this instance last recorded the key's use
 }
 
@@ -65,7 +75,8 @@ type cached struct {
 	fetched time.Time
 }
 
-// maxCached bounds the cache; past it the cache is cleared (keys are few per instance).
+// maxCached bounds the cache of keys found, and of misses; past it that cache (only) is
+// cleared: keys are few per instance, and misses can only push out misses.
 const maxCached = 10000
 
 func (a *Authenticator) now() time.Time {
@@ -78,6 +89,18 @@ func (a *Authenticator) now() time.Time {
 // Authenticate returns the principal for an Authorization header value, or an
 // unauthenticated error.
 func (a *Authenticator) Authenticate(ctx context.Context, header string) (capacity.Principal, error) {
+	return a.authenticate(ctx, header, false)
+}
+
+// AuthenticateFresh is Authenticate past the cache: the key is read strongly consistently,
+// and the cache takes what was read. The routes that grant (a key's creation, an agent key
+// handed out) use it, so that a key revoked a moment ago cannot mint what would outlive it
+// while this instance still caches it as valid.
+func (a *Authenticator) AuthenticateFresh(ctx context.Context, header string) (capacity.Principal, error) {
+	return a.authenticate(ctx, header, true)
+}
+
+func (a *Authenticator) authenticate(ctx context.Context, header string, fresh bool) (capacity.Principal, error) {
 	scheme, secret, ok := strings.Cut(header, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
 		return capacity.Principal{}, capacity.Errorf(capacity.CodeUnauthenticated, "an API key is required: Authorization: Bearer <key>")
@@ -85,7 +108,8 @@ func (a *Authenticator) Authenticate(ctx context.Context, header string) (capaci
 	secret = strings.TrimSpace(secret)
 	// Only a well-formed, checksummed key is looked up: a mistyped or truncated key, a legacy
 	// unchecksummed ork_ key and anything that is no key at all are refused without a table
-	// read, so junk bearers cost no read and no cache entry (and cannot flush the cache).
+	// read. The checksum stops typos, not an attacker (it is public): a well-formed bearer
+	// that names no key costs one read, then sits in the miss cache (see Authenticator).
 	if err := capacity.CheckKeySecret(secret); err != nil {
 		msg := "the API key is malformed (mistyped or truncated?)"
 		switch {
@@ -97,7 +121,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, header string) (capaci
 		return capacity.Principal{}, capacity.Errorf(capacity.CodeUnauthenticated, "%s", msg)
 	}
 	hash := Hash(secret)
-	key, err := a.lookup(ctx, hash)
+	key, err := a.lookup(ctx, hash, fresh)
 	if err != nil {
 		return capacity.Principal{}, fmt.Errorf("authenticate: %w", err)
 	}
@@ -166,25 +190,55 @@ func (a *Authenticator) touch(ctx context.Context, hash, keyID string, now time.
 	}()
 }
 
-func (a *Authenticator) lookup(ctx context.Context, hash string) (*capacity.APIKey, error) {
+func (a *Authenticator) lookup(ctx context.Context, hash string, fresh bool) (*capacity.APIKey, error) {
 	now := a.now()
 	a.mu.Lock()
-	c, ok := a.cache[hash]
+	c, hit := a.cache[hash]
+	missed, miss := a.misses[hash]
 	a.mu.Unlock()
-	if ok && now.Sub(c.fetched) < a.TTL {
+	if miss && now.Sub(missed) < a.TTL {
+		// Even past the cache: a repeated junk bearer costs no read on any route, and a
+		// key that was unknown a moment ago may wait out the TTL on a granting one too.
+		return nil, nil
+	}
+	if fresh {
+		key, err := a.Keys.LookupKeyConsistent(ctx, hash)
+		if err != nil {
+			return nil, err
+		}
+		a.remember(hash, key, now)
+		return key, nil
+	}
+	if hit && now.Sub(c.fetched) < a.TTL {
 		return c.key, nil
 	}
 	key, err := a.Keys.LookupKey(ctx, hash)
 	if err != nil {
 		return nil, err
 	}
-	if a.TTL > 0 {
-		a.mu.Lock()
-		if a.cache == nil || len(a.cache) >= maxCached {
-			a.cache = make(map[string]cached)
-		}
-		a.cache[hash] = cached{key: key, fetched: now}
-		a.mu.Unlock()
-	}
+	a.remember(hash, key, now)
 	return key, nil
+}
+
+// remember caches what a lookup of hash found at now: a key among the keys, nothing among
+// the misses.
+func (a *Authenticator) remember(hash string, key *capacity.APIKey, now time.Time) {
+	if a.TTL <= 0 {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if key == nil {
+		delete(a.cache, hash)
+		if a.misses == nil || len(a.misses) >= maxCached {
+			a.misses = make(map[string]time.Time)
+		}
+		a.misses[hash] = now
+		return
+	}
+	delete(a.misses, hash)
+	if a.cache == nil || len(a.cache) >= maxCached {
+		a.cache = make(map[string]cached)
+	}
+	a.cache[hash] = cached{key: key, fetched: now}
 }

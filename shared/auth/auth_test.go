@@ -332,6 +332,10 @@ func (f failingKeys) LookupKey(context.Context, string) (*capacity.APIKey, error
 	return nil, errors.New("unexpected lookup")
 }
 
+func (f failingKeys) LookupKeyConsistent(ctx context.Context, h string) (*capacity.APIKey, error) {
+	return f.LookupKey(ctx, h)
+}
+
 // A mistyped, truncated or otherwise malformed ocap_ key, and any key of the retired ork_
 // format, is refused without a table read.
 func TestMalformedKeyIsRefusedWithoutLookup(t *testing.T) {
@@ -501,6 +505,50 @@ func TestJunkBearersNeitherLookUpNorFlushTheCache(t *testing.T) {
 	total := keys.AllLookups()
 	if total != 1 || keys.Lookups(auth.Hash(secretValid)) != 1 {
 		t.Errorf("store lookups = %d (valid key %d), want 1: junk bearers reached the store or flushed the cache", total, keys.Lookups(auth.Hash(secretValid)))
+	}
+}
+
+// Well-formed bearers that name no key (the checksum is public, so anyone can make them):
+// each costs one read, then no more within the TTL however often it is sent; and however many
+// there are, they never push a real key out of the cache (its next call costs no read).
+func TestWellFormedJunkNeitherRereadsNorFlushesRealKeys(t *testing.T) {
+	const distinct = 9999 // with the 2 real keys, more than the one cache of before held
+	keys := standardKeys()
+	a := &auth.Authenticator{Keys: keys, TTL: time.Hour, Now: func() time.Time { return t0 }}
+	ctx := context.Background()
+	for _, s := range []string{secretValid, secretOperator} {
+		if _, err := a.Authenticate(ctx, "Bearer "+s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	junk := make([]string, distinct)
+	for i := range junk {
+		junk[i] = "Bearer " + capacity.FixedKeySecret(fmt.Sprintf("junk%dx", i))
+	}
+	for _, j := range junk {
+		p, err := a.Authenticate(ctx, j)
+		assertUnauthenticated(t, p, err)
+	}
+	// The last bearers again, as a flood repeats them: answered from the miss cache.
+	for range 3 {
+		for _, j := range junk[distinct-100:] {
+			p, err := a.Authenticate(ctx, j)
+			assertUnauthenticated(t, p, err)
+		}
+	}
+	// Nor on a granting route, which reads past the cache of keys found.
+	p, err := a.AuthenticateFresh(ctx, junk[0])
+	assertUnauthenticated(t, p, err)
+	if got := keys.AllLookups(); got != 2+distinct {
+		t.Errorf("store reads = %d, want %d: one per real key and one per distinct junk bearer", got, 2+distinct)
+	}
+	for _, s := range []string{secretValid, secretOperator} {
+		if _, err := a.Authenticate(ctx, "Bearer "+s); err != nil {
+			t.Fatal(err)
+		}
+		if n := keys.Lookups(auth.Hash(s)); n != 1 {
+			t.Errorf("a real key was read %d times, want 1: the junk flushed it from the cache", n)
+		}
 	}
 }
 

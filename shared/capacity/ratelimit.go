@@ -16,17 +16,22 @@ type RateLimit struct {
 	Burst     int     `dynamodbav:"burst"`
 }
 
-// Bounds of a rate limit, wherever it is set (cdk.json, a key's own).
+// Bounds of a rate limit, wherever it is set (cdk.json, a key's own). The lowest rate keeps
+// one call's interval (1000 s) and any wait well inside int64 microseconds and
+// time.Duration: a rate near 0 would overflow them, into no limit or a negative wait.
 const (
+	MinRatePerSecond = 0.001
 	MaxRatePerSecond = 10000
 	MaxRateBurst     = 100000
+	// MaxRetryAfter is the longest wait a refusal names: one interval at MinRatePerSecond.
+	MaxRetryAfter = 1000 * time.Second
 )
 
-// Validate refuses a limit that could not be kept: a rate outside (0, MaxRatePerSecond], a
-// burst outside 1..MaxRateBurst.
+// Validate refuses a limit that could not be kept: a rate outside [MinRatePerSecond,
+// MaxRatePerSecond], a burst outside 1..MaxRateBurst.
 func (l RateLimit) Validate() error {
-	if math.IsNaN(l.PerSecond) || l.PerSecond <= 0 || l.PerSecond > MaxRatePerSecond {
-		return fmt.Errorf("perSecond %v: want a number above 0 and at most %d", l.PerSecond, MaxRatePerSecond)
+	if !(l.PerSecond >= MinRatePerSecond && l.PerSecond <= MaxRatePerSecond) { // NaN fails both
+		return fmt.Errorf("perSecond %v: want a number from %g to %d", l.PerSecond, MinRatePerSecond, MaxRatePerSecond)
 	}
 	if l.Burst < 1 || l.Burst > MaxRateBurst {
 		return fmt.Errorf("burst %d: want a whole number from 1 to %d", l.Burst, MaxRateBurst)
@@ -51,27 +56,41 @@ func (l RateLimit) Within(o RateLimit) bool { return l.PerSecond <= o.PerSecond 
 // the epoch. A call at now is admitted when TAT - now <= tolerance, and moves TAT to
 // max(TAT, now) + interval; otherwise it is refused until TAT - tolerance.
 
-// interval is the time one call uses up (the emission interval), in microseconds, at least 1.
-func (l RateLimit) interval() int64 { return max(1, int64(math.Round(1e6/l.PerSecond))) }
+// interval is the time one call uses up (the emission interval), in microseconds, from 1 to
+// 1e9. The rate is clamped to its bounds first, so that a limit that escaped Validate (an
+// item written before the bounds, NaN) is kept as the nearest valid one, never overflowing
+// into a 1 µs interval: no limit at all.
+func (l RateLimit) interval() int64 {
+	r := l.PerSecond
+	if !(r >= MinRatePerSecond) { // NaN too: the slowest, failing closed
+		r = MinRatePerSecond
+	}
+	return max(1, int64(math.Round(1e6/min(r, MaxRatePerSecond))))
+}
 
 // tolerance is how far TAT may run ahead of now: Burst-1 intervals, so that Burst calls at
-// once are admitted from a full bucket.
-func (l RateLimit) tolerance() int64 { return int64(l.Burst-1) * l.interval() }
+// once are admitted from a full bucket (Burst clamped to its bounds: at most 1e14 µs).
+func (l RateLimit) tolerance() int64 {
+	return int64(min(max(l.Burst, 1), MaxRateBurst)-1) * l.interval()
+}
 
 // Admit is GCRA on a stored TAT (0: none) at now: whether a call is admitted, the TAT it
 // leaves, and otherwise how long until one would be.
 func (l RateLimit) Admit(tat, now int64) (next int64, retryAfter time.Duration, ok bool) {
 	t := max(tat, now)
 	if t-now > l.tolerance() {
-		return tat, time.Duration(t-l.tolerance()-now) * time.Microsecond, false
+		// At most one interval, unless the stored TAT came from a slower limit than l.
+		wait := min(t-l.tolerance()-now, MaxRetryAfter.Microseconds())
+		return tat, time.Duration(wait) * time.Microsecond, false
 	}
 	return t + l.interval(), 0, true
 }
 
-// RetryAfterSeconds is d as HTTP's Retry-After says it: whole seconds, rounded up, at least 1
-// (RFC 9110 10.2.3: a non-negative integer; 0 would invite an immediate, refused retry).
+// RetryAfterSeconds is d as HTTP's Retry-After says it: whole seconds, rounded up, from 1
+// (RFC 9110 10.2.3: a non-negative integer; 0 would invite an immediate, refused retry) to
+// MaxRetryAfter's.
 func RetryAfterSeconds(d time.Duration) int {
-	return max(1, int(math.Ceil(d.Seconds())))
+	return min(max(1, int(math.Ceil(d.Seconds()))), int(MaxRetryAfter/time.Second))
 }
 
 // RateStore keeps each key's TAT, in an item of its own that no node decision reads and no

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -86,7 +87,8 @@ func TestRetryAfterSeconds(t *testing.T) {
 	for _, tt := range []struct {
 		d    time.Duration
 		want int
-	}{{0, 1}, {time.Microsecond, 1}, {time.Second, 1}, {time.Second + time.Millisecond, 2}, {2 * time.Second, 2}, {90 * time.Second, 90}} {
+	}{{0, 1}, {-time.Hour, 1}, {time.Microsecond, 1}, {time.Second, 1}, {time.Second + time.Millisecond, 2}, {2 * time.Second, 2}, {90 * time.Second, 90},
+		{capacity.MaxRetryAfter, 1000}, {capacity.MaxRetryAfter + time.Second, 1000}, {time.Duration(math.MaxInt64), 1000}} {
 		if got := capacity.RetryAfterSeconds(tt.d); got != tt.want {
 			t.Errorf("RetryAfterSeconds(%v) = %d, want %d", tt.d, got, tt.want)
 		}
@@ -100,15 +102,70 @@ func TestRateLimitValidate(t *testing.T) {
 	}{
 		{capacity.RateLimit{PerSecond: 50, Burst: 100}, true},
 		{capacity.RateLimit{PerSecond: 0.1, Burst: 1}, true},
+		{capacity.RateLimit{PerSecond: capacity.MinRatePerSecond, Burst: 1}, true},
+		{capacity.RateLimit{PerSecond: capacity.MaxRatePerSecond, Burst: capacity.MaxRateBurst}, true},
+		{capacity.RateLimit{PerSecond: 0.000999, Burst: 1}, false},
+		{capacity.RateLimit{PerSecond: 1e-10, Burst: 1}, false},
+		{capacity.RateLimit{PerSecond: 1e-13, Burst: 1}, false},
 		{capacity.RateLimit{PerSecond: 0, Burst: 1}, false},
 		{capacity.RateLimit{PerSecond: -1, Burst: 1}, false},
-		{capacity.RateLimit{PerSecond: capacity.MaxRatePerSecond + 1, Burst: 1}, false},
+		{capacity.RateLimit{PerSecond: math.NaN(), Burst: 1}, false},
+		{capacity.RateLimit{PerSecond: math.Inf(1), Burst: 1}, false},
+		{capacity.RateLimit{PerSecond: capacity.MaxRatePerSecond + 0.5, Burst: 1}, false},
 		{capacity.RateLimit{PerSecond: 1, Burst: 0}, false},
 		{capacity.RateLimit{PerSecond: 1, Burst: capacity.MaxRateBurst + 1}, false},
 	} {
 		if err := tt.l.Validate(); (err == nil) != tt.ok {
 			t.Errorf("%+v: Validate() = %v, want ok %v", tt.l, err, tt.ok)
 		}
+	}
+}
+
+// A limit at or past its bounds, as one stored before the bounds were may be (Validate keeps
+// new ones inside): a call after a burst is refused for at least 1 s and at most
+// MaxRetryAfter, never admitted as if there were no limit (an interval overflowing to 1 µs)
+// and never with a wait that overflows to nothing (a 429 without Retry-After).
+func TestRateLimitEdges(t *testing.T) {
+	const t0 = int64(1_800_000_000) * sec
+	tests := []struct {
+		name  string
+		limit capacity.RateLimit
+		retry time.Duration // the wait of the call after the burst, at the burst's instant
+	}{
+		{"the lowest rate", capacity.RateLimit{PerSecond: capacity.MinRatePerSecond, Burst: 1}, capacity.MaxRetryAfter},
+		{"the lowest rate, the largest burst", capacity.RateLimit{PerSecond: capacity.MinRatePerSecond, Burst: capacity.MaxRateBurst}, capacity.MaxRetryAfter},
+		{"1e-10/s: kept as the lowest", capacity.RateLimit{PerSecond: 1e-10, Burst: 1}, capacity.MaxRetryAfter},
+		{"1e-13/s: kept as the lowest", capacity.RateLimit{PerSecond: 1e-13, Burst: 2}, capacity.MaxRetryAfter},
+		{"1e-300/s: kept as the lowest", capacity.RateLimit{PerSecond: 1e-300, Burst: 1}, capacity.MaxRetryAfter},
+		{"zero: kept as the lowest", capacity.RateLimit{PerSecond: 0, Burst: 1}, capacity.MaxRetryAfter},
+		{"NaN: kept as the lowest", capacity.RateLimit{PerSecond: math.NaN(), Burst: 1}, capacity.MaxRetryAfter},
+		{"the highest rate", capacity.RateLimit{PerSecond: capacity.MaxRatePerSecond, Burst: 1}, 100 * time.Microsecond},
+		{"above the highest: kept as the highest", capacity.RateLimit{PerSecond: 1e300, Burst: 1}, 100 * time.Microsecond},
+		{"a burst above the largest: kept as the largest", capacity.RateLimit{PerSecond: 1, Burst: 1 << 40}, time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			burst := min(max(tt.limit.Burst, 1), capacity.MaxRateBurst)
+			var tat int64
+			for i := range burst {
+				next, _, ok := tt.limit.Admit(tat, t0)
+				if !ok {
+					t.Fatalf("call %d of the burst refused", i+1)
+				}
+				tat = next
+			}
+			_, retry, ok := tt.limit.Admit(tat, t0)
+			if ok || retry != tt.retry {
+				t.Fatalf("the call after the burst: admitted %v, retry after %v; want refused for %v", ok, retry, tt.retry)
+			}
+			if s := capacity.RetryAfterSeconds(retry); s < 1 || s > 1000 {
+				t.Errorf("Retry-After %d s, want 1..1000", s)
+			}
+			// A second later, a limit of less than a call a second still refuses.
+			if _, _, ok := tt.limit.Admit(tat, t0+sec); ok && tt.retry > time.Second {
+				t.Errorf("admitted a second after the burst at %v calls a second", tt.limit.PerSecond)
+			}
+		})
 	}
 }
 

@@ -14,7 +14,9 @@ type Keys struct {
 	mu      sync.Mutex
 	keys    map[string]capacity.APIKey
 	lookups map[string]int
-	err     error
+	// consistent counts the strongly consistent lookups (of lookups) by hash.
+	consistent map[string]int
+	err        error
 }
 
 // Put stores k under hash (k.Hash is set to it).
@@ -66,13 +68,32 @@ func (s *Keys) AllLookups() int {
 	return sum(s.lookups)
 }
 
-func (s *Keys) LookupKey(_ context.Context, hash string) (*capacity.APIKey, error) {
+// ConsistentLookups returns how many of the hash's lookups were strongly consistent.
+func (s *Keys) ConsistentLookups(hash string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.consistent[hash]
+}
+
+func (s *Keys) LookupKey(ctx context.Context, hash string) (*capacity.APIKey, error) {
+	return s.lookup(ctx, hash, false)
+}
+
+// LookupKeyConsistent is LookupKey, counted apart too (memory is always consistent).
+func (s *Keys) LookupKeyConsistent(ctx context.Context, hash string) (*capacity.APIKey, error) {
+	return s.lookup(ctx, hash, true)
+}
+
+func (s *Keys) lookup(_ context.Context, hash string, consistent bool) (*capacity.APIKey, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.lookups == nil {
-		s.lookups = map[string]int{}
+		s.lookups, s.consistent = map[string]int{}, map[string]int{}
 	}
 	s.lookups[hash]++
+	if consistent {
+		s.consistent[hash]++
+	}
 	if s.err != nil {
 		return nil, s.err
 	}

@@ -34,12 +34,23 @@ var errNoKeysTable = errors.New("no API keys table configured")
 // GetItem, eventually consistent: a new key may take a moment to work, and auth caches
 // lookups for longer than that anyway.
 func (k *Keys) LookupKey(ctx context.Context, hash string) (*capacity.APIKey, error) {
+	return k.lookupKey(ctx, hash, false)
+}
+
+// LookupKeyConsistent is LookupKey with a strongly consistent read: a key revoked a moment
+// ago is seen revoked (auth reads the caller's key so before a call that grants).
+func (k *Keys) LookupKeyConsistent(ctx context.Context, hash string) (*capacity.APIKey, error) {
+	return k.lookupKey(ctx, hash, true)
+}
+
+func (k *Keys) lookupKey(ctx context.Context, hash string, consistent bool) (*capacity.APIKey, error) {
 	if k.Table == "" {
 		return nil, fmt.Errorf("get API key: %w", errNoKeysTable)
 	}
 	out, err := k.Client.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: aws.String(k.Table),
-		Key:       itemKey(apiKeyPK(hash), skAPIKey),
+		TableName:      aws.String(k.Table),
+		Key:            itemKey(apiKeyPK(hash), skAPIKey),
+		ConsistentRead: aws.Bool(consistent),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("get API key: %w", classify(err))

@@ -81,12 +81,16 @@ func TestKeysLiveInTheirOwnTable(t *testing.T) {
 		{"unknown hash", hashOf(capacity.FixedKeySecret("unknown")), nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := keys.LookupKey(context.Background(), tt.hash)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("LookupKey = %+v, want %+v", got, tt.want)
+			for name, lookup := range map[string]func(context.Context, string) (*capacity.APIKey, error){
+				"LookupKey": keys.LookupKey, "LookupKeyConsistent": keys.LookupKeyConsistent,
+			} {
+				got, err := lookup(context.Background(), tt.hash)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(got, tt.want) {
+					t.Errorf("%s = %+v, want %+v", name, got, tt.want)
+				}
 			}
 		})
 	}

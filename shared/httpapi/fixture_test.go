@@ -74,6 +74,10 @@ func (failingKeys) LookupKey(context.Context, string) (*capacity.APIKey, error) 
 	return nil, errors.New("dynamodb: GetItem arn:aws:dynamodb:eu-west-1:123456789012:table/state: throttled")
 }
 
+func (f failingKeys) LookupKeyConsistent(ctx context.Context, h string) (*capacity.APIKey, error) {
+	return f.LookupKey(ctx, h)
+}
+
 // call is one call the fake service received.
 type call struct {
 	Method    string

@@ -71,6 +71,9 @@ type Limiter interface {
 // Authenticator resolves an Authorization header to a principal.
 type Authenticator interface {
 	Authenticate(ctx context.Context, header string) (capacity.Principal, error)
+	// AuthenticateFresh is Authenticate with the key read past any cache (the routes of
+	// grantsAccess).
+	AuthenticateFresh(ctx context.Context, header string) (capacity.Principal, error)
 }
 
 // Handler serves the API.
@@ -86,8 +89,8 @@ type Handler struct {
 	// a new random id.
 	RequestID func(*http.Request) string
 	// BasePath returns the path the API is served under, before its routes (API Gateway's
-	// stage, "/prod"); the served OpenAPI document names it as its server. Default: "" (the
-	// API at the host's root).
+	// stage, "/prod"); problem type URIs are built on it. Default: "" (the API at the host's
+	// root).
 	BasePath func(*http.Request) string
 }
 
@@ -104,6 +107,8 @@ type boundHandler struct {
 	auth bool // authenticate before calling fn; otherwise fn gets the zero principal
 	// overlap: run the rate limiter beside fn's decision read (see overlapsLimit).
 	overlap bool
+	// fresh: authenticate past the key cache (see grantsAccess).
+	fresh bool
 }
 
 // overlapsLimit are the operations whose rate limiter runs beside the call's decision read
@@ -112,6 +117,12 @@ type boundHandler struct {
 // read and before anything else, in its read-decide-commit rounds (every write of theirs is
 // in one). A refused call reads its node and discards the read; it writes nothing.
 var overlapsLimit = map[string]bool{"reclaim": true, "release": true, "placeVM": true}
+
+// grantsAccess are the operations that hand out a secret that outlives the call: a new API
+// key, and an agent key (a node's registration or owner change, a rotation). They read the
+// caller's key past the key cache, so a key revoked or expired a moment ago is refused 401
+// here at once, rather than within KEY_CACHE_TTL as on the other routes.
+var grantsAccess = map[string]bool{"createKey": true, "putNode": true, "rotateAgentKey": true}
 
 // handlerFunc serves a request, authenticated if its route requires it.
 type handlerFunc func(w http.ResponseWriter, r *http.Request, p capacity.Principal, requestID string) error
@@ -172,7 +183,7 @@ func bindRoutes(table []routes.Route, fns map[string]handlerFunc) ([]route, erro
 			byPath[rt.Path] = i
 			out = append(out, route{pattern: rt.Path, methods: map[string]boundHandler{}})
 		}
-		out[i].methods[rt.Method] = boundHandler{fn: fn, auth: rt.Auth, overlap: overlapsLimit[rt.OperationID]}
+		out[i].methods[rt.Method] = boundHandler{fn: fn, auth: rt.Auth, overlap: overlapsLimit[rt.OperationID], fresh: grantsAccess[rt.OperationID]}
 	}
 	for op := range fns {
 		if !used[op] {
@@ -296,7 +307,11 @@ func (h *Handler) dispatch(w *statusRecorder, r *http.Request, rt route, reqID s
 		return capacity.Principal{}, capacity.Errorf(capacity.CodeUnauthenticated, "send one Authorization header")
 	}
 	authStart := time.Now()
-	p, err := h.Auth.Authenticate(r.Context(), r.Header.Get("Authorization"))
+	authenticate := h.Auth.Authenticate
+	if bh.fresh {
+		authenticate = h.Auth.AuthenticateFresh
+	}
+	p, err := authenticate(r.Context(), r.Header.Get("Authorization"))
 	w.stats.Since(capacity.PhaseAuth, authStart)
 	if err != nil {
 		// RFC 6750 3.1: name the error only when credentials were presented.

@@ -1,11 +1,8 @@
 package httpapi
 
 import (
-	"bytes"
 	_ "embed"
-	"encoding/json"
 	"net/http"
-	"strings"
 
 	"github.com/openrelay/capacity/shared/capacity"
 )
@@ -17,32 +14,17 @@ import (
 //go:embed openapi.json
 var OpenAPI []byte
 
-// serverURL is the document's one server URL. The served copy replaces it with the base path
-// the document was fetched under: API Gateway serves the API under its stage (or a custom
-// domain's base path), and a relative "/" would resolve to the host's root, where the API is
-// not.
-const serverURL = `"url": "/"`
-
-// OpenAPIFor is the document as served under basePath ("/prod", or "" at the host's root):
-// its servers URL is basePath.
-func OpenAPIFor(basePath string) []byte {
-	basePath = strings.TrimSuffix(basePath, "/")
-	if basePath == "" {
-		return OpenAPI
-	}
-	quoted, _ := json.Marshal(basePath) // a string always marshals
-	return bytes.Replace(OpenAPI, []byte(serverURL), append([]byte(`"url": `), quoted...), 1)
-}
+// The document is served as kept. Its one server URL is "..", a reference relative to the
+// document's own URL, as OpenAPI resolves server URLs: the document is always at
+// <base>/v1/openapi.json, so ".." is <base>/ whatever the base, which the function cannot
+// always tell (the local stack's /restapis/<id>/<stage>/_user_request_ reaches it as the
+// stage alone, and a path-absolute "/<stage>" would lose the rest).
 
 // serveOpenAPI needs no key: the contract is public.
-func (h *Handler) serveOpenAPI(w http.ResponseWriter, r *http.Request, _ capacity.Principal, _ string) error {
-	base := ""
-	if h.BasePath != nil {
-		base = h.BasePath(r)
-	}
+func (h *Handler) serveOpenAPI(w http.ResponseWriter, _ *http.Request, _ capacity.Principal, _ string) error {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "public, max-age=300")
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(OpenAPIFor(base))
+	_, _ = w.Write(OpenAPI)
 	return nil
 }

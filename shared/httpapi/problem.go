@@ -73,9 +73,8 @@ func ProblemType(apiBase string, code capacity.Code) string {
 }
 
 // apiBaseURL is the address the API was called under, before its routes: the request's scheme
-// (X-Forwarded-Proto, which API Gateway sets) and host, and the base path as the OpenAPI
-// document's server names it (Handler.BasePath); the base path alone when the host is not a
-// plain host[:port].
+// (X-Forwarded-Proto, which API Gateway sets) and host, and the base path (Handler.BasePath);
+// the base path alone when the host is not a plain host[:port].
 func (h *Handler) apiBaseURL(r *http.Request) string {
 	host := r.Header.Get("Host") // API Gateway's event has it; net/http moves it to r.Host
 	if host == "" {
