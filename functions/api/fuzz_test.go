@@ -104,7 +104,8 @@ type fuzzCall struct {
 	body                 []byte
 	ifMatch, idempotency string
 	rawQuery             string
-	queryFromCursor      bool // rawQuery is a cursor: sent as ?cursor=<it>
+	queryFromCursor      bool   // rawQuery is a cursor: sent as ?cursor=<it>
+	limit                string // with a cursor: ?limit=<it>, if set
 }
 
 // do sends c and checks the answer and, on a refusal, that nothing changed.
@@ -122,6 +123,12 @@ func (a *fuzzAPI) do(t *testing.T, c fuzzCall) {
 	}
 	if c.queryFromCursor {
 		req.MultiValueQueryStringParameters["cursor"] = []string{c.rawQuery}
+		if c.limit != "" {
+			req.MultiValueQueryStringParameters["limit"] = []string{c.limit}
+		}
+		if c.limit != "" {
+			req.MultiValueQueryStringParameters["limit"] = []string{c.limit}
+		}
 	} else if q, err := url.ParseQuery(c.rawQuery); err == nil {
 		req.MultiValueQueryStringParameters = q
 	}
