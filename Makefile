@@ -72,7 +72,12 @@ test-infra: ## CDK assertion tests (first run compiles the CDK app: several minu
 
 LOCAL_TEMPLATE := cdk.out/local/capacity-local.template.json
 OUTPUTS        := .local/outputs.json
-FUZZTIME       ?= 60s
+# FUZZ_TARGETS: every fuzz target, as <package>:<target> (go test -fuzz takes one target per
+# run); make fuzz runs each for FUZZTIME, make test each for FUZZTIME_SHORT.
+FUZZ_TARGETS   := ./shared/httpapi:FuzzDecodeCapacityBody ./functions/api:FuzzAPIBody ./functions/api:FuzzAPIHeaders \
+	./functions/api:FuzzAPICursor ./functions/reclaim-events:FuzzReclaimEvent ./shared/agent:FuzzAgentAnswer ./shared/agent:FuzzAgentRequest
+FUZZTIME       ?= 2m
+FUZZTIME_SHORT ?= 3s
 
 # FAULTS: AWS faults for the functions of the local stack (docs/local-stack.md, "Fault layer"), e.g.
 # make run FAULTS='TransactWriteItems:TransactionConflict=0.1,*:Throttling=0.1'
@@ -94,12 +99,13 @@ run: ## run the whole stack on 127.0.0.1:4566 with demo data (Ctrl-C stops it); 
 	CAPACITY_FAULTS='$(FAULTS)' build/localstack -template $(LOCAL_TEMPLATE) -outputs $(OUTPUTS)
 
 .PHONY: test
-test: ## every test: unit, store (fuzz seed corpus included), CDK assertions, end to end on the local stack, every benchmark once (short)
+test: ## every test: unit, store (fuzz seed corpus included), every fuzz target for FUZZTIME_SHORT, CDK assertions, end to end on the local stack, every benchmark once (short)
 	@$(MAKE) --no-print-directory console
 	@echo "==> vet"
 	go vet ./...
 	@echo "==> unit and store tests, with the race detector (the store's run on the in-process emulator; the model-based test short: TestModel)"
 	go test -race -count=1 ./console/... ./shared/... ./functions/... ./cmd/... ./docs/...
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_SHORT)
 	@$(MAKE) --no-print-directory test-infra
 	@$(MAKE) --no-print-directory synth ENV=local
 	@echo "==> local stack runner and end-to-end tests through API Gateway on 127.0.0.1:4566"
@@ -122,7 +128,7 @@ CHAOS_FAULTS   ?= $(E2E_FAULTS),StartExecution:ExecutionLimitExceeded=0.05
 CHAOS_DURATION ?= 5m
 
 .PHONY: soak
-soak: ## long runs with the figures of docs/numbers.md "Reliability": the model-based test (MODEL_OPS operations, then MODEL_FAULTS_OPS under AWS faults, each bounded by MODEL_TIME), then chaos on the whole local stack (CHAOS_DURATION), then fuzzing of request decoding (FUZZTIME)
+soak: ## long runs with the figures of docs/numbers.md "Reliability": the model-based test (MODEL_OPS operations, then MODEL_FAULTS_OPS under AWS faults, each bounded by MODEL_TIME), then chaos on the whole local stack (CHAOS_DURATION), then every fuzz target (FUZZTIME each)
 	@echo "==> soak 1/4: model-based test of the domain and the store, $(MODEL_OPS) operations (at most $(MODEL_TIME)) on the in-process emulator"
 	MODEL_OPS=$(MODEL_OPS) MODEL_TIME=$(MODEL_TIME) go test -count=1 -timeout 30m -run '^TestModelSoak$$' -v ./shared/capacity
 	@echo "==> soak 2/4: the same under AWS faults (transaction conflicts, throttling, lost answers), $(MODEL_FAULTS_OPS) operations (at most $(MODEL_TIME))"
@@ -130,9 +136,16 @@ soak: ## long runs with the figures of docs/numbers.md "Reliability": the model-
 	@$(MAKE) --no-print-directory synth ENV=local
 	@echo "==> soak 3/4: chaos, $(CHAOS_DURATION) of concurrent load on the local stack under $(CHAOS_FAULTS), agents failing 30%, bootstraps killed"
 	CHAOS_DURATION=$(CHAOS_DURATION) E2E_FAULTS='$(CHAOS_FAULTS)' go test -count=1 -timeout 20m -run '^TestChaos$$' -parallel 16 -v ./localstack/e2e 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'; exit $${PIPESTATUS[0]}
-	@echo "==> soak 4/4: fuzz request decoding for $(FUZZTIME) (its instrumented build takes minutes on a cold cache)"
-	go test -count=1 ./shared/httpapi -run '^$$' -fuzz FuzzDecodeCapacityBody -fuzztime $(FUZZTIME)
+	@echo "==> soak 4/4: every fuzz target for $(FUZZTIME) each"
+	@$(MAKE) --no-print-directory fuzz
 	@echo "==> soak: done"
+
+.PHONY: fuzz
+fuzz: ## every fuzz target (FUZZ_TARGETS: request bodies, headers and cursors of every route, the event intake, agent answers and requests) for FUZZTIME each; the instrumented builds take minutes on a cold cache
+	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "==> fuzz $$name ($$pkg) for $(FUZZTIME)"; \
+		go test -count=1 -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
 
 .PHONY: bench
 bench: ## latency and size figures (see docs/numbers.md)

@@ -73,8 +73,14 @@ func (m *model) stepTerminate(t *rapid.T) {
 	m.dirty[op.id] = true
 	for round := range rounds {
 		what := fmt.Sprintf("termination of %s round %d (fates %v, attempt %d of %d)", op.id, round, fates, attempt, op.attempt)
+		before := agent.AllCalls()
 		rep, err := term.Run(m.ctx, task)
 		m.expectOK(what, err)
+		for vm, n := range agent.AllCalls() {
+			if n > before[vm] && m.killed[op.node+"/"+vm] {
+				m.violation("%s: VM %s asked to terminate again after it was terminated or force-ended", what, vm)
+			}
+		}
 		if stale || op.state == capacity.OpCompleted || op.state == capacity.OpFailed {
 			if !rep.Done || len(rep.Terminated)+len(rep.AlreadyGone)+len(rep.Failed) > 0 || agent.Total() > 0 {
 				m.mismatch("%s: a finished operation or a stale attempt acted: %+v, agent calls %d", what, rep, agent.Total())
@@ -95,6 +101,7 @@ func (m *model) stepTerminate(t *rapid.T) {
 					out = capacity.OutcomeAlreadyGone
 				}
 				op.outcomes[vm] = mOutcome{outcome: out, attempt: op.attempt}
+				m.killed[op.node+"/"+vm] = true
 				m.vms[op.node+"/"+vm].state = capacity.VMTerminated
 				delete(m.vms, op.node+"/"+vm)
 			case f == fateTransient && !last:
@@ -150,9 +157,11 @@ func (m *model) stepRedrive(t *rapid.T) {
 		return
 	}
 	m.expectOK(what, err)
+	// At the next attempt a failure is no longer final: every VM without a success is
+	// retried (one the reconciler's exhausted restarts left without an outcome too).
 	var retry []string
 	for _, vm := range op.vms {
-		if out := op.outcomes[vm]; out.outcome == capacity.OutcomeFailed {
+		if out, ok := op.outcomes[vm]; !ok || out.outcome == capacity.OutcomeFailed {
 			retry = append(retry, vm)
 		}
 	}

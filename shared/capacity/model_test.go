@@ -128,6 +128,9 @@ type mNode struct {
 	version int64
 	nextU   int // the next new unit's number
 	usedVMs map[string]bool
+	// the agent key: its generation, sealed, and the previous generation's
+	agentGen           int64
+	sealed, prevSealed []byte
 }
 
 type mRes struct {
@@ -232,6 +235,8 @@ type model struct {
 	touched map[string]bool   // nodes a step called on, checked after it
 	scheds  map[string]*mSched
 	revoked map[string]bool // key ids
+	killed  map[string]bool // VMs (node + "/" + id) an agent terminated or an operator force-ended
+	keys    *mKeys          // keys minted in the run, and the api's key cache
 	inj     *awsfault.Injector
 	stats   *modelStats
 	kind    string // the step's kind, for the outcome counts
@@ -307,13 +312,14 @@ func newModel(t *rapid.T, mt *modelTables, stats *modelStats) (*model, func()) {
 		t: t, ctx: context.Background(), store: store, wf: &capacitytest.Workflow{}, clock: mT0,
 		nodes: map[string]*mNode{}, res: map[string]*mRes{}, vms: map[string]*mVM{}, ops: map[string]*mOp{},
 		records: map[string]mRecord{}, etags: map[string]string{}, dirty: map[string]bool{}, touched: map[string]bool{}, stats: stats,
-		scheds: map[string]*mSched{}, revoked: map[string]bool{},
+		scheds: map[string]*mSched{}, revoked: map[string]bool{}, killed: map[string]bool{},
 	}
 	m.svc = &capacity.Service{
 		Store: store, Workflow: m.wf, Logger: quiet,
 		Now:       func() time.Time { return m.clock },
 		NewID:     func() string { m.seq++; return fmt.Sprintf("id%05d", m.seq) },
 		Scheduler: &fakeScheduler{live: map[string]capacity.ScheduledReclaim{}}, Schedules: store, CreatorKeys: store, Keys: store,
+		AgentKeySealer: &testSealer{},
 	}
 	var keys []capacity.APIKey
 	for _, p := range mCreators {
@@ -348,6 +354,11 @@ func newModel(t *rapid.T, mt *modelTables, stats *modelStats) (*model, func()) {
 		m.res[id+"/r0"] = &mRes{id: "r0", node: id, units: r0.ReservedUnitIDs, released: []string{"u1", "u2"}, allowed: r0.AllowedOrgIDs,
 			managing: r0.ManagingOrgIDs, status: capacity.StatusActive, start: r0.StartsAt, end: r0.EndsAt, gen: 1, version: 2}
 		m.nodes[id].version = 3
+		st, err := store.LoadNode(m.ctx, id, "")
+		if err != nil {
+			t.Fatalf("load node %s: %v", id, err)
+		}
+		m.nodes[id].agentGen, m.nodes[id].sealed = st.Node.AgentKeyGen, st.Node.AgentKey
 	}
 	if len(mt.faults) > 0 {
 		// From here on the service's writes meet AWS's faults; the model predicts the same.
@@ -447,6 +458,7 @@ func (m *model) compareNode(id string, st *capacity.NodeState) {
 		m.mismatch("node %s: units %v gen %d version %d, model %v %d %d", id, st.Node.UnitIDs, st.Node.TopologyGen, st.Node.Version,
 			n.units, n.gen, n.version)
 	}
+	m.compareAgentKey(id, st.Node)
 	want := m.reservations(id)
 	if len(st.Reservations) != len(want) {
 		m.mismatch("node %s: %d reservations, model %d", id, len(st.Reservations), len(want))
@@ -536,6 +548,14 @@ func (m *model) actions() map[string]func(*rapid.T) {
 		"20 unschedule": m.stepUnschedule,
 		"21 revoke":     m.stepRevoke,
 		"22 fire":       m.stepFire,
+		"23 reconcile":  m.stepReconcile,
+		"24 force-end":  m.stepForceEnd,
+		"25 mint key":   m.stepMintKey,
+		"26 use key":    m.stepUseKey,
+		"27 reconcile":  m.stepReconcile,
+		"28 revoke key": m.stepRevokeMinted,
+		"29 rotate":     m.stepRotate,
+		"30 use key":    m.stepUseKey,
 		"":              m.check,
 	}
 }

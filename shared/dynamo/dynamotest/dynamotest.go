@@ -4,7 +4,10 @@ package dynamotest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +17,7 @@ import (
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
@@ -251,4 +255,51 @@ func keysOnlyIndexes(env string) func(*middleware.Stack) error {
 				return out, md, err
 			}), middleware.After)
 	}
+}
+
+// Snapshot is what a refused call must leave as it was: the state table as StateItems gives
+// it, and the keys table without the keys' LastUsedAt (an authenticated call records its
+// use), each item in a canonical form, sorted.
+type Snapshot []string
+
+// Snapshot reads the state and keys tables (for fuzz targets' before/after comparisons).
+func (e *Env) Snapshot(t testing.TB) Snapshot {
+	t.Helper()
+	items := e.StateItems(t)
+	if e.Store.KeysTable != "" {
+		for _, it := range e.Items(t, e.Store.KeysTable) {
+			delete(it, "LastUsedAt")
+			items = append(items, it)
+		}
+	}
+	out := make(Snapshot, 0, len(items))
+	for _, it := range items {
+		var m map[string]any
+		if err := attributevalue.UnmarshalMap(it, &m); err != nil {
+			t.Fatalf("snapshot: %v", err)
+		}
+		b, err := json.Marshal(m) // map keys sorted: one form per item
+		if err != nil {
+			t.Fatalf("snapshot: %v", err)
+		}
+		out = append(out, string(b))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Diff describes the items of s not in o and of o not in s ("" when none).
+func (s Snapshot) Diff(o Snapshot) string {
+	var b strings.Builder
+	for _, it := range s {
+		if !slices.Contains(o, it) {
+			fmt.Fprintf(&b, "- %s\n", it)
+		}
+	}
+	for _, it := range o {
+		if !slices.Contains(s, it) {
+			fmt.Fprintf(&b, "+ %s\n", it)
+		}
+	}
+	return b.String()
 }
