@@ -120,7 +120,7 @@ test: ## every test: unit, store (fuzz seed corpus included), every fuzz target 
 # MODEL_FAULTS_OPS: how many more it runs under AWS faults.
 MODEL_OPS        ?= 100000
 MODEL_FAULTS_OPS ?= 20000
-MODEL_TIME       ?= 15m
+MODEL_TIME       ?= 50m
 
 # CHAOS_FAULTS: E2E_FAULTS and 5% of StartExecution calls failing outright; CHAOS_DURATION:
 # how long the chaos run drives the stack before it drains and checks.
@@ -130,9 +130,9 @@ CHAOS_DURATION ?= 5m
 .PHONY: soak
 soak: ## long runs with the figures of docs/numbers.md "Reliability": the model-based test (MODEL_OPS operations, then MODEL_FAULTS_OPS under AWS faults, each bounded by MODEL_TIME), then chaos on the whole local stack (CHAOS_DURATION), then every fuzz target (FUZZTIME each)
 	@echo "==> soak 1/4: model-based test of the domain and the store, $(MODEL_OPS) operations (at most $(MODEL_TIME)) on the in-process emulator"
-	MODEL_OPS=$(MODEL_OPS) MODEL_TIME=$(MODEL_TIME) go test -count=1 -timeout 30m -run '^TestModelSoak$$' -v ./shared/capacity
+	MODEL_OPS=$(MODEL_OPS) MODEL_TIME=$(MODEL_TIME) go test -count=1 -timeout 60m -run '^TestModelSoak$$' -v ./shared/capacity
 	@echo "==> soak 2/4: the same under AWS faults (transaction conflicts, throttling, lost answers), $(MODEL_FAULTS_OPS) operations (at most $(MODEL_TIME))"
-	MODEL_FAULTS=1 MODEL_OPS=$(MODEL_FAULTS_OPS) MODEL_TIME=$(MODEL_TIME) go test -count=1 -timeout 30m -run '^TestModelSoak$$' -v ./shared/capacity
+	MODEL_FAULTS=1 MODEL_OPS=$(MODEL_FAULTS_OPS) MODEL_TIME=$(MODEL_TIME) go test -count=1 -timeout 60m -run '^TestModelSoak$$' -v ./shared/capacity
 	@$(MAKE) --no-print-directory synth ENV=local
 	@echo "==> soak 3/4: chaos, $(CHAOS_DURATION) of concurrent load on the local stack under $(CHAOS_FAULTS), agents failing 30%, bootstraps killed"
 	CHAOS_DURATION=$(CHAOS_DURATION) E2E_FAULTS='$(CHAOS_FAULTS)' go test -count=1 -timeout 20m -run '^TestChaos$$' -parallel 16 -v ./localstack/e2e 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'; exit $${PIPESTATUS[0]}
