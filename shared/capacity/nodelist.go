@@ -22,8 +22,13 @@ type NodeDirectory interface {
 	MemberNodeIDs(ctx context.Context, orgID, afterID string, limit int) ([]string, bool, error)
 	// NamedOn reports whether org was ever named on the node (the entry MemberNodeIDs lists),
 	// with one small read that costs the same whether the node exists or not. False means the
-	// org sees nothing there.
-	NamedOn(ctx context.Context, nodeID, orgID string) (bool, error)
+	// org sees nothing there. ids, when not nil, are in id order the reservations of the node
+	// that name the org (OperatorCommit.OrgReservations; some may name it no longer or not
+	// exist: the caller checks); nil when the entry does not list them (written before it did).
+	NamedOn(ctx context.Context, nodeID, orgID string) (named bool, ids []string, err error)
+	// GetReservations reads the node's reservations of ids with strongly consistent reads, in
+	// the order of ids, leaving out those that do not exist.
+	GetReservations(ctx context.Context, nodeID string, ids []string) ([]Reservation, error)
 	// ReservationOperations returns up to limit reclaim operations of the reservation, newest
 	// first (by CreatedAt, then id), strictly after the position before (nil: from the
 	// newest), in one of states (none: any), with their outcomes, and whether more follow.

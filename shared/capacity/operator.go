@@ -49,6 +49,11 @@ type OperatorCommit struct {
 	BumpNode bool
 	// NewReservation is put; its id must be free.
 	NewReservation *Reservation
+	// OrgReservations gives, for each org NewReservation names, the ids in order of every
+	// reservation of the node as read that names it, NewReservation's too: the reservations
+	// the org's list reads (NodeDirectory.NamedOn). The node's Version, bumped, makes it
+	// complete: a creation meanwhile fails the commit.
+	OrgReservations map[string][]string
 	// Reservations are changed ones (Status, Reason, TopologyGen, ReleasedUnitIDs,
 	// UpdatedAt written), each conditioned on its Version as read and bumped.
 	Reservations []Reservation

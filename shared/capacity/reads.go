@@ -141,18 +141,23 @@ func (s *Service) ListReservations(ctx context.Context, p Principal, nodeID stri
 	if err != nil {
 		return nil, err
 	}
+	// listed: the ids of the reservations that name the caller's org, when its membership
+	// entry lists them; an org that sees a little then reads those alone, not the partition.
+	var listed []string
+	var dir NodeDirectory
 	if !p.Operator {
 		// An org never named on the node (neither its owner nor in a reservation's orgs) sees
 		// nothing there: its 404 costs one small read, the same as for a node that does not
 		// exist, rather than the node's partition, whose size its time would tell.
-		if dir, ok := s.Store.(NodeDirectory); ok {
-			named, err := dir.NamedOn(ctx, nodeID, p.OrgID)
+		if d, ok := s.Store.(NodeDirectory); ok {
+			named, ids, err := d.NamedOn(ctx, nodeID, p.OrgID)
 			if err != nil {
 				return nil, fmt.Errorf("list reservations of node %s: %w", nodeID, err)
 			}
 			if !named {
 				return nil, nodeNotFound()
 			}
+			dir, listed = d, ids
 		}
 	}
 	ops, n, err := s.readNode(ctx, nodeID)
@@ -160,8 +165,12 @@ func (s *Service) ListReservations(ctx context.Context, p Principal, nodeID stri
 		return nil, err
 	}
 	all := p.Operator || p.OrgID == n.OwnerOrgID
-	visible := func(r Reservation) bool {
-		return all || slices.Contains(r.AllowedOrgIDs, p.OrgID) || slices.Contains(r.ManagingOrgIDs, p.OrgID)
+	visible := func(r Reservation) bool { return all || names(r, p.OrgID) }
+	read := func(afterID string, limit int) ([]Reservation, bool, error) {
+		if !all && listed != nil {
+			return s.listedReservations(ctx, dir, nodeID, listed, afterID, limit, visible)
+		}
+		return s.visibleReservations(ctx, ops, nodeID, afterID, limit, visible)
 	}
 	after, cerr := "", error(nil)
 	if parts, err := parseCursor(page.Cursor, "reservations", 2); err != nil {
@@ -173,7 +182,7 @@ func (s *Service) ListReservations(ctx context.Context, p Principal, nodeID stri
 		after = parts[1]
 	}
 	if cerr == nil {
-		rs, more, err := s.visibleReservations(ctx, ops, nodeID, after, limit, visible)
+		rs, more, err := read(after, limit)
 		if err != nil {
 			return nil, err
 		}
@@ -188,7 +197,7 @@ func (s *Service) ListReservations(ctx context.Context, p Principal, nodeID stri
 	// Nothing to show, or a cursor this list never hands out: whether the caller sees anything
 	// on the node at all decides between the node's 404 and the cursor's answer.
 	if !all {
-		first, _, err := s.visibleReservations(ctx, ops, nodeID, "", 1, visible)
+		first, _, err := read("", 1)
 		if err != nil {
 			return nil, err
 		}
@@ -200,6 +209,45 @@ func (s *Service) ListReservations(ctx context.Context, p Principal, nodeID stri
 		return nil, cerr
 	}
 	return &ReservationPage{Reservations: []Reservation{}}, nil
+}
+
+// listedReservations is visibleReservations over the reservations of ids (in id order) alone:
+// it reads those after afterID, a page's worth at a time, and keeps the visible ones.
+func (s *Service) listedReservations(ctx context.Context, dir NodeDirectory, nodeID string, ids []string, afterID string, limit int,
+	visible func(Reservation) bool) ([]Reservation, bool, error) {
+	out := []Reservation{}
+	now := s.now()
+	from, _ := slices.BinarySearch(ids, afterID+"\x00") // the first id strictly after afterID
+	ids = ids[from:]
+	for len(ids) > 0 {
+		batch := ids[:min(len(ids), limit+1-len(out))]
+		ids = ids[len(batch):]
+		rs, err := dir.GetReservations(ctx, nodeID, batch)
+		if err != nil {
+			return nil, false, fmt.Errorf("list reservations of node %s: %w", nodeID, err)
+		}
+		var full bool
+		if out, full = keepVisible(out, rs, limit, now, visible); full {
+			return out, true, nil
+		}
+	}
+	return out, false, nil
+}
+
+// keepVisible appends the visible ones of rs to out, with their status at now, until out holds
+// limit; full reports that another visible one followed.
+func keepVisible(out, rs []Reservation, limit int, now time.Time, visible func(Reservation) bool) ([]Reservation, bool) {
+	for _, r := range rs {
+		if !visible(r) {
+			continue
+		}
+		if len(out) == limit {
+			return out, true
+		}
+		r.Status = r.StatusAt(now)
+		out = append(out, r)
+	}
+	return out, false
 }
 
 // visibleReservations reads the node's reservations after afterID in id order and keeps the
@@ -217,15 +265,9 @@ func (s *Service) visibleReservations(ctx context.Context, ops OperatorStore, no
 			}
 			return nil, false, fmt.Errorf("list reservations of node %s: %w", nodeID, err)
 		}
-		for _, r := range rs {
-			if !visible(r) {
-				continue
-			}
-			if len(out) == limit {
-				return out, true, nil
-			}
-			r.Status = r.StatusAt(now)
-			out = append(out, r)
+		var full bool
+		if out, full = keepVisible(out, rs, limit, now, visible); full {
+			return out, true, nil
 		}
 		if !more || len(rs) == 0 {
 			return out, false, nil

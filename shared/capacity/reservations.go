@@ -114,7 +114,23 @@ func DecideCreateReservation(st *NodeState, req ReservationRequest, id string, n
 		return nil, nil, &Error{Code: CodeUnitsInUse, Message: "units carry reserved or on-demand VMs", UnitIDs: inUse}
 	}
 	slices.Sort(r.ReleasedUnitIDs)
-	return &OperatorCommit{Node: st.Node, BumpNode: true, NewReservation: &r}, &ReservationResult{Reservation: r}, nil
+	c := &OperatorCommit{Node: st.Node, BumpNode: true, NewReservation: &r, OrgReservations: map[string][]string{}}
+	for _, o := range append(slices.Clone(st.Reservations), r) {
+		for _, org := range append(slices.Clone(o.AllowedOrgIDs), o.ManagingOrgIDs...) {
+			if names(r, org) && !slices.Contains(c.OrgReservations[org], o.ID) {
+				c.OrgReservations[org] = append(c.OrgReservations[org], o.ID)
+			}
+		}
+	}
+	for _, ids := range c.OrgReservations {
+		slices.Sort(ids)
+	}
+	return c, &ReservationResult{Reservation: r}, nil
+}
+
+// names reports whether the reservation names org among its allowed or managing orgs.
+func names(r Reservation, org string) bool {
+	return slices.Contains(r.AllowedOrgIDs, org) || slices.Contains(r.ManagingOrgIDs, org)
 }
 
 // CancelReservation cancels a reservation: its units stop being withheld and the VMs on them

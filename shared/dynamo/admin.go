@@ -3,6 +3,7 @@ package dynamo
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -73,10 +74,63 @@ func (s *Store) Put(ctx context.Context, seed Seed) error {
 			return fmt.Errorf("put seed list entry %s %s: %w", attr(item, table.PartitionKey), attr(item, table.SortKey), err)
 		}
 	}
+	if err := s.listSeeded(ctx, seed); err != nil {
+		return err
+	}
 	if len(seed.Keys) == 0 {
 		return nil
 	}
 	return keys.Put(ctx, seed.Keys...)
+}
+
+// listSeeded gives the memberships of the seeded reservations' orgs their lists of ids (see
+// lists.go), from the node's reservations as read now (a node may have been seeded earlier).
+// Each list is added to the entry's (ADD unions): a commit's put meanwhile is complete
+// itself, and what it adds stays. Seeding is provisioning, not run beside live writes.
+func (s *Store) listSeeded(ctx context.Context, seed Seed) error {
+	orgsOf := map[string][]string{}
+	for _, r := range seed.Reservations {
+		orgsOf[r.NodeID] = append(append(orgsOf[r.NodeID], r.AllowedOrgIDs...), r.ManagingOrgIDs...)
+	}
+	for nodeID, orgs := range orgsOf {
+		ids := map[string][]string{}
+		for after, more := "", true; more; {
+			rs, m, err := s.ListReservations(ctx, nodeID, 1000, after)
+			if err != nil {
+				return fmt.Errorf("seed: list memberships: %w", err)
+			}
+			for _, r := range rs {
+				for _, org := range append(slices.Clone(r.AllowedOrgIDs), r.ManagingOrgIDs...) {
+					if !slices.Contains(ids[org], r.ID) {
+						ids[org] = append(ids[org], r.ID)
+					}
+				}
+				after = r.ID
+			}
+			more = m
+		}
+		slices.Sort(orgs)
+		for _, org := range slices.Compact(orgs) {
+			if len(ids[org]) > maxListedReservations {
+				continue // its entry, as seeded, lists none
+			}
+			// The entry itself was put with the seed's (seedEntries); only the list is added,
+			// as the emulator drops an ADD's SET part.
+			m := newMemberItem(nodeID, org)
+			upd := expression.Add(expression.Name(attrMemberIDs), expression.Value(&types.AttributeValueMemberSS{Value: ids[org]}))
+			expr, err := expression.NewBuilder().WithUpdate(upd).Build()
+			if err != nil {
+				return fmt.Errorf("seed: build membership list: %w", err)
+			}
+			if _, err := s.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+				TableName: aws.String(s.Table), Key: itemKey(m.PK, m.SK), UpdateExpression: expr.Update(),
+				ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+			}); err != nil {
+				return fmt.Errorf("seed: list membership of %s on node %s: %w", org, nodeID, classify(err))
+			}
+		}
+	}
+	return nil
 }
 
 // putNew puts each item into the table unless an item with its key exists.

@@ -3,6 +3,7 @@ package dynamo
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -83,36 +84,52 @@ func reservationAuditShape(nodeID, reservationID string, chain capacity.NodeChai
 // auditBatch is the most keys one BatchGetItem reads (DynamoDB's limit).
 const auditBatch = 100
 
+// batchGet reads the items of keys from tableName with strongly consistent BatchGetItems of
+// up to auditBatch keys, and hands each one found to found, in no particular order.
+func (s *Store) batchGet(ctx context.Context, tableName string, keys []map[string]types.AttributeValue, what string,
+	found func(map[string]types.AttributeValue) error) error {
+	for chunk := range slices.Chunk(keys, auditBatch) {
+		req := map[string]types.KeysAndAttributes{tableName: {Keys: chunk, ConsistentRead: aws.Bool(true)}}
+		for attempt := 0; len(req) > 0; attempt++ {
+			if attempt > 0 {
+				// Unprocessed keys (throttling): again after a pause, as the SDK would.
+				if err := capacity.Sleep(ctx, time.Duration(attempt)*20*time.Millisecond); err != nil {
+					return err
+				}
+			}
+			if attempt == 10 {
+				return fmt.Errorf("read %s: %d keys left unprocessed: %w", what, len(req[tableName].Keys), capacity.ErrThrottled)
+			}
+			out, err := s.Client.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+			if err != nil {
+				return fmt.Errorf("read %s: %w", what, classify(err))
+			}
+			for _, it := range out.Responses[tableName] {
+				if err := found(it); err != nil {
+					return err
+				}
+			}
+			req = out.UnprocessedKeys
+		}
+	}
+	return nil
+}
+
 // auditRecordsByKey reads the audit records the index entries point to, in the entries'
 // order. Records are never changed or deleted, so each is there; a strongly consistent read,
 // as an entry may be seen before an eventually consistent read of the table sees its record.
 func (s *Store) auditRecordsByKey(ctx context.Context, entries []map[string]types.AttributeValue, what string) ([]map[string]types.AttributeValue, error) {
 	byKey := make(map[string]map[string]types.AttributeValue, len(entries))
-	for from := 0; from < len(entries); from += auditBatch {
-		keys := make([]map[string]types.AttributeValue, 0, auditBatch)
-		for _, e := range entries[from:min(from+auditBatch, len(entries))] {
-			keys = append(keys, map[string]types.AttributeValue{attrPK: e[attrPK], attrSK: e[attrSK]})
-		}
-		req := map[string]types.KeysAndAttributes{s.AuditTable: {Keys: keys, ConsistentRead: aws.Bool(true)}}
-		for attempt := 0; len(req) > 0; attempt++ {
-			if attempt > 0 {
-				// Unprocessed keys (throttling): again after a pause, as the SDK would.
-				if err := capacity.Sleep(ctx, time.Duration(attempt)*20*time.Millisecond); err != nil {
-					return nil, err
-				}
-			}
-			if attempt == 10 {
-				return nil, fmt.Errorf("read audit records of %s: %d keys left unprocessed: %w", what, len(req[s.AuditTable].Keys), capacity.ErrThrottled)
-			}
-			out, err := s.Client.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
-			if err != nil {
-				return nil, fmt.Errorf("read audit records of %s: %w", what, classify(err))
-			}
-			for _, it := range out.Responses[s.AuditTable] {
-				byKey[attr(it, attrPK)+"\x00"+attr(it, attrSK)] = it
-			}
-			req = out.UnprocessedKeys
-		}
+	keys := make([]map[string]types.AttributeValue, 0, len(entries))
+	for _, e := range entries {
+		keys = append(keys, map[string]types.AttributeValue{attrPK: e[attrPK], attrSK: e[attrSK]})
+	}
+	err := s.batchGet(ctx, s.AuditTable, keys, "audit records of "+what, func(it map[string]types.AttributeValue) error {
+		byKey[attr(it, attrPK)+"\x00"+attr(it, attrSK)] = it
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	items := make([]map[string]types.AttributeValue, 0, len(entries))
 	for _, e := range entries {

@@ -29,6 +29,12 @@ import (
 // of each of its orgs). A membership is never removed: the service checks each candidate on
 // the node's own items (a former owner no longer sees it). Reclaim operations carry their
 // list keys themselves (opListPK, opListSK).
+//
+// A membership put with a reservation's creation, in its transaction, lists the ids of every
+// reservation of the node that names the org (ReservationIDs, from the decision's read, which
+// the node's bumped version keeps complete), so that the org's list reads those alone. Any
+// other put of it (a node's owner, one written ahead, the migration's) lists none, and the
+// org's list then reads the node's partition as before: a list in an entry is never partial.
 
 var _ capacity.NodeDirectory = (*Store)(nil)
 
@@ -78,16 +84,25 @@ func newDirectoryItem(n capacity.Node) directoryItem {
 		ID: n.ID, OwnerOrgID: n.OwnerOrgID, UnitIDs: n.UnitIDs, TopologyGen: n.TopologyGen}
 }
 
-// memberItem says that an org was named on a node.
+// memberItem says that an org was named on a node, and may list the node's reservations
+// that name it (see above).
 type memberItem struct {
-	PK     string `dynamodbav:"pk"`
-	SK     string `dynamodbav:"sk"`
-	Type   string `dynamodbav:"type"`
-	GSI2PK string `dynamodbav:"gsi2pk"`
-	GSI2SK string `dynamodbav:"gsi2sk"`
-	NodeID string `dynamodbav:"NodeID"`
-	OrgID  string `dynamodbav:"OrgID"`
+	PK             string   `dynamodbav:"pk"`
+	SK             string   `dynamodbav:"sk"`
+	Type           string   `dynamodbav:"type"`
+	GSI2PK         string   `dynamodbav:"gsi2pk"`
+	GSI2SK         string   `dynamodbav:"gsi2sk"`
+	NodeID         string   `dynamodbav:"NodeID"`
+	OrgID          string   `dynamodbav:"OrgID"`
+	ReservationIDs []string `dynamodbav:"ReservationIDs,stringset,omitempty"`
 }
+
+// attrMemberIDs is memberItem.ReservationIDs.
+const attrMemberIDs = "ReservationIDs"
+
+// maxListedReservations bounds the ids an entry lists (an item holds at most 400 KB): an org
+// named on more reservations of a node gets an entry that lists none.
+const maxListedReservations = 2000
 
 func newMemberItem(nodeID, orgID string) memberItem {
 	return memberItem{PK: nodePK(nodeID), SK: prefixMember + orgID, Type: typeMember,
@@ -110,10 +125,28 @@ func listEntries(c capacity.OperatorCommit) (dir, members []any) {
 	slices.Sort(orgs)
 	for _, org := range slices.Compact(orgs) {
 		if org != "" {
-			members = append(members, newMemberItem(c.Node.ID, org))
+			m := newMemberItem(c.Node.ID, org)
+			if ids := c.OrgReservations[org]; len(ids) <= maxListedReservations {
+				m.ReservationIDs = ids
+			}
+			members = append(members, m)
 		}
 	}
 	return dir, members
+}
+
+// unlisted are the membership entries without their lists of ids: those written ahead of
+// their commit, whose lists its node version would not keep complete.
+func unlisted(members []any) []any {
+	out := make([]any, 0, len(members))
+	for _, v := range members {
+		if m, ok := v.(memberItem); ok {
+			m.ReservationIDs = nil
+			v = m
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 // seedEntries are the list index entries of seeded nodes and reservations, each once.
@@ -188,20 +221,60 @@ func (s *Store) MemberNodeIDs(ctx context.Context, orgID, afterID string, limit 
 }
 
 // NamedOn reads the org's membership entry on the node with one strongly consistent GetItem
-// of its key alone: the same one small read whether the node exists or not.
-func (s *Store) NamedOn(ctx context.Context, nodeID, orgID string) (bool, error) {
+// of its key and its list of ids alone: the same one small read whether the node exists or
+// not, when the org is not named there.
+func (s *Store) NamedOn(ctx context.Context, nodeID, orgID string) (bool, []string, error) {
 	out, err := s.Client.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: aws.String(s.Table), Key: itemKey(nodePK(nodeID), prefixMember+orgID), ConsistentRead: aws.Bool(true),
-		ProjectionExpression: aws.String("#pk"), ExpressionAttributeNames: map[string]string{"#pk": attrPK},
+		ProjectionExpression:     aws.String("#pk, #ids"),
+		ExpressionAttributeNames: map[string]string{"#pk": attrPK, "#ids": attrMemberIDs},
 	})
 	if err != nil {
-		return false, fmt.Errorf("read membership of org %s on node %s: %w", orgID, nodeID, classify(err))
+		return false, nil, fmt.Errorf("read membership of org %s on node %s: %w", orgID, nodeID, classify(err))
 	}
 	if out.Item == nil {
-		return false, nil
+		return false, nil, nil
 	}
 	capacity.CallStatsFrom(ctx).AddRead(1, ItemSize(out.Item))
-	return true, nil
+	var it memberItem
+	if err := attributevalue.UnmarshalMap(out.Item, &it); err != nil {
+		return false, nil, fmt.Errorf("decode membership of org %s on node %s: %w", orgID, nodeID, err)
+	}
+	if len(it.ReservationIDs) == 0 {
+		return true, nil, nil
+	}
+	slices.Sort(it.ReservationIDs) // a set comes back in no order
+	return true, it.ReservationIDs, nil
+}
+
+// GetReservations reads the node's reservations of ids with strongly consistent
+// BatchGetItems, in the order of ids; missing ones are left out.
+func (s *Store) GetReservations(ctx context.Context, nodeID string, ids []string) ([]capacity.Reservation, error) {
+	byID := make(map[string]capacity.Reservation, len(ids))
+	stats := capacity.CallStatsFrom(ctx)
+	keys := make([]map[string]types.AttributeValue, 0, len(ids))
+	for _, id := range ids {
+		keys = append(keys, itemKey(nodePK(nodeID), prefixReserv+id))
+	}
+	err := s.batchGet(ctx, s.Table, keys, "reservations of node "+nodeID, func(item map[string]types.AttributeValue) error {
+		stats.AddRead(1, ItemSize(item))
+		var it reservationItem
+		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+			return fmt.Errorf("decode reservation of node %s: %w", nodeID, err)
+		}
+		byID[it.ID] = it.reservation()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	rs := make([]capacity.Reservation, 0, len(byID))
+	for _, id := range ids {
+		if r, ok := byID[id]; ok {
+			rs = append(rs, r)
+		}
+	}
+	return rs, nil
 }
 
 // queryList reads up to limit entries of a node list (sort key: node id) after afterID, and

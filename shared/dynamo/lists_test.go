@@ -13,6 +13,9 @@ import (
 // A reservation's membership entries go in its commit's transaction when they fit, and just
 // before it when they do not (200 orgs and the commit's own items exceed a transaction's 100
 // actions): either way every org then finds the node, and a transaction never exceeds the limit.
+// An entry in the transaction lists the org's reservations (its list reads those alone); one
+// written ahead lists none (a commit meanwhile could make its list partial), so its org's list
+// reads the node's partition.
 func TestReservationMembershipsFitOrGoAhead(t *testing.T) {
 	orgs := func(from, n int) []string {
 		var out []string
@@ -25,10 +28,11 @@ func TestReservationMembershipsFitOrGoAhead(t *testing.T) {
 		name              string
 		allowed, managing []string
 		wantOrgs          int
+		wantListed        []string
 	}{
-		{"a few orgs, in the transaction", orgs(0, 2), orgs(2, 1), 3},
-		{"an org in both lists, once", orgs(0, 1), orgs(0, 1), 1},
-		{"the most a reservation names, ahead of it", orgs(0, capacity.MaxOrgIDs), orgs(capacity.MaxOrgIDs, capacity.MaxOrgIDs), 2 * capacity.MaxOrgIDs},
+		{"a few orgs, in the transaction", orgs(0, 2), orgs(2, 1), 3, []string{"r-many"}},
+		{"an org in both lists, once", orgs(0, 1), orgs(0, 1), 1, []string{"r-many"}},
+		{"the most a reservation names, ahead of it", orgs(0, capacity.MaxOrgIDs), orgs(capacity.MaxOrgIDs, capacity.MaxOrgIDs), 2 * capacity.MaxOrgIDs, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -40,6 +44,10 @@ func TestReservationMembershipsFitOrGoAhead(t *testing.T) {
 			}
 			c := newResCommit(st, "r-many")
 			c.NewReservation.AllowedOrgIDs, c.NewReservation.ManagingOrgIDs = tt.allowed, tt.managing
+			c.OrgReservations = map[string][]string{}
+			for _, org := range append(slices.Clone(tt.allowed), tt.managing...) {
+				c.OrgReservations[org] = []string{"r-many"}
+			}
 			// The store refuses a transaction of more than 100 actions itself.
 			if _, err := env.Store.CommitOperator(ctx, c); err != nil {
 				t.Fatalf("commit: %v", err)
@@ -52,6 +60,9 @@ func TestReservationMembershipsFitOrGoAhead(t *testing.T) {
 				ids, _, err := env.Store.MemberNodeIDs(ctx, org, "", 10)
 				if err != nil || !slices.Equal(ids, []string{"n1"}) {
 					t.Fatalf("%s finds %v, %v", org, ids, err)
+				}
+				if named, listed, err := env.Store.NamedOn(ctx, "n1", org); err != nil || !named || !slices.Equal(listed, tt.wantListed) {
+					t.Fatalf("%s's entry: named %v, lists %v, %v; want %v", org, named, listed, err, tt.wantListed)
 				}
 			}
 			if ids, _, _ := env.Store.MemberNodeIDs(ctx, "org-none", "", 10); len(ids) != 0 {

@@ -95,6 +95,10 @@ func (s *Store) CommitOperator(ctx context.Context, c capacity.OperatorCommit) (
 	if err != nil {
 		return capacity.AuditHead{}, fmt.Errorf("%s on node %s: %w", c.Audit.Action, c.Node.ID, err)
 	}
+	ahead, err := s.putItems(unlisted(memberEntries))
+	if err != nil {
+		return capacity.AuditHead{}, fmt.Errorf("%s on node %s: %w", c.Audit.Action, c.Node.ID, err)
+	}
 	err = s.transactAtHead(ctx, fmt.Sprintf("%s on node %s", c.Audit.Action, c.Node.ID), c.Node,
 		func(head capacity.AuditHead, pin *capacity.ChainStart) ([]types.TransactWriteItem, error) {
 			c.Node.AuditHead, start = head, head.Start
@@ -103,7 +107,7 @@ func (s *Store) CommitOperator(ctx context.Context, c capacity.OperatorCommit) (
 			}
 			items, rec, err := s.operatorItems(c, pin, append(slices.Clone(dir), members...))
 			if err == nil && len(items) > MaxTransactItems && len(members) > 0 {
-				if err = s.putAhead(ctx, c.Node.ID, members); err != nil {
+				if err = s.putAhead(ctx, c.Node.ID, ahead); err != nil {
 					return nil, err
 				}
 				members = nil
