@@ -100,9 +100,13 @@ type memberItem struct {
 // attrMemberIDs is memberItem.ReservationIDs.
 const attrMemberIDs = "ReservationIDs"
 
-// maxListedReservations bounds the ids an entry lists (an item holds at most 400 KB): an org
-// named on more reservations of a node gets an entry that lists none.
-const maxListedReservations = 2000
+// maxListedReservations bounds the ids an entry lists (an item holds at most 400 KB), and
+// maxListedPerCommit those of a commit's entries together (a transaction holds at most 4 MB):
+// an org over either gets an entry that lists none.
+const (
+	maxListedReservations = 2000
+	maxListedPerCommit    = 10000
+)
 
 func newMemberItem(nodeID, orgID string) memberItem {
 	return memberItem{PK: nodePK(nodeID), SK: prefixMember + orgID, Type: typeMember,
@@ -123,11 +127,12 @@ func listEntries(c capacity.OperatorCommit) (dir, members []any) {
 		orgs = append(append(orgs, r.AllowedOrgIDs...), r.ManagingOrgIDs...)
 	}
 	slices.Sort(orgs)
+	budget := maxListedPerCommit
 	for _, org := range slices.Compact(orgs) {
 		if org != "" {
 			m := newMemberItem(c.Node.ID, org)
-			if ids := c.OrgReservations[org]; len(ids) <= maxListedReservations {
-				m.ReservationIDs = ids
+			if ids := c.OrgReservations[org]; len(ids) <= min(budget, maxListedReservations) {
+				m.ReservationIDs, budget = ids, budget-len(ids)
 			}
 			members = append(members, m)
 		}
