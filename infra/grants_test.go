@@ -139,7 +139,9 @@ func TestRolePermissions(t *testing.T) {
 			}
 			cases := []roleCase{
 				{"api", map[string][]string{
-					stateArn: {"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
+					// BatchGetItem: an org's reservations list reads the reservations its
+					// membership entry lists.
+					stateArn: {"dynamodb:BatchGetItem", "dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"},
 					// DeleteItem: a force-end moves its VM from the node's decision partition
 					// (NODE#<id>) to its history, and no delete reaches any other partition.
 					stateArn + " if " + toJSON(map[string]any{"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": []any{"NODE#*"}}}):            {"dynamodb:DeleteItem"},

@@ -52,9 +52,10 @@ func (s *CapacityStack) newApiFunction(maxPendingScheduled int, rate capacity.Ra
 	fn := s.goFunction(goFunctionSpec{Function: envvar.API, Environment: env})
 	// TransactWriteItems is authorised per item action (Put/Update/ConditionCheck/Delete).
 	// Nodes, reservations and their topology changes are writes of the same kinds; the node
-	// item also carries its audit chain's head.
+	// item also carries its audit chain's head. BatchGetItem: an org's reservations list
+	// reads the reservations its membership entry lists.
 	allow(fn, "StateTable", state,
-		"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem")
+		"dynamodb:Query", "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem")
 	// DeleteItem: an operator's force-end moves the VM it ends from the node's decision
 	// partition to its history (a conditional delete and a put in its transaction), and the
 	// api deletes nothing else. IAM cannot name a sort key, so the reach is the partition:
