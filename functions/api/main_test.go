@@ -424,7 +424,7 @@ func TestReadWithoutDatabaseAnswersUnavailable(t *testing.T) {
 				// Every attempt of the route's own read fails; the key's lookup (GetItem) goes through.
 				inj := awsfault.New(1, awsfault.Rule{Operation: tc.op, Fault: fault, Rate: 1})
 				env := dynamotest.New(t, dynamotest.WithAPIOptions(inj.APIOption))
-				if err := env.Store.Put(ctx, demo.Seed(time.Now())); err != nil { // writes only
+				if err := env.Clean().Put(ctx, demo.Seed(time.Now())); err != nil { // the seed reads too: past the faults
 					t.Fatal(err)
 				}
 				adapter := newAdapter(env.Store, nil, scheduling{}, emf.New(io.Discard, "local"), time.Minute, agentConfig{}, nil, slog.New(slog.NewJSONHandler(io.Discard, nil)))

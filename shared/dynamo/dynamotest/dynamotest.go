@@ -196,9 +196,13 @@ func (e *Env) Items(t testing.TB, tableName string) []map[string]types.Attribute
 // Reset forgets the counts.
 func (c *Calls) Reset() { c.counts.Clear() }
 
-// Clean is a store on the Env's state and audit tables whose client has none of the Options
-// (no injected faults), for setup and checks.
-func (e *Env) Clean() *dynamo.Store { return dynamo.New(e.Plain, e.Store.Table, e.Store.AuditTable) }
+// Clean is a store on the Env's tables whose client has none of the Options (no injected
+// faults), for setup and checks.
+func (e *Env) Clean() *dynamo.Store {
+	s := dynamo.New(e.Plain, e.Store.Table, e.Store.AuditTable)
+	s.KeysTable, s.LimitsTable = e.Store.KeysTable, e.Store.LimitsTable
+	return s
+}
 
 // Faults is the option that makes the store meet inj's faults; none for a nil inj.
 func Faults(inj *awsfault.Injector) []Option {
