@@ -628,12 +628,13 @@ func (c *chaos) reconcile(t *testing.T) (stop func() map[string]int) {
 				// Under the faults, or its bootstrap killed: the next run takes over.
 				tally["run failed, the next took over"]++
 			default:
-				var res map[string][]string
+				var res map[string]json.RawMessage // lists of ids, and flags such as drainCut
 				if err := json.Unmarshal(out.Payload, &res); err != nil {
 					t.Errorf("reconciler answer: %v: %s", err, out.Payload)
 				}
-				for k, ids := range res {
-					if len(ids) > 0 {
+				for k, raw := range res {
+					var ids []string
+					if json.Unmarshal(raw, &ids) == nil && len(ids) > 0 {
 						tally[k] += len(ids)
 					}
 				}
